@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One idempotent set-up step shared by `make demo` and `make test`.
+# Installs system packages (Java for Spark, PostgreSQL, Chromium for the dashboard test),
+# a virtual environment in .venv with every Python dependency, and librocketmq 2.1.0.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+STAMP=.venv/.txmsg-setup-stamp
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "[setup] apt-get install ${need_apt[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "[setup] missing system packages: ${need_apt[*]} (run as root or install them with sudo apt-get install)" >&2
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+fi
+
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+  echo "[setup] installing Python dependencies into .venv"
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  touch "$STAMP"
+fi
+
+.venv/bin/python scripts/install_rocketmq_client.py

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, type check, then pytest.  Exit code 5 (no tests collected) is a failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export TXMSG_ARTIFACTS=${TXMSG_ARTIFACTS:-$PWD/artifacts}
+mkdir -p "$TXMSG_ARTIFACTS"
+.venv/bin/ruff check txmsg plugins spark samples benchmarks tests || exit 1
+.venv/bin/mypy || exit 1
+.venv/bin/python -m pytest "$@"
+rc=$?
+if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
+exit $rc

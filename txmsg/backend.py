@@ -1,0 +1,84 @@
+"""The small interface a messaging backend implements.
+
+The core never imports a backend; backends are found through the entry-point group
+``txmsg.backends`` (see :mod:`txmsg.registry`).  The shape follows what the real RocketMQ C++
+client does (``../shared/facts/real-broker-observations.md``):
+
+* ``send_in_transaction`` runs the half send, then calls ``execute_local`` **in the calling
+  thread**, then ends the transaction with the returned state.
+* check-backs arrive on native threads the backend owns (one per client instance in librocketmq);
+  the backend hands each to ``check_handler`` and sends back the returned state.  Handlers given
+  to a backend never raise: the core wraps listener code before it reaches a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from txmsg.message import Message, OutgoingMessage
+from txmsg.states import LocalTransactionState
+
+LocalExecutor = Callable[[Message], LocalTransactionState]
+"""Called by the backend in the sending thread with the half message; never raises."""
+
+CheckHandler = Callable[[Message], LocalTransactionState]
+"""Called by the backend for each check-back; never raises, returns the state to send back."""
+
+ConsumeHandler = Callable[[Message], bool]
+"""Called for each consumed message; True = consumed, False = redeliver later. Never raises."""
+
+
+@runtime_checkable
+class TransactionalSender(Protocol):
+    """A started transactional producer for one producer group."""
+
+    group: str
+
+    def send_in_transaction(
+        self, message: OutgoingMessage, local_executor: LocalExecutor
+    ) -> tuple[str, str, str, int | None]:
+        """Send a half message, run ``local_executor``, end the transaction.
+
+        Returns ``(message_id, transaction_key, send_status, offset)``.
+        """
+        ...
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting sends, wait for in-flight callbacks (bounded), shut the client down."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Factory for producers and consumers against one RocketMQ name server."""
+
+    name: str
+
+    def create_transactional_sender(
+        self,
+        group: str,
+        check_handler: CheckHandler,
+        *,
+        check_concurrency: int,
+    ) -> TransactionalSender:
+        """Start a transactional producer for ``group`` whose check-backs can run
+        ``check_concurrency`` at once; checks go to ``check_handler``."""
+        ...
+
+    def subscribe(
+        self,
+        topic: str,
+        group: str,
+        handler: ConsumeHandler,
+        *,
+        tags: str = "*",
+        concurrency: int = 4,
+        max_reconsume: int = 16,
+    ) -> Callable[[], None]:
+        """Start a push consumer; returns a function that shuts it down gracefully."""
+        ...
+
+    def close(self) -> None:
+        """Shut down everything this backend started."""
+        ...

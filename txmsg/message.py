@@ -1,0 +1,68 @@
+"""Messages as listeners see them, and results of transactional sends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+UNIQ_KEY = "UNIQ_KEY"
+"""Message property holding the client-generated message id.  RocketMQ uses it as the
+transaction id on the wire (``msgId`` in END_TRANSACTION headers), so it is the one key that is
+the same in ``execute_local``, every ``check_local`` and the broker's logs."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message handed to ``execute_local``, ``check_local`` or a consumer.
+
+    ``body`` is always bytes; :meth:`text` and :meth:`json` decode it.  ``transaction_key`` is
+    the ``UNIQ_KEY`` property (the message id the client generated), which stays the same
+    across check-backs even though the broker re-stores the half message each time.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    message_id: str | None = None
+    reconsume_times: int = 0
+
+    @property
+    def transaction_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY) or self.message_id
+
+    def text(self, encoding: str = "utf-8") -> str:
+        return self.body.decode(encoding)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class TransactionSendResult:
+    """Outcome of ``send_in_transaction``.
+
+    ``send_status`` is the broker's answer to the half message (``SEND_OK`` ...);
+    ``local_state`` is what the local transaction decided (after exception mapping).
+    """
+
+    message_id: str
+    transaction_key: str
+    local_state: Any  # LocalTransactionState; typed Any to avoid an import cycle in docs tools
+    send_status: str
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """A message ready for a backend: body already converted to bytes."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    check_immunity_seconds: int | None = None
