@@ -23,6 +23,17 @@ LAZY_COMMANDS: dict[str, str] = {
 }
 
 
+def _unavailable(name: str, reason: str) -> click.Command:
+    """A stand-in command that explains why the real one cannot load."""
+
+    def run() -> None:
+        raise click.ClickException(
+            f"`txmsg {name}` is unavailable: {reason}. Run `make setup` to install every part."
+        )
+
+    return click.Command(name, callback=run, help=f"(unavailable: {reason})")
+
+
 class LazyGroup(click.Group):
     """A click group that imports each subcommand on first use."""
 
@@ -40,9 +51,7 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise click.ClickException(
-                f"`txmsg {cmd_name}` is unavailable: {exc}. Run `make setup` to install every part."
-            ) from exc
+            return _unavailable(cmd_name, str(exc))
         command: Any = getattr(module, attr)
         if not isinstance(command, click.Command):
             raise click.ClickException(f"{target} is not a click command")

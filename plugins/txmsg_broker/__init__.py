@@ -1,0 +1,1 @@
+"""txmsg_broker package."""

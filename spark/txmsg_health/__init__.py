@@ -1,0 +1,1 @@
+"""txmsg_health package."""
