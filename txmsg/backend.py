@@ -1,7 +1,7 @@
 """The small interface a messaging backend implements.
 
 The core never imports a backend; backends are found through the entry-point group
-``txmsg.backends`` (see :mod:`txmsg.registry`).  The shape follows what the real RocketMQ C++
+``txmsg.backends`` (see :func:`txmsg.app.load_backend`).  The shape follows what the real RocketMQ C++
 client does (``../shared/facts/real-broker-observations.md``):
 
 * ``send_in_transaction`` runs the half send, then calls ``execute_local`` **in the calling
@@ -13,7 +13,7 @@ client does (``../shared/facts/real-broker-observations.md``):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from txmsg.message import Message, OutgoingMessage
@@ -61,9 +61,12 @@ class Backend(Protocol):
         check_handler: CheckHandler,
         *,
         check_concurrency: int,
+        topics: Sequence[str] = (),
     ) -> TransactionalSender:
         """Start a transactional producer for ``group`` whose check-backs can run
-        ``check_concurrency`` at once; checks go to ``check_handler``."""
+        ``check_concurrency`` at once; checks go to ``check_handler``.  ``topics`` are the
+        topics the listener declared (the backend may reach their brokers before the first
+        send, so left-over check-backs arrive at once)."""
         ...
 
     def subscribe(
@@ -79,6 +82,6 @@ class Backend(Protocol):
         """Start a push consumer; returns a function that shuts it down gracefully."""
         ...
 
-    def close(self) -> None:
-        """Shut down everything this backend started."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Shut down everything this backend started (each part bounded by ``timeout``)."""
         ...

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from txmsg.states import LocalTransactionState
+
+T = TypeVar("T")
 
 UNIQ_KEY = "UNIQ_KEY"
 """Message property holding the client-generated message id.  RocketMQ uses it as the
@@ -40,6 +44,13 @@ class Message:
     def json(self) -> Any:
         return json.loads(self.body)
 
+    def decode(self, type_: type[T]) -> T:
+        """The body as ``type_`` (str, dict, a dataclass, a pydantic model, or any type with a
+        registered converter): the inverse of the producer's payload conversion."""
+        from txmsg.convert import from_body  # noqa: PLC0415 - convert is optional for messages
+
+        return from_body(self.body, type_)
+
 
 @dataclass(frozen=True)
 class TransactionSendResult:
@@ -51,7 +62,8 @@ class TransactionSendResult:
 
     message_id: str
     transaction_key: str
-    local_state: Any  # LocalTransactionState; typed Any to avoid an import cycle in docs tools
+    local_state: LocalTransactionState | None
+    """None only when the backend never ran the local transaction."""
     send_status: str
     offset: int | None = None
 

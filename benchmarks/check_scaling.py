@@ -1,0 +1,289 @@
+"""Check-back throughput of one producer group: txmsg over N client instances vs the raw client.
+
+    python -m benchmarks.check_scaling [--transactions 200] [--ns 1,4,16,32] [--sleep 0.1]
+
+What it does, in one run against one embedded broker (child process, transactionTimeOut 1 s,
+check interval 3 s by default):
+
+* **raw**: rocketmq-client-python's ``TransactionMQProducer`` (one instance: librocketmq checks
+  on one native thread), local transaction answering UNKNOWN, checker sleeping ``--sleep`` s
+  then answering COMMIT.  Ideal rate 1/sleep.
+* **txmsg N**: a ``@transactional_listener`` whose executor has ``core_pool_size =
+  max_pool_size = N`` (so N checks can run at once), ``execute_local`` answering UNKNOW and
+  ``check_local`` doing the same as the raw checker.  Ideal rate N/sleep.
+
+Each variant sends ``--transactions`` half messages to its own topic, all left UNKNOW.  It
+reports check-backs/s (distinct transactions answered / time from the first check's start to
+the last transaction's first answer), the ideal N/sleep, their ratio, the bound
+M / (ceil(M/N) * sleep) that whole rounds of N checks allow (200 on 32 threads = 7 rounds, so
+0.89 of N/sleep at best) and the ratio to it, the check threads seen, the most
+checks that overlapped, and - from a consumer on the topic - deliveries per message and how many
+messages were delivered more than once (a slow checker lets the broker re-check re-put copies of
+half messages still queued in the client; each COMMIT answer commits a copy).
+
+Final line: ``RESULT check_scaling raw=<rate> n<N>=<rate> ... dup_raw=<k> dup_max=<k>
+bound_ratio=<min> ratio=<min txmsg ratio to N/sleep>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from benchmarks._rmq_bench import (
+    CheckRecorder,
+    DeliveryCounter,
+    create_topic,
+    ensure_client_log_dir,
+    wait_until,
+)
+
+_seq = itertools.count()
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{os.getpid()}_{next(_seq)}"
+
+
+def run_txmsg(backend: Any, namesrv: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    from txmsg import ExecutorConfig, LocalTransactionState
+    from txmsg.listener import transactional_listener
+    from txmsg.producer import TransactionalProducer
+    from txmsg.registry import ListenerRegistry
+
+    topic, group = _name(f"scale_n{n}"), _name(f"pg_scale_n{n}")
+    create_topic(namesrv, topic)
+    recorder = CheckRecorder(args.sleep)
+    deliveries = DeliveryCounter()
+
+    @transactional_listener(
+        group=group,
+        topics=[topic],
+        executor=ExecutorConfig(
+            core_pool_size=n if args.core is None else min(args.core, n),
+            max_pool_size=n,
+            queue_capacity=args.queue if args.queue is not None else args.transactions,
+        ),
+        registry=ListenerRegistry(),
+    )
+    class Slow:
+        def execute_local(self, message: Any, arg: Any) -> LocalTransactionState:
+            return LocalTransactionState.UNKNOW
+
+        def check_local(self, message: Any) -> LocalTransactionState:
+            recorder.check(message.transaction_key)
+            return LocalTransactionState.COMMIT
+
+    stop_consumer = backend.subscribe(
+        topic, _name(f"cg_scale_n{n}"), lambda m: deliveries.add(m.transaction_key), concurrency=4
+    )
+    spec = Slow.__txmsg_listener__  # type: ignore[attr-defined]
+    producer = TransactionalProducer.create(backend, spec, Slow())
+    try:
+        return _drive(
+            lambda i: producer.send_in_transaction(topic, f"order-{i}").transaction_key,
+            recorder,
+            deliveries,
+            ideal=n / args.sleep,
+            args=args,
+            extra={"instances": len(producer.sender.instances)},
+        )
+    finally:
+        producer.close(timeout=60)
+        stop_consumer()
+
+
+def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
+    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
+    from txmsg_rocketmq import native
+
+    topic, group = _name("scale_raw"), _name("pg_scale_raw")
+    create_topic(namesrv, topic)
+    recorder = CheckRecorder(args.sleep)
+    deliveries = DeliveryCounter()
+
+    gate = _RawGate()
+
+    def checker(msg: Any) -> TransactionStatus:
+        with gate:
+            try:
+                if gate.draining:  # measurement over: answer fast so shutdown can happen
+                    return TransactionStatus.COMMIT
+                key = msg.get_property("UNIQ_KEY")
+                recorder.check(key.decode() if isinstance(key, bytes) else str(key))
+                return TransactionStatus.COMMIT
+            except BaseException:  # noqa: BLE001 - never into ctypes, even in a baseline
+                return TransactionStatus.UNKNOWN
+
+    raw = TransactionMQProducer(group, checker)
+    instance = _name("raw")
+    # Same registration as txmsg gets (an instance name and an immediate heartbeat), so the
+    # comparison measures check throughput, not who reaches the broker first.
+    native.load().dll.SetProducerInstanceName(raw._handle, instance.encode())
+    raw.set_name_server_address(namesrv)
+    raw.start()
+    assert backend.announcer is not None
+    _, announce_handle = backend.announcer.heartbeat_through_consumer(group, instance, [topic])
+    stop_consumer = backend.subscribe(
+        topic, _name("cg_scale_raw"), lambda m: deliveries.add(m.transaction_key), concurrency=4
+    )
+
+    def send(i: int) -> str:
+        msg = Message(topic)
+        msg.set_body(f"order-{i}")
+        result = raw.send_message_in_transaction(msg, lambda m, a: TransactionStatus.UNKNOWN)
+        return str(result.msg_id)
+
+    try:
+        return _drive(send, recorder, deliveries, ideal=1 / args.sleep, args=args, extra={"instances": 1})
+    finally:
+        # Shutting down a raw producer with a check callback running segfaults: drain first.
+        gate.drain(quiet=1.0, timeout=120)
+        raw.shutdown()
+        if announce_handle is not None:
+            native.load().dll.DestroyPushConsumer(announce_handle)
+        stop_consumer()
+
+
+class _RawGate:
+    """In-flight count for the raw checker (what txmsg's pool does for its instances)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.inside = 0
+        self.last = time.monotonic()
+        self.draining = False
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.inside -= 1
+            self.last = time.monotonic()
+
+    def drain(self, quiet: float, timeout: float) -> None:
+        self.draining = True
+
+        def idle() -> bool:
+            with self.lock:
+                return self.inside == 0 and time.monotonic() - self.last > quiet
+
+        wait_until(idle, timeout=timeout)
+
+
+def _drive(
+    send: Any,
+    recorder: CheckRecorder,
+    deliveries: DeliveryCounter,
+    *,
+    ideal: float,
+    args: argparse.Namespace,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    keys = [send(i) for i in range(args.transactions)]
+    answered = wait_until(lambda: recorder.answered(keys), timeout=args.max_wait)
+    # Let re-checks of re-put copies (if any) run and their deliveries arrive: every message
+    # delivered and no delivery for two check intervals.
+    quiet = args.check_interval_ms / 1000 * 2
+    wait_until(lambda: deliveries.settled(keys, quiet=quiet), timeout=args.max_wait)
+    result = {**recorder.summary(keys), **deliveries.summary(keys), **extra}
+    result["ideal"] = ideal
+    result["ratio"] = result["rate"] / ideal
+    # M checks of `sleep` s on n serial threads need ceil(M/n) rounds at least: the best any
+    # implementation can reach (200 checks on 32 threads = 7 rounds, not 6.25).
+    n = round(ideal * args.sleep)
+    result["bound"] = args.transactions / (math.ceil(args.transactions / n) * args.sleep)
+    result["bound_ratio"] = result["rate"] / result["bound"]
+    result["complete"] = answered
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--transactions", type=int, default=200)
+    parser.add_argument("--ns", default="1,4,16,32", help="comma-separated listener max threads")
+    parser.add_argument("--sleep", type=float, default=0.1, help="check_local duration (s)")
+    parser.add_argument("--check-interval-ms", type=int, default=3000)
+    parser.add_argument("--transaction-timeout-ms", type=int, default=1000)
+    parser.add_argument("--max-wait", type=float, default=180.0)
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw-client baseline")
+    parser.add_argument(
+        "--core", type=int, default=None,
+        help="core_pool_size (default: = N); shows how Java pool semantics cap concurrency",
+    )
+    parser.add_argument("--queue", type=int, default=None, help="queue_capacity (default: M)")
+    args = parser.parse_args(argv)
+    ns = [int(x) for x in args.ns.split(",") if x.strip()]
+    logging.basicConfig(level=logging.WARNING)
+    ensure_client_log_dir()
+
+    from txmsg_broker.app import BrokerProcess
+    from txmsg_rocketmq.backend import RocketMQBackend
+
+    broker = BrokerProcess(
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        check_interval_ms=args.check_interval_ms,
+        check_max=15,
+        delay_scale=0.001,
+    ).start()
+    print(
+        f"broker {broker.namesrv_addr}: transactionTimeOut={args.transaction_timeout_ms} ms, "
+        f"checkInterval={args.check_interval_ms} ms; {args.transactions} transactions per run, "
+        f"check_local {args.sleep * 1000:.0f} ms",
+        flush=True,
+    )
+
+    class Config:
+        name_server = broker.namesrv_addr
+        instance_prefix = "bench"
+
+    backend = RocketMQBackend(Config())
+    rows: list[tuple[str, dict[str, Any]]] = []
+    try:
+        if not args.no_raw:
+            rows.append(("raw", run_raw(backend, broker.namesrv_addr, args)))
+            _print_row(*rows[-1])
+        for n in ns:
+            rows.append((f"n{n}", run_txmsg(backend, broker.namesrv_addr, n, args)))
+            _print_row(*rows[-1])
+    finally:
+        backend.close(timeout=60)
+        broker.stop()
+    txmsg_rows = [r for name, r in rows if name != "raw"]
+    ratio = min((r["ratio"] for r in txmsg_rows), default=0.0)
+    bound_ratio = min((r["bound_ratio"] for r in txmsg_rows), default=0.0)
+    parts = [f"{name}={r['rate']:.1f}" for name, r in rows]
+    raw_dup = next((r["duplicated"] for name, r in rows if name == "raw"), None)
+    dup_max = max((r["duplicated"] for r in txmsg_rows), default=0)
+    print(
+        "RESULT check_scaling "
+        + " ".join(parts)
+        + (f" dup_raw={raw_dup}" if raw_dup is not None else "")
+        + f" dup_max={dup_max} bound_ratio={bound_ratio:.3f} ratio={ratio:.3f}"
+    )
+    return 0
+
+
+def _print_row(name: str, r: dict[str, Any]) -> None:
+    print(
+        f"{name:>5}: {r['rate']:7.1f} check-backs/s  ideal {r['ideal']:6.1f}  ratio {r['ratio']:.3f}  "
+        f"(bound {r['bound']:.1f}: {r['bound_ratio']:.3f})  "
+        f"instances {r['instances']:>2}  threads {r['threads']:>2}  overlap {r['overlap']:>2}  "
+        f"check calls {r['calls']:>4} for {r['answered']} tx  "
+        f"deliveries/msg {r['per_message']:.2f} ({r['duplicated']} duplicated, "
+        f"{r['delivered']} delivered){'' if r['complete'] else '  INCOMPLETE'}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""The Spark health job vs the same analysis in DuckDB, on one generated broker log.
+
+    python -m benchmarks.health_vs_duckdb [--lines 10000000] [--master local[*]] [--runs 2]
+
+Why this comparison: on one machine Spark is the most expensive way to scan a log
+(``../shared/facts/log-analytics-baseline.md``), so the job is measured against what a user
+would write instead, in the same run on the same file. DuckDB is written the way that was fastest
+there: a substring pre-filter (``contains``) before any regex, one small pattern per field, and the
+extraction step ``AS MATERIALIZED`` so the optimizer cannot copy the regexes into the filter.
+Both produce the same aggregates, which go through the same ``summary.build``; every per-group
+count must be equal.
+
+Prints the DuckDB time, the Spark job's time inside a warm session and as a whole process
+(``python -m txmsg_health.job``), the ratios, and a final line
+``RESULT health_vs_duckdb warm_ratio=<x> process_ratio=<y> counts_equal=<bool> ratio=<warm>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from txmsg_health import generate, summary
+from txmsg_health import patterns as P
+from txmsg_health.inputs import parse_tz
+from txmsg_health.rules import Thresholds
+
+COMPARED = ("unknown", "rollback", "commit", "check_unknown", "check_rollback", "check_commit",
+            "checks", "checked_transactions", "max_checks_per_transaction",
+            "transactions_with_unknown", "discarded", "no_channel", "check_send_failed",
+            "bad_lines", "first_seen", "last_seen", "flagged", "reasons", "addresses")
+
+
+def _sq(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _rx(pattern: str, group: int = 1) -> str:
+    return f"regexp_extract(line, {_sq(pattern)}, {group})"
+
+
+def duckdb_sql(path: str) -> str:
+    """The same classification and aggregation as the Spark job, in DuckDB's dialect."""
+    stamped = ("(substr(line, 5, 1) = '-' AND substr(line, 11, 1) = ' ' "
+               "AND substr(line, 14, 1) = ':' AND substr(line, 20, 1) = ' ')")
+    keep_msg = ", ".join(_sq(k) for k in P.MSG_KINDS)
+    tid = "trim(substr(tidm, 15, length(tidm) - 15), '''')"
+    check = f"(ftc = 'true' OR {tid} NOT IN ('', 'null'))"
+    return f"""
+WITH src AS (
+  SELECT coalesce(line, '') AS line FROM read_csv({_sq(path)}, columns={{'line': 'VARCHAR'}},
+    delim=E'\\x01', quote='', escape='', header=false, auto_detect=false, strict_mode=false)
+), c AS (
+  SELECT line, CASE
+    WHEN contains(line, {_sq(P.HEADER)}) THEN 'H'
+    WHEN contains(line, {_sq(P.CHECK_FAILED)}) THEN CASE
+      WHEN contains(line, 'channel is null. groupId=') THEN '{P.NO_CHANNEL}'
+      WHEN contains(line, 'channel table is empty. groupId=') THEN '{P.NO_CHANNEL_BROKER_LOG}'
+      WHEN contains(line, 'invoke producer exception. group=') THEN '{P.CHECK_SEND_FAILED}'
+      WHEN {stamped} THEN '{P.OTHER}' ELSE '{P.UNSTAMPED}' END
+    WHEN contains(line, {_sq(P.DISCARD_MARK)}) THEN '{P.DISCARD}'
+    WHEN {stamped} THEN '{P.OTHER}' ELSE '{P.UNSTAMPED}' END AS cls,
+    {stamped} AS stamped
+  FROM src
+), f AS MATERIALIZED (
+  SELECT cls,
+    CASE WHEN cls = 'H' THEN {_rx(P.RX_GROUP)} WHEN cls = '{P.DISCARD}' THEN {_rx(P.RX_PGROUP)}
+         WHEN cls IN ('{P.NO_CHANNEL}', '{P.NO_CHANNEL_BROKER_LOG}') THEN {_rx(P.RX_GROUP_ID)}
+         WHEN cls = '{P.CHECK_SEND_FAILED}' THEN {_rx(P.RX_FAIL_GROUP)} END AS grp,
+    CASE WHEN cls = 'H' THEN {_rx(P.RX_ADDR)} WHEN cls = '{P.DISCARD}' THEN {_rx(P.RX_BORN)} END AS addr,
+    CASE WHEN cls = 'H' THEN {_rx(P.RX_MSGID)} WHEN cls = '{P.DISCARD}' THEN {_rx(P.RX_UNIQ)} END AS msg,
+    CASE WHEN cls NOT IN ('{P.OTHER}', '{P.UNSTAMPED}') AND stamped THEN substr(line, 1, 16) END AS win,
+    CASE WHEN cls NOT IN ('{P.OTHER}', '{P.UNSTAMPED}') AND stamped
+      THEN TRY_CAST(substr(line, 18, 2) AS INTEGER) END AS ts,
+    CASE WHEN cls = 'H' THEN {_rx(P.RX_STATE)} END AS st,
+    CASE WHEN cls = 'H' THEN {_rx(P.RX_FTC)} END AS ftc,
+    CASE WHEN cls = 'H' THEN {_rx(P.RX_TID, 0)} END AS tidm,
+    cls = 'H' AND substr(line, 21, 6) = 'DEBUG ' AS dbg
+  FROM c
+), k AS (
+  SELECT CASE
+    WHEN cls IN ('{P.OTHER}', '{P.UNSTAMPED}') THEN cls
+    WHEN win IS NULL OR grp IS NULL OR grp = '' THEN '{P.BAD}'
+    WHEN cls <> 'H' THEN CASE WHEN cls = '{P.DISCARD}' AND (msg IS NULL OR msg = '') THEN '{P.BAD}' ELSE cls END
+    WHEN st = '' OR msg = '' OR tidm = '' OR ftc NOT IN ('true', 'false') OR (NOT dbg AND addr = '') THEN '{P.BAD}'
+    WHEN dbg THEN CASE WHEN st NOT IN ('0', '8', '12') THEN '{P.BAD}'
+      WHEN st = '8' AND ftc = 'false' THEN CASE WHEN {check} THEN '{P.CHECK_COMMIT_DEBUG}' ELSE '{P.FIRST_COMMIT}' END
+      ELSE '{P.DEBUG_OTHER}' END
+    WHEN {check} THEN CASE st WHEN '0' THEN '{P.CHECK_UNKNOWN}' WHEN '12' THEN '{P.CHECK_ROLLBACK}'
+      WHEN '8' THEN '{P.CHECK_COMMIT}' ELSE '{P.BAD}' END
+    ELSE CASE st WHEN '0' THEN '{P.FIRST_UNKNOWN}' WHEN '12' THEN '{P.FIRST_ROLLBACK}'
+      WHEN '8' THEN '{P.FIRST_COMMIT}' ELSE '{P.BAD}' END
+  END AS kind, grp, addr, win, ts, msg FROM f
+)
+SELECT kind,
+  CASE WHEN kind NOT IN ('{P.OTHER}', '{P.UNSTAMPED}') THEN grp END AS grp,
+  CASE WHEN kind NOT IN ('{P.OTHER}', '{P.UNSTAMPED}', '{P.BAD}') AND addr <> '' THEN addr END AS addr,
+  CASE WHEN kind NOT IN ('{P.OTHER}', '{P.UNSTAMPED}') THEN win END AS win,
+  CASE WHEN kind IN ({keep_msg}) THEN msg END AS msg,
+  count(*) AS n,
+  min(CASE WHEN kind NOT IN ('{P.OTHER}', '{P.UNSTAMPED}', '{P.BAD}') THEN ts END) AS tmin,
+  max(CASE WHEN kind NOT IN ('{P.OTHER}', '{P.UNSTAMPED}', '{P.BAD}') THEN ts END) AS tmax
+FROM k GROUP BY ALL
+"""
+
+
+def run_duckdb(path: str, out: str | None = None) -> tuple[dict[str, Any], float]:
+    """The whole analysis in DuckDB: scan once into a small aggregate, derive the rest from it."""
+    import duckdb
+
+    t0 = time.perf_counter()
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    con.execute(f"CREATE TEMP TABLE agg AS {duckdb_sql(path)}")
+    check_kinds = ", ".join(_sq(k) for k in P.CHECK_KINDS)
+    unk_kinds = ", ".join(_sq(k) for k in P.UNKNOWN_KINDS)
+    totals = con.execute(
+        "SELECT grp, kind, sum(n)::BIGINT, min(win || '|' || lpad(tmin::VARCHAR, 4, '0')), "
+        "max(win || '|' || lpad(tmax::VARCHAR, 4, '0')) FROM agg GROUP BY ALL").fetchall()
+    by_addr = con.execute(
+        "SELECT grp, addr, kind, sum(n)::BIGINT FROM agg WHERE addr IS NOT NULL AND grp IS NOT NULL "
+        "GROUP BY ALL").fetchall()
+    hist = con.execute(
+        f"SELECT grp, c, count(*), sum(u)::BIGINT FROM (SELECT grp, msg, "
+        f"sum(CASE WHEN kind IN ({check_kinds}) THEN n ELSE 0 END)::BIGINT AS c, "
+        f"max(CASE WHEN kind IN ({unk_kinds}) THEN 1 ELSE 0 END) AS u "
+        f"FROM agg WHERE msg IS NOT NULL GROUP BY grp, msg) GROUP BY ALL").fetchall()
+    s = summary.build(totals, by_addr, hist, window="minute", tz=parse_tz("+08:00"),
+                      thresholds=Thresholds())
+    seconds = time.perf_counter() - t0
+    if out:
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(s, f)
+    return s, seconds
+
+
+def compare(spark_s: dict[str, Any], duck_s: dict[str, Any]) -> list[str]:
+    """Every difference between the two summaries' counts (empty: equal)."""
+    diffs = []
+    for k in ("total", "transaction", "other", "unstamped", "bad"):
+        if spark_s["lines"][k] != duck_s["lines"][k]:
+            diffs.append(f"lines.{k}: spark {spark_s['lines'][k]} duckdb {duck_s['lines'][k]}")
+    if set(spark_s["groups"]) != set(duck_s["groups"]):
+        diffs.append(f"groups differ: {sorted(set(spark_s['groups']) ^ set(duck_s['groups']))[:5]}")
+    for g in sorted(set(spark_s["groups"]) & set(duck_s["groups"])):
+        for k in COMPARED:
+            a, b = spark_s["groups"][g][k], duck_s["groups"][g][k]
+            if a != b:
+                diffs.append(f"{g}.{k}: spark {a!r} duckdb {b!r}")
+    if spark_s["flagged"] != duck_s["flagged"]:
+        diffs.append(f"flagged: spark {spark_s['flagged']} duckdb {duck_s['flagged']}")
+    return diffs
+
+
+def ensure_log(data_dir: str, lines: int, seed: int) -> tuple[str, generate.Manifest]:
+    """Generate the log once per (lines, seed); reuse it on later runs."""
+    os.makedirs(data_dir, exist_ok=True)
+    path = os.path.join(data_dir, f"broker_{lines}_{seed}.log")
+    meta = path + ".manifest.json"
+    if os.path.exists(path) and os.path.exists(meta):
+        with open(meta, encoding="utf-8") as f:
+            return path, generate.Manifest(**json.load(f))
+    t0 = time.perf_counter()
+    man = generate.generate(path + ".tmp", lines, seed=seed, layout="single")
+    os.replace(path + ".tmp", path)
+    man.files = [path]
+    man.save(meta)
+    print(f"generated {lines} lines ({os.path.getsize(path) / 1e9:.2f} GB) in "
+          f"{time.perf_counter() - t0:.1f}s -> {path}", flush=True)
+    return path, man
+
+
+def _timed_process(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="health_vs_duckdb", description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=10_000_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "txmsg-health-bench"))
+    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--runs", type=int, default=2, help="best of N for the in-process timings")
+    ap.add_argument("--duckdb-only", metavar="PATH", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.duckdb_only:  # the DuckDB whole-process measurement runs this in a fresh interpreter
+        run_duckdb(a.duckdb_only)
+        return 0
+
+    path, man = ensure_log(a.data_dir, a.lines, a.seed)
+    size_gb = os.path.getsize(path) / 1e9
+    print(f"input: {path} ({man.lines} lines, {size_gb:.2f} GB, planted {len(man.planted)})", flush=True)
+
+    duck_times = []
+    duck_s: dict[str, Any] = {}
+    for _ in range(a.runs):
+        duck_s, t = run_duckdb(path)
+        duck_times.append(t)
+    duck = min(duck_times)
+    print(f"duckdb in-process: {duck:.2f}s (runs {', '.join(f'{x:.2f}' for x in duck_times)})", flush=True)
+
+    from txmsg_health import job
+
+    out = tempfile.mkdtemp(prefix="health-bench-")
+    t0 = time.perf_counter()
+    spark = job.build_session(a.master)
+    spark.range(1000).selectExpr("sum(id)").collect()
+    startup = time.perf_counter() - t0
+    # "warm": the session has run this job before (JIT-compiled, generated code cached)
+    small, _ = ensure_log(a.data_dir, 50_000, a.seed)
+    job.run(spark, job.JobConfig(inputs=[small], out=tempfile.mkdtemp(prefix="health-warmup-")))
+    spark_times = []
+    spark_s: dict[str, Any] = {}
+    for _ in range(a.runs):
+        t1 = time.perf_counter()
+        spark_s = job.run(spark, job.JobConfig(inputs=[path], out=out)).summary
+        spark_times.append(time.perf_counter() - t1)
+    spark.stop()
+    warm = min(spark_times)
+    print(f"spark session start-up: {startup:.2f}s; job in warm session: {warm:.2f}s "
+          f"(runs {', '.join(f'{x:.2f}' for x in spark_times)})", flush=True)
+
+    diffs = compare(spark_s, duck_s)
+    planted_ok = sorted(spark_s["flagged"]) == man.planted
+    for d in diffs[:20]:
+        print("DIFF", d)
+    print(f"flagged {len(spark_s['flagged'])} groups; planted flagged exactly: {planted_ok}", flush=True)
+
+    duck_proc = _timed_process([sys.executable, "-m", "benchmarks.health_vs_duckdb", "--duckdb-only", path])
+    spark_proc = _timed_process([sys.executable, "-m", "txmsg_health.job", path, "--out", out,
+                                 "--master", a.master])
+    print(f"whole process: duckdb {duck_proc:.2f}s, spark {spark_proc:.2f}s", flush=True)
+
+    warm_ratio = warm / duck
+    process_ratio = spark_proc / duck_proc
+    equal = not diffs and planted_ok
+    print(f"lines/s: duckdb {man.lines / duck / 1e6:.2f} M, spark warm {man.lines / warm / 1e6:.2f} M; "
+          f"goal warm <= 1.5x, process <= 3x")
+    print(f"RESULT health_vs_duckdb warm_ratio={warm_ratio:.2f} process_ratio={process_ratio:.2f} "
+          f"counts_equal={equal} ratio={warm_ratio:.2f}")
+    return 0 if equal else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

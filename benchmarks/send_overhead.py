@@ -1,0 +1,188 @@
+"""What txmsg adds to a transactional send: ``send_in_transaction`` vs the raw client.
+
+    python -m benchmarks.send_overhead [--seconds 4] [--threads 1,4] [--rounds 2]
+
+Same embedded broker (child process), same run.  Each variant sends 128-byte messages whose local
+transaction answers COMMIT at once, from 1 and from 4 threads, for ``--seconds``:
+
+* **raw**: rocketmq-client-python's ``TransactionMQProducer.send_message_in_transaction``
+  (one producer instance, the wrapper's callbacks).
+* **txmsg**: ``TransactionalProducer.send_in_transaction`` of a ``@transactional_listener``
+  (payload conversion, exception-safe local executor, result object, round-robin over the
+  group's client instances; default executor, so 16 instances).
+
+Rounds alternate raw/txmsg so neither always runs on a warmer broker; the best round of each is
+kept.  Prints msgs/s, p50/p99 latency and the ratio txmsg/raw per thread count, then
+``RESULT send_overhead t1=<ratio> t4=<ratio> ratio=<min>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks._rmq_bench import create_topic, ensure_client_log_dir
+
+BODY = "x" * 128
+
+
+def measure(send: Callable[[int], None], threads: int, seconds: float) -> dict[str, float]:
+    """Run ``send`` in ``threads`` threads for ``seconds``; msgs/s and latency percentiles."""
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    stop_at = time.monotonic() + seconds
+    barrier = threading.Barrier(threads + 1)
+
+    def worker(slot: int) -> None:
+        own = latencies[slot]
+        barrier.wait()
+        i = 0
+        try:
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                send(i)
+                own.append(time.perf_counter() - t0)
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    began = time.monotonic()
+    for t in pool:
+        t.join()
+    elapsed = time.monotonic() - began
+    if errors:
+        raise RuntimeError(f"send failed: {errors[0]!r}") from errors[0]
+    flat = sorted(x for own in latencies for x in own)
+    return {
+        "rate": len(flat) / elapsed,
+        "p50": statistics.median(flat) * 1000,
+        "p99": flat[min(len(flat) - 1, int(len(flat) * 0.99))] * 1000,
+        "count": len(flat),
+    }
+
+
+def raw_sender(namesrv: str, topic: str) -> tuple[Callable[[int], None], Callable[[], None]]:
+    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
+    from txmsg_rocketmq import native
+
+    producer = TransactionMQProducer(f"overhead_raw_{os.getpid()}", lambda m: TransactionStatus.COMMIT)
+    native.load().dll.SetProducerInstanceName(producer._handle, f"overhead-raw-{os.getpid()}".encode())
+    producer.set_name_server_address(namesrv)
+    producer.start()
+
+    def commit(message: Any, arg: Any) -> TransactionStatus:
+        return TransactionStatus.COMMIT
+
+    def send(i: int) -> None:
+        msg = Message(topic)
+        msg.set_keys(f"k{i}")
+        msg.set_body(BODY)
+        producer.send_message_in_transaction(msg, commit)
+
+    return send, producer.shutdown
+
+
+def txmsg_sender(
+    backend: Any, topic: str, instances: int | None = None
+) -> tuple[Callable[[int], None], Callable[[], None]]:
+    from txmsg import ExecutorConfig, LocalTransactionState
+    from txmsg.listener import transactional_listener
+    from txmsg.producer import TransactionalProducer
+    from txmsg.registry import ListenerRegistry
+
+    executor = None if instances is None else ExecutorConfig(core_pool_size=1, max_pool_size=instances)
+
+    @transactional_listener(
+        group=f"overhead_tx_{os.getpid()}", topics=[topic], executor=executor, registry=ListenerRegistry()
+    )
+    class Commit:
+        def execute_local(self, message: Any, arg: Any) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT
+
+        def check_local(self, message: Any) -> LocalTransactionState:
+            return LocalTransactionState.COMMIT
+
+    producer = TransactionalProducer.create(backend, Commit.__txmsg_listener__, Commit())  # type: ignore[attr-defined]
+
+    def send(i: int) -> None:
+        producer.send_in_transaction(topic, BODY, keys=f"k{i}")
+
+    return send, lambda: producer.close(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--threads", default="1,4")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--instances", type=int, default=None,
+        help="client instances of the txmsg group (its max_pool_size; default: ExecutorConfig's 16)",
+    )
+    args = parser.parse_args(argv)
+    thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
+    logging.basicConfig(level=logging.WARNING)
+    ensure_client_log_dir()
+
+    from txmsg_broker.app import BrokerProcess
+    from txmsg_rocketmq.backend import RocketMQBackend
+
+    broker = BrokerProcess().start()
+    topic = f"overhead_{os.getpid()}"
+    create_topic(broker.namesrv_addr, topic)
+
+    class Config:
+        name_server = broker.namesrv_addr
+        instance_prefix = "overhead"
+
+    backend = RocketMQBackend(Config())
+    closers: list[Callable[[], None]] = []
+    ratios: dict[int, float] = {}
+    try:
+        raw_send, raw_close = raw_sender(broker.namesrv_addr, topic)
+        closers.append(raw_close)
+        tx_send, tx_close = txmsg_sender(backend, topic, args.instances)
+        closers.append(tx_close)
+        for fn in (raw_send, tx_send):  # warm both: routes, connections, code paths
+            for i in range(50):
+                fn(i)
+        print(f"broker {broker.namesrv_addr}, {args.seconds:.0f} s per measurement, {args.rounds} rounds")
+        for threads in thread_counts:
+            best: dict[str, dict[str, float]] = {}
+            for _ in range(args.rounds):
+                for name, fn in (("raw", raw_send), ("txmsg", tx_send)):
+                    got = measure(fn, threads, args.seconds)
+                    if name not in best or got["rate"] > best[name]["rate"]:
+                        best[name] = got
+            ratios[threads] = best["txmsg"]["rate"] / best["raw"]["rate"]
+            for name in ("raw", "txmsg"):
+                r = best[name]
+                print(
+                    f"threads {threads}  {name:>5}: {r['rate']:8.0f} msgs/s  p50 {r['p50']:.2f} ms  "
+                    f"p99 {r['p99']:.2f} ms  ({r['count']:.0f} sends)",
+                    flush=True,
+                )
+            print(f"threads {threads}  ratio txmsg/raw = {ratios[threads]:.3f}", flush=True)
+    finally:
+        for close in reversed(closers):
+            close()
+        backend.close(timeout=30)
+        broker.stop()
+    parts = " ".join(f"t{t}={r:.3f}" for t, r in ratios.items())
+    print(f"RESULT send_overhead {parts} ratio={min(ratios.values(), default=0.0):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

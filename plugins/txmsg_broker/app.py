@@ -1,0 +1,298 @@
+"""Embedding API: run the broker in a background thread (``EmbeddedBroker``) or as a child process
+(``EmbeddedBroker.spawn`` → ``BrokerProcess``, for ``kill -9`` tests).
+
+Both expose ``namesrv_addr`` ("127.0.0.1:port"), ``broker_addr``, ``log_dir``, ``data_dir`` and
+``start()/stop()/restart()``. Ports chosen on the first start (0 = any free port) are kept for restarts,
+so connected clients find the broker again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .broker import Broker
+from .config import BrokerConfig
+
+T = TypeVar("T")
+READY_PATTERN = re.compile(r"accepting connections: namesrv (\S+):(\d+) broker (\S+):(\d+)")
+
+
+def ready_line(broker: Broker) -> str:
+    """The one line printed when the broker accepts connections (parsed by ``BrokerProcess``)."""
+    return (
+        f"txmsg broker accepting connections: namesrv {broker.namesrv_addr} broker {broker.broker_addr} "
+        f"(data {broker.config.data_dir}, logs {broker.config.log_dir}, flush {broker.config.flush})"
+    )
+
+
+class EmbeddedBroker:
+    """A broker on its own event loop in a daemon thread of this process."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        namesrv_port: int = 0,
+        broker_port: int = 0,
+        **settings: Any,
+    ) -> None:
+        base = None
+        if data_dir is None or log_dir is None:
+            base = Path(tempfile.mkdtemp(prefix="txmsg-broker-"))
+        self.config = BrokerConfig(
+            data_dir=Path(data_dir) if data_dir is not None else base / "data",  # type: ignore[operator]
+            log_dir=Path(log_dir) if log_dir is not None else base / "logs",  # type: ignore[operator]
+            host=host,
+            namesrv_port=namesrv_port,
+            broker_port=broker_port,
+            **settings,
+        )
+        self.broker: Broker | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    # -- addresses ------------------------------------------------------------------------------
+    @property
+    def namesrv_addr(self) -> str:
+        return f"{self.config.advertised_ip}:{self.config.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.config.advertised_ip}:{self.config.broker_port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.config.log_dir
+
+    @property
+    def data_dir(self) -> Path:
+        return self.config.data_dir
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self, timeout: float = 15.0) -> EmbeddedBroker:
+        if self.running:
+            return self
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        self._stopped.clear()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                broker = Broker(self.config)
+                loop.run_until_complete(broker.start())
+                self.broker = broker
+            except BaseException as exc:  # reported to the caller of start()
+                failure.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(broker.stop())
+                loop.close()
+                self._stopped.set()
+
+        self._thread = threading.Thread(target=run, name="txmsg-broker", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise TimeoutError(f"embedded broker did not start within {timeout} s")
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise RuntimeError(f"embedded broker failed to start: {failure[0]}") from failure[0]
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if not self.running or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        assert self._thread is not None
+        self._thread.join(timeout)
+        self._thread = None
+        self.broker = None
+
+    def restart(self) -> EmbeddedBroker:
+        self.stop()
+        return self.start()
+
+    def call(self, fn: Callable[[Broker], T], timeout: float = 10.0) -> T:
+        """Run ``fn(broker)`` on the broker's loop thread and return its result (for inspection)."""
+        if self._loop is None or self.broker is None:
+            raise RuntimeError("broker is not running; call start() first")
+        broker = self.broker
+
+        async def invoke() -> T:
+            return fn(broker)
+
+        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout)
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- child process --------------------------------------------------------------------------
+    @classmethod
+    def spawn(
+        cls,
+        data_dir: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        **settings: Any,
+    ) -> BrokerProcess:
+        """Start the broker as a child process (``python -m txmsg_broker broker ...``)."""
+        return BrokerProcess(data_dir, log_dir, **settings).start()
+
+
+class BrokerProcess:
+    """The broker CLI in a subprocess; ``kill()`` is a real SIGKILL."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        namesrv_port: int = 0,
+        broker_port: int = 0,
+        **settings: Any,
+    ) -> None:
+        base = None
+        if data_dir is None or log_dir is None:
+            base = Path(tempfile.mkdtemp(prefix="txmsg-broker-"))
+        self.data_dir = Path(data_dir) if data_dir is not None else base / "data"  # type: ignore[operator]
+        self.log_dir = Path(log_dir) if log_dir is not None else base / "logs"  # type: ignore[operator]
+        self.host = host
+        self.namesrv_port = namesrv_port
+        self.broker_port = broker_port
+        self.settings = settings
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.console_path = self.log_dir / "console.log"
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.broker_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "broker",
+            "--host",
+            self.host,
+            "--namesrv-port",
+            str(self.namesrv_port),
+            "--broker-port",
+            str(self.broker_port),
+            "--data-dir",
+            str(self.data_dir),
+            "--log-dir",
+            str(self.log_dir),
+        ]
+        for key, value in self.settings.items():
+            option = "--" + key.replace("_", "-")
+            if isinstance(value, bool):
+                cmd.append(option if value else "--no-" + key.replace("_", "-"))
+            else:
+                cmd += [option, str(value)]
+        return cmd
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        if self.running:
+            return self
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        start_pos = self.console_path.stat().st_size if self.console_path.exists() else 0
+        console = open(self.console_path, "ab")  # noqa: SIM115
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(
+            self.command(), stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        console.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.console_path, "rb") as fh:
+                fh.seek(start_pos)
+                text = fh.read().decode(errors="replace")
+            match = READY_PATTERN.search(text)
+            if match:
+                self.namesrv_port = int(match.group(2))
+                self.broker_port = int(match.group(4))
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"broker process exited with {self.proc.returncode} before accepting connections:\n{text}"
+                )
+            time.sleep(0.05)
+        self.kill()
+        raise TimeoutError(f"broker process did not accept connections within {timeout} s")
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (clean shutdown, flushes everything); SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown hooks, no flush."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def console(self) -> str:
+        return self.console_path.read_text(errors="replace") if self.console_path.exists() else ""
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,261 @@
+"""The embedded broker: one object owning the store, topics, clients, logs and both TCP servers.
+
+Extension API (used by ``consumer_service.py``; stable):
+
+* ``broker.register(code, handler, *, inline=False)`` - handle a request code on the broker port.
+  ``handler(cmd: RemotingCommand, conn: Connection) -> Awaitable[RemotingCommand | None]``; return
+  ``cmd.response(...)`` (opaque/flag are fixed up for you) or None for oneway requests. Handlers not
+  marked ``inline`` run as their own task, so they may wait (long polling). Raising ``ValueError`` gives
+  the client a SYSTEM_ERROR with the message as remark; the connection stays open.
+* ``broker.store`` (:class:`~txmsg_broker.store.MessageStore`): ``put``/``get``/``get_raw``/offsets;
+  ``broker.store.on_put(cb)`` fires after every put (wake long polls there).
+* ``broker.put_message(msg)`` - store a client message through the put filters (use it for anything
+  that should behave like a client send); ``broker.add_put_filter(fn)`` adds ``fn(msg) -> msg`` that
+  may rewrite a message before it is stored (e.g. DELAY → ``SCHEDULE_TOPIC_XXXX``).
+* ``broker.clients`` (:class:`~txmsg_broker.clients.ClientRegistry`): producer/consumer groups,
+  ``consumer_client_ids(group)``, ``consumer_connections(group)``, ``add_listener(fn(event, group, conn))``.
+* ``conn.send_oneway(code, ext_fields, body)`` - a broker → client oneway request.
+* ``broker.topics`` (:class:`~txmsg_broker.topics.TopicManager`), ``broker.config`` (:class:`BrokerConfig`),
+  ``broker.logs.broker`` / ``broker.logs.transaction`` (real-format log files).
+* ``broker.spawn(coro)`` - a background task cancelled on stop; ``broker.on_stop(fn)`` - sync cleanup.
+* ``broker.loop`` - the event loop the broker runs on (set by ``start``).
+
+At construction the broker imports ``txmsg_broker.consumer_service`` if present and calls its
+``install(broker)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .clients import ClientRegistry
+from .config import BrokerConfig
+from .message_codec import StoredMessage
+from .store import MessageStore
+from .topics import TopicManager
+from .transport import Connection, Handler, RemotingServer
+from .txlog import BrokerLogs
+
+log = logging.getLogger("txmsg_broker.broker")
+
+PutFilter = Callable[[StoredMessage], StoredMessage]
+
+
+class Broker:
+    """Name server + broker in one object; ``await start()`` / ``await stop()`` on one event loop."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        config.log_dir.mkdir(parents=True, exist_ok=True)
+        self.broker_name = config.broker_name
+        self.logs = BrokerLogs(config.log_dir, config.transaction_log_level)
+        self.store = MessageStore(config.data_dir, config.flush, store_host=self.broker_addr)
+        self.topics = TopicManager(config.data_dir, default_queue_nums=config.default_queue_nums)
+        self.clients = ClientRegistry()
+        self.server = RemotingServer("broker", config.host, config.broker_port)
+        self.namesrv_server = RemotingServer("namesrv", config.host, config.namesrv_port)
+        self.server.on_error = lambda text: self.logs.broker.error("NettyServerCodecThread_1", text)
+        self.namesrv_server.on_error = self.server.on_error
+        self.server.on_connection_closed.append(self._connection_closed)
+        self.put_filters: list[PutFilter] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stop_callbacks: list[Callable[[], None]] = []
+        self._started = False
+        self._sync_waiters: list[asyncio.Future[None]] = []
+        self._sync_running = False
+
+        from . import admin_service, client_service, namesrv, send_service, transaction_service
+
+        namesrv.install(self)
+        client_service.install(self)
+        admin_service.install(self)
+        send_service.install(self)
+        self.transactions = transaction_service.install(self)
+        self._install_extensions()
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.config.advertised_ip}:{self.config.broker_port}"
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"{self.config.advertised_ip}:{self.config.namesrv_port}"
+
+    # -- extension API --------------------------------------------------------------------------
+    def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
+        self.server.register(code, handler, inline=inline)
+
+    def add_put_filter(self, fn: PutFilter) -> None:
+        self.put_filters.append(fn)
+
+    def put_message(self, msg: StoredMessage, *, defer_sync: bool = False) -> StoredMessage:
+        for fn in self.put_filters:
+            msg = fn(msg)
+        return self.store.put(msg, defer_sync=defer_sync)
+
+    def put_messages(self, msgs: list[StoredMessage], *, defer_sync: bool = False) -> list[StoredMessage]:
+        for fn in self.put_filters:
+            msgs = [fn(m) for m in msgs]
+        return self.store.put_many(msgs, defer_sync=defer_sync)
+
+    async def durable(self) -> None:
+        """Wait until everything written so far is on disk (sync mode; no-op in async mode).
+
+        Group commit: concurrent waiters share one ``fdatasync`` run in a worker thread, so several
+        clients cost one disk flush instead of one each.
+        """
+        if self.config.flush != "sync":
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._sync_waiters.append(fut)
+        if not self._sync_running:
+            self._sync_running = True
+            loop.create_task(self._group_commit())
+        await fut
+
+    def request_sync(self) -> None:
+        """Schedule a group commit without waiting for it (for writes nobody acknowledges)."""
+        if self.config.flush == "sync" and self.loop is not None and not self._sync_running:
+            self._sync_running = True
+            self.loop.create_task(self._group_commit())
+
+    async def _group_commit(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            first = True
+            while first or self._sync_waiters:
+                first = False
+                batch, self._sync_waiters = self._sync_waiters, []
+                try:
+                    await loop.run_in_executor(None, self.store.sync)
+                except Exception as exc:
+                    for fut in batch:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
+        finally:
+            self._sync_running = False
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        loop = self.loop or asyncio.get_running_loop()
+        task = loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.logs.broker.error("BrokerControllerScheduledThread1", f"background task failed: {exc!r}")
+
+    def on_stop(self, fn: Callable[[], None]) -> None:
+        self._stop_callbacks.append(fn)
+
+    def _install_extensions(self) -> None:
+        try:
+            module = importlib.import_module("txmsg_broker.consumer_service")
+        except ModuleNotFoundError as exc:
+            if exc.name != "txmsg_broker.consumer_service":
+                raise
+            return
+        install = getattr(module, "install", None)
+        if install is not None:
+            install(self)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.namesrv_server.start()
+        await self.server.start()
+        self.config.namesrv_port = self.namesrv_server.port
+        self.config.broker_port = self.server.port
+        self.store.store_host = self.broker_addr
+        self._log_startup()
+        self.spawn(self._flush_loop())
+        self.transactions.start()
+        self._started = True
+
+    def _log_startup(self) -> None:
+        b = self.logs.broker
+        c = self.config
+        for key, value in (
+            ("namesrvAddr", self.namesrv_addr),
+            ("brokerIP1", c.advertised_ip),
+            ("brokerName", c.broker_name),
+            ("brokerClusterName", c.cluster_name),
+            ("brokerId", 0),
+            ("autoCreateTopicEnable", str(c.auto_create_topics).lower()),
+            ("transactionTimeOut", c.transaction_timeout_ms),
+            ("transactionCheckMax", c.check_max),
+            ("transactionCheckInterval", c.check_interval_ms),
+            ("listenPort", c.broker_port),
+            ("flushDiskType", "SYNC_FLUSH" if c.flush == "sync" else "ASYNC_FLUSH"),
+            ("maxMessageSize", c.max_message_size),
+            ("storePathRootDir", c.data_dir),
+        ):
+            b.info("main", f"{key}={value}")
+        b.info(
+            "main",
+            f"The broker[{c.broker_name}, {self.broker_addr}] boot success. serializeType=JSON "
+            f"and name server is {self.namesrv_addr}",
+        )
+
+    async def _flush_loop(self) -> None:
+        interval = self.config.flush_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await loop.run_in_executor(None, self.store.flush)
+            except Exception as exc:
+                self.logs.broker.error("FlushRealTimeService", f"flush failed: {exc!r}")
+
+    async def stop(self) -> None:
+        """Stop serving, cancel background work, flush and close everything."""
+        await self.transactions.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.server.stop()
+        await self.namesrv_server.stop()
+        for fn in self._stop_callbacks:
+            try:
+                fn()
+            except Exception:
+                log.exception("stop callback failed")
+        self.store.close()
+        self.logs.broker.info("main", "Shutdown hook over.")
+        self.logs.close()
+        self._started = False
+
+    # -- connection bookkeeping -----------------------------------------------------------------
+    def _connection_closed(self, conn: Connection) -> None:
+        for kind, group, channel in self.clients.remove_connection(conn):
+            self.logs.broker.info(
+                "NettyEventExecutor",
+                f"NETTY EVENT: remove channel[{channel.describe()}][{conn.remote_addr}] from {kind}Table"
+                if kind == "producer"
+                else f"NETTY EVENT: remove channel[{channel.describe()}][{conn.remote_addr}] from ConsumerManager consumerTable",
+            )
+            if kind == "consumer":
+                info = self.clients.consumer_group(group)
+                if info is not None and not info.channels:
+                    self.logs.broker.info(
+                        "NettyEventExecutor",
+                        f"unregister consumer ok, no any connection, and remove consumer group, {group}",
+                    )

@@ -1,0 +1,133 @@
+"""``txmsg broker`` (run name server + broker in the foreground) and ``txmsg topic create``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from .config import BrokerConfig
+
+
+@click.command("broker")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (routes publish it).")
+@click.option("--namesrv-port", default=9876, show_default=True, type=int, help="Name server port (0 = any free).")
+@click.option("--broker-port", default=10911, show_default=True, type=int, help="Broker port (0 = any free).")
+@click.option("--data-dir", default="./txmsg-broker-data", show_default=True, type=click.Path(path_type=Path))
+@click.option("--log-dir", default="./txmsg-broker-logs", show_default=True, type=click.Path(path_type=Path))
+@click.option("--transaction-timeout-ms", default=6000, show_default=True, type=click.IntRange(1),
+              help="transactionTimeOut: age before a half message is first checked.")
+@click.option("--check-interval-ms", default=60000, show_default=True, type=click.IntRange(1),
+              help="transactionCheckInterval: how often half messages are scanned.")
+@click.option("--check-max", default=15, show_default=True, type=click.IntRange(1),
+              help="transactionCheckMax: checks before a half message is discarded.")
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True,
+              help="sync: fdatasync before acknowledging each send.")
+@click.option("--auto-create-topics/--no-auto-create-topics", default=True, show_default=True)
+@click.option("--enforce-topic-types/--no-enforce-topic-types", default=True, show_default=True,
+              help="Reject messages whose kind does not match the topic's message.type.")
+@click.option("--transaction-log-level", type=click.Choice(["DEBUG", "INFO", "WARN", "ERROR"], case_sensitive=False),
+              default="INFO", show_default=True, help="DEBUG makes commits visible in transaction.log.")
+@click.option("--delay-scale", default=1.0, show_default=True, type=click.FloatRange(min=0.0001),
+              help="Multiply RocketMQ's delay levels (retry back-off), e.g. 0.01 for tests.")
+@click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1))
+def broker(**options: object) -> None:
+    """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
+    options["transaction_log_level"] = str(options["transaction_log_level"]).upper()
+    try:
+        config = BrokerConfig(**options)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        asyncio.run(_serve(config))
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot start the broker: {exc}. Is another broker using the ports? "
+            "Choose others with --namesrv-port/--broker-port (0 = any free port)."
+        ) from exc
+
+
+async def _serve(config: BrokerConfig) -> None:
+    from .app import ready_line
+    from .broker import Broker
+
+    instance = Broker(config)
+    await instance.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    click.echo(ready_line(instance))
+    sys.stdout.flush()
+    await stop.wait()
+    click.echo("txmsg broker shutting down (flushing)")
+    await instance.stop()
+    click.echo("txmsg broker stopped")
+
+
+# --- topic admin ---------------------------------------------------------------------------------
+def _call(addr: str, code: int, ext: dict[str, str], timeout: float = 5.0) -> tuple[int, str, bytes]:
+    from .rawclient import call
+
+    response = call(addr, code, ext, timeout=timeout)
+    return response.code, response.remark or "", response.body
+
+
+@click.group("topic")
+def topic() -> None:
+    """Manage topics on a RocketMQ cluster (ours or a real one)."""
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--type", "message_type", type=click.Choice(["NORMAL", "TRANSACTION", "FIFO", "DELAY", "MIXED"],
+              case_sensitive=False), default=None, help="RocketMQ 5 message.type attribute.")
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help="Name server address.")
+@click.option("--queues", default=4, show_default=True, type=click.IntRange(1, 1024))
+def create_topic(name: str, message_type: str | None, namesrv: str, queues: int) -> None:
+    """Create or update topic NAME on every master broker (like ``mqadmin updateTopic``)."""
+    from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS, UPDATE_AND_CREATE_TOPIC
+
+    try:
+        code, remark, body = _call(namesrv, GET_BROKER_CLUSTER_INFO, {})
+    except OSError as exc:
+        raise click.ClickException(f"cannot reach the name server at {namesrv}: {exc}") from exc
+    if code != SUCCESS:
+        raise click.ClickException(f"name server {namesrv} refused cluster info (code {code}): {remark}")
+    try:
+        info = json.loads(body)
+        masters = [
+            b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0)
+            for b in info.get("brokerAddrTable", {}).values()
+        ]
+    except (ValueError, AttributeError, KeyError) as exc:
+        raise click.ClickException(f"unexpected cluster info from {namesrv}: {exc}") from exc
+    masters = [m for m in masters if m]
+    if not masters:
+        raise click.ClickException(f"no master broker registered at {namesrv}")
+    ext = {
+        "topic": name,
+        "defaultTopic": "TBW102",
+        "readQueueNums": str(queues),
+        "writeQueueNums": str(queues),
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+    }
+    if message_type:
+        ext["attributes"] = f"+message.type={message_type.upper()}"
+    for addr in masters:
+        try:
+            code, remark, _ = _call(addr, UPDATE_AND_CREATE_TOPIC, ext)
+        except OSError as exc:
+            raise click.ClickException(f"cannot reach broker {addr}: {exc}") from exc
+        if code != SUCCESS:
+            raise click.ClickException(f"broker {addr} refused to create {name} (code {code}): {remark}")
+        click.echo(f"create topic to {addr} success.")
+    suffix = f" message.type={message_type.upper()}" if message_type else ""
+    click.echo(f"TopicConfig [topicName={name}, readQueueNums={queues}, writeQueueNums={queues}{suffix}]")

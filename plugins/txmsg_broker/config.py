@@ -1,0 +1,48 @@
+"""Broker settings. Defaults equal the real broker's (``transactionTimeOut`` 6 s, check interval 60 s, 15 checks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
+@dataclass
+class BrokerConfig:
+    data_dir: Path = field(default_factory=lambda: Path("./txmsg-broker-data"))
+    log_dir: Path = field(default_factory=lambda: Path("./txmsg-broker-logs"))
+    host: str = "127.0.0.1"
+    namesrv_port: int = 9876
+    broker_port: int = 10911
+    transaction_timeout_ms: int = 6000
+    check_interval_ms: int = 60000
+    check_max: int = 15
+    flush: Literal["sync", "async"] = "async"
+    auto_create_topics: bool = True
+    enforce_topic_types: bool = True
+    transaction_log_level: str = "INFO"
+    #: multiplies RocketMQ's delay levels (1s 5s 10s ... 2h); e.g. 0.01 makes level 3 (10 s) take 0.1 s
+    delay_scale: float = 1.0
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    default_queue_nums: int = 4
+    flush_interval_ms: int = 500
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        self.log_dir = Path(self.log_dir)
+        if self.flush not in ("sync", "async"):
+            raise ValueError(f"flush must be 'sync' or 'async', got {self.flush!r}")
+        for name in ("transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.delay_scale <= 0:
+            raise ValueError(f"delay_scale must be positive, got {self.delay_scale}")
+
+    @property
+    def advertised_ip(self) -> str:
+        """The IPv4 literal published in routes (clients must reach it; 0.0.0.0 → loopback)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "", "localhost") else self.host

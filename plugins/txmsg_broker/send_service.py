@@ -1,0 +1,249 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+Checks mirror the Java broker (topic exists or is auto-created, queue id in range, writable) plus the
+size limit (MESSAGE_ILLEGAL 13, like Java's ``maxMessageSize``) and RocketMQ 5 topic types: a
+transactional message to a topic typed NORMAL, or a plain one to a topic typed TRANSACTION, is rejected
+with MESSAGE_ILLEGAL and a remark that says what to do. Transactional (``TRAN_MSG=true``) messages are
+handed to the transaction service, which stores them as invisible half messages.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from .client_service import register_producer
+from .codec import (
+    MESSAGE_ILLEGAL,
+    NO_PERMISSION,
+    SEND_BATCH_MESSAGE,
+    SEND_MESSAGE,
+    SEND_MESSAGE_V2,
+    SYSTEM_ERROR,
+    TOPIC_NOT_EXIST,
+    RemotingCommand,
+)
+from .message_codec import (
+    MAX_PROPERTIES_BYTES,
+    PROPERTY_TRAN_MSG,
+    MessageDecodeError,
+    StoredMessage,
+    decode_batch,
+    string_to_properties,
+)
+from .topics import (
+    DEFAULT_TOPIC,
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
+    TopicConfig,
+    validate_topic_name,
+)
+from .transport import Connection
+from .txlog import ThreadNames
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+#: topics clients may not write to directly
+PROTECTED_TOPICS = {HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC, DEFAULT_TOPIC}
+
+
+def normalize_header(cmd: RemotingCommand) -> RemotingCommand:
+    """Rewrite V2 single-letter ext keys to V1 names (in place) so one code path handles both."""
+    if cmd.code in (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE) or "b" in cmd.ext_fields:
+        cmd.ext_fields = {V2_NAMES.get(k, k): v for k, v in cmd.ext_fields.items()}
+    return cmd
+
+
+def is_transactional(props: dict[str, str]) -> bool:
+    """Java's ``Boolean.parseBoolean(TRAN_MSG)``: only "true" (any case) counts."""
+    return props.get(PROPERTY_TRAN_MSG, "").strip().lower() == "true"
+
+
+def type_mismatch(cfg: TopicConfig, transactional: bool) -> str | None:
+    mtype = cfg.message_type
+    if mtype is None or mtype == "MIXED":
+        return None
+    if transactional and mtype != "TRANSACTION":
+        return (
+            f"The message type TRANSACTION is not the same as the type of topic {cfg.topic_name} "
+            f"(message.type={mtype}): transactional messages are rejected. Send with a plain producer, "
+            f"or create a transaction topic: txmsg topic create {cfg.topic_name} --type TRANSACTION"
+        )
+    if not transactional and mtype == "TRANSACTION":
+        return (
+            f"The message type NORMAL is not the same as the type of topic {cfg.topic_name} "
+            f"(message.type=TRANSACTION): plain messages are rejected. Send it with a transactional "
+            f"producer, or use a topic created with --type NORMAL"
+        )
+    return None
+
+
+def install(broker: Broker) -> None:
+    threads = ThreadNames("SendMessageThread_", 2)
+    config = broker.config
+
+    def resolve(topic: str, conn: Connection, default_queues: int) -> TopicConfig | None:
+        cfg = broker.topics.get(topic)
+        if cfg is not None or not config.auto_create_topics or topic.startswith("%"):
+            return cfg
+        thread = threads.next()
+        broker.logs.broker.warn(thread, f"the topic {topic} not exist, producer: /{conn.remote_addr}")
+        queues = max(1, min(default_queues or config.default_queue_nums, config.default_queue_nums))
+        cfg, created = broker.topics.create_if_absent(topic, queues)
+        if created:
+            broker.logs.broker.info(
+                thread,
+                f"Create new topic by default topic:[{DEFAULT_TOPIC}] config:[{cfg.describe()}] "
+                f"producer:[{conn.remote_addr}]",
+            )
+        return cfg
+
+    async def send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        response = await _send(cmd, conn)
+        if response.code != 0:
+            # librocketmq retries and then reports only "No route info": say why here
+            broker.logs.broker.warn(
+                threads.next(),
+                f"send to topic {cmd.ext('topic')} from {conn.remote_addr} rejected "
+                f"(code {response.code}): {response.remark}",
+            )
+        return response
+
+    async def _send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        normalize_header(cmd)
+        group = cmd.ext("producerGroup")
+        if group and conn not in broker.clients.producers.get(group, ()):
+            register_producer(broker, group, conn, threads.next())
+        topic = cmd.ext("topic")
+        problem = validate_topic_name(topic)
+        if problem is not None:
+            return cmd.error(SYSTEM_ERROR, f"The specified topic is invalid: {problem}")
+        if topic in PROTECTED_TOPICS:
+            return cmd.error(NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        cfg = resolve(topic, conn, cmd.ext_int("defaultTopicQueueNums", config.default_queue_nums))
+        if cfg is None:
+            return cmd.error(
+                TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please! Create it with "
+                f"`txmsg topic create {topic}` or run the broker with --auto-create-topics",
+            )
+        if not cfg.perm & PERM_WRITE:
+            return cmd.error(NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        queue_id = cmd.ext_int("queueId", 0)
+        queue_nums = max(cfg.read_queue_nums, cfg.write_queue_nums)
+        if queue_id < 0:
+            queue_id = random.randrange(cfg.write_queue_nums)
+        if queue_id >= queue_nums:
+            return cmd.error(
+                SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, {cfg.describe()} Producer: {conn.remote_addr}",
+            )
+        props_text = cmd.ext("properties")
+        if len(props_text.encode()) > MAX_PROPERTIES_BYTES:
+            return cmd.error(
+                MESSAGE_ILLEGAL,
+                f"the message properties are {len(props_text.encode())} bytes, over the limit of "
+                f"{MAX_PROPERTIES_BYTES}; use fewer/shorter user properties",
+            )
+        props = string_to_properties(props_text)
+        sys_flag = cmd.ext_int("sysFlag", 0)
+        born = cmd.ext_int("bornTimestamp", 0)
+        flag = cmd.ext_int("flag", 0)
+        reconsume = cmd.ext_int("reconsumeTimes", 0)
+        transactional = is_transactional(props)
+        if config.enforce_topic_types:
+            mismatch = type_mismatch(cfg, transactional)
+            if mismatch is not None:
+                return cmd.error(MESSAGE_ILLEGAL, mismatch)
+        body = cmd.body
+        if len(body) > config.max_message_size:
+            return cmd.error(
+                MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} bytes exceeds the broker's maxMessageSize "
+                f"{config.max_message_size} bytes; send a smaller message (or split it / store the "
+                f"payload elsewhere and send a reference)",
+            )
+        if cmd.ext_bool("batch") or cmd.code == SEND_BATCH_MESSAGE:
+            if transactional:
+                return cmd.error(MESSAGE_ILLEGAL, "batch messages cannot be transactional; send them one by one")
+            try:
+                items = decode_batch(body)
+            except MessageDecodeError as exc:
+                return cmd.error(MESSAGE_ILLEGAL, f"the batch message body is malformed: {exc}")
+            if not items:
+                return cmd.error(MESSAGE_ILLEGAL, "the batch message is empty")
+            msgs = []
+            for item in items:
+                item_props = dict(props)
+                item_props.update(item.properties)
+                msgs.append(
+                    StoredMessage(
+                        topic=topic,
+                        queue_id=queue_id,
+                        body=item.body,
+                        flag=item.flag,
+                        properties=item_props,
+                        born_timestamp=born,
+                        born_host=conn.remote_addr,
+                        sys_flag=sys_flag & ~0x1,
+                        reconsume_times=reconsume,
+                    )
+                )
+            stored = broker.put_messages(msgs, defer_sync=True)
+            await broker.durable()
+            return cmd.response(
+                ext_fields={
+                    "msgId": ",".join(m.msg_id for m in stored),
+                    "queueId": str(queue_id),
+                    "queueOffset": str(stored[0].queue_offset),
+                    "MSG_REGION": "DefaultRegion",
+                    "TRACE_ON": "true",
+                }
+            )
+        msg = StoredMessage(
+            topic=topic,
+            queue_id=queue_id,
+            body=body,
+            flag=flag,
+            properties=props,
+            born_timestamp=born,
+            born_host=conn.remote_addr,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume,
+        )
+        if transactional:
+            stored_msg = broker.transactions.prepare(msg, defer_sync=True)
+        else:
+            stored_msg = broker.put_message(msg, defer_sync=True)
+        await broker.durable()  # sync mode: group commit before the acknowledgement
+        return cmd.response(
+            ext_fields={
+                "msgId": stored_msg.msg_id,
+                "queueId": str(queue_id),
+                "queueOffset": str(stored_msg.queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            }
+        )
+
+    for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
+        broker.register(code, send, inline=True)

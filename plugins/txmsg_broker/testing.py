@@ -1,0 +1,257 @@
+"""Helpers for tests that drive the embedded broker with the *real* client (rocketmq-client-python).
+
+They encode the wrapper hazards from ``shared/facts/real-broker-observations.md``:
+
+* every client gets a unique instance name (C API ``SetProducerInstanceName`` / consumer
+  ``set_instance_name``) so clients of different tests never share one librocketmq client factory, and
+  several producers of one group get separate connections (needed for round-robin check-backs);
+* callbacks never let an exception escape (the wrapper would leave the return value unwritten) and are
+  counted, so ``close()`` waits until none is running (shutting down during a check callback segfaults);
+* ``msg.keys`` comes back as bytes - ``Received.keys`` is always ``str``;
+* a producer shut down while librocketmq's route-refresh timer runs (3 s after start, then every 30 s)
+  can abort the process (seen here: "Fatal Python error: Aborted" inside ``shutdown``); ``close()``
+  therefore never shuts a producer down within a short window around those instants.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+_counter = itertools.count(1)
+
+
+def unique(prefix: str) -> str:
+    """A name unique to this test run (topics, groups, instance names)."""
+    return f"{prefix}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+@dataclass
+class Received:
+    topic: str
+    body: bytes
+    keys: str
+    tags: str
+    msg_id: str
+    reconsume_times: int
+    properties: dict[str, str] = field(default_factory=dict)
+    thread: str = ""
+
+
+class InFlight:
+    """Counts running callbacks so shutdown can wait for them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+        self.total = 0
+
+    def __enter__(self) -> InFlight:
+        with self._lock:
+            self.count += 1
+            self.total += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.count -= 1
+
+    def wait_idle(self, timeout: float = 15.0) -> bool:
+        return wait_until(lambda: self.count == 0, timeout)
+
+
+def set_producer_instance_name(producer: Any, name: str) -> None:
+    """The Python wrapper has no method for it; call the C API on the producer's handle."""
+    from rocketmq.ffi import dll
+
+    status = dll.SetProducerInstanceName(producer._handle, name.encode())
+    if status != 0:
+        raise RuntimeError(f"SetProducerInstanceName failed with status {status}")
+
+
+def enable_consumer_trace(consumer: Any, on: bool = True) -> None:
+    """Message trace ON before ``start()``: librocketmq 2.1.0 segfaults in ``PushConsumer.shutdown()`` when
+    the consumer was started with trace off (apache/rocketmq-client-cpp#286). Switching it OFF again after
+    ``start()`` keeps shutdown safe and stops trace messages (found by helper R). The wrapper does not
+    declare this C function, so declare it (an undeclared 64-bit handle is truncated and crashes too)."""
+    from ctypes import c_int, c_void_p
+
+    from rocketmq.ffi import dll
+
+    dll.SetPushConsumerMessageTrace.argtypes = [c_void_p, c_int]
+    dll.SetPushConsumerMessageTrace.restype = c_int
+    status = dll.SetPushConsumerMessageTrace(consumer._handle, 0 if on else 1)  # 0 = OPEN, 1 = CLOSE
+    if status != 0:
+        raise RuntimeError(f"SetPushConsumerMessageTrace failed with status {status}")
+
+
+class Clients:
+    """Creates real clients against one name server and shuts them all down safely."""
+
+    def __init__(self, namesrv_addr: str) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.producers: list[Any] = []
+        self.consumers: list[Any] = []
+        self.in_flight = InFlight()
+        self.started_at: dict[int, float] = {}
+
+    # -- producers ------------------------------------------------------------------------------
+    def producer(self, group: str | None = None, *, instance: str | None = None, **kwargs: Any) -> Any:
+        from rocketmq.client import Producer
+
+        p = Producer(group or unique("PG"), **kwargs)
+        set_producer_instance_name(p, instance or unique("inst"))
+        p.set_name_server_address(self.namesrv_addr)
+        p.start()
+        self.started_at[id(p)] = time.monotonic()
+        self.producers.append(p)
+        return p
+
+    def transaction_producer(
+        self,
+        group: str,
+        checker: Callable[[Any], Any],
+        *,
+        instance: str | None = None,
+    ) -> Any:
+        """A TransactionMQProducer whose checker never raises (errors → UNKNOWN) and is counted."""
+        from rocketmq.client import TransactionMQProducer, TransactionStatus
+
+        in_flight = self.in_flight
+
+        def safe_checker(msg: Any) -> Any:
+            with in_flight:
+                try:
+                    return checker(msg)
+                except BaseException:  # noqa: BLE001 - must never escape into ctypes
+                    return TransactionStatus.UNKNOWN
+
+        p = TransactionMQProducer(group, safe_checker)
+        set_producer_instance_name(p, instance or unique("inst"))
+        p.set_name_server_address(self.namesrv_addr)
+        p.start()
+        self.started_at[id(p)] = time.monotonic()
+        self.producers.append(p)
+        return p
+
+    # -- consumers ------------------------------------------------------------------------------
+    def consumer(
+        self,
+        group: str,
+        topic: str,
+        on_message: Callable[[Received], Any] | None = None,
+        *,
+        expression: str = "*",
+        instance: str | None = None,
+        properties: tuple[str, ...] = (),
+    ) -> list[Received]:
+        """Start a push consumer; returns the (thread-safe appended) list of received messages."""
+        from rocketmq.client import ConsumeStatus, PushConsumer
+
+        received: list[Received] = []
+        in_flight = self.in_flight
+
+        def callback(msg: Any) -> Any:
+            with in_flight:
+                try:
+                    item = Received(
+                        topic=_text(msg.topic),
+                        body=msg.body if isinstance(msg.body, bytes) else _text(msg.body).encode(),
+                        keys=_text(msg.keys),
+                        tags=_text(msg.tags),
+                        msg_id=_text(msg.id),
+                        reconsume_times=int(msg.reconsume_times),
+                        thread=threading.current_thread().name,
+                        properties={name: _text(msg.get_property(name)) for name in properties},
+                    )
+                    result = on_message(item) if on_message is not None else None
+                    received.append(item)
+                    return result if result is not None else ConsumeStatus.CONSUME_SUCCESS
+                except BaseException:  # noqa: BLE001
+                    return ConsumeStatus.RECONSUME_LATER
+
+        c = PushConsumer(group)
+        c.set_instance_name(instance or unique("cinst"))
+        c.set_name_server_address(self.namesrv_addr)
+        c.subscribe(topic, callback, expression)
+        enable_consumer_trace(c)
+        c.start()
+        enable_consumer_trace(c, on=False)
+        self.consumers.append(c)
+        return received
+
+    # -- teardown -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.in_flight.wait_idle()
+        for c in self.consumers:
+            c.shutdown()
+        self.in_flight.wait_idle()
+        for p in self.producers:
+            self.in_flight.wait_idle()
+            _avoid_timer_window(self.started_at.get(id(p)))
+            p.shutdown()
+        self.consumers.clear()
+        self.producers.clear()
+
+    def __enter__(self) -> Clients:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: librocketmq client timers fire ~0.01 s and 3 s after start, then every 30 s (route refresh,
+#: heartbeat, offline-broker cleanup); shutting down during one of them can abort the process
+_TIMER_PHASES = (0.0, 3.0, 30.0)
+_WINDOW_BEFORE, _WINDOW_AFTER = 0.3, 0.6
+
+
+def _avoid_timer_window(started: float | None) -> None:
+    if started is None:
+        return
+    phase = (time.monotonic() - started) % 30.0
+    for instant in _TIMER_PHASES:
+        if instant - _WINDOW_BEFORE <= phase <= instant + _WINDOW_AFTER:
+            time.sleep(instant + _WINDOW_AFTER - phase)
+            return
+
+
+def read_log(log_dir: Any, name: str = "transaction.log") -> str:
+    path = os.path.join(str(log_dir), name)
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+__all__ = [
+    "Clients",
+    "enable_consumer_trace",
+    "InFlight",
+    "Received",
+    "read_log",
+    "set_producer_instance_name",
+    "unique",
+    "wait_until",
+]

@@ -1,0 +1,208 @@
+"""``RocketMQBackend``: txmsg's :class:`~txmsg.backend.Backend` over the real RocketMQ client.
+
+Entry point ``txmsg.backends: rocketmq``.  Each producer group becomes a
+:class:`~txmsg_rocketmq.pool.ProducerPool` of ``check_concurrency`` real transaction producers
+(capped by ``max_instances_per_group``), because librocketmq checks one instance's transactions
+on one thread; see pool.py and the README's design section for why and how the listener's
+executor settings map onto it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from txmsg.backend import CheckHandler, ConsumeHandler
+
+from . import native as native_mod
+from .announce import Announcer
+from .consumer import PushConsumer
+from .names import consumer_names_hazard, printf_hazard
+from .pool import ClientSettings, ProducerPool
+
+log = logging.getLogger("txmsg.rocketmq")
+
+DEFAULT_MAX_INSTANCES = 64
+"""Upper bound on client instances per producer group (each is ~7 native threads and a TCP
+connection per broker); a listener asking for more check threads gets this many."""
+
+_pool_seq = itertools.count()
+_SAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _cfg(config: Any, name: str, default: Any) -> Any:
+    value = getattr(config, name, None) if config is not None else None
+    return default if value is None else value
+
+
+class RocketMQBackend:
+    """Producers and consumers on librocketmq 2.1.0 for one name server."""
+
+    name = "rocketmq"
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        max_instances_per_group: int | None = None,
+        announce: bool = True,
+    ) -> None:
+        self.config = config
+        self.name_server: str = str(_cfg(config, "name_server", "127.0.0.1:9876"))
+        self.send_timeout_ms: int = int(_cfg(config, "send_timeout_ms", 3000))
+        self.instance_prefix: str = _SAFE.sub("_", str(_cfg(config, "instance_prefix", None) or "txmsg"))
+        cap = max_instances_per_group or _cfg(config, "max_instances_per_group", None)
+        self.max_instances_per_group = int(cap or DEFAULT_MAX_INSTANCES)
+        if self.max_instances_per_group < 1:
+            raise ValueError("max_instances_per_group must be >= 1")
+        self.native = native_mod.load(_cfg(config, "client_log_dir", "var/rocketmq-client"))
+        self.settings = ClientSettings(
+            name_server=self.name_server,
+            send_timeout_ms=self.send_timeout_ms,
+            access_key=_cfg(config, "access_key", None),
+            secret_key=_cfg(config, "secret_key", None),
+        )
+        self.announcer: Announcer | None = Announcer(self.native, self.name_server) if announce else None
+        self._lock = threading.Lock()
+        self._pools: list[ProducerPool] = []
+        self._consumers: dict[str, PushConsumer] = {}
+        self._closed = False
+
+    # ---- producers -----------------------------------------------------------------------------
+    def instances_for(self, check_concurrency: int) -> int:
+        """How many client instances a group with this check concurrency gets."""
+        return max(1, min(int(check_concurrency), self.max_instances_per_group))
+
+    def create_transactional_sender(
+        self,
+        group: str,
+        check_handler: CheckHandler,
+        *,
+        check_concurrency: int,
+        topics: Sequence[str] = (),
+    ) -> ProducerPool:
+        """Start ``instances_for(check_concurrency)`` transaction producers for ``group``.
+
+        ``topics`` (optional, the listener's declared topics) lets every instance heartbeat to
+        the brokers of those topics before the first send, so check-backs of transactions left
+        pending by a previous run reach this process at once.
+        """
+        self._ensure_open()
+        for kind, name in [("producer group", group), *(("topic", t) for t in topics)]:
+            hazard = printf_hazard(name)
+            if hazard is not None:
+                raise ValueError(
+                    f"{kind} {name!r} contains {hazard!r}, which librocketmq 2.1.0 would use as "
+                    "a printf conversion in its own log and crash (apache/rocketmq-client-cpp"
+                    "#285); rename it without '%' before s, S or n"
+                )
+        n = self.instances_for(check_concurrency)
+        if n < check_concurrency:
+            log.warning(
+                "group %s wants %d concurrent check-backs; using %d client instances "
+                "(max_instances_per_group)",
+                group,
+                check_concurrency,
+                n,
+            )
+        prefix = f"{self.instance_prefix}-{os.getpid()}-{_SAFE.sub('_', group)}-{next(_pool_seq)}"
+        pool = ProducerPool(
+            self.native,
+            group,
+            check_handler,
+            instances=n,
+            settings=self.settings,
+            instance_prefix=prefix,
+            announcer=self.announcer,
+            warmup_topics=tuple(topics),
+        )
+        with self._lock:
+            self._pools.append(pool)
+        return pool
+
+    # ---- consumers -----------------------------------------------------------------------------
+    def subscribe(
+        self,
+        topic: str,
+        group: str,
+        handler: ConsumeHandler,
+        *,
+        tags: str = "*",
+        concurrency: int = 4,
+        max_reconsume: int = 16,
+    ) -> Callable[[], None]:
+        self._ensure_open()
+        hazard = consumer_names_hazard(group, topic)
+        if hazard is not None:
+            raise ValueError(
+                f"consumer group {group!r} on topic {topic!r} would crash librocketmq 2.1.0: "
+                f"{hazard}, and the client uses these names as printf formats in its own log "
+                "(fixed upstream in 2.2.0, apache/rocketmq-client-cpp#285). Rename the group "
+                "(e.g. prefix it with 'cg-' or 'txmsg_') so that '%RETRY%<group>' does not read "
+                "as a %s/%n conversion."
+            )
+        with self._lock:
+            if group in self._consumers:
+                raise ValueError(
+                    f"consumer group {group!r} already subscribes to "
+                    f"{self._consumers[group].topic!r}; RocketMQ needs every consumer of a group "
+                    "to subscribe identically - give this listener its own group"
+                )
+        consumer = PushConsumer(
+            self.native,
+            group=group,
+            topic=topic,
+            tags=tags,
+            handler=handler,
+            name_server=self.name_server,
+            instance_name=f"{self.instance_prefix}-{os.getpid()}-c-{_SAFE.sub('_', group)}-{next(_pool_seq)}",
+            concurrency=concurrency,
+            max_reconsume=max_reconsume,
+        )
+        with self._lock:
+            self._consumers[group] = consumer
+
+        def stop(timeout: float = 30.0) -> None:
+            consumer.stop(timeout)
+            with self._lock:
+                if self._consumers.get(group) is consumer:
+                    del self._consumers[group]
+
+        return stop
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def _ensure_open(self) -> None:
+        if self._closed:
+            from ._errors import BackendUnavailableError  # noqa: PLC0415
+
+            raise BackendUnavailableError("this RocketMQBackend is closed; create a new one")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop consumers, then close every producer pool (each bounded by ``timeout``)."""
+        with self._lock:
+            self._closed = True
+            consumers = list(self._consumers.values())
+            self._consumers.clear()
+            pools = list(self._pools)
+            self._pools.clear()
+        for consumer in consumers:
+            consumer.stop(timeout)
+        for pool in pools:
+            pool.close(timeout)
+        if self.announcer is not None:
+            self.announcer.stop()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "producers": {p.group: p.stats() for p in self._pools},
+                "consumers": {
+                    g: {"consumed": c.consumed, "failed": c.failed, "dead_lettered": c.dead_lettered}
+                    for g, c in self._consumers.items()
+                },
+            }

@@ -1,0 +1,255 @@
+"""A real librocketmq push consumer driving a txmsg :data:`~txmsg.backend.ConsumeHandler`.
+
+Why it is built on the C API rather than the wrapper's ``PushConsumer``: the wrapper re-raises
+callback exceptions into ctypes (which then returns garbage to C++) and cannot set an instance
+name per consumer before ``Subscribe``.  Semantics kept from RocketMQ:
+
+* handler returns True -> ``CONSUME_SUCCESS``; False (or anything going wrong) ->
+  ``RECONSUME_LATER``: the client sends the message back and the broker redelivers it from the
+  group's retry topic with growing delays; after ``maxReconsumeTimes`` the broker moves it to
+  ``%DLQ%<group>``.
+* librocketmq 2.1.0 has no C call for ``maxReconsumeTimes``; every send-back carries the
+  client default 16 (``DefaultMQPushConsumerImpl::getMaxReconsumeTimes``).  A smaller
+  ``max_reconsume`` is enforced here: once a message has been redelivered ``max_reconsume`` times
+  and fails again, it is sent to ``%DLQ%<group>`` by a plain producer of this consumer (same
+  body, keys, tags and properties plus ``RETRY_TOPIC``/``ORIGIN_MESSAGE_ID`` as the broker would
+  set) and acknowledged.  If that send fails (a real broker creates the DLQ topic only on its own
+  first dead letter and may refuse to auto-create it), the message is handed back with
+  RECONSUME_LATER, so the broker's own DLQ still takes it after 16: nothing is dropped.  Values
+  above 16 cannot be honoured; a warning says so.
+* One ``Subscribe`` per consumer group: RocketMQ requires every consumer of a group to
+  subscribe identically, so a second topic needs its own group.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+
+from txmsg.backend import ConsumeHandler
+from txmsg.message import Message, OutgoingMessage
+
+from . import messages
+from ._errors import BackendUnavailableError
+from .callbacks import guarded
+from .gate import Gate
+from .native import (
+    E_CONSUME_SUCCESS,
+    E_RECONSUME_LATER,
+    MESSAGE_CALLBACK,
+    NATIVE_LOCK,
+    OK,
+    Native,
+    start_push_consumer,
+)
+
+log = logging.getLogger("txmsg.rocketmq")
+
+DLQ_PREFIX = "%DLQ%"
+# Set by the broker/client on every stored message; copying them into a new message would lie.
+_BROKER_OWNED_PROPERTIES = frozenset({"UNIQ_KEY", "TRAN_MSG", "PGROUP", "TAGS", "KEYS", "REAL_TOPIC", "REAL_QID"})
+BROKER_MAX_RECONSUME = 16
+"""What librocketmq 2.1.0 sends as maxReconsumeTimes (not settable through its C API)."""
+
+
+class PushConsumer:
+    """One started push consumer for (group, topic, tags)."""
+
+    def __init__(
+        self,
+        native: Native,
+        *,
+        group: str,
+        topic: str,
+        tags: str,
+        handler: ConsumeHandler,
+        name_server: str,
+        instance_name: str,
+        concurrency: int,
+        max_reconsume: int,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
+        if max_reconsume < 0:
+            raise ValueError(f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}")
+        if max_reconsume > BROKER_MAX_RECONSUME:
+            log.warning(
+                "consumer group %s asks for max_reconsume=%d but librocketmq 2.1.0 always tells "
+                "the broker %d; messages go to %%DLQ%%%s after %d redeliveries",
+                group,
+                max_reconsume,
+                BROKER_MAX_RECONSUME,
+                group,
+                BROKER_MAX_RECONSUME,
+            )
+        self.native = native
+        self.group = group
+        self.topic = topic
+        self.max_reconsume = max_reconsume
+        self.gate = Gate()
+        self.consumed = 0
+        self.failed = 0
+        self.dead_lettered = 0
+        self.instance_name = instance_name
+        self.name_server = name_server
+        self._dlq_producer: _PlainProducer | None = None
+        self._dlq_lock = threading.Lock()
+        self._handler = handler
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+        self._callback = MESSAGE_CALLBACK(
+            guarded(E_RECONSUME_LATER, f"consumer callback of {group}", self._on_message)
+        )
+        dll = native.dll
+        with NATIVE_LOCK:
+            handle = dll.CreatePushConsumer(group.encode())
+            if not handle:
+                raise BackendUnavailableError(
+                    f"librocketmq could not create a push consumer for group {group!r}: "
+                    f"{native.last_error()}"
+                )
+            self.handle = int(handle)
+            try:
+                self._ok(dll.SetPushConsumerNameServerAddress(handle, name_server.encode()), "set name server")
+                self._ok(dll.SetPushConsumerInstanceName(handle, instance_name.encode()), "set instance name")
+                self._ok(dll.SetPushConsumerThreadCount(handle, int(concurrency)), "set thread count")
+                self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
+                self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
+                self._ok(dll.RegisterMessageCallback(handle, self._callback), "register the callback")
+                self._ok(start_push_consumer(native, handle), "start")
+            except BaseException:
+                dll.ShutdownPushConsumer(handle)
+                dll.DestroyPushConsumer(handle)
+                raise
+
+    def _ok(self, status: int, what: str) -> None:
+        if int(status) != OK:
+            raise BackendUnavailableError(
+                f"push consumer {self.group!r} on {self.topic!r}: failed to {what} "
+                f"(status {int(status)}): {self.native.last_error()}. Check the name server "
+                "address and that the topic exists."
+            )
+
+    def _on_message(self, _consumer: int, c_message: int) -> int:
+        if not self.gate.enter_callback():
+            return E_RECONSUME_LATER  # native shutdown under way: return to C++ at once
+        try:
+            message = messages.read(self.native, c_message, origin=False)
+            ok = self._handler(message) is True
+            if ok:
+                self.consumed += 1
+                return E_CONSUME_SUCCESS
+            self.failed += 1
+            if (
+                self.max_reconsume < BROKER_MAX_RECONSUME
+                and message.reconsume_times >= self.max_reconsume
+                and self._dead_letter(message)
+            ):
+                return E_CONSUME_SUCCESS
+            return E_RECONSUME_LATER
+        finally:
+            self.gate.exit_callback()
+
+    def _dead_letter(self, message: Message) -> bool:
+        """Send ``message`` to ``%DLQ%<group>``; True when the broker stored it."""
+        dlq = DLQ_PREFIX + self.group
+        properties = {
+            k: v for k, v in message.properties.items() if k not in _BROKER_OWNED_PROPERTIES
+        }
+        properties.setdefault("RETRY_TOPIC", message.topic)
+        if message.message_id:
+            properties.setdefault("ORIGIN_MESSAGE_ID", message.message_id)
+        properties["TXMSG_DLQ_REASON"] = f"max_reconsume={self.max_reconsume}"
+        out = OutgoingMessage(
+            topic=dlq, body=message.body, tags=message.tags, keys=message.keys, properties=properties
+        )
+        try:
+            with self._dlq_lock:
+                if self._dlq_producer is None:
+                    self._dlq_producer = _PlainProducer(
+                        self.native, f"{self.group}_TXMSG_DLQ", f"{self.instance_name}-dlq", self.name_server
+                    )
+                self._dlq_producer.send(out)
+        except Exception as exc:  # noqa: BLE001 - fall back to the broker's own DLQ
+            log.warning(
+                "could not send message %s of group %s to %s (%s); handing it back so the "
+                "broker's DLQ takes it after %d redeliveries",
+                message.message_id,
+                self.group,
+                dlq,
+                exc,
+                BROKER_MAX_RECONSUME,
+            )
+            return False
+        self.dead_lettered += 1
+        log.error(
+            "message %s of group %s failed %d redeliveries (max_reconsume=%d): moved to %s",
+            message.message_id,
+            self.group,
+            message.reconsume_times,
+            self.max_reconsume,
+            dlq,
+        )
+        return True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Refuse new deliveries, wait for running handlers (bounded), shut the consumer down."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            deadline = time.monotonic() + max(0.0, timeout)
+            if not self.gate.drain_and_shut(deadline):
+                _, running = self.gate.in_flight()
+                log.error(
+                    "consumer %s still has %d handler(s) running after %.1f s; leaving it "
+                    "running rather than crash the process",
+                    self.group,
+                    running,
+                    timeout,
+                )
+                return
+            with NATIVE_LOCK:
+                self.native.dll.ShutdownPushConsumer(self.handle)
+                self.native.dll.DestroyPushConsumer(self.handle)
+            self._stopped = True
+            with self._dlq_lock:
+                if self._dlq_producer is not None:
+                    self._dlq_producer.close()
+                    self._dlq_producer = None
+
+
+class _PlainProducer:
+    """A started non-transactional producer (for dead letters)."""
+
+    def __init__(self, native: Native, group: str, instance_name: str, name_server: str) -> None:
+        self.native = native
+        dll = native.dll
+        with NATIVE_LOCK:
+            handle = dll.CreateProducer(group.encode())
+            if not handle:
+                raise BackendUnavailableError(f"could not create producer {group!r}: {native.last_error()}")
+            self.handle = int(handle)
+            dll.SetProducerInstanceName(handle, instance_name.encode())
+            dll.SetProducerNameServerAddress(handle, name_server.encode())
+            if int(dll.StartProducer(handle)) != OK:
+                error = native.last_error()
+                dll.DestroyProducer(handle)
+                raise BackendUnavailableError(f"could not start producer {group!r}: {error}")
+
+    def send(self, message: OutgoingMessage) -> None:
+        dll = self.native.dll
+        handle = messages.build(self.native, message)
+        try:
+            result = self.native.new_send_result()
+            status = int(dll.SendMessageSync(self.handle, handle, ctypes.byref(result)))
+            if status != OK:
+                raise BackendUnavailableError(self.native.last_error() or f"status {status}")
+        finally:
+            dll.DestroyMessage(handle)
+
+    def close(self) -> None:
+        with NATIVE_LOCK:
+            self.native.dll.ShutdownProducer(self.handle)
+            self.native.dll.DestroyProducer(self.handle)

@@ -1,0 +1,60 @@
+"""Names that librocketmq 2.1.0 can log without crashing the process.
+
+Why: librocketmq 2.1.0 passes text containing group and topic names as the *format string* of
+its printf-style logger (``LOG_INFO(ss.str().c_str())`` in ``Rebalance::doRebalance``, and
+``LOG_ERROR(e.what())`` for exceptions naming a topic; fixed upstream in 2.2.0,
+apache/rocketmq-client-cpp#285).  A consumer group's retry topic is ``%RETRY%<group>`` and its
+dead-letter topic ``%DLQ%<group>``, so a group called ``stock-events`` produces ``%stock...``
+= ``%s`` + "tock...", and vsnprintf dereferences a garbage pointer: observed as a segfault in
+``StartPushConsumer`` the first time the rebalance result is logged.
+
+:func:`printf_hazard` finds the ``%`` sequences that make vsnprintf read memory (``%s``, ``%S``,
+``%n`` with any flags/width/length, and positional ``%N$``); the backend refuses such names with
+a message saying what to rename.  Conversions like ``%d`` or ``%o`` only print garbage numbers
+into the client log; unknown ones (``%R`` of ``%RETRY%``) are printed literally.
+"""
+
+from __future__ import annotations
+
+import re
+
+_FLAGS = "-+ #0'I"
+_LENGTH = "hlLqjzZt"
+_DANGEROUS = "sSn"
+SAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def printf_hazard(text: str) -> str | None:
+    """The first conversion in ``text`` that would make vsnprintf touch memory, else None."""
+    i = 0
+    while True:
+        i = text.find("%", i)
+        if i < 0 or i + 1 >= len(text):
+            return None
+        j = i + 1
+        if text[j] == "%":
+            i = j + 1
+            continue
+        while j < len(text) and (text[j] in _FLAGS or text[j].isdigit() or text[j] in ".*$"):
+            if text[j] == "$":
+                return text[i : j + 1]
+            j += 1
+        while j < len(text) and text[j] in _LENGTH:
+            j += 1
+        if j < len(text) and text[j] in _DANGEROUS:
+            return text[i : j + 1]
+        i = j
+
+
+def consumer_names_hazard(group: str, topic: str) -> str | None:
+    """What librocketmq 2.1.0 would choke on for a consumer of ``group`` on ``topic``."""
+    for text in (f"%RETRY%{group}", f"%DLQ%{group}", topic, group):
+        found = printf_hazard(text)
+        if found is not None:
+            return f"{text!r} contains {found!r}"
+    return None
+
+
+def safe_component(name: str) -> str:
+    """``name`` reduced to characters that are safe in instance and helper-group names."""
+    return SAFE_NAME.sub("_", name)

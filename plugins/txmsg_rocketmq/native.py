@@ -1,0 +1,236 @@
+"""Loading librocketmq through rocketmq-client-python's ``ffi`` and typing the C calls we use.
+
+Why a module of its own:
+
+* librocketmq reads ``ROCKETMQ_CLIENT_LOG_DIR`` when it sets its logger up, so the variable has
+  to be in the environment *before* ``rocketmq.ffi`` loads the library; :func:`load` is the only
+  place that imports the wrapper.
+* The wrapper leaves several C functions untyped (``GetOrigin*`` for the message handed to the
+  local-transaction callback, ``ShowProducerVersion``...).  Untyped ctypes calls truncate
+  pointers to ``int``, so every function this plugin calls gets explicit argtypes/restype here.
+* ``MQClientManager`` in librocketmq keeps its client-factory table in an unlocked ``std::map``;
+  creating, starting and shutting down clients from several Python threads at once would race
+  on it.  :data:`NATIVE_LOCK` serialises those calls (sends and callbacks do not take it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+LIB_SHA256_2_1_0 = "ed3fce39f2b926637637a2b8b9122799f207b0cdf98dbd9110505bf43170fa30"
+"""sha256 of the ``librocketmq.so`` built from rocketmq-client-cpp 2.1.0 (see ../shared/README.md).
+2.0.0 silently drops every transaction check-back, so the doctor insists on this hash."""
+
+LOG_DIR_ENV = "ROCKETMQ_CLIENT_LOG_DIR"
+
+NATIVE_LOCK = threading.RLock()
+"""Serialises client create/start/shutdown/destroy calls (librocketmq's factory table is unlocked)."""
+
+# C API status / enum values (CCommon.h, CTransactionStatus.h, CSendResult.h, CPushConsumer.h).
+OK = 0
+E_COMMIT_TRANSACTION = 0
+E_ROLLBACK_TRANSACTION = 1
+E_UNKNOWN_TRANSACTION = 2
+E_CONSUME_SUCCESS = 0
+E_RECONSUME_LATER = 1
+SEND_STATUS_NAMES = {
+    0: "SEND_OK",
+    1: "FLUSH_DISK_TIMEOUT",
+    2: "FLUSH_SLAVE_TIMEOUT",
+    3: "SLAVE_NOT_AVAILABLE",
+}
+
+
+# ctypes caches CFUNCTYPE classes by signature, so these are the very classes the wrapper's ffi
+# declares; its own TransactionMQProducer keeps working next to ours (the benchmarks use it).
+CHECK_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+"""``CLocalTransactionCheckerCallback(CProducer*, CMessageExt*, void* userData)``."""
+
+EXECUTE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+"""``CLocalTransactionExecutorCallback(CProducer*, CMessage*, void* userData)``."""
+
+MESSAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+"""``MessageCallBack(CPushConsumer*, CMessageExt*)``."""
+
+
+@dataclass(frozen=True)
+class Native:
+    """The loaded library plus where it came from."""
+
+    dll: Any  # ctypes.CDLL; typed Any because every attribute is a dynamically typed C function
+    path: Path
+    wrapper: ModuleType  # the rocketmq.ffi module
+
+    def new_send_result(self) -> Any:
+        """A zeroed ``CSendResult`` of the wrapper's own struct type (argtypes must match)."""
+        return self.wrapper._CSendResult()
+
+    def last_error(self) -> str:
+        """librocketmq's last error text (thread-global in the library; best effort)."""
+        try:
+            raw = self.dll.GetLatestErrorMessage()
+        except Exception:  # noqa: BLE001 - diagnostics only
+            return ""
+        return raw.decode("utf-8", "replace") if raw else ""
+
+
+_native: Native | None = None
+_load_lock = threading.Lock()
+
+
+def configure_log_dir(log_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Create ``log_dir`` and export it as ``ROCKETMQ_CLIENT_LOG_DIR`` (unless already set).
+
+    An explicit environment variable wins, so operators can redirect logs without touching the
+    application's configuration.  Returns the directory in effect, if any.
+    """
+    current = os.environ.get(LOG_DIR_ENV)
+    if current:
+        path = Path(current)
+    elif log_dir is not None and str(log_dir):
+        path = Path(log_dir).expanduser().resolve()
+        os.environ[LOG_DIR_ENV] = str(path)
+    else:
+        return None
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load(log_dir: str | os.PathLike[str] | None = None) -> Native:
+    """Import ``rocketmq.ffi`` (loading librocketmq) after setting up its log directory.
+
+    Raises :class:`ImportError` with the fix when the wrapper or the library is missing.
+    """
+    global _native
+    with _load_lock:
+        if _native is not None:
+            return _native
+        configure_log_dir(log_dir)
+        try:
+            import rocketmq.ffi as ffi  # noqa: PLC0415 - must happen after the env var is set
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ImportError(
+                "cannot load librocketmq through rocketmq-client-python: "
+                f"{exc}. Run `python scripts/install_rocketmq_client.py` (part of `make setup`)."
+            ) from exc
+        path = Path(getattr(ffi, "_DYLIB_PATH", "") or "")
+        _declare(ffi.dll)
+        _native = Native(dll=ffi.dll, path=path, wrapper=ffi)
+        return _native
+
+
+TRACE_OPEN = 0
+TRACE_CLOSE = 1
+
+
+def start_push_consumer(native: Native, handle: int) -> int:
+    """Start a push consumer so that shutting it down later does not segfault.
+
+    librocketmq 2.1.0's ``DefaultMQPushConsumerImpl::shutdown`` calls
+    ``m_DefaultMQProducerImpl->shutdown(false)`` on the message-trace producer without checking
+    it exists (fixed upstream in 2.2.0, apache/rocketmq-client-cpp#286); with tracing off (the
+    default) that pointer is null and every ``ShutdownPushConsumer`` crashes the process.  So we
+    switch tracing on for ``start()`` (which creates that inner producer) and off right after
+    (so no trace message is ever sent: the consume hooks check the flag).  Side effect: the
+    consumer's heartbeat also lists a producer group named like the consumer group.
+    Call with :data:`NATIVE_LOCK` held.
+    """
+    dll = native.dll
+    dll.SetPushConsumerMessageTrace(handle, TRACE_OPEN)
+    status = int(dll.StartPushConsumer(handle))
+    dll.SetPushConsumerMessageTrace(handle, TRACE_CLOSE)
+    return status
+
+
+def library_path() -> Path | None:
+    """Where the wrapper will load librocketmq from, without loading it (for the doctor)."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.find_spec("rocketmq")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    packaged = folder / ("librocketmq.dylib" if sys.platform == "darwin" else "librocketmq.so")
+    if packaged.exists():
+        return packaged
+    import ctypes.util  # noqa: PLC0415
+
+    found = ctypes.util.find_library("rocketmq")
+    return Path(found) if found else None
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _declare(dll: Any) -> None:
+    """Give every C function we call an exact signature.
+
+    Functions the wrapper already declares keep the wrapper's declaration (its classes pass
+    their own struct types and check statuses against its enum); we only fill the gaps.
+    """
+    c_void_p, c_char_p, c_int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    sigs: dict[str, tuple[list[Any], Any]] = {
+        # messages
+        "CreateMessage": ([c_char_p], c_void_p),
+        "DestroyMessage": ([c_void_p], c_int),
+        "SetMessageKeys": ([c_void_p, c_char_p], c_int),
+        "SetMessageTags": ([c_void_p, c_char_p], c_int),
+        "SetByteMessageBody": ([c_void_p, c_char_p, c_int], c_int),
+        "SetMessageProperty": ([c_void_p, c_char_p, c_char_p], c_int),
+        "GetOriginMessageTopic": ([c_void_p], c_char_p),
+        "GetOriginMessageTags": ([c_void_p], c_char_p),
+        "GetOriginMessageKeys": ([c_void_p], c_char_p),
+        "GetOriginMessageBody": ([c_void_p], c_char_p),
+        "GetOriginMessageProperty": ([c_void_p, c_char_p], c_char_p),
+        "GetMessageTopic": ([c_void_p], c_char_p),
+        "GetMessageTags": ([c_void_p], c_char_p),
+        "GetMessageKeys": ([c_void_p], c_char_p),
+        "GetMessageBody": ([c_void_p], c_char_p),
+        "GetMessageProperty": ([c_void_p, c_char_p], c_char_p),
+        "GetMessageId": ([c_void_p], c_char_p),
+        "GetMessageReconsumeTimes": ([c_void_p], c_int),
+        # producers
+        "CreateProducer": ([c_char_p], c_void_p),
+        "CreateTransactionProducer": ([c_char_p, CHECK_CALLBACK, c_void_p], c_void_p),
+        "DestroyProducer": ([c_void_p], c_int),
+        "StartProducer": ([c_void_p], c_int),
+        "ShutdownProducer": ([c_void_p], c_int),
+        "SetProducerNameServerAddress": ([c_void_p, c_char_p], c_int),
+        "SetProducerInstanceName": ([c_void_p, c_char_p], c_int),
+        "SetProducerSendMsgTimeout": ([c_void_p, c_int], c_int),
+        "SetProducerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
+        "ShowProducerVersion": ([c_void_p], c_char_p),
+        # push consumers
+        "CreatePushConsumer": ([c_char_p], c_void_p),
+        "DestroyPushConsumer": ([c_void_p], c_int),
+        "StartPushConsumer": ([c_void_p], c_int),
+        "ShutdownPushConsumer": ([c_void_p], c_int),
+        "SetPushConsumerNameServerAddress": ([c_void_p, c_char_p], c_int),
+        "SetPushConsumerInstanceName": ([c_void_p, c_char_p], c_int),
+        "SetPushConsumerThreadCount": ([c_void_p, c_int], c_int),
+        "SetPushConsumerMessageBatchMaxSize": ([c_void_p, c_int], c_int),
+        "SetPushConsumerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
+        "SetPushConsumerMessageTrace": ([c_void_p, c_int], c_int),
+        "Subscribe": ([c_void_p, c_char_p, c_char_p], c_int),
+        "RegisterMessageCallback": ([c_void_p, MESSAGE_CALLBACK], c_int),
+        "UnregisterMessageCallback": ([c_void_p], c_int),
+        "GetLatestErrorMessage": ([], c_char_p),
+    }
+    for name, (argtypes, restype) in sigs.items():
+        fn = getattr(dll, name)
+        if fn.argtypes is None:
+            fn.argtypes = argtypes
+            fn.restype = restype

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Start (or reuse) a throw-away PostgreSQL server for the test suite and print its SQLAlchemy URL.
+#
+# Idempotent: the first run initdb's a cluster under ./var/pg (owned by the `postgres` system user,
+# because the server refuses to run as root), later runs find it already running and only print
+# the URL.  The server listens on 127.0.0.1 only, with trust authentication: it holds test data
+# and nothing else.  Stop it with `scripts/pg.sh stop`.
+#
+#   export TXMSG_TEST_PG_URL=$(scripts/pg.sh)      # -> postgresql+psycopg://postgres@127.0.0.1:55432/txmsg_test
+#
+# Environment: TXMSG_PG_PORT (default 55432), TXMSG_PG_DIR (default ./var/pg), TXMSG_PG_DB (txmsg_test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PORT=${TXMSG_PG_PORT:-55432}
+BASE=${TXMSG_PG_DIR:-$PWD/var/pg}
+DB=${TXMSG_PG_DB:-txmsg_test}
+DATA=$BASE/data
+LOG=$BASE/server.log
+URL="postgresql+psycopg://postgres@127.0.0.1:${PORT}/${DB}"
+
+say() { echo "[pg] $*" >&2; }
+
+BIN=""
+for d in /usr/lib/postgresql/*/bin; do
+  [ -x "$d/initdb" ] && BIN=$d
+done
+if [ -z "$BIN" ]; then
+  say "no PostgreSQL server found under /usr/lib/postgresql/*/bin; install it with: apt-get install postgresql"
+  exit 2
+fi
+
+# Run a command as the postgres user when we are root (initdb/postgres refuse root), else as ourselves.
+as_pg() {
+  if [ "$(id -u)" = 0 ]; then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+if [ "${1:-}" = "stop" ]; then
+  if [ -f "$DATA/postmaster.pid" ]; then
+    as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >&2 || true
+  fi
+  exit 0
+fi
+
+mkdir -p "$BASE"
+if [ "$(id -u)" = 0 ]; then
+  chown postgres:postgres "$BASE"
+  # the postgres user must be able to reach $BASE: every parent needs o+x (they normally have it)
+fi
+
+if [ ! -f "$DATA/PG_VERSION" ]; then
+  say "initdb $DATA"
+  as_pg "$BIN/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --no-locale >"$BASE/initdb.log" 2>&1 || {
+    say "initdb failed; see $BASE/initdb.log"; exit 1; }
+fi
+
+if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+  say "starting PostgreSQL ($BIN) on 127.0.0.1:$PORT"
+  # fsync off: test data only, and it keeps the suite fast on a busy 2-core machine.
+  as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $PORT -k $BASE -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+    start >&2 || { say "server did not start; see $LOG"; exit 1; }
+fi
+
+for _ in $(seq 1 50); do
+  "$BIN/pg_isready" -h 127.0.0.1 -p "$PORT" -q && break
+  sleep 0.2
+done
+
+if ! as_pg "$BIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -tAc \
+    "SELECT 1 FROM pg_database WHERE datname='${DB}'" | grep -q 1; then
+  as_pg "$BIN/createdb" -h 127.0.0.1 -p "$PORT" -U postgres "$DB"
+fi
+
+echo "$URL"

@@ -1,0 +1,65 @@
+"""``txmsg health``: the click face of :mod:`txmsg_health.job` (same options as spark-submit's)."""
+
+from __future__ import annotations
+
+import click
+
+from txmsg_health.inputs import HealthInputError, parse_tz, resolve
+from txmsg_health.rules import Thresholds
+
+_D = Thresholds()
+
+
+@click.command("health")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Output directory: summary.json, metrics_by_window.parquet, dashboard.html.")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master URL, e.g. spark://host:7077 for a standalone cluster.")
+@click.option("--tz", default="+08:00", show_default=True,
+              help="Zone of the broker's timestamps (RocketMQ logs in UTC+8 whatever the host).")
+@click.option("--window", type=click.Choice(["minute", "hour"]), default="minute", show_default=True)
+@click.option("--max-unknown-share", type=float, default=_D.max_unknown_share, show_default=True,
+              help="Flag when UNKNOW answers exceed this share of first-phase answers (needs DEBUG commits).")
+@click.option("--min-transactions", type=int, default=_D.min_transactions, show_default=True,
+              help="Judge the share only from this many first-phase answers on.")
+@click.option("--max-unknown-per-minute", type=float, default=_D.max_unknown_per_minute,
+              show_default=True, help="Flag above this UNKNOW rate when COMMITs are not logged.")
+@click.option("--max-discards", type=int, default=_D.max_discards, show_default=True)
+@click.option("--max-checks-per-transaction", type=float, default=_D.max_checks_per_transaction,
+              show_default=True)
+@click.option("--max-no-channel", type=int, default=None, help="Flag above this many no-channel failures (off by default).")
+@click.option("--parquet-uri", default=None, help="Write the Parquet table to this URI instead of --out.")
+@click.option("--no-dashboard", is_flag=True)
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration.")
+def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
+           max_unknown_share: float, min_transactions: int, max_unknown_per_minute: float,
+           max_discards: int, max_checks_per_transaction: float, max_no_channel: int | None,
+           parquet_uri: str | None, no_dashboard: bool, confs: tuple[str, ...]) -> None:
+    """Score producer groups from RocketMQ broker logs and flag UNKNOW-heavy ones.
+
+    PATH may be files (transaction.log, broker.log, rotated .gz), a broker's log directory, a
+    glob, or any Spark-readable URI (hdfs://, s3a://). The same job runs on a cluster with
+    `spark-submit spark/txmsg_health/job.py PATH... --out DIR`.
+    """
+    from txmsg_health import job
+
+    try:
+        cfg = job.JobConfig(
+            inputs=list(paths), out=out, tz=parse_tz(tz), window=window,
+            thresholds=Thresholds(
+                max_unknown_share=max_unknown_share, min_transactions=min_transactions,
+                max_unknown_per_minute=max_unknown_per_minute, max_discards=max_discards,
+                max_checks_per_transaction=max_checks_per_transaction, max_no_channel=max_no_channel,
+            ),
+            dashboard=not no_dashboard, parquet_uri=parquet_uri,
+        )
+        resolve(cfg.inputs)
+        bad = [c for c in confs if "=" not in c]
+        if bad:
+            raise HealthInputError(f"--conf {bad[0]!r}: use KEY=VALUE")
+        spark = job.build_session(master, dict(c.split("=", 1) for c in confs))
+        result = job.run(spark, cfg)
+    except HealthInputError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(job.report_line(result, out))

@@ -1,0 +1,296 @@
+"""The PySpark job: broker logs in, ``summary.json`` + Parquet + ``dashboard.html`` out.
+
+Run it three ways with the same arguments::
+
+    txmsg health LOGS... --out DIR [--master local[*]]
+    python -m txmsg_health.job LOGS... --out DIR
+    spark-submit spark/txmsg_health/job.py LOGS... --out DIR      # any master, any URI
+
+Why the shape: the file is read exactly once. Every line goes through a few cheap projections
+(``patterns.pipeline``) and one aggregation keyed by (kind, group, address, window, msgId-if-needed);
+that aggregate is small (bounded by groups x windows, plus one row per UNKNOW/checked
+transaction), is cached, and every output is derived from it. Executors need nothing but Spark:
+there are no Python UDFs, so ``spark-submit`` to a cluster ships no Python code to workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, timezone
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from txmsg_health import patterns as P  # noqa: E402
+from txmsg_health.inputs import HealthInputError, parse_tz, resolve  # noqa: E402
+from txmsg_health.rules import Thresholds  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+@dataclass
+class JobConfig:
+    """Everything one run needs; the CLI and ``main`` both build one of these."""
+
+    inputs: list[str]
+    out: str
+    tz: timezone = field(default_factory=lambda: parse_tz("+08:00"))
+    window: str = "minute"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    dashboard: bool = True
+    parquet_uri: str | None = None  # default: <out>/metrics_by_window.parquet
+
+
+def build_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """A session tuned for this job; under spark-submit the master comes from spark-submit.
+
+    ``maxPartitionBytes`` is large on purpose: Spark then splits the input evenly over the cores
+    (bytes / parallelism), which beat both the 128 MB default and small splits here.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("txmsg-health")
+    if master:
+        builder = builder.master(master)
+    defaults = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.files.maxPartitionBytes": str(1 << 30),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+        "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
+    }
+    for k, v in {**defaults, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
+    """One row per input line: kind, group, address, window key, msgId (only where needed)."""
+    df = (
+        spark.read.option("recursiveFileLookup", "true")
+        .option("lineSep", "\n")
+        .text(paths)
+    )
+    for stage in P.pipeline(window):
+        df = df.selectExpr(*stage)
+    return df
+
+
+def aggregate(lines: DataFrame) -> DataFrame:
+    """The one shuffle over the input: counts per (kind, group, address, window, msgId)."""
+    from pyspark.sql import functions as F
+
+    return lines.groupBy("kind", "grp", "addr", "win", "msg").agg(
+        F.count(F.lit(1)).alias("n"), F.min("ts").alias("tmin"), F.max("ts").alias("tmax")
+    )
+
+
+def _metric_columns() -> list[tuple[str, tuple[str, ...]]]:
+    return [
+        ("unknown", (P.FIRST_UNKNOWN,)),
+        ("rollback", (P.FIRST_ROLLBACK,)),
+        ("commit", (P.FIRST_COMMIT,)),
+        ("check_unknown", (P.CHECK_UNKNOWN,)),
+        ("check_rollback", (P.CHECK_ROLLBACK,)),
+        ("check_commit", (P.CHECK_COMMIT, P.CHECK_COMMIT_DEBUG)),
+        ("checks", P.CHECK_KINDS),
+        ("discarded", (P.DISCARD,)),
+        ("no_channel", (P.NO_CHANNEL,)),
+        ("no_channel_broker_log", (P.NO_CHANNEL_BROKER_LOG,)),
+        ("check_send_failed", (P.CHECK_SEND_FAILED,)),
+        ("bad_lines", (P.BAD,)),
+        ("debug_lines", P.DEBUG_KINDS),
+    ]
+
+
+def windows_table(agg: DataFrame, window: str, tz: timezone) -> DataFrame:
+    """Per group per window metrics, with the window start converted to UTC."""
+    from pyspark.sql import functions as F
+
+    offset = int((tz.utcoffset(None) or UTC.utcoffset(None)).total_seconds())
+    fmt = "yyyy-MM-dd HH:mm" if window == "minute" else "yyyy-MM-dd HH"
+    sums = [
+        F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0)).cast("long").alias(name)
+        for name, kinds in _metric_columns()
+    ]
+    w = agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull()).groupBy("grp", "win").agg(*sums)
+    start = F.to_timestamp(F.col("win"), fmt) - F.make_interval(secs=F.lit(offset))
+    return w.select(
+        F.col("grp").alias("group"),
+        start.alias("window_start"),
+        F.lit(window).alias("window"),
+        *[F.col(name) for name, _ in _metric_columns()],
+    )
+
+
+@dataclass
+class JobResult:
+    summary: dict[str, Any]
+    series: dict[str, list[dict[str, Any]]]  # flagged group -> windows, for the dashboard
+    seconds: float
+
+
+def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
+    """Run the whole analysis in ``spark`` and write every output into ``cfg.out``."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from txmsg_health import output, summary
+
+    t0 = time.perf_counter()
+    paths = resolve(cfg.inputs)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        agg = aggregate(classify(spark, paths, cfg.window)).persist(StorageLevel.MEMORY_AND_DISK)
+    except Exception as exc:  # AnalysisException for unreadable/missing remote paths
+        raise HealthInputError(f"cannot read {', '.join(cfg.inputs)}: {_first_line(exc)}") from exc
+    try:
+        # one small job for the per-group and per-address figures
+        rows = agg.groupBy("grp", "addr", "kind").agg(
+            F.sum("n").alias("n"), F.min(_stamp("tmin")).alias("wmin"),
+            F.max(_stamp("tmax")).alias("wmax"),
+        ).collect()
+        total_rows = [(r.grp, r.kind, int(r.n), r.wmin, r.wmax) for r in rows]
+        if sum(r[2] for r in total_rows) == 0:
+            raise HealthInputError(
+                f"the input is empty: {', '.join(cfg.inputs)} contain no lines; point at the broker's "
+                "log directory (~/logs/rocketmqlogs) or its transaction.log / broker.log files"
+            )
+        addr_rows = [(r.grp, r.addr, r.kind, int(r.n)) for r in rows
+                     if r.addr is not None and r.grp is not None]
+        per_tx = (
+            agg.where(F.col("msg").isNotNull())
+            .groupBy("grp", "msg")
+            .agg(
+                F.sum(F.when(F.col("kind").isin(*P.CHECK_KINDS), F.col("n")).otherwise(0)).alias("c"),
+                F.max(F.col("kind").isin(*P.UNKNOWN_KINDS).cast("int")).alias("u"),
+            )
+        )
+        hist_rows = [
+            (r.grp, int(r.c), int(r.ntx), int(r.nunk))
+            for r in per_tx.groupBy("grp", "c")
+            .agg(F.count(F.lit(1)).alias("ntx"), F.sum("u").alias("nunk")).collect()
+        ]
+        result = summary.build(total_rows, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
+                               thresholds=cfg.thresholds)
+        result["inputs"] = list(cfg.inputs)
+        wt = windows_table(agg, cfg.window, cfg.tz)
+        parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
+        os.makedirs(cfg.out, exist_ok=True)
+        # one file, sorted inside it; a global orderBy would cost an extra sampling job
+        (wt.coalesce(1).sortWithinPartitions("group", "window_start")
+         .write.mode("overwrite").parquet(parquet))
+        result["parquet"] = parquet
+        series: dict[str, list[dict[str, Any]]] = {}
+        if result["flagged"]:
+            for r in wt.where(F.col("group").isin(*result["flagged"])).orderBy("window_start").collect():
+                series.setdefault(r.group, []).append(r.asDict())
+    finally:
+        agg.unpersist()
+    seconds = time.perf_counter() - t0
+    result["seconds"] = round(seconds, 3)
+    output.write_summary(cfg.out, result)
+    if cfg.dashboard:
+        from txmsg_health import dashboard
+
+        dashboard.write(cfg.out, result, series)
+    return JobResult(result, series, seconds)
+
+
+def _stamp(col: str) -> Column:
+    """``window + seconds offset`` as one sortable string: "2026-11-22 18:12|0004"."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.col(col).isNotNull(),
+                  F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast("string"), 4, "0")))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def add_threshold_args(p: argparse.ArgumentParser) -> None:
+    d = Thresholds()
+    p.add_argument("--max-unknown-share", type=float, default=d.max_unknown_share)
+    p.add_argument("--min-transactions", type=int, default=d.min_transactions)
+    p.add_argument("--max-unknown-per-minute", type=float, default=d.max_unknown_per_minute)
+    p.add_argument("--max-discards", type=int, default=d.max_discards)
+    p.add_argument("--max-checks-per-transaction", type=float, default=d.max_checks_per_transaction)
+    p.add_argument("--max-no-channel", type=int, default=d.max_no_channel)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="txmsg_health.job",
+        description="Score RocketMQ producer groups from broker logs (files, dirs, globs, .gz, URIs).",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--out", required=True, help="output directory (summary.json, parquet, dashboard)")
+    p.add_argument("--master", default=None,
+                   help="Spark master; omit under spark-submit (default there) or use local[*]")
+    p.add_argument("--tz", default="+08:00", help="zone of the broker's timestamps (default +08:00)")
+    p.add_argument("--window", choices=sorted(P.WINDOW_CHARS), default="minute")
+    p.add_argument("--parquet-uri", default=None, help="write the Parquet table here instead")
+    p.add_argument("--no-dashboard", action="store_true")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Spark configuration, repeatable")
+    add_threshold_args(p)
+    return p
+
+
+def config_from_args(a: argparse.Namespace) -> JobConfig:
+    return JobConfig(
+        inputs=list(a.paths),
+        out=a.out,
+        tz=parse_tz(a.tz),
+        window=a.window,
+        thresholds=Thresholds(
+            max_unknown_share=a.max_unknown_share,
+            min_transactions=a.min_transactions,
+            max_unknown_per_minute=a.max_unknown_per_minute,
+            max_discards=a.max_discards,
+            max_checks_per_transaction=a.max_checks_per_transaction,
+            max_no_channel=a.max_no_channel,
+        ),
+        dashboard=not a.no_dashboard,
+        parquet_uri=a.parquet_uri,
+    )
+
+
+def report_line(result: JobResult, out: str) -> str:
+    s = result.summary
+    return (
+        f"{s['lines']['total']} lines, {len(s['groups'])} producer groups, "
+        f"{len(s['flagged'])} flagged{': ' + ', '.join(s['flagged'][:10]) if s['flagged'] else ''}; "
+        f"{s['lines']['bad']} bad lines; {result.seconds:.1f}s -> {out}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    try:
+        cfg = config_from_args(a)
+        resolve(cfg.inputs)  # fail before the JVM starts
+        conf = dict(kv.split("=", 1) for kv in a.conf)
+        spark = build_session(a.master, conf)
+        result = run(spark, cfg)
+    except HealthInputError as exc:
+        print(f"txmsg health: {exc}", file=sys.stderr)
+        return 2
+    print(report_line(result, cfg.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""How one broker log line becomes one classified row, as Spark SQL expressions.
+
+Why this shape (measured on this machine, 2 cores, see benchmarks/health_vs_duckdb.py): every line
+is classified with ``contains`` only, a first-byte scan over Spark's UTF-8 buffer that costs about
+as much as reading the line; ``instr``/``locate`` walk the line character by character and were ~4x
+slower per call, so positions are never searched. Only transaction lines (about half) then pay for
+fields: the header is cut out by one regex that starts with a literal (the engine skips ahead with
+Boyer-Moore, one decode of the line) and split at its commas, instead of one regex per field
+(each decodes the line again; the two designs measured the same here, the header cut keeps the
+field order strict, so a reordered or cut header is counted as bad rather than half-read). One
+combined pattern with lazy ``.*?`` extracted per field was several times slower
+(``../shared/facts/log-analytics-baseline.md``). Min/max of timestamps are kept as small ints so
+Spark keeps its hash aggregation (a string min/max forces a sort of every row: ~25 % slower).
+
+The formats (``../shared/facts/anchors-and-logs.md`` §4), all with the broker's
+``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p %t - %m`` prefix:
+
+* WARN ``The producer[ADDR] end transaction in sending message, ...RequestHeader: EndTransactionRequestHeader{...}``
+  and ``Check producer[ADDR] transaction state, ...`` (first-phase ROLLBACK/UNKNOW, check answers);
+* DEBUG ``Transaction request:EndTransactionRequestHeader{...}`` for every end-transaction request,
+  the only place a first-phase COMMIT shows; UNKNOW/ROLLBACK and Java check answers are logged at
+  WARN too, so a DEBUG line counts only when it is a COMMIT with ``fromTransactionCheck=false``;
+* 4.9.x headers quote strings and end with ``bname='…'``; 5.x headers do not quote and have no bname;
+* a C++/Python producer's check answer arrives with ``fromTransactionCheck=false``: a filled
+  ``transactionId`` (neither empty nor ``null``) marks it as check-phase;
+* ERROR ``MsgExt:… PGROUP=g … UNIQ_KEY=id … has been checked too many times`` (discard);
+* WARN ``Check transaction failed, channel is null. groupId=g`` (transaction.log) and the same event
+  as ``Check transaction failed, channel table is empty. groupId=g`` in broker.log;
+* ERROR ``Check transaction failed because invoke producer exception. group=g, msgId=…`` (broker.log).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Row kinds. Short codes keep the shuffled aggregate small.
+FIRST_UNKNOWN: Final = "U"
+FIRST_ROLLBACK: Final = "R"
+FIRST_COMMIT: Final = "C"  # from a DEBUG line only
+CHECK_UNKNOWN: Final = "cU"
+CHECK_ROLLBACK: Final = "cR"
+CHECK_COMMIT: Final = "cC"  # WARN "Check producer[...] ... commit" (Java clients)
+CHECK_COMMIT_DEBUG: Final = "cCd"  # DEBUG line: a C++/Python client's check COMMIT
+DEBUG_OTHER: Final = "X"  # DEBUG header line already counted by its WARN twin
+DISCARD: Final = "D"
+NO_CHANNEL: Final = "N"  # transaction.log
+NO_CHANNEL_BROKER_LOG: Final = "Nb"  # broker.log twin of the same event
+CHECK_SEND_FAILED: Final = "F"
+BAD: Final = "bad"  # carries a transaction marker but a field is missing or malformed
+OTHER: Final = "other"  # a well-formed log line that is not about transactions
+UNSTAMPED: Final = "unstamped"  # no timestamp: stack traces, wrapped text, foreign or binary lines
+
+CHECK_KINDS: Final = (CHECK_UNKNOWN, CHECK_ROLLBACK, CHECK_COMMIT, CHECK_COMMIT_DEBUG)
+DEBUG_KINDS: Final = (FIRST_COMMIT, CHECK_COMMIT_DEBUG, DEBUG_OTHER)
+UNKNOWN_KINDS: Final = (FIRST_UNKNOWN, CHECK_UNKNOWN)
+# Kinds whose msgId is kept for the per-transaction join (UNKNOW ever, checks per transaction).
+MSG_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD)
+ALL_KINDS: Final = (
+    FIRST_UNKNOWN, FIRST_ROLLBACK, FIRST_COMMIT, *CHECK_KINDS, DEBUG_OTHER, DISCARD,
+    NO_CHANNEL, NO_CHANNEL_BROKER_LOG, CHECK_SEND_FAILED, BAD, OTHER, UNSTAMPED,
+)
+
+HEADER: Final = "EndTransactionRequestHeader{"
+DISCARD_MARK: Final = "has been checked too many times"
+CHECK_FAILED: Final = "Check transaction failed"
+
+WINDOW_CHARS: Final = {"minute": 16, "hour": 13}  # "yyyy-MM-dd HH:mm" / "yyyy-MM-dd HH"
+
+
+def _sq(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _rx(value: str, pattern: str, group: int = 1) -> str:
+    """``regexp_extract`` with a Java pattern; '' when it does not match."""
+    return f"regexp_extract({value}, {_sq(pattern)}, {group})"
+
+
+STAMPED: Final = (
+    "(substr(value, 5, 1) = '-' AND substr(value, 11, 1) = ' ' "
+    "AND substr(value, 14, 1) = ':' AND substr(value, 20, 1) = ' ')"
+)
+
+# One small pattern per field, each starting with a literal so the regex engine skips ahead.
+RX_GROUP: Final = r"\{producerGroup='?([^,'}]*)"
+RX_STATE: Final = r"commitOrRollback=([0-9]+)"
+RX_FTC: Final = r"fromTransactionCheck=([a-z]+)"
+RX_MSGID: Final = r" msgId='?([^,'}]*)"
+RX_TID: Final = r"transactionId=[^,}]*[,}]"  # whole match: '' means the header was cut off
+RX_ADDR: Final = r"producer\[([^\]]*)\]"
+RX_PGROUP: Final = r"PGROUP=([^,}]+)"
+RX_UNIQ: Final = r"UNIQ_KEY=([^,}]+)"
+RX_BORN: Final = r"bornHost=/([^,]+)"
+RX_GROUP_ID: Final = r"groupId=(\S+)"
+RX_FAIL_GROUP: Final = r"exception\. group=([^,]+)"
+
+
+def _offset(window: str) -> str:
+    sec = "try_cast(substr(value, 18, 2) AS INT)"
+    return sec if window == "minute" else f"try_cast(substr(value, 15, 2) AS INT) * 60 + {sec}"
+
+
+RX_HEADER: Final = (
+    r"EndTransactionRequestHeader\{(producerGroup=[^,]*, tranStateTableOffset=[^,]*, "
+    r"commitLogOffset=[^,]*, commitOrRollback=[^,]*, fromTransactionCheck=[^,]*, msgId=[^,]*, "
+    r"transactionId=[^,}]*)[,}]"
+)
+"""The header's fields in the order both 4.9.x and 5.x print them; cut out with one regex."""
+
+
+def stage0() -> list[str]:
+    return ["value", f"{STAMPED} AS stamped"]
+
+
+def stage1() -> list[str]:
+    """Classify every line with plain substring tests (``contains`` is a fast byte scan)."""
+    cls = (
+        f"CASE WHEN contains(value, {_sq(HEADER)}) THEN 'H' "
+        f"WHEN contains(value, {_sq(CHECK_FAILED)}) THEN "
+        f"  CASE WHEN contains(value, 'channel is null. groupId=') THEN '{NO_CHANNEL}' "
+        f"       WHEN contains(value, 'channel table is empty. groupId=') THEN '{NO_CHANNEL_BROKER_LOG}' "
+        f"       WHEN contains(value, 'invoke producer exception. group=') THEN '{CHECK_SEND_FAILED}' "
+        f"       WHEN stamped THEN '{OTHER}' ELSE '{UNSTAMPED}' END "
+        f"WHEN contains(value, {_sq(DISCARD_MARK)}) THEN '{DISCARD}' "
+        f"WHEN stamped THEN '{OTHER}' ELSE '{UNSTAMPED}' END AS cls"
+    )
+    return ["value", "stamped", cls]
+
+
+def stage2(window: str) -> list[str]:
+    """Cut the header out with one regex (one decode of the line) and split it at commas.
+
+    Field values never contain a comma (group names are ``[%|a-zA-Z0-9_-]``, ids are hex), so
+    the split is exact; a header that does not match (cut off, reordered) yields no fields and
+    the line is counted as bad. DEBUG lines carry no producer address and skip that regex.
+    """
+    n = WINDOW_CHARS[window]
+    return [
+        "value",
+        "cls",
+        "stamped",
+        f"CASE WHEN cls = 'H' THEN split({_rx('value', RX_HEADER)}, ',') END AS f",
+        f"CASE WHEN cls = '{DISCARD}' THEN {_rx('value', RX_PGROUP)} "
+        f"WHEN cls IN ('{NO_CHANNEL}', '{NO_CHANNEL_BROKER_LOG}') THEN {_rx('value', RX_GROUP_ID)} "
+        f"WHEN cls = '{CHECK_SEND_FAILED}' THEN {_rx('value', RX_FAIL_GROUP)} END AS grp0",
+        f"CASE WHEN cls = 'H' AND substr(value, 21, 6) <> 'DEBUG ' THEN {_rx('value', RX_ADDR)} "
+        f"WHEN cls = '{DISCARD}' THEN {_rx('value', RX_BORN)} END AS addr",
+        f"CASE WHEN cls = '{DISCARD}' THEN {_rx('value', RX_UNIQ)} END AS msg0",
+        f"CASE WHEN cls NOT IN ('{OTHER}', '{UNSTAMPED}') AND stamped "
+        f"THEN substr(value, 1, {n}) END AS win",
+        # seconds since the window's start: min/max of a small int keep Spark's hash
+        # aggregation (a string min/max forces a sort of every row); window + offset = timestamp
+        f"CASE WHEN cls NOT IN ('{OTHER}', '{UNSTAMPED}') AND stamped THEN {_offset(window)} END AS ts",
+        "cls = 'H' AND substr(value, 21, 6) = 'DEBUG ' AS dbg",
+    ]
+
+
+def stage2b() -> list[str]:
+    """Name the header fields: fixed prefixes ("producerGroup=", " commitOrRollback=", ...)."""
+    def field(i: int, prefix: str) -> str:
+        return f"btrim(substr(get(f, {i}), {len(prefix) + 1}), \"'\")"
+
+    ok = "(size(f) = 7)"
+    return [
+        "cls",
+        f"CASE WHEN cls = 'H' THEN CASE WHEN {ok} THEN {field(0, 'producerGroup=')} "
+        f"  ELSE {_rx('value', RX_GROUP)} END ELSE grp0 END AS grp",
+        "addr",
+        f"CASE WHEN cls = 'H' THEN CASE WHEN {ok} THEN {field(5, ' msgId=')} END ELSE msg0 END AS msg",
+        "win",
+        "ts",
+        f"CASE WHEN cls = 'H' AND {ok} THEN {field(3, ' commitOrRollback=')} ELSE '' END AS st",
+        f"CASE WHEN cls = 'H' AND {ok} THEN {field(4, ' fromTransactionCheck=')} ELSE '' END AS ftc",
+        f"CASE WHEN cls = 'H' AND {ok} THEN {field(6, ' transactionId=')} END AS tid",
+        f"CASE WHEN cls = 'H' AND {ok} THEN 'x' ELSE '' END AS tidm",
+        "dbg",
+    ]
+
+
+def stage3() -> list[str]:
+    """Decide the row kind; a transaction marker with a missing field becomes ``bad``."""
+    check = "(ftc = 'true' OR tid NOT IN ('', 'null'))"
+    kind = (
+        "CASE "
+        f"WHEN cls IN ('{OTHER}', '{UNSTAMPED}') THEN cls "
+        f"WHEN win IS NULL OR grp IS NULL OR grp = '' THEN '{BAD}' "
+        f"WHEN cls <> 'H' THEN CASE WHEN cls = '{DISCARD}' AND (msg IS NULL OR msg = '') "
+        f"  THEN '{BAD}' ELSE cls END "
+        f"WHEN st = '' OR msg = '' OR tidm = '' OR ftc NOT IN ('true', 'false') "
+        f"  OR (NOT dbg AND addr = '') THEN '{BAD}' "
+        f"WHEN dbg THEN CASE "
+        f"  WHEN st NOT IN ('0', '8', '12') THEN '{BAD}' "
+        f"  WHEN st = '8' AND ftc = 'false' "
+        f"    THEN CASE WHEN {check} THEN '{CHECK_COMMIT_DEBUG}' ELSE '{FIRST_COMMIT}' END "
+        f"  ELSE '{DEBUG_OTHER}' END "
+        f"WHEN {check} THEN CASE st WHEN '0' THEN '{CHECK_UNKNOWN}' "
+        f"  WHEN '12' THEN '{CHECK_ROLLBACK}' WHEN '8' THEN '{CHECK_COMMIT}' ELSE '{BAD}' END "
+        f"ELSE CASE st WHEN '0' THEN '{FIRST_UNKNOWN}' WHEN '12' THEN '{FIRST_ROLLBACK}' "
+        f"  WHEN '8' THEN '{FIRST_COMMIT}' ELSE '{BAD}' END "
+        "END"
+    )
+    return [f"{kind} AS kind", "grp", "addr", "win", "ts", "msg"]
+
+
+def stage4() -> list[str]:
+    """Keep only the keys each kind needs, so the aggregate stays small."""
+    keep_msg = ", ".join(f"'{k}'" for k in MSG_KINDS)
+    return [
+        "kind",
+        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}') THEN grp END AS grp",
+        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') AND addr <> '' THEN addr END AS addr",
+        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}') THEN win END AS win",
+        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') THEN ts END AS ts",
+        f"CASE WHEN kind IN ({keep_msg}) THEN msg END AS msg",
+    ]
+
+
+def pipeline(window: str) -> list[list[str]]:
+    """The projections the job applies in order; each stage reuses the previous stage's columns."""
+    if window not in WINDOW_CHARS:
+        raise ValueError(f"window must be one of {sorted(WINDOW_CHARS)}, not {window!r}")
+    return [stage0(), stage1(), stage2(window), stage2b(), stage3(), stage4()]

@@ -1,0 +1,78 @@
+"""Flagging rules: when a producer group's numbers mean someone should look at it.
+
+Why these four: a producer that leaves transactions UNKNOW makes the broker check back, delays
+delivery and finally discards messages. The share of UNKNOW first-phase answers is the honest
+measure, but it needs the COMMIT count, which the broker logs only at DEBUG; without it an
+absolute rate (UNKNOW transactions per minute) is the fallback. Any discard is data that never
+reached a consumer, and many checks per transaction means a slow or broken checker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Configurable limits; a group is flagged when any limit is exceeded.
+
+    The defaults flag a group whose transactions are 40 % UNKNOW and leave one at 1 % alone.
+    """
+
+    max_unknown_share: float = 0.10
+    """UNKNOW first-phase answers / all first-phase answers, used when COMMITs are visible."""
+    min_transactions: int = 10
+    """Fewer first-phase answers than this make the share too noisy to judge."""
+    max_unknown_per_minute: float = 5.0
+    """UNKNOW first-phase answers per minute of the group's activity, when COMMITs are not visible."""
+    max_discards: int = 0
+    """Messages discarded after the maximum number of checks."""
+    max_checks_per_transaction: float = 3.0
+    """Mean check answers per checked transaction."""
+    max_no_channel: int | None = None
+    """"No channel" check failures; None disables the rule (a group with no producer online)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def evaluate(g: dict[str, Any], t: Thresholds) -> list[str]:
+    """Return one human-readable reason per rule the group trips (empty: healthy).
+
+    ``g`` is a group entry of ``summary.json`` (``unknown``, ``commit``, ``unknown_share``, ...).
+    """
+    reasons: list[str] = []
+    share = g.get("unknown_share")
+    first = g.get("transactions")
+    if share is not None and first is not None:
+        if first >= t.min_transactions and share > t.max_unknown_share:
+            reasons.append(
+                f"unknown_share: {share:.1%} of {first} transactions were UNKNOW at send "
+                f"(limit {t.max_unknown_share:.1%})"
+            )
+    else:
+        rate = g.get("unknown_per_minute") or 0.0
+        if rate > t.max_unknown_per_minute:
+            reasons.append(
+                f"unknown_rate: {rate:.1f} UNKNOW transactions per minute over "
+                f"{g.get('active_minutes', 0):.1f} min; COMMITs not logged (INFO level), so the share "
+                f"is unknown (limit {t.max_unknown_per_minute:g}/min)"
+            )
+    if g.get("discarded", 0) > t.max_discards:
+        reasons.append(
+            f"discards: {g['discarded']} messages discarded after the maximum number of checks "
+            f"(limit {t.max_discards})"
+        )
+    cpt = g.get("checks_per_transaction")
+    if cpt is not None and cpt > t.max_checks_per_transaction:
+        reasons.append(
+            f"checks_per_transaction: {cpt:.2f} check answers per checked transaction, "
+            f"max {g.get('max_checks_per_transaction')} (limit {t.max_checks_per_transaction:g})"
+        )
+    if t.max_no_channel is not None and g.get("no_channel", 0) > t.max_no_channel:
+        reasons.append(
+            f"no_channel: {g['no_channel']} checks found no producer channel "
+            f"(limit {t.max_no_channel})"
+        )
+    return reasons

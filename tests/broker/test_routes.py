@@ -1,0 +1,153 @@
+"""Name server: route queries as librocketmq parses them, auto-create on/off, unknown codes."""
+
+from __future__ import annotations
+
+import json
+
+from txmsg_broker import codec
+from txmsg_broker.rawclient import call
+from txmsg_broker.testing import Clients, unique
+from txmsg_broker.topics import RETRY_PREFIX
+
+
+def route(addr: str, topic: str) -> codec.RemotingCommand:
+    return call(addr, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+
+
+def test_route_for_auto_created_topic_points_at_the_broker(txmsg_broker):
+    topic = unique("RouteT")
+    response = route(txmsg_broker.namesrv_addr, topic)
+    assert response.code == codec.SUCCESS
+    assert response.is_response
+    data = json.loads(response.body)
+    (queue,) = data["queueDatas"]
+    assert queue["writeQueueNums"] == 4 and queue["readQueueNums"] == 4
+    assert isinstance(queue["perm"], int) and queue["perm"] & 6 == 6
+    (broker,) = data["brokerDatas"]
+    assert broker["brokerName"] == queue["brokerName"]
+    assert broker["brokerAddrs"] == {"0": txmsg_broker.broker_addr}
+
+
+def test_retry_topic_route_has_one_queue(txmsg_broker):
+    response = route(txmsg_broker.namesrv_addr, RETRY_PREFIX + unique("CG"))
+    assert response.code == codec.SUCCESS
+    (queue,) = json.loads(response.body)["queueDatas"]
+    assert queue["readQueueNums"] == 1
+
+
+def test_no_auto_create_answers_topic_not_exist(txmsg_broker_factory):
+    broker = txmsg_broker_factory(auto_create_topics=False)
+    unknown = route(broker.namesrv_addr, unique("Nope"))
+    assert unknown.code == codec.TOPIC_NOT_EXIST
+    assert "No topic route info" in (unknown.remark or "")
+    assert route(broker.namesrv_addr, "TBW102").code == codec.TOPIC_NOT_EXIST
+
+
+def test_no_auto_create_rejects_sends_to_unknown_topics(txmsg_broker_factory):
+    from rocketmq.client import Message
+
+    broker = txmsg_broker_factory(auto_create_topics=False)
+    with Clients(broker.namesrv_addr) as clients:
+        producer = clients.producer()
+        msg = Message(unique("Nope"))
+        msg.set_body(b"x")
+        try:
+            producer.send_sync(msg)
+        except Exception as exc:  # the wrapper raises ProducerSendSyncFailed
+            assert "route" in str(exc).lower()
+        else:
+            raise AssertionError("send to a missing topic succeeded without auto-create")
+
+
+def test_invalid_topic_name_has_no_route(txmsg_broker):
+    assert route(txmsg_broker.namesrv_addr, "bad topic!").code == codec.TOPIC_NOT_EXIST
+
+
+def test_unknown_request_code_is_not_supported_on_both_ports(txmsg_broker):
+    for addr in (txmsg_broker.namesrv_addr, txmsg_broker.broker_addr):
+        response = call(addr, 9999, {"x": 1})
+        assert response.code == codec.REQUEST_CODE_NOT_SUPPORTED
+        assert "not supported" in (response.remark or "")
+
+
+def test_cluster_info_lists_the_master(txmsg_broker):
+    response = call(txmsg_broker.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO)
+    assert response.code == codec.SUCCESS
+    table = json.loads(response.body)["brokerAddrTable"]
+    assert [b["brokerAddrs"]["0"] for b in table.values()] == [txmsg_broker.broker_addr]
+
+
+def test_heartbeat_registers_groups_and_unregister_answers(txmsg_broker):
+    body = json.dumps(
+        {
+            "clientID": "127.0.0.1@1#T",
+            "producerDataSet": [{"groupName": "PG_HB"}],
+            "consumerDataSet": [
+                {
+                    "groupName": "CG_HB",
+                    "consumeType": 1,
+                    "messageModel": 1,
+                    "consumeFromWhere": 0,
+                    "subscriptionDataSet": [{"topic": "T_HB", "subString": "*", "subVersion": "1"}],
+                }
+            ],
+        }
+    ).encode()
+    assert call(txmsg_broker.broker_addr, codec.HEART_BEAT, {}, body).code == codec.SUCCESS
+    # the heartbeat created the group's retry topic
+    assert route(txmsg_broker.namesrv_addr, "%RETRY%CG_HB").code == codec.SUCCESS
+    bad = call(txmsg_broker.broker_addr, codec.HEART_BEAT, {}, b"{not json")
+    assert bad.code == codec.SYSTEM_ERROR
+    unregister = call(
+        txmsg_broker.broker_addr,
+        codec.UNREGISTER_CLIENT,
+        {"clientID": "x", "producerGroup": "PG_HB", "consumerGroup": ""},
+    )
+    assert unregister.code == codec.SUCCESS
+
+
+def test_cli_runs_in_foreground_and_shuts_down_cleanly(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from txmsg_broker.app import READY_PATTERN
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "txmsg_broker", "broker", "--namesrv-port", "0", "--broker-port", "0",
+         "--data-dir", str(tmp_path / "d"), "--log-dir", str(tmp_path / "l")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        match = READY_PATTERN.search(first)
+        assert match, first
+        namesrv = f"{match.group(1)}:{match.group(2)}"
+        assert call(namesrv, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": "CliT"}).code == codec.SUCCESS
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=15)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "stopped" in rest
+    assert "Shutdown hook over." in (tmp_path / "l" / "broker.log").read_text()
+
+
+def test_embedded_broker_in_process_restart_keeps_ports_and_data(tmp_path):
+    from txmsg_broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(tmp_path / "data", tmp_path / "logs").start()
+    try:
+        namesrv = broker.namesrv_addr
+        ext = {"a": "PG", "b": "EmbT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": "1", "h": 0,
+               "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}
+        assert call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"one").code == codec.SUCCESS
+        broker.restart()
+        assert broker.namesrv_addr == namesrv
+        second = call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"two")
+        assert second.ext_fields["queueOffset"] == "1"  # the first message survived the restart
+        assert broker.call(lambda b: [m.body for m in b.store.get("EmbT", 0, 0, 10)]) == [b"one", b"two"]
+    finally:
+        broker.stop()
+    assert not broker.running

@@ -1,0 +1,237 @@
+"""The transaction outcome table of shared/facts/real-broker-observations.md, driven by the real client.
+
+Fixture timings: transactionTimeOut 1 s, check interval 1 s, check max 3.
+
+| local execute | check answers          | checks | delivered                          |
+| COMMIT        | -                      | 0      | yes                                |
+| ROLLBACK      | -                      | 0      | never                              |
+| UNKNOWN       | COMMIT                 | 1      | yes                                |
+| UNKNOWN       | ROLLBACK               | 1      | never                              |
+| UNKNOWN       | UNKNOWN, then COMMIT   | 2      | yes                                |
+| UNKNOWN       | UNKNOWN forever        | 3      | never; moved to TRANS_CHECK_MAX_TIME_TOPIC |
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+from rocketmq.client import Message, TransactionStatus
+from txmsg_broker.message_codec import PROPERTY_CHECK_TIMES
+from txmsg_broker.store import MessageStore
+from txmsg_broker.testing import Clients, read_log, unique, wait_until
+from txmsg_broker.topics import CHECK_MAX_TIME_TOPIC
+
+C, R, U = TransactionStatus.COMMIT, TransactionStatus.ROLLBACK, TransactionStatus.UNKNOWN
+
+#: row key -> (local execute result, answers to successive checks)
+TABLE: dict[str, tuple[TransactionStatus, list[TransactionStatus]]] = {
+    "COMMIT": (C, []),
+    "ROLLBACK": (R, []),
+    "U_COMMIT": (U, [C]),
+    "U_ROLLBACK": (U, [R]),
+    "UU_COMMIT": (U, [U, C]),
+    "U_FOREVER": (U, [U, U, U, U, U, U]),
+}
+EXPECTED_CHECKS = {"COMMIT": 0, "ROLLBACK": 0, "U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2, "U_FOREVER": 3}
+DELIVERED = {"COMMIT", "U_COMMIT", "UU_COMMIT"}
+
+
+def message(topic: str, key: str) -> Message:
+    msg = Message(topic)
+    msg.set_keys(key)
+    msg.set_tags("TagA")
+    msg.set_body(f"body-{key}".encode())
+    return msg
+
+
+def test_transaction_outcome_table(txmsg_broker):
+    topic = unique("TxTable")
+    group = unique("TxPG")
+    checks: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def checker(msg):
+        key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+        with lock:
+            answer_index = checks[key]
+            checks[key] += 1
+        answers = TABLE[key][1]
+        return answers[min(answer_index, len(answers) - 1)]
+
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        delivered = clients.consumer(unique("TxCG"), topic)
+        discarded = clients.consumer(unique("TxDiscardCG"), CHECK_MAX_TIME_TOPIC)
+        producer = clients.transaction_producer(group, checker)
+        sent_ids = {}
+        for key, (local, _answers) in TABLE.items():
+            result = producer.send_message_in_transaction(message(topic, key), lambda m, a, s=local: s)
+            sent_ids[key] = result.msg_id
+
+        assert wait_until(lambda: {r.keys for r in discarded} == {"U_FOREVER"}, timeout=30), (
+            f"U_FOREVER not moved to {CHECK_MAX_TIME_TOPIC}; checks so far {dict(checks)}"
+        )
+        assert wait_until(lambda: {r.keys for r in delivered} >= DELIVERED, timeout=10)
+        time.sleep(2.5)  # two more check intervals: nothing else may arrive or be checked
+
+        assert dict(checks) == {k: v for k, v in EXPECTED_CHECKS.items() if v}
+        counts = Counter(r.keys for r in delivered)
+        assert counts == Counter(DELIVERED), f"delivered {counts}"
+        for item in delivered:
+            assert item.topic == topic
+            assert item.body == f"body-{item.keys}".encode()
+            assert item.msg_id == sent_ids[item.keys]  # the app sees the UNIQ_KEY as message id
+        assert [r.keys for r in discarded] == ["U_FOREVER"]
+
+    txmsg_broker.stop()
+    with MessageStore(txmsg_broker.data_dir) as store:
+        (parked,) = store.get(CHECK_MAX_TIME_TOPIC, 0, 0, 10)
+        assert parked.properties["PGROUP"] == group
+        assert parked.properties[PROPERTY_CHECK_TIMES] == "3"
+        real = [m for q in range(4) for m in store.get(topic, q, 0, 100)]
+        assert sorted(m.properties["KEYS"] for m in real) == sorted(DELIVERED)
+
+
+def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
+    """N producers of one group (distinct instance names): the broker spreads checks over all of them."""
+    topic = unique("TxRR")
+    group = unique("TxRRPG")
+    instances = 3
+    per_instance = 3
+    seen: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def make_checker(index):
+        def checker(msg):
+            with lock:
+                seen[index] += 1
+            return C
+
+        return checker
+
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        received = clients.consumer(unique("TxRRCG"), topic)
+        producers = [clients.transaction_producer(group, make_checker(i)) for i in range(instances)]
+        # one warm-up send each so the broker learns every channel (the first heartbeat can lag 30 s)
+        for i, producer in enumerate(producers):
+            producer.send_message_in_transaction(message(topic, f"warm{i}"), lambda m, a: C)
+        for n in range(instances * per_instance):
+            producers[0].send_message_in_transaction(message(topic, f"u{n}"), lambda m, a: U)
+
+        total = instances * per_instance
+        assert wait_until(lambda: sum(seen.values()) >= total, timeout=20), f"checks seen {dict(seen)}"
+        assert wait_until(lambda: len(received) >= instances + total, timeout=10)
+        time.sleep(1.5)
+        assert dict(seen) == {i: per_instance for i in range(instances)}
+        assert Counter(r.keys for r in received) == Counter(
+            [f"warm{i}" for i in range(instances)] + [f"u{n}" for n in range(total)]
+        )
+
+
+def test_immunity_property_delays_first_check(txmsg_broker):
+    """CHECK_IMMUNITY_TIME_IN_SECONDS overrides transactionTimeOut for that message."""
+    topic = unique("TxImm")
+    group = unique("TxImmPG")
+    checked_at: dict[str, float] = {}
+
+    def checker(msg):
+        key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+        checked_at.setdefault(key, time.monotonic())
+        return C
+
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        producer = clients.transaction_producer(group, checker)
+        start = time.monotonic()
+        slow = message(topic, "slow")
+        slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
+        producer.send_message_in_transaction(slow, lambda m, a: U)
+        producer.send_message_in_transaction(message(topic, "fast"), lambda m, a: U)
+        assert wait_until(lambda: {"slow", "fast"} <= set(checked_at), timeout=20)
+    # ordering, not timing: the immune message is checked only after the default-timeout one,
+    # and not before its own immunity elapsed
+    assert checked_at["fast"] < checked_at["slow"]
+    assert checked_at["slow"] - start >= 4.0
+
+
+def test_pending_transactions_survive_restart(txmsg_broker):
+    """UNKNOWN half messages and resolved op records survive a clean restart and a kill -9."""
+    topic = unique("TxRestart")
+    group = unique("TxRestartPG")
+    answer = {"value": U}
+    checks: Counter[str] = Counter()
+
+    def checker(msg):
+        key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+        checks[key] += 1
+        return answer["value"]
+
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        producer = clients.transaction_producer(group, checker)
+        producer.send_message_in_transaction(message(topic, "done"), lambda m, a: C)
+        producer.send_message_in_transaction(message(topic, "pending"), lambda m, a: U)
+    # only the broker goes away; the producer is gone too, so nothing is checked meanwhile
+    txmsg_broker.kill()
+    txmsg_broker.start()
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        received = clients.consumer(unique("TxRestartCG"), topic)
+        answer["value"] = C
+        producer = clients.transaction_producer(group, checker)
+        # a send teaches the broker the new channel of the group
+        producer.send_message_in_transaction(message(topic, "after"), lambda m, a: C)
+        assert wait_until(lambda: {r.keys for r in received} == {"done", "pending", "after"}, timeout=25), (
+            f"received {[r.keys for r in received]}, checks {dict(checks)}"
+        )
+        time.sleep(1.5)
+        assert Counter(r.keys for r in received) == Counter(["done", "pending", "after"])
+        assert checks["done"] == 0 and checks["after"] == 0
+
+
+def test_no_channel_is_logged_and_message_still_discarded(txmsg_broker):
+    topic = unique("TxGone")
+    group = unique("TxGonePG")
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        producer = clients.transaction_producer(group, lambda m: C)
+        producer.send_message_in_transaction(message(topic, "orphan"), lambda m, a: U)
+    # producer shut down: no channel for the group any more
+    assert wait_until(
+        lambda: f"Check transaction failed, channel is null. groupId={group}" in read_log(txmsg_broker.log_dir),
+        timeout=15,
+    )
+    assert wait_until(
+        lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir), timeout=15
+    )
+    assert f"Check transaction failed, channel table is empty. groupId={group}" in read_log(
+        txmsg_broker.log_dir, "broker.log"
+    )
+
+
+def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_factory):
+    """The real-broker pitfall, reproduced: a serial checker slower than the check interval gets each
+    transaction checked again (re-put copies) and every COMMIT answer commits a copy → duplicates."""
+    broker = txmsg_broker_factory(check_interval_ms=500, transaction_timeout_ms=500, check_max=3)
+    topic, group = unique("TxSlow"), unique("TxSlowPG")
+    calls: Counter[str] = Counter()
+
+    def slow_checker(msg):
+        key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
+        calls[key] += 1
+        time.sleep(0.7)
+        return C
+
+    with Clients(broker.namesrv_addr) as clients:
+        received = clients.consumer(unique("TxSlowCG"), topic)
+        producer = clients.transaction_producer(group, slow_checker)
+        for n in range(3):
+            producer.send_message_in_transaction(message(topic, f"s{n}"), lambda m, a: U)
+        assert wait_until(lambda: sum(calls.values()) > 3 and len(received) > 3, timeout=30), (
+            f"checks {dict(calls)}, deliveries {[r.keys for r in received]}"
+        )
+        assert clients.in_flight.wait_idle(20)
+        time.sleep(1.5)  # let the last answers land before shutdown
+    per_key = Counter(r.keys for r in received)
+    assert set(per_key) == {"s0", "s1", "s2"}
+    duplicated = [k for k, n in per_key.items() if n > 1]
+    assert duplicated, f"expected duplicate deliveries, got {per_key}"
+    for key in duplicated:  # duplicates carry the same message id (UNIQ_KEY)
+        assert len({r.msg_id for r in received if r.keys == key}) == 1

@@ -1,0 +1,297 @@
+"""TxMsg and TransactionalProducer over the backend test double."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from concurrent.futures import Future
+from importlib.metadata import EntryPoint
+
+import pytest
+
+import txmsg.app
+from txmsg import (
+    BackendUnavailableError,
+    ExecutorConfig,
+    ListenerDefinitionError,
+    ListenerRegistry,
+    Message,
+    NotStartedError,
+    ProducerClosedError,
+    RejectedError,
+    SendError,
+    TxMsg,
+    TxMsgConfig,
+    transactional_listener,
+)
+from txmsg import LocalTransactionState as S
+
+from .conftest import wait_until
+from .doubles import DoubleBackend
+
+
+class Recorder:
+    """A listener that answers what it is told and records what it saw."""
+
+    def __init__(self) -> None:
+        self.executed: list[tuple[Message, object, str]] = []
+        self.checked: list[tuple[Message, str]] = []
+        self.answer: object = S.COMMIT
+        self.check_answer: object = S.COMMIT
+
+    def execute_local(self, message: Message, arg: object) -> object:
+        self.executed.append((message, arg, threading.current_thread().name))
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+    def check_local(self, message: Message) -> object:
+        self.checked.append((message, threading.current_thread().name))
+        return self.check_answer
+
+
+def started(app: TxMsg, registry: ListenerRegistry, group: str = "order-tx", **kw: object) -> Recorder:
+    listener = Recorder()
+    app.add_transactional_listener(listener, group=group, topics=["orders"], **kw)  # type: ignore[arg-type]
+    app.start()
+    return listener
+
+
+def test_send_runs_execute_local_in_the_calling_thread_with_the_arg(
+    app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend
+) -> None:
+    listener = started(app, registry)
+    arg = {"order": object()}  # not representable as a C void*: must travel by closure
+    result = app.producer().send_in_transaction(
+        "orders", {"id": 1}, arg=arg, keys=["o-1", "c-9"], tags="paid", properties={"n": 1}
+    )
+    message, seen_arg, thread = listener.executed[0]
+    assert seen_arg is arg and thread == threading.current_thread().name
+    assert message.json() == {"id": 1} and message.keys == "o-1 c-9" and message.tags == "paid"
+    assert message.properties["n"] == "1"
+    assert result.local_state is S.COMMIT and result.send_status == "SEND_OK"
+    assert result.transaction_key == message.transaction_key
+    assert backend.senders["order-tx"].ended[0].state is S.COMMIT
+
+
+@pytest.mark.parametrize(
+    ("answer", "configured", "expected"),
+    [
+        (RuntimeError("db down"), S.UNKNOW, S.UNKNOW),
+        (RuntimeError("db down"), S.ROLLBACK, S.ROLLBACK),
+        ("COMMIT", S.UNKNOW, S.UNKNOW),
+        (None, S.ROLLBACK, S.ROLLBACK),
+        (S.ROLLBACK, S.UNKNOW, S.ROLLBACK),
+    ],
+)
+def test_local_state_is_the_mapped_answer(
+    app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend,
+    answer: object, configured: S, expected: S,
+) -> None:
+    listener = started(app, registry, execute_exception_state=configured)
+    listener.answer = answer
+    result = app.producer("order-tx").send_in_transaction("orders", b"x")
+    assert result.local_state is expected
+    assert backend.senders["order-tx"].ended[-1].state is expected  # what the broker was told
+    assert app.stats()["order-tx"].sent == 1
+
+
+def test_check_backs_reach_check_local_on_the_executor(
+    app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend
+) -> None:
+    listener = started(app, registry, executor=ExecutorConfig(core_pool_size=2, max_pool_size=6))
+    listener.answer = S.UNKNOW
+    result = app.producer().send_in_transaction("orders", "pending")
+    sender = backend.senders["order-tx"]
+    assert sender.check_concurrency == 6 and sender.topics == ("orders",)
+    listener.check_answer = S.ROLLBACK
+    assert sender.check(result.transaction_key) is S.ROLLBACK
+    message, thread = listener.checked[0]
+    assert message.transaction_key == result.transaction_key and thread.startswith("txmsg-order-tx")
+    listener.check_answer = ValueError("bug")
+    assert sender.check(result.transaction_key) is S.UNKNOW
+
+
+def test_async_send_runs_on_the_listener_executor(app: TxMsg, registry: ListenerRegistry) -> None:
+    listener = started(app, registry)
+    future = app.producer().send_in_transaction_async("orders", "x", arg=5)
+    assert future.result(10).local_state is S.COMMIT
+    assert listener.executed[0][1] == 5 and listener.executed[0][2].startswith("txmsg-order-tx")
+
+
+def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -> None:
+    release = threading.Event()
+    listener = started(app, registry, executor={"core_pool_size": 1, "max_pool_size": 1, "queue_capacity": 0})
+
+    def block(message: Message, arg: object) -> S:
+        release.wait(30)
+        return S.COMMIT
+
+    listener.execute_local = block  # type: ignore[method-assign]
+    producer = app.producer()
+    busy = producer.send_in_transaction_async("orders", "a")
+    wait_until(lambda: producer.executor.stats().active == 1, "the only thread to be busy")
+    rejected: Future[object] = producer.send_in_transaction_async("orders", "b")  # default: unknow
+    with pytest.raises(RejectedError, match="not sent"):
+        rejected.result(0)
+    release.set()
+    assert busy.result(10).local_state is S.COMMIT
+
+
+def test_send_failures_become_send_error(app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend) -> None:
+    started(app, registry)
+    backend.senders["order-tx"].fail_with = OSError("connection reset")
+    with pytest.raises(SendError, match="connection reset.*txmsg doctor"):
+        app.producer().send_in_transaction("orders", "x")
+    assert app.stats()["order-tx"].failed == 1
+
+
+def test_producer_lookup_errors(app: TxMsg, registry: ListenerRegistry) -> None:
+    with pytest.raises(NotStartedError, match="call app.start"):
+        app.producer()
+    started(app, registry, group="a-tx")
+    with pytest.raises(ListenerDefinitionError, match=r"no transactional listener for producer group 'b-tx' \(registered: a-tx\)"):
+        app.producer("b-tx")
+
+
+def test_default_group_from_config(registry: ListenerRegistry, backend: DoubleBackend) -> None:
+    app = TxMsg(TxMsgConfig(producer={"group": "b-tx"}), registry=registry, backend=backend)  # type: ignore[arg-type]
+    app.add_transactional_listener(Recorder(), group="a-tx")
+    app.add_transactional_listener(Recorder(), group="b-tx")
+    with app:
+        assert app.producer().group == "b-tx"
+    app2 = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend())
+    with app2, pytest.raises(ListenerDefinitionError, match="several producer groups"):
+        app2.producer()
+
+
+def test_config_overrides_decorator_executor(registry: ListenerRegistry, backend: DoubleBackend) -> None:
+    config = TxMsgConfig(listeners={"order-tx": {"max_pool_size": 20}})  # type: ignore[dict-item]
+    app = TxMsg(config, registry=registry, backend=backend)
+    app.add_transactional_listener(Recorder(), group="order-tx", executor={"core_pool_size": 1, "max_pool_size": 3})
+    with app:
+        assert app.producer().executor.config.max_pool_size == 20
+        assert backend.senders["order-tx"].check_concurrency == 20
+
+
+def test_decorated_classes_are_instantiated_by_the_factory(
+    registry: ListenerRegistry, backend: DoubleBackend
+) -> None:
+    @transactional_listener(group="order-tx", registry=registry)
+    class Needs(Recorder):
+        def __init__(self, dep: str) -> None:
+            super().__init__()
+            self.dep = dep
+
+    app = TxMsg(TxMsgConfig(), registry=registry, backend=backend)
+    with pytest.raises(ListenerDefinitionError, match="listener_factory=.*use_listener"):
+        app.start()
+    assert backend.senders == {}
+    made = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend(), listener_factory=lambda cls: cls("db"))
+    with made:
+        assert made.producer().listener.dep == "db"
+    chosen = Needs("mine")
+    used = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend())
+    used.use_listener(chosen)
+    with used:
+        assert used.producer().listener is chosen
+
+
+def test_consumers_are_subscribed_with_a_safe_handler(app: TxMsg, backend: DoubleBackend) -> None:
+    got: list[bytes] = []
+
+    @app.message_listener(topic="orders", group="points", concurrency=3)
+    def points(message: Message) -> None:
+        if message.body == b"boom":
+            raise RuntimeError("boom")
+        got.append(message.body)
+
+    app.start()
+    sub = backend.subscriptions["points"]
+    assert (sub.topic, sub.concurrency) == ("orders", 3)
+    assert sub.handler(Message(topic="orders", body=b"ok")) is True
+    assert sub.handler(Message(topic="orders", body=b"boom")) is False
+    assert got == [b"ok"]
+    app.close()
+    assert sub.stopped and backend.closed is False  # the app did not create this backend
+
+
+def test_registration_after_start_is_refused(app: TxMsg) -> None:
+    app.start()
+    with pytest.raises(ListenerDefinitionError, match="before start"):
+        app.add_transactional_listener(Recorder(), group="late-tx")
+
+
+def test_close_closes_producers_and_refuses_sends(app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend) -> None:
+    started(app, registry)
+    producer = app.producer()
+    app.close(timeout=3)
+    assert backend.senders["order-tx"].closed_with == 3
+    assert producer.executor.is_shutdown
+    with pytest.raises(ProducerClosedError, match="closed"):
+        producer.send_in_transaction("orders", "x")
+    with pytest.raises(ProducerClosedError):
+        app.start()
+
+
+def test_failed_start_closes_what_started(registry: ListenerRegistry) -> None:
+    backend = DoubleBackend()
+    app = TxMsg(TxMsgConfig(), registry=registry, backend=backend)
+    app.add_transactional_listener(Recorder(), group="a-tx")
+    app.add_transactional_listener(Recorder(), group="b-tx")
+    original = backend.create_transactional_sender
+
+    def second_fails(group: str, *a: object, **kw: object) -> object:
+        if group == "b-tx":
+            raise OSError("no route")
+        return original(group, *a, **kw)  # type: ignore[arg-type]
+
+    backend.create_transactional_sender = second_fails  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="no route"):
+        app.start()
+    assert backend.senders["a-tx"].closed_with != "open"
+
+
+def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch, registry: ListenerRegistry) -> None:
+    module = types.ModuleType("txmsg_test_backend")
+    module.Backend = DoubleBackend  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "txmsg_test_backend", module)
+    ep = EntryPoint(name="double", value="txmsg_test_backend:Backend", group="txmsg.backends")
+    monkeypatch.setattr(txmsg.app, "backend_entry_points", lambda: [ep])
+    app = TxMsg(TxMsgConfig(backend="double"), registry=registry)
+    assert isinstance(app.backend, DoubleBackend) and app.backend.config is app.config
+    app.close()
+    assert app.backend.closed  # created by the app, so closed by it
+
+
+def test_missing_backend_says_run_make_setup(registry: ListenerRegistry) -> None:
+    app = TxMsg(TxMsgConfig(backend="nope"), registry=registry)
+    with pytest.raises(BackendUnavailableError, match="no txmsg backend named 'nope'.*rocketmq.*make setup"):
+        app.start()
+    with pytest.raises(BackendUnavailableError, match="cannot be imported.*make setup"):
+        txmsg.app.load_backend_factory("no_such_module:Backend")
+
+
+def test_rocketmq_backend_is_registered() -> None:
+    assert "rocketmq" in {ep.name for ep in txmsg.app.backend_entry_points()}
+
+
+def test_send_argument_errors(app: TxMsg, registry: ListenerRegistry) -> None:
+    listener = started(app, registry)
+    producer = app.producer()
+    with pytest.raises(ValueError, match="not a valid RocketMQ topic"):
+        producer.send_in_transaction("bad topic", "x")
+    with pytest.raises(ValueError, match="check_immunity_seconds must be a positive int"):
+        producer.send_in_transaction("orders", "x", check_immunity_seconds=0)
+    with pytest.raises(TypeError, match="register_converter"):
+        producer.send_in_transaction("orders", object())
+    assert listener.executed == []  # nothing was sent, nothing ran
+
+
+def test_imperative_consumer_registration(app: TxMsg, backend: DoubleBackend) -> None:
+    def audit(message: Message) -> None: ...
+
+    assert app.add_message_listener(audit, topic="orders", group="audit", tags="paid") is audit
+    app.start()
+    assert backend.subscriptions["audit"].tags == "paid"

@@ -1,0 +1,60 @@
+"""The core over the real backend (librocketmq 2.1.0) and the embedded broker: one contract check.
+
+Everything else in tests/core uses the test double; this makes sure the double's shape matches
+the real thing: arg by closure, UNKNOW at send then a check-back on the listener's executor,
+a consumer receiving both messages with the same transaction key.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from txmsg import ListenerRegistry, Message, TxMsg, TxMsgConfig
+from txmsg import LocalTransactionState as S
+
+pytest.importorskip("txmsg_rocketmq")
+
+
+def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
+    registry = ListenerRegistry()
+    config = TxMsgConfig(
+        name_server=txmsg_broker.namesrv_addr,
+        client_log_dir=os.environ.get("ROCKETMQ_CLIENT_LOG_DIR", "var/rocketmq-client"),
+    )
+    app = TxMsg(config, registry=registry)
+    marker = object()
+    seen_args: list[object] = []
+    checks: list[tuple[str | None, str]] = []
+    consumed: list[tuple[bytes, str | None]] = []
+
+    @app.transactional_listener(group="core-e2e-tx", topics=["CoreE2E"], executor={"core_pool_size": 1, "max_pool_size": 2})
+    class Listener:
+        def execute_local(self, message: Message, arg: object) -> S:
+            seen_args.append(arg)
+            return S.UNKNOW if message.body == b"later" else S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            checks.append((message.transaction_key, threading.current_thread().name))
+            return S.COMMIT
+
+    @app.message_listener(topic="CoreE2E", group="core-e2e-consumer")
+    def consume(message: Message) -> None:
+        consumed.append((message.body, message.transaction_key))
+
+    with app:
+        producer = app.producer()
+        now = producer.send_in_transaction("CoreE2E", b"now", arg=marker)
+        later = producer.send_in_transaction("CoreE2E", b"later", arg=marker)
+        assert (now.local_state, later.local_state) == (S.COMMIT, S.UNKNOW)
+        assert seen_args == [marker, marker]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(consumed) < 2:
+            time.sleep(0.05)
+    assert sorted(consumed) == sorted([(b"now", now.transaction_key), (b"later", later.transaction_key)])
+    assert checks and checks[0][0] == later.transaction_key
+    assert checks[0][1].startswith("txmsg-core-e2e-tx")

@@ -1,0 +1,56 @@
+"""Shared fixtures: ONE SparkSession for the whole test session (start-up costs ~10 s)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from txmsg_health import generate, job  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_LOGS = REPO.parent / "shared" / "logs" / "real-broker-4.9.8"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    session = job.build_session(
+        "local[2]",
+        {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+         "spark.driver.memory": "1g"},
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def real_logs() -> Path:
+    if not REAL_LOGS.is_dir():
+        pytest.skip(f"real broker logs not found at {REAL_LOGS}")
+    return REAL_LOGS
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, generate.Manifest]:
+    out = tmp_path_factory.mktemp("genlogs") / "logs"
+    man = generate.generate(str(out), 120_000, seed=11, layout="brokers", gz=True)
+    return out, man
+
+
+@pytest.fixture(scope="session")
+def generated_result(spark: object, generated: tuple[Path, generate.Manifest],
+                     tmp_path_factory: pytest.TempPathFactory) -> job.JobResult:
+    logs, _ = generated
+    out = tmp_path_factory.mktemp("genout")
+    return job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(out)))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    p = Path(os.environ.get("TXMSG_ARTIFACTS", "artifacts")).resolve()
+    p.mkdir(parents=True, exist_ok=True)
+    return p

@@ -1,0 +1,152 @@
+"""Generated logs: the planted UNKNOW-heavy groups are flagged, no others; every count agrees
+with an independent scan; rules, inputs and bad lines behave as documented."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from txmsg_health import generate, job
+from txmsg_health.inputs import HealthInputError
+from txmsg_health.rules import Thresholds
+
+from tests.health.reference import scan
+
+
+def test_flags_exactly_the_planted_groups(generated: tuple[Path, generate.Manifest],
+                                          generated_result: job.JobResult) -> None:
+    _, man = generated
+    s = generated_result.summary
+    assert sorted(s["flagged"]) == man.planted
+    assert len(s["groups"]) >= 200
+    for g in man.planted:
+        assert s["groups"][g]["reasons"], g
+    # each planted profile trips the rule it was built for
+    reasons = " ".join(r for g in man.planted for r in s["groups"][g]["reasons"])
+    for rule in ("unknown_share", "unknown_rate", "discards", "checks_per_transaction"):
+        assert rule + ":" in reasons
+
+
+def test_counts_match_independent_scan(generated: tuple[Path, generate.Manifest],
+                                       generated_result: job.JobResult) -> None:
+    logs, man = generated
+    s = generated_result.summary
+    ref = scan([str(logs)])
+    assert s["lines"]["total"] == ref.total_lines == man.lines
+    assert s["lines"]["bad"] == ref.bad > 0
+    for g, c in ref.groups.items():
+        got = s["groups"][g]
+        for k in ("unknown", "rollback", "check_unknown", "check_rollback", "check_commit",
+                  "checks", "discarded"):
+            assert got[k] == c[k], (g, k)
+        assert got["commit"] == ref.commit(g), g
+        assert got["transactions_with_unknown"] == len(ref.unknown_ids[g]), g
+    for g in man.legacy_groups:
+        assert s["groups"][g]["no_channel"] == ref.groups[g]["no_channel_txlog"] > 0
+        assert not s["groups"][g]["flagged"]
+
+
+def test_parquet_windows_add_up(spark: object, generated_result: job.JobResult) -> None:
+    s = generated_result.summary
+    df = spark.read.parquet(s["parquet"])  # type: ignore[attr-defined]
+    rows = df.groupBy("group").sum("unknown", "checks", "discarded").collect()
+    assert len(rows) == len(s["groups"])
+    for r in rows:
+        g = s["groups"][r["group"]]
+        assert (r["sum(unknown)"], r["sum(checks)"], r["sum(discarded)"]) == (
+            g["unknown"], g["checks"], g["discarded"])
+    first = df.orderBy("window_start").first()
+    # broker time is UTC+8: the generator starts at 10:00 broker time = 02:00 UTC
+    assert first["window_start"].strftime("%H:%M") == "02:00"
+
+
+def test_thresholds_are_configurable(spark: object, generated: tuple[Path, generate.Manifest],
+                                     tmp_path: Path) -> None:
+    logs, man = generated
+    lax = Thresholds(max_unknown_share=0.9, max_unknown_per_minute=1e9, max_discards=10**9,
+                     max_checks_per_transaction=100)
+    r = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path), thresholds=lax,  # type: ignore[arg-type]
+                                     dashboard=False))
+    assert r.summary["flagged"] == []
+    strict = Thresholds(max_no_channel=0, max_unknown_share=0.9, max_unknown_per_minute=1e9,
+                        max_discards=10**9, max_checks_per_transaction=100)
+    r = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path), thresholds=strict,  # type: ignore[arg-type]
+                                     dashboard=False))
+    assert sorted(r.summary["flagged"]) == sorted(man.legacy_groups)
+
+
+def test_defaults_flag_40_percent_and_not_1_percent() -> None:
+    from txmsg_health.rules import evaluate
+
+    t = Thresholds()
+    base = {"unknown_per_minute": 0.0, "discarded": 0, "checks_per_transaction": 1.0}
+    assert evaluate({**base, "unknown_share": 0.40, "transactions": 500}, t)
+    assert not evaluate({**base, "unknown_share": 0.01, "transactions": 500}, t)
+
+
+def test_globs_gz_and_mixed_inputs(spark: object, generated: tuple[Path, generate.Manifest],
+                                   tmp_path: Path) -> None:
+    logs, _ = generated
+    gz = sorted(glob.glob(str(logs / "*" / "otherdays" / "*.gz")))
+    assert gz
+    with gzip.open(gz[0], "rt") as f:
+        n_gz = sum(1 for _ in f)
+    r = job.run(spark, job.JobConfig(inputs=[gz[0]], out=str(tmp_path / "a"), dashboard=False))  # type: ignore[arg-type]
+    assert r.summary["lines"]["total"] == n_gz
+    r = job.run(spark, job.JobConfig(inputs=[str(logs / "*" / "otherdays" / "*.log.gz")],  # type: ignore[arg-type]
+                                     out=str(tmp_path / "b"), dashboard=False))
+    with_all = sum(sum(1 for _ in gzip.open(p, "rt")) for p in gz)
+    assert r.summary["lines"]["total"] == with_all
+
+
+def test_bad_input_is_counted_not_fatal(spark: object, tmp_path: Path) -> None:
+    good = ("2026-11-22 18:12:04 WARN EndTransactionThread_1 - The producer[127.0.0.1:54012] end "
+            "transaction in sending message,  and it's pending status.RequestHeader: "
+            "EndTransactionRequestHeader{producerGroup='pg_a', tranStateTableOffset=0, commitLogOffset=0, "
+            "commitOrRollback=0, fromTransactionCheck=false, msgId='7F00000100000001', "
+            "transactionId='', bname='null'} Remark: ")
+    lines = [
+        good,
+        good[: good.index("msgId")],  # truncated inside the header
+        good.replace("commitOrRollback=0", "commitOrRollback=99"),  # impossible state
+        "\x00\x01\x02 binary \xff junk",
+        "",
+        "2026-11-22 18:12:0",  # cut timestamp
+        good.replace("producerGroup='pg_a'", "producerGroup=''"),
+    ]
+    p = tmp_path / "transaction.log"
+    p.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogateescape"))
+    s = job.run(spark, job.JobConfig(inputs=[str(p)], out=str(tmp_path / "o"))).summary  # type: ignore[arg-type]
+    assert s["lines"]["total"] == len(lines)
+    assert s["lines"]["bad"] == 3
+    assert s["groups"]["pg_a"]["unknown"] == 1
+    assert s["groups"]["pg_a"]["bad_lines"] == 2
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["lines"]["bad"] == 3
+
+
+def test_empty_and_missing_input_say_what_to_do(spark: object, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "transaction.log").write_text("")
+    with pytest.raises(HealthInputError, match="empty"):
+        job.run(spark, job.JobConfig(inputs=[str(empty)], out=str(tmp_path / "o")))  # type: ignore[arg-type]
+    with pytest.raises(HealthInputError, match="no such file"):
+        job.run(spark, job.JobConfig(inputs=[str(tmp_path / "nope.log")], out=str(tmp_path / "o")))  # type: ignore[arg-type]
+    with pytest.raises(HealthInputError, match="matches no file"):
+        job.run(spark, job.JobConfig(inputs=[str(tmp_path / "*.gz")], out=str(tmp_path / "o")))  # type: ignore[arg-type]
+
+
+def test_time_zone_option_parses_offsets() -> None:
+    from datetime import timedelta
+
+    from txmsg_health.inputs import parse_tz
+
+    assert parse_tz("+08:00").utcoffset(None) == timedelta(hours=8)
+    assert parse_tz("UTC+8").utcoffset(None) == timedelta(hours=8)
+    assert parse_tz("-0530").utcoffset(None) == -timedelta(hours=5, minutes=30)
+    assert parse_tz("Z").utcoffset(None) == timedelta(0)
+    with pytest.raises(HealthInputError, match="offset"):
+        parse_tz("Asia/Shanghai")

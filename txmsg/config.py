@@ -1,0 +1,278 @@
+"""Configuration: Spring-like keys from a TOML file and ``TXMSG_*`` environment variables.
+
+Precedence, lowest first: defaults, the TOML file, environment variables.  The file is the
+``path`` argument, else ``$TXMSG_CONFIG``, else ``./txmsg.toml`` when it exists.
+
+Environment variables map onto keys with ``__`` as the nesting separator, case-insensitively::
+
+    TXMSG_NAME_SERVER=10.0.0.5:9876               -> name_server
+    TXMSG_PRODUCER__GROUP=order-tx                -> producer.group
+    TXMSG_LISTENERS__ORDER_TX__MAX_POOL_SIZE=32   -> listeners.order_tx.max_pool_size
+
+(In environment variable names a group's ``-`` is written ``_``; the override is matched to the
+group either way.)  The ``TXMSG_`` prefix is shared with tooling (``TXMSG_ARTIFACTS``,
+``TXMSG_TEST_PG_URL``...), so a flat variable that is no configuration key is ignored unless it
+looks like a misspelt key (``TXMSG_NAMESERVER``), which is an error.  Every unknown key in the
+file, every unknown key below a section in the environment, and every bad value raises
+:class:`~txmsg.errors.ConfigError` naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from txmsg.errors import ConfigError
+from txmsg.executor import ExecutorConfig, RejectionPolicy
+
+ENV_PREFIX = "TXMSG_"
+CONFIG_ENV = "TXMSG_CONFIG"
+DEFAULT_FILE = "txmsg.toml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProducerSettings(_Section):
+    """``[producer]``: ``group`` is the default group of ``TxMsg.producer()``."""
+
+    group: str | None = None
+
+
+class ListenerSettings(_Section):
+    """``[listeners.<group>]``: executor settings that override the decorator's."""
+
+    core_pool_size: int | None = Field(default=None, ge=0)
+    max_pool_size: int | None = Field(default=None, ge=1)
+    keep_alive: float | None = Field(default=None, ge=0.0)
+    queue_capacity: int | None = Field(default=None, ge=0)
+    rejection: RejectionPolicy | None = None
+
+    def apply(self, base: ExecutorConfig) -> ExecutorConfig:
+        """``base`` with the fields set here replaced (validated again as a whole)."""
+        merged = base.model_dump() | self.model_dump(exclude_none=True)
+        return ExecutorConfig(**merged)
+
+
+class ConsumerSettings(_Section):
+    """``[consumers.<group>]``: overrides of a ``@message_listener``'s settings."""
+
+    concurrency: int | None = Field(default=None, ge=1)
+    max_reconsume: int | None = Field(default=None, ge=0)
+
+
+class SqlAlchemySettings(_Section):
+    """``[sqlalchemy]``: the business database (used by the samples and ``txmsg.sqla``)."""
+
+    url: str | None = None
+
+
+class TxMsgConfig(_Section):
+    """Typed, validated configuration of a :class:`txmsg.TxMsg` application."""
+
+    name_server: str = Field(default="127.0.0.1:9876", min_length=1)
+    """RocketMQ name server(s), ``host:port[;host:port]``."""
+    backend: str = Field(default="rocketmq", min_length=1)
+    """Entry point name in group ``txmsg.backends``, or ``module:attribute``."""
+    send_timeout_ms: int = Field(default=3000, gt=0)
+    client_log_dir: str = "var/rocketmq-client"
+    """Where the native client writes its logs (instead of ``~/logs/rocketmq-cpp``)."""
+    instance_prefix: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    max_instances_per_group: int | None = Field(default=None, ge=1)
+    check_wait_timeout: float = Field(default=60.0, gt=0)
+    """Seconds a check-back waits for ``check_local`` before answering UNKNOW."""
+    close_timeout: float = Field(default=30.0, ge=0)
+    producer: ProducerSettings = Field(default_factory=ProducerSettings)
+    listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
+    consumers: dict[str, ConsumerSettings] = Field(default_factory=dict)
+    sqlalchemy: SqlAlchemySettings = Field(default_factory=SqlAlchemySettings)
+
+    def listener_settings(self, group: str) -> ListenerSettings | None:
+        """Overrides for ``group``, matching ``-`` and ``_`` alike (environment names)."""
+        found: ListenerSettings | None = _by_group(self.listeners, group)
+        return found
+
+    def consumer_settings(self, group: str) -> ConsumerSettings | None:
+        found: ConsumerSettings | None = _by_group(self.consumers, group)
+        return found
+
+
+def _norm(group: str) -> str:
+    return group.lower().replace("-", "_")
+
+
+def _by_group(table: Mapping[str, Any], group: str) -> Any:
+    if group in table:
+        return table[group]
+    for key, value in table.items():
+        if _norm(key) == _norm(group):
+            return value
+    return None
+
+
+@dataclass
+class ConfigSources:
+    """Where each setting came from (shown by ``txmsg doctor``)."""
+
+    file: Path | None = None
+    keys: dict[str, str] = field(default_factory=dict)
+    """dotted key -> ``file <path>`` or the environment variable name."""
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out |= _flatten(value, dotted + ".")
+        else:
+            out[dotted] = value
+    return out
+
+
+def _set(data: dict[str, Any], path: list[str], value: Any) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            child = node[part] = {}
+        node = child
+    node[path[-1]] = value
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {path} does not exist; create it or unset {CONFIG_ENV}", key=CONFIG_ENV
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}", key=str(path)) from exc
+
+
+_MAPPED_SECTIONS = ("listeners", "consumers")
+
+
+def _env_overrides(
+    env: Mapping[str, str], sources: ConfigSources, file_data: Mapping[str, Any]
+) -> dict[str, Any]:
+    fields = TxMsgConfig.model_fields
+    flat_names = [n.upper() for n in fields]
+    data: dict[str, Any] = {}
+    for name in sorted(env):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV:
+            continue
+        path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        if path[0] not in fields:
+            close = difflib.get_close_matches(path[0].upper(), flat_names, n=1, cutoff=0.85)
+            if close:
+                raise ConfigError(
+                    f"environment variable {name} is not a txmsg setting; did you mean "
+                    f"{ENV_PREFIX}{close[0]}?",
+                    key=name,
+                )
+            continue  # tooling variable sharing the prefix
+        if path[0] in _MAPPED_SECTIONS and len(path) != 3:
+            raise ConfigError(
+                f"environment variable {name}: write {ENV_PREFIX}{path[0].upper()}__<GROUP>__<KEY>",
+                key=name,
+            )
+        if path[0] in _MAPPED_SECTIONS:  # ORDER_TX in env is the file's "order-tx"
+            section = file_data.get(path[0])
+            if isinstance(section, Mapping):
+                path[1] = next((k for k in section if _norm(k) == _norm(path[1])), path[1])
+        _set(data, path, env[name])
+        sources.keys[".".join(path)] = name
+    return data
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _error_from(exc: ValidationError, sources: ConfigSources) -> ConfigError:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"])
+    origin = sources.keys.get(key)
+    where = f" (from {origin})" if origin else ""
+    if first["type"] == "extra_forbidden":
+        section, _, leaf = key.rpartition(".")
+        known = _known_keys(section.split(".") if section else [])
+        hint = difflib.get_close_matches(leaf, known, n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known keys: {', '.join(known)}"
+        return ConfigError(f"unknown config key {key!r}{where}{suggestion}", key=key)
+    total = exc.error_count()
+    more = f" (and {total - 1} more problem(s))" if total > 1 else ""
+    return ConfigError(
+        f"bad value for config key {key!r}{where}: {first['msg']} (got {first.get('input')!r}){more}",
+        key=key,
+    )
+
+
+def _known_keys(parts: list[str]) -> list[str]:
+    """The keys allowed below the dotted section ``parts`` (for "did you mean")."""
+    model: Any = TxMsgConfig
+    skip_group = False
+    for part in parts:
+        if skip_group:  # a group name inside listeners/consumers
+            skip_group = False
+            continue
+        info = getattr(model, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", None)
+        if getattr(annotation, "__origin__", None) is dict and args:
+            model, skip_group = args[1], True
+        else:
+            model = annotation
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def resolve_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[TxMsgConfig, ConfigSources]:
+    """Like :func:`load_config`, and also report where each setting came from."""
+    env = os.environ if env is None else env
+    sources = ConfigSources()
+    if path is None and env.get(CONFIG_ENV):
+        path = env[CONFIG_ENV]
+    if path is None and Path(DEFAULT_FILE).is_file():
+        path = DEFAULT_FILE
+    data: dict[str, Any] = {}
+    if path is not None:
+        sources.file = Path(path)
+        data = _read_file(sources.file)
+        for key in _flatten(data):
+            sources.keys[key] = f"file {sources.file}"
+    data = _merge(data, _env_overrides(env, sources, data))
+    try:
+        return TxMsgConfig.model_validate(data), sources
+    except ValidationError as exc:
+        raise _error_from(exc, sources) from None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> TxMsgConfig:
+    """Read the configuration (see the module docstring); raise :class:`ConfigError` naming the
+    key on an unknown key or a bad value."""
+    return resolve_config(path, env)[0]

@@ -1,0 +1,192 @@
+"""Check-backs: from a backend's native thread to the listener's executor and back.
+
+The C++ client delivers all check-backs of one client instance on one native thread, and the
+broker re-sends a check for a transaction that is still unresolved.  The dispatcher therefore
+(1) runs ``check_local`` on the listener's :class:`~txmsg.executor.TxExecutor` (so checks of one
+group can run in parallel across the backend's threads), (2) runs a check for a transaction key
+at most once at a time: a repeated check of the same key waits for the running one and returns
+its answer, and (3) never raises into the backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from txmsg.executor import RejectionPolicy, TxExecutor
+from txmsg.listener import ListenerSpec
+from txmsg.message import Message
+from txmsg.safety import run_check_local
+from txmsg.states import LocalTransactionState
+
+log = logging.getLogger("txmsg.transaction")
+
+UNKNOW = LocalTransactionState.UNKNOW
+
+
+@dataclass(frozen=True)
+class DispatchStats:
+    """Counters of one dispatcher."""
+
+    checks: int
+    """Check-backs received."""
+    deduplicated: int
+    """Check-backs answered by joining a running check of the same transaction key."""
+    rejected: int
+    """Check-backs the executor could not take (answered per the rejection policy)."""
+    timed_out: int
+    """Check-backs answered UNKNOW because check_local took longer than ``wait_timeout``."""
+    in_flight: int
+    """Transaction keys being checked right now."""
+
+
+class CheckDispatcher:
+    """Turns a backend's check-back into one ``check_local`` call on the listener's executor.
+
+    Parameters:
+        listener: the listener instance (has ``check_local(message)``).
+        spec: its :class:`~txmsg.listener.ListenerSpec` (group, for logs).
+        executor: the listener's executor; its rejection policy applies.
+        wait_timeout: how long a native thread waits for an answer before replying UNKNOW
+            (the check keeps running; the broker will ask again and join it).
+    """
+
+    def __init__(
+        self,
+        listener: Any,
+        spec: ListenerSpec,
+        executor: TxExecutor,
+        *,
+        wait_timeout: float | None = 60.0,
+    ) -> None:
+        self.listener = listener
+        self.spec = spec
+        self.executor = executor
+        self.wait_timeout = wait_timeout
+        self._lock = threading.RLock()  # RLock: done-callbacks may run inline under it
+        self._in_flight: dict[str, Future[LocalTransactionState]] = {}
+        self._checks = 0
+        self._deduplicated = 0
+        self._rejected = 0
+        self._timed_out = 0
+
+    @property
+    def check_concurrency(self) -> int:
+        """How many checks this group can run at once: what the backend should provision."""
+        return self.executor.config.max_pool_size
+
+    def handle(self, message: Message) -> LocalTransactionState:
+        """Answer one check-back; called on the backend's threads; never raises."""
+        try:
+            return self._handle(message)
+        except BaseException as exc:  # noqa: BLE001 - never into ctypes
+            log.error(
+                "group=%s key=%s: check dispatch failed: %s: %s; answering UNKNOW",
+                self.spec.group,
+                _key(message),
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
+            return UNKNOW
+
+    __call__ = handle
+
+    def _handle(self, message: Message) -> LocalTransactionState:
+        key = _key(message)
+        run_here: Future[LocalTransactionState] | None = None
+        with self._lock:
+            self._checks += 1
+            future = self._in_flight.get(key) if key else None
+            if future is not None:
+                self._deduplicated += 1
+                log.debug("group=%s key=%s: check already running; joining it", self.spec.group, key)
+            else:
+                future = self.executor.offer(run_check_local, self.listener, message, self.spec)
+                if future is None:
+                    self._rejected += 1
+                    policy = self.executor.policy
+                    if self.executor.is_shutdown or policy is not RejectionPolicy.CALLER_RUNS:
+                        self._log_rejected(key, policy)
+                        return UNKNOW
+                    run_here = future = Future()
+                if key:
+                    self._track(key, future)
+        if run_here is not None:
+            self._run_in_caller(run_here, message)
+        return self._wait(future, key)
+
+    def _track(self, key: str, future: Future[LocalTransactionState]) -> None:
+        self._in_flight[key] = future
+
+        def forget(done: Future[LocalTransactionState]) -> None:
+            with self._lock:
+                if self._in_flight.get(key) is done:
+                    del self._in_flight[key]
+
+        future.add_done_callback(forget)
+
+    def _run_in_caller(self, future: Future[LocalTransactionState], message: Message) -> None:
+        """The ``caller_runs`` policy: check on this (native) thread; joiners wait on ``future``."""
+        future.set_running_or_notify_cancel()
+        ran = self.executor.run_in_caller(run_check_local, self.listener, message, self.spec)
+        exc = ran.exception()
+        if exc is None:
+            future.set_result(ran.result())
+        else:  # run_check_local never raises; keep joiners safe anyway
+            future.set_result(UNKNOW)
+
+    def _wait(self, future: Future[LocalTransactionState], key: str | None) -> LocalTransactionState:
+        try:
+            state = future.result(timeout=self.wait_timeout)
+        except FutureTimeout:
+            with self._lock:
+                self._timed_out += 1
+            log.warning(
+                "group=%s key=%s: check_local still running after %ss; answering UNKNOW "
+                "(the broker will check again)",
+                self.spec.group,
+                key,
+                self.wait_timeout,
+            )
+            return UNKNOW
+        return state if isinstance(state, LocalTransactionState) else UNKNOW
+
+    def _log_rejected(self, key: str | None, policy: RejectionPolicy) -> None:
+        if self.executor.is_shutdown:
+            reason = "the listener's executor is shut down"
+        else:
+            cfg = self.executor.config
+            reason = (
+                f"executor saturated ({cfg.max_pool_size} threads, {cfg.queue_capacity} queued; "
+                f"policy {policy.value})"
+            )
+        log.warning(
+            "group=%s key=%s: check-back rejected: %s; answering UNKNOW so the broker checks "
+            "again later",
+            self.spec.group,
+            key,
+            reason,
+        )
+
+    def stats(self) -> DispatchStats:
+        """A snapshot of the counters."""
+        with self._lock:
+            return DispatchStats(
+                checks=self._checks,
+                deduplicated=self._deduplicated,
+                rejected=self._rejected,
+                timed_out=self._timed_out,
+                in_flight=len(self._in_flight),
+            )
+
+
+def _key(message: Message) -> str | None:
+    try:
+        return message.transaction_key
+    except Exception:  # noqa: BLE001
+        return None

@@ -1,0 +1,99 @@
+"""Exception safety: listener code never decides a transaction by accident.
+
+In the real C++ client an exception escaping a ctypes callback leaves the return value
+unwritten, which the native side can read as COMMIT (facts §3 (b)).  So every call into user
+code that answers a transaction goes through these functions: an exception, or a return value
+that is not a :class:`LocalTransactionState`, becomes a safe state, is logged with the group and
+the transaction key on the ``txmsg.transaction`` logger, and never propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from txmsg.message import Message
+from txmsg.states import LocalTransactionState
+
+log = logging.getLogger("txmsg.transaction")
+
+
+class SpecLike(Protocol):
+    """The parts of a listener spec the safety functions need."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def execute_exception_state(self) -> LocalTransactionState: ...
+
+
+def _key(message: Message) -> str | None:
+    try:
+        return message.transaction_key
+    except Exception:  # noqa: BLE001 - a broken message must not break the answer
+        return None
+
+
+def _checked(
+    value: object, phase: str, spec: SpecLike, message: Message, fallback: LocalTransactionState
+) -> LocalTransactionState:
+    if isinstance(value, LocalTransactionState):
+        return value
+    log.error(
+        "group=%s key=%s topic=%s: %s returned %r, not a LocalTransactionState; answering %s. "
+        "Return LocalTransactionState.COMMIT, ROLLBACK or UNKNOW.",
+        spec.group,
+        _key(message),
+        getattr(message, "topic", None),
+        phase,
+        value,
+        fallback.name,
+    )
+    return fallback
+
+
+def run_execute_local(
+    listener: Any, message: Message, arg: object, spec: SpecLike
+) -> LocalTransactionState:
+    """Call ``listener.execute_local(message, arg)``; never raises.
+
+    An exception or an invalid return answers ``spec.execute_exception_state`` (UNKNOW by
+    default, ROLLBACK when configured).
+    """
+    fallback = spec.execute_exception_state
+    try:
+        value = listener.execute_local(message, arg)
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into a backend
+        log.error(
+            "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
+            spec.group,
+            _key(message),
+            getattr(message, "topic", None),
+            type(exc).__name__,
+            exc,
+            fallback.name,
+            exc_info=True,
+        )
+        return fallback
+    return _checked(value, "execute_local", spec, message, fallback)
+
+
+def run_check_local(listener: Any, message: Message, spec: SpecLike) -> LocalTransactionState:
+    """Call ``listener.check_local(message)``; never raises.  Failures answer UNKNOW, so the
+    broker asks again later instead of acting on a guess."""
+    fallback = LocalTransactionState.UNKNOW
+    try:
+        value = listener.check_local(message)
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape into a backend
+        log.error(
+            "group=%s key=%s topic=%s: check_local raised %s: %s; answering UNKNOW",
+            spec.group,
+            _key(message),
+            getattr(message, "topic", None),
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
+        return fallback
+    return _checked(value, "check_local", spec, message, fallback)

@@ -1,0 +1,137 @@
+"""Engines configured for what transactional messages need from a database.
+
+Why a helper at all: the record-backed check and the idempotent consumer are only correct when
+concurrent transactions behave predictably, and both SQLite and PostgreSQL need a setting or two
+for that.
+
+SQLite (the default)
+    * ``journal_mode=WAL``: readers (check-backs) never block the writer and see the last committed
+      state, so a check during a running business transaction reads the in-flight marker.
+    * ``busy_timeout``: a writer waits for the single write lock instead of failing at once.
+    * ``BEGIN IMMEDIATE`` for every transaction (pysqlite's own implicit BEGIN is switched off):
+      a deferred transaction that reads and then writes can fail with ``SQLITE_BUSY_SNAPSHOT``
+      without ever consulting the busy timeout; taking the write lock up front turns that into a
+      plain wait.  Read-only work can ask for ``BEGIN DEFERRED`` with the execution option
+      ``{SQLITE_BEGIN_OPTION: "DEFERRED"}`` (see :func:`read_only`).  Consequence: keep slow
+      calls (a payment gateway ...) *before* the first statement of a business transaction, or the
+      write lock is held for their duration.
+
+PostgreSQL (psycopg 3, ``postgresql+psycopg://``)
+    * ``READ COMMITTED`` (the server default) is all the layer needs: records and dedup rows are
+      guarded by primary keys and conditional ``UPDATE ... WHERE state = 'IN_FLIGHT'`` statements,
+      which PostgreSQL re-evaluates after waiting for a concurrent writer.  ``REPEATABLE READ`` or
+      ``SERIALIZABLE`` also work but may raise serialization failures that the caller must retry
+      (the framework turns an exception in ``execute_local`` into ROLLBACK or UNKNOW, and in a
+      consumer into a redelivery, so nothing is lost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, event
+from sqlalchemy import create_engine as _sa_create_engine
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BEGIN_OPTION = "txmsg_sqlite_begin"
+"""Connection execution option naming the SQLite BEGIN flavour (DEFERRED/IMMEDIATE/EXCLUSIVE)."""
+
+_BEGIN_MODES = ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")
+
+SessionFactory = Callable[[], Session]
+"""Anything that returns a new :class:`~sqlalchemy.orm.Session` (a ``sessionmaker`` is one)."""
+
+
+def create_engine(
+    url: str | URL,
+    *,
+    sqlite_busy_timeout_ms: int = 30_000,
+    sqlite_begin: str = "IMMEDIATE",
+    sqlite_synchronous: str = "NORMAL",
+    **kwargs: Any,
+) -> Engine:
+    """Create an engine tuned as the module docstring explains.
+
+    ``url`` is any SQLAlchemy URL; for a SQLite file its folder is created.  Extra keyword
+    arguments go to :func:`sqlalchemy.create_engine`.
+    """
+    sa_url = make_url(url)
+    if sa_url.get_backend_name() == "postgresql" and sa_url.drivername == "postgresql":
+        # psycopg 3 is the driver the project installs; psycopg2 usually is not.
+        sa_url = sa_url.set(drivername="postgresql+psycopg")
+    if sa_url.get_backend_name() != "sqlite":
+        kwargs.setdefault("pool_pre_ping", True)
+        return _sa_create_engine(sa_url, **kwargs)
+
+    mode = sqlite_begin.upper()
+    if mode not in _BEGIN_MODES:
+        raise ValueError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
+    database = sa_url.database or ""
+    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
+    if not in_memory:
+        Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
+    connect_args.setdefault("check_same_thread", False)
+    connect_args.setdefault("timeout", sqlite_busy_timeout_ms / 1000.0)
+    if not in_memory:
+        # SQLite connections are cheap, and listeners, check-backs and consumers all hold one
+        # briefly: a larger pool avoids threads queueing for a connection behind the write lock.
+        kwargs.setdefault("pool_size", 20)
+        kwargs.setdefault("max_overflow", 40)
+    engine = _sa_create_engine(sa_url, connect_args=connect_args, **kwargs)
+    _install_sqlite_hooks(engine, mode, sqlite_busy_timeout_ms, sqlite_synchronous, in_memory)
+    return engine
+
+
+def _install_sqlite_hooks(
+    engine: Engine, mode: str, busy_timeout_ms: int, synchronous: str, in_memory: bool
+) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Stop pysqlite from issuing its own (deferred) BEGIN; _on_begin below emits ours.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not in_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        chosen = str(options.get(SQLITE_BEGIN_OPTION, mode)).upper()
+        if chosen not in _BEGIN_MODES:
+            chosen = mode
+        conn.exec_driver_sql(f"BEGIN {chosen}")
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """A ``sessionmaker`` whose objects stay readable after commit (``expire_on_commit=False``),
+    which is what handlers that return data from a finished transaction expect."""
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+def read_only(session: Session) -> None:
+    """Ask for a non-locking transaction on SQLite (``BEGIN DEFERRED``); no-op elsewhere.
+
+    Call it first thing in a fresh session, before any query.
+    """
+    session.connection(execution_options={SQLITE_BEGIN_OPTION: "DEFERRED"})
+
+
+def is_sqlite(session_or_engine: Session | Engine) -> bool:
+    bind = (
+        session_or_engine.get_bind()
+        if isinstance(session_or_engine, Session)
+        else session_or_engine
+    )
+    return bind.dialect.name == "sqlite"

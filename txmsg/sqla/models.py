@@ -1,0 +1,153 @@
+"""Tables the SQLAlchemy layer keeps next to the application's own tables.
+
+They live on their own ``MetaData`` (:data:`metadata`) so an application with its own declarative
+base creates them with :func:`create_tables` (or adds ``txmsg.sqla.models.metadata`` to its
+Alembic ``target_metadata``).  They must be in the *same database* as the business tables: the
+point is that the record and the business change commit in one transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Dialect,
+    Engine,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC timestamps on every database.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so values are stored as UTC and
+    given their zone back when read.  Naive datetimes are refused: they are the classic source of
+    "older than the grace period" bugs.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("txmsg timestamps must be timezone-aware (use datetime.now(UTC))")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class RecordState(enum.StrEnum):
+    """State of a transaction record.
+
+    ``IN_FLIGHT``: the local transaction has started and not finished (written in its own short
+    transaction before the business transaction).  ``COMMITTED``: written in the business
+    transaction itself, so it exists exactly when the business change does.  ``ROLLED_BACK``: a
+    marker written after a rollback, or by a check that gave up on a missing/stale transaction;
+    it fences any late attempt to commit the same transaction key.
+    """
+
+    IN_FLIGHT = "IN_FLIGHT"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+
+
+class TxMsgBase(DeclarativeBase):
+    metadata = metadata
+
+
+class TransactionRecord(TxMsgBase):
+    """One row per transactional message; the key is the message's ``UNIQ_KEY``.
+
+    The check query is a primary-key lookup; retention scans ``updated_at`` through its index.
+    """
+
+    __tablename__ = "txmsg_transaction_record"
+
+    transaction_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    producer_group: Mapped[str] = mapped_column(String(255))
+    topic: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    keys: Mapped[str | None] = mapped_column(String(255), default=None)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    __table_args__ = (
+        Index(None, "updated_at"),
+        Index(None, "producer_group", "state"),
+    )
+
+
+class TransactionRecordArchive(TxMsgBase):
+    """Where retention moves old records when asked to archive instead of delete."""
+
+    __tablename__ = "txmsg_transaction_record_archive"
+
+    transaction_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    producer_group: Mapped[str] = mapped_column(String(255))
+    topic: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    keys: Mapped[str | None] = mapped_column(String(255), default=None)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    archived_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ConsumedMessage(TxMsgBase):
+    """Dedup table of idempotent consumers: a row means "this group already applied this message".
+
+    Inserted in the same transaction as the handler's effects, so it exists exactly when they do.
+    """
+
+    __tablename__ = "txmsg_consumed_message"
+
+    consumer_group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    message_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(255))
+    message_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    consumed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    __table_args__ = (Index(None, "consumed_at"),)
+
+
+class ConsumeStat(TxMsgBase):
+    """Per consumer group and topic: duplicates absorbed (applied ones are the dedup rows)."""
+
+    __tablename__ = "txmsg_consume_stat"
+
+    consumer_group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(255), primary_key=True)
+    duplicates: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+def create_tables(engine: Engine) -> None:
+    """Create the txmsg tables that do not exist yet (idempotent)."""
+    metadata.create_all(engine)
