@@ -4,6 +4,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export TXMSG_ARTIFACTS=${TXMSG_ARTIFACTS:-$PWD/artifacts}
 mkdir -p "$TXMSG_ARTIFACTS"
+if [ -z "${TXMSG_TEST_PG_URL:-}" ]; then
+  TXMSG_TEST_PG_URL=$(bash scripts/pg.sh) || { echo "PostgreSQL test server failed to start" >&2; exit 1; }
+  export TXMSG_TEST_PG_URL
+fi
 .venv/bin/ruff check txmsg plugins spark samples benchmarks tests || exit 1
 .venv/bin/mypy || exit 1
 .venv/bin/python -m pytest "$@"
