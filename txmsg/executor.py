@@ -13,7 +13,7 @@ configure listeners the Java way (rocketmq-spring's ``corePoolSize``/``maximumPo
    submitting thread, ``unknow`` answers ``LocalTransactionState.UNKNOW`` (the broker asks again
    later, which is the right back-pressure for a check-back).
 
-Defaults (4 / 16 / 60 s / 256, ``unknow``) avoid rocketmq-spring's 1 / 1 / queue 2000, where one
+Defaults (8 / 16 / 60 s / 256, ``unknow``) avoid rocketmq-spring's 1 / 1 / queue 2000, where one
 slow check stalls every other check of the group behind it.
 
 Written on ``threading`` primitives: one lock guards the queue, the worker set and the figures.
@@ -59,7 +59,7 @@ class ExecutorConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    core_pool_size: int = Field(default=4, ge=0)
+    core_pool_size: int = Field(default=8, ge=0)
     max_pool_size: int = Field(default=16, ge=1)
     keep_alive: float = Field(default=60.0, ge=0.0)
     queue_capacity: int = Field(default=256, ge=0)

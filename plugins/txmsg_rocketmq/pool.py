@@ -259,6 +259,8 @@ class ProducerInstance:
 
     def first_send_to(self, topic: str) -> bool:
         """True exactly once per topic (the instance then knows that topic's brokers)."""
+        if topic in self._topics_seen:  # fast path without the lock (set reads are atomic)
+            return False
         with self._topics_lock:
             if topic in self._topics_seen:
                 return False

@@ -103,6 +103,14 @@ def test_orderly_consumer_gets_each_queue_in_order(txmsg_broker):
             seen.setdefault(key, []).append(int(seq))
         return ConsumeStatus.CONSUME_SUCCESS
 
+    # Create the topic up front: an orderly send does not retry route discovery, so a topic
+    # that is only auto-created by the first send races the client's route cache.
+    from click.testing import CliRunner
+    from txmsg_broker.cli import topic as topic_cli
+
+    created = CliRunner().invoke(topic_cli, ["create", topic, "--namesrv", txmsg_broker.namesrv_addr])
+    assert created.exit_code == 0, created.output
+
     producer = Producer(unique("PG"), orderly=True)
     set_producer_instance_name(producer, unique("inst"))
     producer.set_name_server_address(txmsg_broker.namesrv_addr)
