@@ -1,0 +1,93 @@
+"""Run every benchmark with a small default size and print one table of results.
+
+``python -m benchmarks`` (or ``txmsg bench``).  Each script runs in its own process (they start
+brokers, Spark sessions and native clients) and ends with a ``RESULT <name> ... ratio=<x>`` line;
+this runner collects those lines next to each benchmark's goal.  Ratios are measured within one
+run of each script, because this machine is noisy; compare nothing across runs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class Bench:
+    module: str
+    goal: str
+    small: tuple[str, ...]
+    full: tuple[str, ...] = ()
+
+
+BENCHES: tuple[Bench, ...] = (
+    Bench("broker_throughput", "ours/real RocketMQ 4.9.8 msgs/s >= 1.0",
+          ("--seconds", "2"), ("--seconds", "5")),
+    Bench("send_overhead", "txmsg/raw send_in_transaction >= 0.9",
+          ("--seconds", "1", "--rounds", "2"), ()),
+    Bench("check_scaling", "check-backs/s / (N/0.1 s) >= 0.9, no duplicates",
+          ("--transactions", "64", "--ns", "1,4,16"), ()),
+    Bench("health_vs_duckdb", "warm Spark <= 1.5x DuckDB, process <= 3x, counts equal",
+          ("--lines", "300000", "--runs", "1"), ()),
+)
+
+
+def _result_line(output: str) -> str | None:
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    return lines[-1] if lines else None
+
+
+def _ratio(result: str | None) -> str:
+    if not result:
+        return "-"
+    for token in result.split():
+        if token.startswith("ratio="):
+            return token.removeprefix("ratio=")
+    return "-"
+
+
+@click.command("bench")
+@click.option("--full", is_flag=True, help="use each script's own (README-sized) defaults")
+@click.option("--only", multiple=True, help="run only these benchmarks (repeatable)")
+@click.option("--timeout", default=1800.0, show_default=True, help="per-benchmark limit in seconds")
+def bench_command(full: bool, only: tuple[str, ...], timeout: float) -> None:
+    """Run every benchmark script and print one table of RESULT lines with their goals."""
+    console = Console()
+    table = Table(title="txmsg benchmarks (ratios measured within one run)")
+    for column in ("benchmark", "goal", "ratio", "seconds", "RESULT line"):
+        table.add_column(column, overflow="fold")
+    failed = False
+    for bench in BENCHES:
+        if only and bench.module not in only:
+            continue
+        args = bench.full if full else bench.small
+        console.print(f"[bold]running[/] benchmarks.{bench.module} {' '.join(args)}")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", f"benchmarks.{bench.module}", *args],
+                capture_output=True, text=True, timeout=timeout,
+            )
+            output, code = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired:
+            output, code = "", -1
+        result = _result_line(output)
+        if code != 0 or result is None:
+            failed = True
+            tail = "\n".join(output.splitlines()[-5:])
+            result = f"(exit {code}, no RESULT line) {tail}"
+        table.add_row(bench.module, bench.goal, _ratio(result), f"{time.monotonic() - started:.0f}",
+                      result)
+    console.print(table)
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    bench_command()
