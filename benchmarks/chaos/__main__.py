@@ -1,0 +1,4 @@
+from benchmarks.chaos.cli import chaos_command
+
+if __name__ == "__main__":
+    chaos_command()

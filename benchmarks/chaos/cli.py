@@ -1,0 +1,163 @@
+"""``txmsg chaos`` / ``python -m benchmarks.chaos``: run the monkey, print the table, exit 1 on
+any violation."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.chaos.run import ChaosResult, ChaosRun, RunOptions
+from benchmarks.chaos.settings import ChaosSettings
+
+MODES = {
+    # strikes, interval between strikes (s), restart pause (s), producers, consumers per service
+    "short": (20, (2.0, 5.0), (0.5, 2.0), 2, 2),
+    "long": (100, (3.0, 8.0), (0.5, 3.0), 3, 2),
+}
+
+
+def _pair(value: str) -> tuple[float, float]:
+    low, _, high = value.partition(",")
+    return float(low), float(high or low)
+
+
+@click.command("chaos")
+@click.option(
+    "--mode",
+    type=click.Choice(sorted(MODES)),
+    default="short",
+    show_default=True,
+    help="short: 20 strikes, 9 processes (the test suite's run); long: 100 strikes, 10.",
+)
+@click.option("--strikes", type=click.IntRange(1), help="override the mode's number of strikes")
+@click.option("--producers", type=click.IntRange(1), help="order-service processes")
+@click.option("--consumers", type=click.IntRange(1), help="processes per downstream service")
+@click.option("--interval", help="seconds between strikes, LOW,HIGH")
+@click.option("--pause", help="seconds before a killed process restarts, LOW,HIGH")
+@click.option("--fail-rate", default=0.1, show_default=True, type=click.FloatRange(0, 1))
+@click.option("--slow-rate", default=0.1, show_default=True, type=click.FloatRange(0, 1))
+@click.option(
+    "--database-url",
+    envvar="TXMSG_CHAOS_DATABASE_URL",
+    help="PostgreSQL URL (one schema per service); default: SQLite files in the workdir",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    help="where databases, broker data and logs go (default: a new temp dir)",
+)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--settle-timeout", default=240.0, show_default=True, type=float)
+@click.option("-v", "--verbose", is_flag=True, help="log every strike and settle poll")
+def chaos_command(
+    mode: str,
+    strikes: int | None,
+    producers: int | None,
+    consumers: int | None,
+    interval: str | None,
+    pause: str | None,
+    fail_rate: float,
+    slow_rate: float,
+    database_url: str | None,
+    workdir: Path | None,
+    seed: int,
+    settle_timeout: float,
+    verbose: bool,
+) -> None:
+    """Kill -9 random subsets of broker, producer and consumer processes while orders are paid,
+    then prove from the databases that every committed order was processed exactly once."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    m_strikes, m_interval, m_pause, m_producers, m_consumers = MODES[mode]
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="txmsg-chaos-"))
+    os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", str(workdir / "rocketmq-client"))
+    settings = ChaosSettings(
+        workdir=workdir.resolve(),
+        producers=producers or m_producers,
+        consumers_per_service=consumers or m_consumers,
+        fail_rate=fail_rate,
+        slow_rate=slow_rate,
+        seed=seed,
+    )
+    options = RunOptions(
+        strikes=strikes or m_strikes,
+        interval=_pair(interval) if interval else m_interval,
+        pause=_pair(pause) if pause else m_pause,
+        settle_timeout=settle_timeout,
+        database_url=database_url,
+    )
+    console = Console()
+    console.print(
+        f"chaos run ({mode}) in {workdir}: {options.strikes} strikes, "
+        f"{settings.producers} producers, {settings.consumers_per_service} consumers "
+        f"per service, database {'PostgreSQL' if database_url else 'SQLite'}"
+    )
+    result = ChaosRun(settings, options).run()
+    console.print(table(result))
+    violations = result.violations
+    for line in violations[:50]:
+        console.print(f"[red]VIOLATION[/] {line}")
+    if len(violations) > 50:
+        console.print(f"[red]... and {len(violations) - 50} more[/]")
+    print(result_line(result))
+    if violations:
+        raise SystemExit(1)
+
+
+def table(result: ChaosResult) -> Table:
+    final, stop, monkey = result.final, result.at_monkey_stop, result.monkey
+    out = Table(title=f"txmsg chaos: {len(monkey.strikes)} strikes in {result.run_seconds:.0f} s")
+    out.add_column("what")
+    out.add_column("value", justify="right")
+    sizes = sorted(monkey.sizes)
+    rows = [
+        (
+            "processes (broker / producers / consumers)",
+            " / ".join(str(result.process_counts[k]) for k in ("broker", "producer", "consumer")),
+        ),
+        ("strikes (kill -9 of a random subset)", len(monkey.strikes)),
+        (
+            "subset sizes covered",
+            f"{sizes[0]}..{sizes[-1]} ({len(sizes)} distinct)" if sizes else "-",
+        ),
+        ("kills: broker", monkey.kills["broker"]),
+        ("kills: producer", monkey.kills["producer"]),
+        ("kills: consumer", monkey.kills["consumer"]),
+        ("orders created", final.orders),
+        ("orders committed (PAID)", len(final.paid)),
+        ("orders rolled back (attempted, not PAID)", final.attempted - len(final.paid)),
+        ("in doubt when the monkey stopped", len(stop.in_doubt)),
+        ("  of which committed in the end", len(stop.in_doubt & final.paid)),
+        ("in doubt after settling (records IN_FLIGHT)", final.in_flight_records),
+        ("settle time (s)", f"{result.settle_seconds:.0f}"),
+    ]
+    for service in ("points", "logistics", "cart"):
+        rows.append((f"processed by {service}", len(final.processed.get(service, ()))))
+    for service in ("points", "logistics", "cart"):
+        rows.append((f"duplicates absorbed by {service}", final.duplicates.get(service, 0)))
+    rows.append(("violations", len(result.violations)))
+    for what, value in rows:
+        out.add_row(what, str(value))
+    return out
+
+
+def result_line(result: ChaosResult) -> str:
+    final = result.final
+    paid = len(final.paid)
+    once = min((len(final.processed[s] & final.paid) for s in final.processed), default=0)
+    ratio = once / paid if paid else 0.0
+    return (
+        f"RESULT chaos strikes={len(result.monkey.strikes)} "
+        f"kills={sum(result.monkey.kills.values())} committed={paid} "
+        f"rolled_back={final.attempted - paid} in_doubt_at_stop={len(result.at_monkey_stop.in_doubt)} "
+        f"duplicates={sum(final.duplicates.values())} violations={len(result.violations)} "
+        f"ratio={ratio:.3f}"
+    )

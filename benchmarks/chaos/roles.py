@@ -1,0 +1,287 @@
+"""The chaos run's child processes: ``python -m benchmarks.chaos.roles producer|consumer ...``.
+
+Each is the order sample's real code in its own OS process, so ``kill -9`` hits what a deployment
+runs:
+
+* **producer** - an instance of the order service (group ``order-tx``): creates orders and pays
+  them with ``OrderService.pay`` from a few threads, journaling each attempt.  Some local
+  transactions fail and some are slow (decided from the order id, so every incarnation agrees).
+  On start it re-pays its own orders that a previous incarnation left unfinished.  SIGUSR1 stops
+  paying but keeps the process up to answer check-backs; SIGTERM closes it.
+* **consumer** - one instance of points, logistics or cart: the sample's idempotent consumer.
+
+Both print ``READY`` once started; the orchestrator reads it from their log.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+from injector import Injector
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from benchmarks.chaos.databases import PaymentAttempt, finish_attempt, start_attempt
+from benchmarks.chaos.settings import ChaosSettings
+from samples.order import cart
+from samples.order.events import TOPIC
+from samples.order.keys import CartDb, OrdersDb
+from samples.order.orders import (
+    CREATED,
+    ORDER_GROUP,
+    Order,
+    OrderService,
+    PaymentListener,
+    create_order,
+)
+from samples.order.settings import OrderSampleSettings
+from samples.order.wiring import CONSUMERS, OrderSampleModule
+from txmsg import ListenerRegistry, LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
+from txmsg.message import Message
+from txmsg.sqla import create_engine, make_session_factory
+
+log = logging.getLogger("txmsg.chaos")
+STOP_PAYING = "stop-paying"
+"""File in the workdir: producers (re)started after it exists only answer check-backs."""
+USERS = 20
+
+
+class InjectedFailure(RuntimeError):
+    """Stand-in for a failing local transaction (the payment ledger refused)."""
+
+
+def fault_of(settings: ChaosSettings, order_id: str) -> tuple[str, float]:
+    """``("fail" | "slow" | "ok", delay)``: a pure function of the seed and the order id."""
+    rng = random.Random(f"{settings.seed}:{order_id}")
+    roll = rng.random()
+    if roll < settings.fail_rate:
+        return "fail", 0.0
+    if roll < settings.fail_rate + settings.slow_rate:
+        return "slow", rng.uniform(*settings.slow_seconds)
+    return "ok", 0.0
+
+
+class ChaosPaymentListener(PaymentListener):
+    """The sample's listener with the run's failing and slow local transactions."""
+
+    def __init__(self, sessions: sessionmaker[Session], settings: ChaosSettings) -> None:
+        super().__init__(
+            sessions,
+            answer_within=settings.answer_within,
+            grace_period=settings.grace_period,
+            in_flight_timeout=settings.in_flight_timeout,
+        )
+        self.settings = settings
+
+    def execute_in_transaction(self, session: Session, message: Message, arg: Any) -> None:
+        fault, delay = fault_of(self.settings, str(arg))
+        if delay:
+            time.sleep(delay)  # before the first statement (SQLite write lock, see txmsg.sqla)
+        super().execute_in_transaction(session, message, arg)
+        if fault == "fail":
+            session.flush()  # the row really changed; the rollback must undo it
+            raise InjectedFailure(f"injected failure for {arg}")
+
+
+def _client_config(settings: ChaosSettings, name: str, extra: dict[str, Any]) -> TxMsgConfig:
+    return TxMsgConfig.model_validate(
+        {
+            "name_server": settings.name_server,
+            "client_log_dir": str(settings.workdir / "rocketmq-client" / name),
+            "close_timeout": 5.0,
+            **extra,
+        }
+    )
+
+
+def _sample_settings(settings: ChaosSettings) -> OrderSampleSettings:
+    urls = settings.database_urls
+    return OrderSampleSettings(
+        orders_db=urls["orders"],
+        points_db=urls["points"],
+        logistics_db=urls["logistics"],
+        cart_db=urls["cart"],
+        answer_within=settings.answer_within,
+        grace_period=settings.grace_period,
+        in_flight_timeout=settings.in_flight_timeout,
+    )
+
+
+class Producer:
+    """One order-service instance: pays orders until told to stop."""
+
+    def __init__(self, settings: ChaosSettings, index: int, paying: threading.Event) -> None:
+        self.settings = settings
+        self.name = f"producer-{index}"
+        self.prefix = f"p{index}-"
+        config = _client_config(
+            settings,
+            f"{self.name}-{_pid()}",
+            {
+                "producer": {"group": ORDER_GROUP},
+                "listeners": {ORDER_GROUP: {"core_pool_size": 4, "max_pool_size": 4}},
+            },
+        )
+        self.app = TxMsg(config, registry=ListenerRegistry())
+        self.module = OrderSampleModule(_sample_settings(settings))
+        self.injector = Injector([self.module, TxMsgModule(self.app, groups=[ORDER_GROUP])])
+        self.orders_db = self.injector.get(OrdersDb)
+        self.cart_db = self.injector.get(CartDb)
+        self.app.add_transactional_listener(
+            ChaosPaymentListener(self.orders_db, settings),
+            group=ORDER_GROUP,
+            topics=[TOPIC],
+            execute_exception_state=LocalTransactionState.ROLLBACK,
+        )
+        self.paying = paying
+        self.service: OrderService | None = None
+
+    def start(self) -> None:
+        self.app.start()
+        self.service = self.injector.get(OrderService)
+
+    def unfinished(self) -> list[str]:
+        """This producer's CREATED orders whose last attempt never learned an outcome (the
+        process died) or failed to reach the broker."""
+        with self.orders_db() as session:
+            created = set(
+                session.scalars(
+                    select(Order.id).where(
+                        Order.status == CREATED, Order.id.startswith(self.prefix)
+                    )
+                )
+            )
+            last: dict[str, str | None] = {}
+            for attempt in session.scalars(
+                select(PaymentAttempt)
+                .where(PaymentAttempt.order_id.in_(created))
+                .order_by(PaymentAttempt.id)
+            ):
+                last[attempt.order_id] = attempt.outcome
+        return sorted(oid for oid, outcome in last.items() if outcome in (None, "ERROR", "UNKNOW"))
+
+    def pay(self, order_id: str) -> str:
+        assert self.service is not None
+        attempt = start_attempt(self.orders_db, order_id, self.name)
+        try:
+            result = self.service.pay(order_id)
+            state = result.local_state
+            outcome = state.name if state is not None else "UNKNOW"
+        except Exception as exc:  # broker down, send timeout, database busy: journaled, retried
+            log.warning("%s: paying %s failed: %s", self.name, order_id, exc)
+            outcome = "ERROR"
+        finish_attempt(self.orders_db, attempt, outcome)
+        return outcome
+
+    def new_order(self, rng: random.Random, order_id: str) -> None:
+        """The user fills a cart (cart database), then places the order (orders database)."""
+        user = f"user-{rng.randrange(USERS):03d}"
+        skus = [f"{order_id}-sku{k}" for k in range(rng.randint(1, 3))]
+        with self.cart_db() as carts, carts.begin():
+            for sku in skus:
+                cart.add_to_cart(carts, user, sku)
+        with self.orders_db() as orders, orders.begin():
+            create_order(orders, order_id, user, rng.randint(199, 49_999), skus)
+
+    def run_thread(self, thread: int) -> None:
+        rng = random.Random(f"{self.settings.seed}:{self.name}:{_pid()}:{thread}")
+        seq = 0
+        while self.paying.is_set():
+            order_id = f"{self.prefix}{_pid()}-{thread}-{seq:05d}"
+            seq += 1
+            try:
+                self.new_order(rng, order_id)
+            except Exception as exc:
+                log.warning("%s: could not create %s: %s", self.name, order_id, exc)
+                time.sleep(0.5)
+                continue
+            if self.pay(order_id) == "ERROR":
+                time.sleep(0.5)  # the broker is probably restarting
+            time.sleep(self.settings.pay_interval)
+
+    def close(self) -> None:
+        self.app.close(5.0)
+        self.module.dispose()
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _ready(what: str) -> None:
+    print(f"READY {what} pid={_pid()}", flush=True)
+
+
+@click.group()
+def main() -> None:
+    """Child processes of ``txmsg chaos`` (started by it, not by hand)."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+    )
+
+
+@main.command()
+@click.argument("settings_file", type=click.Path(exists=True))
+@click.argument("index", type=int)
+def producer(settings_file: str, index: int) -> None:
+    settings = ChaosSettings.load(settings_file)
+    done, paying = threading.Event(), threading.Event()
+    paying.set()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGUSR1, lambda *_: paying.clear())  # "stop paying, keep answering"
+    if (settings.workdir / STOP_PAYING).exists():
+        paying.clear()
+    instance = Producer(settings, index, paying)
+    instance.start()
+    _ready(instance.name)
+    for order_id in instance.unfinished():
+        if not instance.paying.is_set():
+            break
+        instance.pay(order_id)
+    threads = [
+        threading.Thread(target=instance.run_thread, args=(t,), daemon=True)
+        for t in range(settings.producer_threads)
+    ]
+    for thread in threads:
+        thread.start()
+    done.wait()
+    instance.paying.clear()
+    for thread in threads:
+        thread.join(10)
+    instance.close()
+
+
+@main.command()
+@click.argument("settings_file", type=click.Path(exists=True))
+@click.argument("service", type=click.Choice(["points", "logistics", "cart"]))
+@click.argument("index", type=int)
+def consumer(settings_file: str, service: str, index: int) -> None:
+    settings = ChaosSettings.load(settings_file)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    group, handler, _key = next(c for c in CONSUMERS if c[0].startswith(service))
+    config = _client_config(
+        settings, f"{service}-{index}-{_pid()}", {"consumers": {group: {"concurrency": 4}}}
+    )
+    app = TxMsg(config, registry=ListenerRegistry())
+    engine = create_engine(settings.database_urls[service])
+    sessions = make_session_factory(engine)
+    app.message_listener(TOPIC, group, idempotent=True, session_factory=sessions)(handler)
+    app.start()
+    _ready(f"{service}-{index}")
+    done.wait()
+    app.close(5.0)
+    engine.dispose()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

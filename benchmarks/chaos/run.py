@@ -1,0 +1,217 @@
+"""One chaos run: databases, broker, producers, consumers, the monkey, settling, the check."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from txmsg_broker.app import BrokerProcess
+
+from benchmarks.chaos import check
+from benchmarks.chaos.databases import open_all, prepare
+from benchmarks.chaos.monkey import Monkey, MonkeyReport
+from benchmarks.chaos.procs import BrokerChild, ServiceProcess
+from benchmarks.chaos.roles import STOP_PAYING
+from benchmarks.chaos.settings import ChaosSettings
+from samples.order.events import TOPIC
+
+log = logging.getLogger("txmsg.chaos")
+
+BROKER_SETTINGS = {
+    "flush": "sync",
+    "transaction_timeout_ms": 2000,
+    "check_interval_ms": 1000,
+    # the check horizon (timeout + max * interval) outlives every pause and in_flight_timeout
+    "check_max": 120,
+    "delay_scale": 0.01,  # consumer retries after 0.1 s, not 10 s
+}
+
+
+@dataclass
+class RunOptions:
+    strikes: int = 20
+    interval: tuple[float, float] = (2.0, 6.0)
+    pause: tuple[float, float] = (0.5, 3.0)
+    warmup: float = 10.0
+    settle_timeout: float = 240.0
+    database_url: str | None = None
+
+
+@dataclass
+class ChaosResult:
+    settings: ChaosSettings
+    monkey: MonkeyReport
+    at_monkey_stop: check.Snapshot
+    final: check.Snapshot
+    settled: bool
+    settle_seconds: float
+    run_seconds: float
+    process_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def violations(self) -> list[str]:
+        out = list(self.final.violations)
+        if not self.settled:
+            out.insert(0, f"did not settle within the settle timeout ({self.settle_seconds:.0f} s)")
+        out.extend(f"restart failed: {r}" for r in self.monkey.restart_failures)
+        return out
+
+
+class ChaosRun:
+    def __init__(self, settings: ChaosSettings, options: RunOptions) -> None:
+        self.settings = settings
+        self.options = options
+        self.broker: BrokerChild | None = None
+        self.producers: list[ServiceProcess] = []
+        self.consumers: list[ServiceProcess] = []
+
+    def run(self) -> ChaosResult:
+        started = time.monotonic()
+        workdir = self.settings.workdir
+        (workdir / STOP_PAYING).unlink(missing_ok=True)
+        urls = prepare(workdir, self.options.database_url)
+        self.broker = BrokerChild(
+            BrokerProcess(
+                workdir / "broker" / "data", workdir / "broker" / "logs", **BROKER_SETTINGS
+            )
+        )
+        self.broker.start()
+        self.settings = self.settings.model_copy(
+            update={"name_server": self.broker.process.namesrv_addr, "database_urls": urls}
+        )
+        settings_file = str(self.settings.save())
+        _create_topic(self.settings.name_server)
+        logs = workdir / "logs"
+        self.producers = [
+            ServiceProcess(
+                "producer",
+                f"producer-{i}",
+                ["producer", settings_file, str(i)],
+                logs / f"producer-{i}.log",
+            )
+            for i in range(self.settings.producers)
+        ]
+        self.consumers = [
+            ServiceProcess(
+                "consumer",
+                f"{service}-{i}",
+                ["consumer", settings_file, service, str(i)],
+                logs / f"{service}-{i}.log",
+            )
+            for service in ("points", "logistics", "cart")
+            for i in range(self.settings.consumers_per_service)
+        ]
+        everything = [self.broker, *self.producers, *self.consumers]
+        dbs = open_all(urls)
+        try:
+            for child in [*self.consumers, *self.producers]:
+                child.start()
+            self._wait_ready(120.0)
+            time.sleep(self.options.warmup)
+            monkey = Monkey(
+                everything,
+                strikes=self.options.strikes,
+                interval=self.options.interval,
+                pause=self.options.pause,
+                seed=self.settings.seed,
+            )
+            report = monkey.run()
+            self._wait_ready(180.0)
+            # stop paying, keep answering check-backs and consuming
+            (workdir / STOP_PAYING).touch()
+            for producer in self.producers:
+                producer.signal(signal.SIGUSR1)
+            at_stop = check.snapshot(dbs)
+            settled, settle_seconds = self._settle(dbs)
+            final = check.verify(dbs, self.settings)
+        finally:
+            for child in [*self.producers, *self.consumers]:
+                child.stop(15.0)
+            self.broker.stop(15.0)
+            for factory in dbs.values():
+                bind = factory.kw.get("bind")
+                if bind is not None:
+                    bind.dispose()
+        return ChaosResult(
+            self.settings,
+            report,
+            at_stop,
+            final,
+            settled,
+            settle_seconds,
+            time.monotonic() - started,
+            {"broker": 1, "producer": len(self.producers), "consumer": len(self.consumers)},
+        )
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = [*self.producers, *self.consumers]
+        while pending and time.monotonic() < deadline:
+            for child in pending:
+                if not child.alive:
+                    child.start()  # crashed on its own (not the monkey): it is restarted too
+            pending = [c for c in pending if not c.ready]
+            time.sleep(0.5)
+        if pending:
+            tails = "; ".join(f"{c.name}: {_tail(c.log)}" for c in pending)
+            raise RuntimeError(f"processes did not start within {timeout:.0f} s: {tails}")
+
+    def _settle(self, dbs: dict) -> tuple[bool, float]:  # type: ignore[type-arg]
+        """Poll until nothing is in flight and every service caught up (twice in a row)."""
+        started = time.monotonic()
+        stable = 0
+        while time.monotonic() - started < self.options.settle_timeout:
+            snap = check.snapshot(dbs)
+            bounds = snap.equations()
+            log.info(
+                "settling: paid %d, in flight %d, processed %s%s",
+                len(snap.paid),
+                snap.in_flight_records,
+                {s: len(p) for s, p in snap.processed.items()},
+                f" ({'; '.join(bounds)})" if bounds else "",
+            )
+            stable = stable + 1 if snap.caught_up else 0
+            if stable >= 2:
+                return True, time.monotonic() - started
+            for child in [*self.producers, *self.consumers]:
+                if not child.alive:
+                    child.start()
+            time.sleep(2.0)
+        return False, time.monotonic() - started
+
+
+def _create_topic(name_server: str) -> None:
+    """``txmsg topic create order-paid --type TRANSACTION`` (8 queues: enough for every
+    consumer instance to own some)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "topic",
+            "create",
+            TOPIC,
+            "--namesrv",
+            name_server,
+            "--type",
+            "TRANSACTION",
+            "--queues",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"could not create topic {TOPIC}: {done.stderr or done.stdout}")
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    if not path.exists():
+        return "(no log)"
+    return " | ".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,55 @@
+"""What one chaos run is made of, written to ``<workdir>/chaos.json`` for the child processes.
+
+The orchestrator and every producer/consumer process read the same file, so a process restarted
+by the monkey comes back with exactly the settings it died with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SERVICES = ("orders", "points", "logistics", "cart")
+"""One database per service, as in a real deployment (the sample's OrderSampleSettings)."""
+
+
+class ChaosSettings(BaseModel):
+    """Sizes, fault rates and timings of a chaos run (``txmsg chaos --help`` explains each)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workdir: Path
+    name_server: str = ""
+    database_urls: dict[str, str] = Field(default_factory=dict)
+    """service -> SQLAlchemy URL (SQLite file, or PostgreSQL with a per-service search_path)."""
+    producers: int = Field(default=3, ge=1)
+    consumers_per_service: int = Field(default=2, ge=1)
+    producer_threads: int = Field(default=2, ge=1)
+    pay_interval: float = Field(default=0.05, ge=0)
+    """Pause between two payments of one producer thread."""
+    fail_rate: float = Field(default=0.1, ge=0, le=1)
+    """Orders whose local transaction raises (rolled back, never delivered)."""
+    slow_rate: float = Field(default=0.1, ge=0, le=1)
+    """Orders whose local transaction takes ``slow_seconds`` (longer than ``answer_within``)."""
+    slow_seconds: tuple[float, float] = (0.8, 2.5)
+    answer_within: float = Field(default=0.5, gt=0)
+    """The listener answers UNKNOW after this long; the check-back then reads the record."""
+    grace_period: float = Field(default=3.0, ge=0)
+    in_flight_timeout: float = Field(default=6.0, gt=0)
+    """An IN_FLIGHT record untouched this long belongs to a dead producer: fenced and rolled back.
+    Longer than the slowest local transaction, shorter than the broker's check horizon."""
+    seed: int = 0
+
+    @property
+    def path(self) -> Path:
+        return self.workdir / "chaos.json"
+
+    def save(self) -> Path:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(self.model_dump_json(indent=2))
+        return self.path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ChaosSettings:
+        return cls.model_validate_json(Path(path).read_text())
