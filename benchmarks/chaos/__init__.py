@@ -7,9 +7,18 @@ see :mod:`benchmarks.chaos.check` for exactly what is proved.
 
 Modules: ``settings`` (what a run is), ``databases`` (service databases + producer journal),
 ``roles`` (the child processes), ``procs`` (start/kill/restart), ``monkey`` (the strikes),
-``check`` (the invariants), ``run`` (orchestration), ``cli`` (command and table).
+``check`` (the invariants), ``run`` (orchestration), ``cli`` (command and table).  Nothing is
+imported here, so ``python -m benchmarks.chaos.roles`` starts without loading the orchestrator.
 """
 
-from benchmarks.chaos.cli import chaos_command
+from __future__ import annotations
 
-__all__ = ["chaos_command"]
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name == "chaos_command":
+        from benchmarks.chaos.cli import chaos_command
+
+        return chaos_command
+    raise AttributeError(name)

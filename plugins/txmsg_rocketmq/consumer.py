@@ -43,6 +43,7 @@ from .native import (
     OK,
     Native,
     start_push_consumer,
+    use_sync_pull,
 )
 
 log = logging.getLogger("txmsg.rocketmq")
@@ -118,6 +119,7 @@ class PushConsumer:
                 self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
                 self._ok(dll.RegisterMessageCallback(handle, self._callback), "register the callback")
+                self.sync_pull = use_sync_pull(native, handle)
                 self._ok(start_push_consumer(native, handle), "start")
             except BaseException:
                 dll.ShutdownPushConsumer(handle)

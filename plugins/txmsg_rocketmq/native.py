@@ -150,6 +150,42 @@ def start_push_consumer(native: Native, handle: int) -> int:
     return status
 
 
+SYNC_PULL_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer12setAsyncPullEb"
+PULL_THREADS_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer25setPullMsgThreadPoolCountEi"
+PULL_THREADS = 16
+"""Pull threads per push consumer in synchronous pull mode: one long poll per queue (the topic's
+queues on every broker plus the retry queue) runs at a time on each, so keep it above that."""
+
+
+def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS) -> bool:
+    """Switch a push consumer (before ``start``) to synchronous pulls on ``pull_threads`` threads.
+
+    Why: librocketmq 2.1.0's asynchronous pull keeps one ``AsyncPullCallback`` per queue and only
+    points it at a new ``PullRequest`` once the previous request object has been freed
+    (``getAsyncPullCallBack``; fixed upstream after 2.2.0).  When a rebalance drops a queue and
+    takes it back while the old request is still referenced - a pull that failed because the
+    broker went away is retried 1 s later, and the rebalance itself holds a copy of the table -
+    the new request's pull result is judged against the old, dropped request and the queue is
+    never pulled again by that process ("has been set as dropped. Will NOT pull this queue any
+    more" in the client log).  Consumers stop silently after broker restarts or consumers coming
+    and going; the chaos run (benchmarks/chaos) found it.  The synchronous path has no shared
+    callback.  The C API has no setter, but ``CPushConsumer*`` *is* a ``DefaultMQPushConsumer*``
+    (``CreatePushConsumer`` casts it), so the exported C++ setters are called on the handle.
+    Returns False (and the consumer keeps asynchronous pulls) if the symbols are missing.
+    """
+    dll = native.dll
+    try:
+        set_async = getattr(dll, SYNC_PULL_SYMBOL)
+        set_threads = getattr(dll, PULL_THREADS_SYMBOL)
+    except AttributeError:
+        return False
+    set_async.argtypes, set_async.restype = [ctypes.c_void_p, ctypes.c_bool], None
+    set_threads.argtypes, set_threads.restype = [ctypes.c_void_p, ctypes.c_int], None
+    set_threads(handle, int(pull_threads))
+    set_async(handle, False)
+    return True
+
+
 def library_path() -> Path | None:
     """Where the wrapper will load librocketmq from, without loading it (for the doctor)."""
     import importlib.util  # noqa: PLC0415

@@ -34,7 +34,7 @@ class CartCheckout(CartBase):
 
 
 def add_to_cart(session: Session, user_id: str, sku: str, quantity: int = 1) -> None:
-    item = session.get(CartItem, (user_id, sku))
+    item = session.get(CartItem, (user_id, sku), with_for_update=True)
     if item is None:
         session.add(CartItem(user_id=user_id, sku=sku, quantity=quantity))
     else:

@@ -84,8 +84,10 @@ def order_paid_event(order: Order) -> OrderPaid:
 
 
 def mark_paid(session: Session, order_id: str, message_key: str | None) -> Order:
-    """The business change of a payment (inside the caller's transaction)."""
-    order = session.get(Order, order_id)
+    """The business change of a payment (inside the caller's transaction).
+
+    The row is locked (``FOR UPDATE``) so two payments of one order cannot both see CREATED."""
+    order = session.get(Order, order_id, with_for_update=True)
     if order is None:
         raise OrderNotFound(f"order {order_id} does not exist")
     if order.status != CREATED:

@@ -41,7 +41,10 @@ def award_points(session: Session, event: OrderPaid) -> int:
     """Add the order's points to the user's balance (inside the caller's transaction)."""
     points = points_for(event.amount_cents)
     session.add(PointsEntry(order_id=event.order_id, user_id=event.user_id, points=points))
-    balance = session.get(PointsBalance, event.user_id)
+    # FOR UPDATE: two consumers awarding the same user at once must not both read the old balance
+    # (PostgreSQL's READ COMMITTED would lose one update; the chaos run caught it).  A first
+    # balance inserted twice at once fails on the primary key and the message is redelivered.
+    balance = session.get(PointsBalance, event.user_id, with_for_update=True)
     if balance is None:
         session.add(PointsBalance(user_id=event.user_id, points=points))
     else:

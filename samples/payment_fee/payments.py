@@ -78,7 +78,7 @@ class PaymentListener:
 
     @transactional()
     def execute_local(self, message: Message, arg: Any, session: Session) -> None:
-        payment = session.get(Payment, str(arg))
+        payment = session.get(Payment, str(arg), with_for_update=True)  # one completion wins
         if payment is None or payment.status != "PENDING":
             raise PaymentNotPending(f"payment {arg} is not pending")
         payment.status = "COMPLETED"
