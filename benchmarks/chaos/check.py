@@ -75,7 +75,7 @@ def snapshot(dbs: dict[str, sessionmaker[Session]]) -> Snapshot:
     """Counts only (cheap enough to poll while the run settles)."""
     snap = Snapshot()
     with dbs["orders"]() as session:
-        status = dict(session.execute(select(Order.id, Order.status)).tuples().all())
+        status = {oid: state for oid, state in session.execute(select(Order.id, Order.status))}
         snap.in_flight_records = len(
             session.scalars(
                 select(TransactionRecord.transaction_key).where(

@@ -112,11 +112,11 @@ class BrokerChild:
 
     @property
     def alive(self) -> bool:
-        return self.process.running
+        return bool(self.process.running)
 
     @property
     def ready(self) -> bool:
-        return self.process.running  # start() returns once it accepts connections
+        return bool(self.process.running)  # start() returns once it accepts connections
 
     def start(self) -> None:
         with self._lock:

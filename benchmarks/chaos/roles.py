@@ -32,10 +32,9 @@ from benchmarks.chaos.databases import PaymentAttempt, finish_attempt, start_att
 from benchmarks.chaos.settings import ChaosSettings
 from samples.order import cart
 from samples.order.events import TOPIC
-from samples.order.keys import CartDb, OrdersDb
+from samples.order.keys import ORDER_GROUP, CartDb, OrdersDb
 from samples.order.orders import (
     CREATED,
-    ORDER_GROUP,
     Order,
     OrderService,
     PaymentListener,

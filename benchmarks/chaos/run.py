@@ -15,7 +15,7 @@ from txmsg_broker.app import BrokerProcess
 from benchmarks.chaos import check
 from benchmarks.chaos.databases import open_all, prepare
 from benchmarks.chaos.monkey import Monkey, MonkeyReport
-from benchmarks.chaos.procs import BrokerChild, ServiceProcess
+from benchmarks.chaos.procs import BrokerChild, Child, ServiceProcess
 from benchmarks.chaos.roles import STOP_PAYING
 from benchmarks.chaos.settings import ChaosSettings
 from samples.order.events import TOPIC
@@ -106,7 +106,7 @@ class ChaosRun:
             for service in ("points", "logistics", "cart")
             for i in range(self.settings.consumers_per_service)
         ]
-        everything = [self.broker, *self.producers, *self.consumers]
+        everything: list[Child] = [self.broker, *self.producers, *self.consumers]
         dbs = open_all(urls)
         try:
             for child in [*self.consumers, *self.producers]:
