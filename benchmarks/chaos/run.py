@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +16,7 @@ from benchmarks.chaos.monkey import Monkey, MonkeyReport
 from benchmarks.chaos.procs import BrokerChild, Child, ServiceProcess
 from benchmarks.chaos.roles import STOP_PAYING
 from benchmarks.chaos.settings import ChaosSettings
+from samples.order.demo_run import create_transaction_topic
 from samples.order.events import TOPIC
 
 log = logging.getLogger("txmsg.chaos")
@@ -85,7 +84,8 @@ class ChaosRun:
             update={"name_server": self.broker.process.namesrv_addr, "database_urls": urls}
         )
         settings_file = str(self.settings.save())
-        _create_topic(self.settings.name_server)
+        # 8 queues: enough for every consumer instance of a service to own some
+        create_transaction_topic(self.settings.name_server, TOPIC, queues=8)
         logs = workdir / "logs"
         self.producers = [
             ServiceProcess(
@@ -183,32 +183,6 @@ class ChaosRun:
                     child.start()
             time.sleep(2.0)
         return False, time.monotonic() - started
-
-
-def _create_topic(name_server: str) -> None:
-    """``txmsg topic create order-paid --type TRANSACTION`` (8 queues: enough for every
-    consumer instance to own some)."""
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "txmsg_broker",
-            "topic",
-            "create",
-            TOPIC,
-            "--namesrv",
-            name_server,
-            "--type",
-            "TRANSACTION",
-            "--queues",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"could not create topic {TOPIC}: {done.stderr or done.stdout}")
 
 
 def _tail(path: Path, lines: int = 3) -> str:

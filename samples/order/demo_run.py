@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from samples.order.wiring import OrderSample
 
 
-def create_transaction_topic(name_server: str, topic: str) -> None:
+def create_transaction_topic(name_server: str, topic: str, queues: int = 4) -> None:
     """``txmsg topic create TOPIC --type TRANSACTION`` (``mqadmin updateTopic`` on a real
     cluster): RocketMQ 5 brokers only take transactional messages on TRANSACTION topics."""
     done = subprocess.run(
         [sys.executable, "-m", "txmsg_broker", "topic", "create", topic]
-        + ["--namesrv", name_server, "--type", "TRANSACTION"],
+        + ["--namesrv", name_server, "--type", "TRANSACTION", "--queues", str(queues)],
         capture_output=True,
         text=True,
         timeout=60,
