@@ -269,6 +269,7 @@ class TxMsg:
             max_reconsume = cspec.max_reconsume
             if override is not None and override.max_reconsume is not None:
                 max_reconsume = override.max_reconsume
+            consume_from = (override.consume_from if override else None) or "first"
             self._stops.append(
                 backend.subscribe(
                     cspec.topic,
@@ -277,6 +278,7 @@ class TxMsg:
                     tags=cspec.tags,
                     concurrency=concurrency,
                     max_reconsume=max_reconsume,
+                    consume_from=consume_from,
                 )
             )
             log.info("consumer group %s subscribed to %s", group, cspec.topic)

@@ -78,8 +78,11 @@ class Backend(Protocol):
         tags: str = "*",
         concurrency: int = 4,
         max_reconsume: int = 16,
+        consume_from: str = "first",
     ) -> Callable[[], None]:
-        """Start a push consumer; returns a function that shuts it down gracefully."""
+        """Start a push consumer; returns a function that shuts it down gracefully.
+        ``consume_from``: ``first`` or ``last``, where a queue without a usable stored offset
+        starts (:class:`txmsg.config.ConsumerSettings`)."""
         ...
 
     def close(self, timeout: float = 30.0) -> None:

@@ -25,12 +25,15 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from txmsg.errors import ConfigError
 from txmsg.executor import ExecutorConfig, RejectionPolicy
+
+ConsumeFrom = Literal["first", "last"]
+"""Consume-from policy of a push consumer (see :class:`ConsumerSettings`)."""
 
 ENV_PREFIX = "TXMSG_"
 CONFIG_ENV = "TXMSG_CONFIG"
@@ -67,6 +70,10 @@ class ConsumerSettings(_Section):
 
     concurrency: int | None = Field(default=None, ge=1)
     max_reconsume: int | None = Field(default=None, ge=0)
+    consume_from: ConsumeFrom | None = None
+    """Where a queue without a usable stored offset starts: ``first`` (default, replays what the
+    broker still holds; nothing is skipped) or ``last`` (RocketMQ's default: the queue's end).
+    See docs/librocketmq-hazards.md #6 for why txmsg does not default to ``last``."""
 
 
 class SqlAlchemySettings(_Section):

@@ -160,11 +160,11 @@ class RemotingCommand:
         except ValueError:
             try:
                 as_float = float(raw)
-            except ValueError:
-                raise ValueError(f"header field {key!r} must be an integer, got {raw!r}") from None
-            if as_float != int(as_float):
-                raise ValueError(f"header field {key!r} must be an integer, got {raw!r}") from None
-            return int(as_float)
+                if as_float == int(as_float):  # int() raises OverflowError for "inf", "1e400"
+                    return int(as_float)
+            except (ValueError, OverflowError):
+                pass
+            raise ValueError(f"header field {key!r} must be an integer, got {raw!r}") from None
 
     def ext_bool(self, key: str, default: bool = False) -> bool:
         """Lenient boolean: CPP sends ``"1"``/``"0"``, Java ``"true"``/``"false"``."""
@@ -213,13 +213,17 @@ class RemotingCommand:
         try:
             # json.loads(bytes) sniffs the encoding first and is ~3x slower than decoding ourselves
             header = _DECODER.decode(raw_header.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
+            # ValueError also covers number literals longer than int()'s 4300-digit limit
             raise DecodeError(f"header is not valid JSON: {exc}") from None
         if not isinstance(header, dict):
             raise DecodeError("header JSON must be an object")
         code = header.get("code")
         if isinstance(code, str) and code.lstrip("-").isdigit():
-            code = int(code)
+            try:
+                code = int(code)
+            except ValueError:  # "--5", "\u00b2" (isdigit but not int), over 4300 digits
+                raise DecodeError(f"header field 'code' must be an integer, got {code!r}") from None
         if not isinstance(code, int) or isinstance(code, bool):
             raise DecodeError(f"header field 'code' must be an integer, got {code!r}")
         opaque = _int_field(header, "opaque")
@@ -228,7 +232,10 @@ class RemotingCommand:
         ext_raw = header.get("extFields") or {}
         if not isinstance(ext_raw, dict):
             raise DecodeError("header field 'extFields' must be an object")
-        ext = {str(k): v if type(v) is str else _ext_str(v) for k, v in ext_raw.items()}
+        try:
+            ext = {str(k): v if type(v) is str else _ext_str(v) for k, v in ext_raw.items()}
+        except RecursionError:  # nesting the parser just accepted can still be too deep to re-serialize
+            raise DecodeError("header field 'extFields' is nested too deeply") from None
         remark = header.get("remark")
         language = header.get("language")
         return cls(

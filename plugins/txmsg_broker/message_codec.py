@@ -210,26 +210,30 @@ def encode_message(msg: StoredMessage, *, topic: str | None = None, queue_id: in
     total = FIXED_SIZE + 4 + len(body) + 1 + len(topic_bytes) + 2 + len(props)
     born_ip, born_port = _pack_host(msg.born_host)
     store_ip, store_port = _pack_host(msg.store_host)
+    try:
+        fixed = _FIXED.pack(
+            total,
+            MAGIC,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            msg.queue_id if queue_id is None else queue_id,
+            msg.flag,
+            msg.queue_offset,
+            msg.commit_log_offset,
+            msg.sys_flag,
+            msg.born_timestamp,
+            born_ip,
+            born_port,
+            msg.store_timestamp,
+            store_ip,
+            store_port,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+        )
+    except struct.error as exc:  # e.g. a send header's flag/bornTimestamp beyond int32/int64
+        raise ValueError(f"message field out of range for the record layout: {exc}") from None
     return b"".join(
         (
-            _FIXED.pack(
-                total,
-                MAGIC,
-                zlib.crc32(body) & 0x7FFFFFFF,
-                msg.queue_id if queue_id is None else queue_id,
-                msg.flag,
-                msg.queue_offset,
-                msg.commit_log_offset,
-                msg.sys_flag,
-                msg.born_timestamp,
-                born_ip,
-                born_port,
-                msg.store_timestamp,
-                store_ip,
-                store_port,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-            ),
+            fixed,
             _I32.pack(len(body)),
             body,
             bytes((len(topic_bytes),)),

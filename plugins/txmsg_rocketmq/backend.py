@@ -135,6 +135,7 @@ class RocketMQBackend:
         tags: str = "*",
         concurrency: int = 4,
         max_reconsume: int = 16,
+        consume_from: str = "first",
     ) -> Callable[[], None]:
         self._ensure_open()
         hazard = consumer_names_hazard(group, topic)
@@ -163,6 +164,7 @@ class RocketMQBackend:
             instance_name=f"{self.instance_prefix}-{os.getpid()}-c-{_SAFE.sub('_', group)}-{next(_pool_seq)}",
             concurrency=concurrency,
             max_reconsume=max_reconsume,
+            consume_from=consume_from,
         )
         with self._lock:
             self._consumers[group] = consumer

@@ -36,12 +36,14 @@ from ._errors import BackendUnavailableError
 from .callbacks import guarded
 from .gate import Gate
 from .native import (
+    CONSUME_FROM,
     E_CONSUME_SUCCESS,
     E_RECONSUME_LATER,
     MESSAGE_CALLBACK,
     NATIVE_LOCK,
     OK,
     Native,
+    set_consume_from,
     start_push_consumer,
     use_sync_pull,
 )
@@ -70,7 +72,13 @@ class PushConsumer:
         instance_name: str,
         concurrency: int,
         max_reconsume: int,
+        consume_from: str = "first",
     ) -> None:
+        if consume_from not in CONSUME_FROM:
+            raise ValueError(
+                f"consume_from must be one of {sorted(CONSUME_FROM)} (got {consume_from!r}) for "
+                f"consumer group {group!r}"
+            )
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
         if max_reconsume < 0:
@@ -120,6 +128,7 @@ class PushConsumer:
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
                 self._ok(dll.RegisterMessageCallback(handle, self._callback), "register the callback")
                 self.sync_pull = use_sync_pull(native, handle)
+                self.consume_from_set = set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
             except BaseException:
                 dll.ShutdownPushConsumer(handle)

@@ -186,6 +186,33 @@ def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS)
     return True
 
 
+CONSUME_FROM_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer19setConsumeFromWhereENS_16ConsumeFromWhereE"
+CONSUME_FROM = {"last": 0, "first": 4}
+"""txmsg's names -> librocketmq's ``ConsumeFromWhere`` (CONSUME_FROM_LAST_OFFSET = 0,
+CONSUME_FROM_FIRST_OFFSET = 4 in include/ConsumeType.h)."""
+
+
+def set_consume_from(native: Native, handle: int, where: int) -> bool:
+    """``DefaultMQPushConsumer::setConsumeFromWhere`` on a push consumer before ``start``.
+
+    Why txmsg defaults to FIRST: librocketmq 2.1.0 turns a *timed-out* offset query (a request
+    sent on a connection to a broker that just died; the client notices only after 5 s) into
+    "this group has no offset" (``readOffset`` returns -1 for any ``MQBrokerException``, and a
+    null response is one), and CONSUME_FROM_LAST_OFFSET then starts the queue at its end: every
+    message between the committed offset and the end is skipped for good.  The chaos run lost 4
+    paid orders this way (docs/librocketmq-hazards.md #6).  With FIRST the same mistake replays
+    from the queue's head instead, and idempotent consumers absorb the duplicates.  The C API has
+    no setter; the handle is the C++ object (see :func:`use_sync_pull`).
+    """
+    try:
+        setter = getattr(native.dll, CONSUME_FROM_SYMBOL)
+    except AttributeError:
+        return False
+    setter.argtypes, setter.restype = [ctypes.c_void_p, ctypes.c_int], None
+    setter(handle, int(where))
+    return True
+
+
 def library_path() -> Path | None:
     """Where the wrapper will load librocketmq from, without loading it (for the doctor)."""
     import importlib.util  # noqa: PLC0415

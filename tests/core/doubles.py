@@ -74,6 +74,7 @@ class Subscription:
     tags: str
     concurrency: int
     max_reconsume: int
+    consume_from: str = "first"
     stopped: bool = False
 
 
@@ -95,8 +96,9 @@ class DoubleBackend:
         return sender
 
     def subscribe(self, topic: str, group: str, handler: ConsumeHandler, *, tags: str = "*",
-                  concurrency: int = 4, max_reconsume: int = 16) -> Callable[[], None]:
-        sub = Subscription(topic, group, handler, tags, concurrency, max_reconsume)
+                  concurrency: int = 4, max_reconsume: int = 16,
+                  consume_from: str = "first") -> Callable[[], None]:
+        sub = Subscription(topic, group, handler, tags, concurrency, max_reconsume, consume_from)
         self.subscriptions[group] = sub
 
         def stop() -> None:

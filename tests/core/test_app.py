@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from importlib.metadata import EntryPoint
 
 import pytest
+from pydantic import ValidationError
 
 import txmsg.app
 from txmsg import (
@@ -215,6 +216,21 @@ def test_consumers_are_subscribed_with_a_safe_handler(app: TxMsg, backend: Doubl
     assert got == [b"ok"]
     app.close()
     assert sub.stopped and backend.closed is False  # the app did not create this backend
+
+
+def test_consume_from_defaults_to_first_and_is_configurable() -> None:
+    """``first`` by default (librocketmq 2.1.0 skips messages with ``last`` when an offset query
+    times out); ``[consumers.<group>] consume_from = "last"`` restores RocketMQ's default."""
+    backend = DoubleBackend()
+    config = TxMsgConfig.model_validate({"consumers": {"audit": {"consume_from": "last"}}})
+    app = TxMsg(config, registry=ListenerRegistry(), backend=backend)
+    app.message_listener(topic="orders", group="points")(lambda m: None)
+    app.message_listener(topic="orders", group="audit")(lambda m: None)
+    with app:
+        assert backend.subscriptions["points"].consume_from == "first"
+        assert backend.subscriptions["audit"].consume_from == "last"
+    with pytest.raises(ValidationError, match="consume_from"):
+        TxMsgConfig.model_validate({"consumers": {"audit": {"consume_from": "middle"}}})
 
 
 def test_registration_after_start_is_refused(app: TxMsg) -> None:

@@ -168,3 +168,25 @@ def test_doctor_reports_the_library_and_a_producer_start(tmp_path: Any) -> None:
     assert checks["librocketmq is 2.1.0"][1] is True
     assert checks["name server reachable"][1] is False
     assert checks["transaction producer starts"][1] is True
+
+
+def test_push_consumer_settings_reach_the_cpp_object(lib: native.Native) -> None:
+    """The C++ setters called on the C handle land in the DefaultMQPushConsumer (read back through
+    its exported getters): synchronous pulls on PULL_THREADS threads and CONSUME_FROM_FIRST."""
+    import ctypes
+
+    dll = lib.dll
+    get_where = dll._ZN8rocketmq21DefaultMQPushConsumer19getConsumeFromWhereEv
+    get_where.argtypes, get_where.restype = [ctypes.c_void_p], ctypes.c_int
+    get_threads = dll._ZNK8rocketmq21DefaultMQPushConsumer25getPullMsgThreadPoolCountEv
+    get_threads.argtypes, get_threads.restype = [ctypes.c_void_p], ctypes.c_int
+    with native.NATIVE_LOCK:
+        handle = dll.CreatePushConsumer(b"txmsg_units_cg")
+        try:
+            assert get_where(handle) == native.CONSUME_FROM["last"]  # CreatePushConsumer's choice
+            assert native.use_sync_pull(lib, handle)
+            assert native.set_consume_from(lib, handle, native.CONSUME_FROM["first"])
+            assert get_where(handle) == native.CONSUME_FROM["first"]
+            assert get_threads(handle) == native.PULL_THREADS
+        finally:
+            dll.DestroyPushConsumer(handle)
