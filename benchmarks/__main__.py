@@ -35,6 +35,8 @@ BENCHES: tuple[Bench, ...] = (
           ("--transactions", "64", "--ns", "1,4,16"), ()),
     Bench("health_vs_duckdb", "warm Spark <= 1.5x DuckDB, process <= 3x, counts equal",
           ("--lines", "300000", "--runs", "1"), ()),
+    Bench("fuzz_broker", "decoders + live sockets: crashes=0 hangs=0, stored_ok ratio 1.0",
+          ("--inputs", "100000", "--socket-inputs", "5000"), ("--inputs", "1000000")),
     Bench("chaos", "kill -9 chaos: every committed order processed exactly once (ratio 1.0, "
           "0 violations)", ("--mode", "short"), ("--mode", "long")),
 )

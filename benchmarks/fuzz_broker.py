@@ -240,21 +240,34 @@ def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, dea
                 keep: bool) -> SocketStats:
     from txmsg_broker.app import BrokerProcess
 
-    from benchmarks.fuzz_inputs import RandomChooser, frame
-    from benchmarks.fuzz_live import (
-        GoodSender,
-        exchange,
-        healthy,
-        log_findings,
-        problems,
-        read_back,
-    )
+    from benchmarks.fuzz_live import GoodSender, log_findings
 
     base = Path(tempfile.mkdtemp(prefix="txmsg-fuzz-broker-"))
     broker = BrokerProcess(base / "data", base / "logs").start()
     result = SocketStats()
     good = GoodSender(broker.broker_addr)
-    good.start()
+    try:
+        good.start()
+        _fuzz_sockets(broker, good, result, inputs, seed, seconds, workers, deadline)
+        good.stop()
+        _verify_store(broker, good, result)
+    finally:
+        good.stop()
+        broker.kill()  # no-op after a clean stop; never leave a broker behind (it has its own session)
+    result.crashes += log_findings(base / "logs")
+    if keep or result.crashes or result.hangs:
+        result.notes.append(f"broker data and logs kept in {base}")
+    else:
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed: int,
+                  seconds: float | None, workers: int, deadline: float) -> None:
+    """``workers`` threads, one connection per input, each input reproducible from (seed, index)."""
+    from benchmarks.fuzz_inputs import RandomChooser, frame
+    from benchmarks.fuzz_live import exchange, problems
+
     lock = threading.Lock()
     next_index = iter(range(inputs))
     started = time.monotonic()
@@ -266,7 +279,7 @@ def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, dea
                 index = next(next_index, None)
             if index is None:
                 return
-            rng = random.Random(seed * 1_000_003 + index)  # each input reproducible from its index
+            rng = random.Random(seed * 1_000_003 + index)
             addr = broker.namesrv_addr if rng.randrange(5) == 0 else broker.broker_addr
             data = frame(RandomChooser(rng))
             outcome = None
@@ -295,35 +308,32 @@ def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, dea
     for thread in threads:
         thread.join()
     result.seconds = time.monotonic() - started
-    good.stop()
+
+
+def _verify_store(broker: Any, good: Any, result: SocketStats) -> None:
+    """The well-behaved client's messages: all acknowledged, all read back, also after a restart."""
+    from benchmarks.fuzz_live import healthy, read_back
+
     result.good_sent, result.good_attempts = len(good.sent), good.attempts
     result.crashes += [f"well-behaved client: {text}" for text in good.failures]
     if not broker.running:
         result.crashes.append(f"the broker process died (exit {broker.proc.returncode if broker.proc else '?'})")
-        result.stored_ok = 0
-    else:
-        try:
-            result.crashes += [f"after the fuzzing: {text}" for text in healthy(broker.namesrv_addr, broker.broker_addr)]
-            before = read_back(broker.broker_addr, good.topic)
-            exit_code = broker.stop()
-            if exit_code != 0:
-                result.crashes.append(f"the broker's clean shutdown exited with {exit_code}")
-            broker.start()  # recovery re-verifies every commit-log record (magic, size, CRC)
-            after = read_back(broker.broker_addr, good.topic)
-            result.stored_ok = sum(
-                1 for body, queue_id in good.sent.items() if before.get(body) == queue_id and after.get(body) == queue_id
-            )
-            result.notes.append(f"read back {len(before)} before and {len(after)} after a restart")
-            broker.stop()
-        except Exception as exc:  # noqa: BLE001 - reported, and the RESULT line still printed
-            result.crashes.append(f"verifying the stored messages failed: {exc!r}")
-    result.crashes += log_findings(base / "logs")
-    broker.kill()
-    if keep or result.crashes or result.hangs:
-        result.notes.append(f"broker data and logs kept in {base}")
-    else:
-        shutil.rmtree(base, ignore_errors=True)
-    return result
+        return
+    try:
+        result.crashes += [f"after the fuzzing: {text}" for text in healthy(broker.namesrv_addr, broker.broker_addr)]
+        before = read_back(broker.broker_addr, good.topic)
+        exit_code = broker.stop()
+        if exit_code != 0:
+            result.crashes.append(f"the broker's clean shutdown exited with {exit_code}")
+        broker.start()  # recovery re-verifies every commit-log record (magic, size, CRC)
+        after = read_back(broker.broker_addr, good.topic)
+        result.stored_ok = sum(
+            1 for body, queue_id in good.sent.items() if before.get(body) == queue_id and after.get(body) == queue_id
+        )
+        result.notes.append(f"read back {len(before)} before and {len(after)} after a restart")
+        broker.stop()
+    except Exception as exc:  # noqa: BLE001 - reported, and the RESULT line still printed
+        result.crashes.append(f"verifying the stored messages failed: {exc!r}")
 
 
 # --- report ---------------------------------------------------------------------------------------

@@ -178,7 +178,8 @@ class GoodSender(threading.Thread):
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.join(30)
+        if self.ident is not None:  # started
+            self.join(30)
 
 
 def read_back(broker_addr: str, topic: str, queues: int = GOOD_QUEUES) -> dict[bytes, int]:
