@@ -77,6 +77,25 @@ def test_repeated_check_of_a_running_key_joins_it(slow: SlowCheck) -> None:
     d.executor.shutdown(timeout=10)
 
 
+def test_repeated_check_of_a_queued_key_joins_it_too(slow: SlowCheck) -> None:
+    """The broker re-asks while the first check of K2 still waits in the executor's queue: the
+    second ask joins the queued check instead of queueing check_local again."""
+    d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=8)
+    answers: list[S] = []
+    threads = [ask(d, msg("K1"), answers)]
+    wait_until(lambda: len(slow.calls) == 1, "K1 to occupy the only thread")
+    threads += [ask(d, msg("K2"), answers)]
+    wait_until(lambda: d.stats().in_flight == 2, "K2 to be queued")
+    threads += [ask(d, msg("K2"), answers) for _ in range(2)]
+    wait_until(lambda: d.stats().deduplicated == 2, "the repeated K2 checks to join the queued one")
+    slow.release.set()
+    for t in threads:
+        t.join(10)
+    assert answers == [S.COMMIT] * 4
+    assert [key for key, _ in slow.calls] == ["K1", "K2"]
+    d.executor.shutdown(timeout=10)
+
+
 def test_different_keys_run_in_parallel(slow: SlowCheck) -> None:
     d = make(slow, core_pool_size=3, max_pool_size=3)
     answers: list[S] = []
