@@ -63,7 +63,11 @@ if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
   # fsync off: test data only, and it keeps the suite fast on a busy 2-core machine.
   as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
     -o "-c listen_addresses=127.0.0.1 -p $PORT -k $BASE -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-    start >&2 || { say "server did not start; see $LOG"; exit 1; }
+    start >&2 || {
+      say "server did not start; last lines of $LOG:"; tail -n 5 "$LOG" >&2 || true
+      grep -q "Address already in use" "$LOG" 2>/dev/null &&
+        say "port $PORT is taken (another PostgreSQL?): choose a free one with TXMSG_PG_PORT=<port>"
+      exit 1; }
 fi
 
 for _ in $(seq 1 50); do
