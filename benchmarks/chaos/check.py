@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from benchmarks.chaos.databases import attempts
@@ -76,12 +76,11 @@ def snapshot(dbs: dict[str, sessionmaker[Session]]) -> Snapshot:
     snap = Snapshot()
     with dbs["orders"]() as session:
         status = {oid: state for oid, state in session.execute(select(Order.id, Order.status))}
-        snap.in_flight_records = len(
-            session.scalars(
-                select(TransactionRecord.transaction_key).where(
-                    TransactionRecord.state == RecordState.IN_FLIGHT.value
-                )
-            ).all()
+        snap.in_flight_records = int(
+            session.scalar(
+                select(func.count()).where(TransactionRecord.state == RecordState.IN_FLIGHT.value)
+            )
+            or 0
         )
     snap.orders = len(status)
     snap.paid = {oid for oid, s in status.items() if s == PAID}

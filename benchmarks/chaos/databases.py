@@ -105,6 +105,14 @@ def open_all(urls: dict[str, str]) -> dict[str, sessionmaker[Session]]:
     return {service: make_session_factory(_engine(url)) for service, url in urls.items()}
 
 
+def close_all(dbs: dict[str, sessionmaker[Session]]) -> None:
+    """Dispose the engines behind :func:`open_all`'s session factories."""
+    for factory in dbs.values():
+        bind = factory.kw.get("bind")
+        if isinstance(bind, Engine):
+            bind.dispose()
+
+
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         return create_engine(url)

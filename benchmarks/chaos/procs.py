@@ -114,9 +114,7 @@ class BrokerChild:
     def alive(self) -> bool:
         return bool(self.process.running)
 
-    @property
-    def ready(self) -> bool:
-        return bool(self.process.running)  # start() returns once it accepts connections
+    ready = alive  # start() returns only once the broker accepts connections
 
     def start(self) -> None:
         with self._lock:

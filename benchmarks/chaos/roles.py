@@ -16,6 +16,7 @@ Both print ``READY`` once started; the orchestrator reads it from their log.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import sys
@@ -122,7 +123,7 @@ class Producer:
         self.prefix = f"p{index}-"
         config = _client_config(
             settings,
-            f"{self.name}-{_pid()}",
+            f"{self.name}-{os.getpid()}",
             {
                 "producer": {"group": ORDER_GROUP},
                 "listeners": {ORDER_GROUP: {"core_pool_size": 4, "max_pool_size": 4}},
@@ -190,10 +191,10 @@ class Producer:
             create_order(orders, order_id, user, rng.randint(199, 49_999), skus)
 
     def run_thread(self, thread: int) -> None:
-        rng = random.Random(f"{self.settings.seed}:{self.name}:{_pid()}:{thread}")
+        rng = random.Random(f"{self.settings.seed}:{self.name}:{os.getpid()}:{thread}")
         seq = 0
         while self.paying.is_set():
-            order_id = f"{self.prefix}{_pid()}-{thread}-{seq:05d}"
+            order_id = f"{self.prefix}{os.getpid()}-{thread}-{seq:05d}"
             seq += 1
             try:
                 self.new_order(rng, order_id)
@@ -210,14 +211,8 @@ class Producer:
         self.module.dispose()
 
 
-def _pid() -> int:
-    import os
-
-    return os.getpid()
-
-
 def _ready(what: str) -> None:
-    print(f"READY {what} pid={_pid()}", flush=True)
+    print(f"READY {what} pid={os.getpid()}", flush=True)
 
 
 @click.group()
@@ -269,7 +264,7 @@ def consumer(settings_file: str, service: str, index: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     group, handler, _key = next(c for c in CONSUMERS if c[0].startswith(service))
     config = _client_config(
-        settings, f"{service}-{index}-{_pid()}", {"consumers": {group: {"concurrency": 4}}}
+        settings, f"{service}-{index}-{os.getpid()}", {"consumers": {group: {"concurrency": 4}}}
     )
     app = TxMsg(config, registry=ListenerRegistry())
     engine = create_engine(settings.database_urls[service])

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.orm import Session, sessionmaker
 from txmsg_broker.app import BrokerProcess
 
 from benchmarks.chaos import check
-from benchmarks.chaos.databases import open_all, prepare
+from benchmarks.chaos.databases import close_all, open_all, prepare
 from benchmarks.chaos.monkey import Monkey, MonkeyReport
 from benchmarks.chaos.procs import BrokerChild, Child, ServiceProcess
 from benchmarks.chaos.roles import STOP_PAYING
@@ -133,10 +134,7 @@ class ChaosRun:
             for child in [*self.producers, *self.consumers]:
                 child.stop(15.0)
             self.broker.stop(15.0)
-            for factory in dbs.values():
-                bind = factory.kw.get("bind")
-                if bind is not None:
-                    bind.dispose()
+            close_all(dbs)
         return ChaosResult(
             self.settings,
             report,
@@ -152,16 +150,20 @@ class ChaosRun:
         deadline = time.monotonic() + timeout
         pending = [*self.producers, *self.consumers]
         while pending and time.monotonic() < deadline:
-            for child in pending:
-                if not child.alive:
-                    child.start()  # crashed on its own (not the monkey): it is restarted too
+            self._revive()
             pending = [c for c in pending if not c.ready]
             time.sleep(0.5)
         if pending:
             tails = "; ".join(f"{c.name}: {_tail(c.log)}" for c in pending)
             raise RuntimeError(f"processes did not start within {timeout:.0f} s: {tails}")
 
-    def _settle(self, dbs: dict) -> tuple[bool, float]:  # type: ignore[type-arg]
+    def _revive(self) -> None:
+        """Restart a service process that died on its own (not by the monkey)."""
+        for child in [*self.producers, *self.consumers]:
+            if not child.alive:
+                child.start()
+
+    def _settle(self, dbs: dict[str, sessionmaker[Session]]) -> tuple[bool, float]:
         """Poll until nothing is in flight and every service caught up (twice in a row)."""
         started = time.monotonic()
         stable = 0
@@ -178,9 +180,7 @@ class ChaosRun:
             stable = stable + 1 if snap.caught_up else 0
             if stable >= 2:
                 return True, time.monotonic() - started
-            for child in [*self.producers, *self.consumers]:
-                if not child.alive:
-                    child.start()
+            self._revive()
             time.sleep(2.0)
         return False, time.monotonic() - started
 

@@ -13,7 +13,13 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from benchmarks.chaos import check
-from benchmarks.chaos.databases import finish_attempt, open_all, prepare, start_attempt
+from benchmarks.chaos.databases import (
+    close_all,
+    finish_attempt,
+    open_all,
+    prepare,
+    start_attempt,
+)
 from benchmarks.chaos.roles import fault_of
 from benchmarks.chaos.settings import ChaosSettings
 from samples.order import cart, logistics, points
@@ -95,8 +101,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     w.deliver("o2")
     w.pay("o3", outcome="ROLLBACK", state="ROLLED_BACK")
     yield w
-    for factory in dbs.values():
-        factory.kw["bind"].dispose()
+    close_all(dbs)
 
 
 def test_a_consistent_world_has_no_violations(world: World) -> None:
