@@ -35,7 +35,7 @@ def install(broker: Broker) -> None:
     async def heartbeat(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
             data: Any = json.loads(cmd.body or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             return cmd.error(SYSTEM_ERROR, f"heartbeat body is not valid JSON: {exc}")
         if not isinstance(data, dict):
             return cmd.error(SYSTEM_ERROR, "heartbeat body must be a JSON object")

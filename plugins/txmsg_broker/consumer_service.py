@@ -416,7 +416,7 @@ class ConsumerService:
     def _lock_request(self, cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
         try:
             data = json.loads(cmd.body or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise ValueError(f"lock body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise ValueError("lock body must be a JSON object")

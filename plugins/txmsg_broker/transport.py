@@ -271,8 +271,7 @@ class RemotingServer:
             response = await handler(cmd, conn)
         except asyncio.CancelledError:
             return
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            # RecursionError: a request body nested too deeply for json.loads (lock, heartbeat bodies)
+        except (ValueError, KeyError, TypeError) as exc:
             response = cmd.error(SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
         except Exception as exc:
             self._report(
