@@ -6,13 +6,14 @@
 # the URL.  The server listens on 127.0.0.1 only, with trust authentication: it holds test data
 # and nothing else.  Stop it with `scripts/pg.sh stop`.
 #
-#   export TXMSG_TEST_PG_URL=$(scripts/pg.sh)      # -> postgresql+psycopg://postgres@127.0.0.1:55432/txmsg_test
+#   export TXMSG_TEST_PG_URL=$(scripts/pg.sh)      # -> postgresql+psycopg://postgres@127.0.0.1:25432/txmsg_test
 #
-# Environment: TXMSG_PG_PORT (default 55432), TXMSG_PG_DIR (default ./var/pg), TXMSG_PG_DB (txmsg_test).
+# Environment: TXMSG_PG_PORT (default 25432), TXMSG_PG_DIR (default ./var/pg), TXMSG_PG_DB (txmsg_test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PORT=${TXMSG_PG_PORT:-55432}
+# below 32768: outside Linux's ephemeral port range, so no client socket can be holding it
+PORT=${TXMSG_PG_PORT:-25432}
 BASE=${TXMSG_PG_DIR:-$PWD/var/pg}
 DB=${TXMSG_PG_DB:-txmsg_test}
 DATA=$BASE/data
