@@ -41,6 +41,7 @@ from .native import (
     NATIVE_LOCK,
     OK,
     Native,
+    release_push_consumer,
     start_push_consumer,
 )
 
@@ -87,7 +88,9 @@ class Announcer:
     ) -> tuple[bool, int | None]:
         """Start and shut down a push consumer on ``instance_name``'s client factory.
 
-        Returns (started, handle).  The handle must be passed to ``DestroyPushConsumer`` only
+        Returns (started, handle); the handle is None when the consumer did not start (it is
+        parked, never destroyed: :func:`~txmsg_rocketmq.native.release_push_consumer`).  The
+        handle of a started one must be passed to ``DestroyPushConsumer`` only
         after the producer on that instance name has been shut down: a long-polling pull of the
         consumer may still be answered by the broker, and librocketmq then touches the
         consumer's PullAPIWrapper (destroying it right away crashed the process).
@@ -121,8 +124,11 @@ class Announcer:
                         self.native.last_error(),
                     )
             finally:
-                dll.ShutdownPushConsumer(handle)
-            return started, int(handle)
+                if started:
+                    dll.ShutdownPushConsumer(handle)  # destroyed later, see the docstring
+                else:
+                    release_push_consumer(self.native, handle, started=False, keep=self._noop)
+            return started, (int(handle) if started else None)
 
     # ---- lazy: after the first send to a topic ----------------------------------------------
     def announce_later(self, inst: ProducerInstance) -> None:

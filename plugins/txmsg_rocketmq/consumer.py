@@ -43,6 +43,7 @@ from .native import (
     NATIVE_LOCK,
     OK,
     Native,
+    release_push_consumer,
     set_consume_from,
     start_push_consumer,
     use_sync_pull,
@@ -55,6 +56,10 @@ DLQ_PREFIX = "%DLQ%"
 _BROKER_OWNED_PROPERTIES = frozenset({"UNIQ_KEY", "TRAN_MSG", "PGROUP", "TAGS", "KEYS", "REAL_TOPIC", "REAL_QID"})
 BROKER_MAX_RECONSUME = 16
 """What librocketmq 2.1.0 sends as maxReconsumeTimes (not settable through its C API)."""
+
+
+_STILL_RUNNING: set[PushConsumer] = set()
+"""Consumers whose stop timed out, kept alive with their ctypes callback (see pool._STILL_RUNNING)."""
 
 
 class PushConsumer:
@@ -120,6 +125,7 @@ class PushConsumer:
                     f"{native.last_error()}"
                 )
             self.handle = int(handle)
+            started = False
             try:
                 self._ok(dll.SetPushConsumerNameServerAddress(handle, name_server.encode()), "set name server")
                 self._ok(dll.SetPushConsumerInstanceName(handle, instance_name.encode()), "set instance name")
@@ -130,10 +136,10 @@ class PushConsumer:
                 self.sync_pull = use_sync_pull(native, handle)
                 self.consume_from_set = set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
-            except BaseException:
-                dll.ShutdownPushConsumer(handle)
-                dll.DestroyPushConsumer(handle)
-                raise
+                started = True
+            finally:
+                if not started:
+                    release_push_consumer(native, handle, started=False, keep=self._callback)
 
     def _ok(self, status: int, what: str) -> None:
         if int(status) != OK:
@@ -220,11 +226,12 @@ class PushConsumer:
                     running,
                     timeout,
                 )
+                _STILL_RUNNING.add(self)  # the native consumer may still call our ctypes callback
                 return
             with NATIVE_LOCK:
-                self.native.dll.ShutdownPushConsumer(self.handle)
-                self.native.dll.DestroyPushConsumer(self.handle)
+                release_push_consumer(self.native, self.handle, started=True)
             self._stopped = True
+            _STILL_RUNNING.discard(self)
             with self._dlq_lock:
                 if self._dlq_producer is not None:
                     self._dlq_producer.close()

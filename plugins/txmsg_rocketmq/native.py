@@ -150,6 +150,34 @@ def start_push_consumer(native: Native, handle: int) -> int:
     return status
 
 
+_NEVER_STARTED: list[tuple[int, object]] = []
+"""Push consumers that never reached RUNNING (with their callback objects): parked for the life of
+the process, never destroyed."""
+
+
+def release_push_consumer(native: Native, handle: int, *, started: bool, keep: object = None) -> None:
+    """Shut a push consumer down and destroy it - unless it never started.
+
+    Why: librocketmq 2.1.0's ``DefaultMQPushConsumerImpl`` starts its timer thread (an
+    ``io_service::run`` loop) in the *constructor*, and only ``shutdown()`` of a RUNNING consumer
+    stops and joins it.  ``DestroyPushConsumer`` on a consumer that was created but never started
+    (or whose ``start`` failed) frees the io_service while that thread still waits on it: the
+    thread then writes into freed heap (valgrind: "Invalid write ... scheduler::run", freed by
+    ``~DefaultMQPushConsumerImpl``) or the destructor blocks for ever in ``pthread_cond_destroy``.
+    The freed memory belongs to whatever the process allocates next - once it was SQLite's page
+    cache ("malformed database schema" in a fresh database).  So a consumer that did not start is
+    parked here instead (one idle thread and a few KB until the process exits), together with
+    ``keep`` - the ctypes callback it was given, which a half-started consumer may still call.
+    Call with :data:`NATIVE_LOCK` held.
+    """
+    dll = native.dll
+    if started:
+        dll.ShutdownPushConsumer(handle)
+        dll.DestroyPushConsumer(handle)
+    else:
+        _NEVER_STARTED.append((handle, keep))
+
+
 SYNC_PULL_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer12setAsyncPullEb"
 PULL_THREADS_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer25setPullMsgThreadPoolCountEi"
 PULL_THREADS = 16

@@ -84,6 +84,12 @@ class InstanceStats:
     shut_down: bool
 
 
+_STILL_RUNNING: set[ProducerInstance] = set()
+"""Instances whose close timed out: the native producer keeps running and may still call the
+ctypes thunks they own, so they are kept alive here even if the application drops its pool
+(a freed thunk called from C++ is a jump into freed memory)."""
+
+
 class ProducerInstance:
     """One native transaction producer (own instance name = own factory, channel, check thread)."""
 
@@ -283,6 +289,7 @@ class ProducerInstance:
                 sends,
                 checks,
             )
+            _STILL_RUNNING.add(self)  # its ctypes callbacks must outlive any caller's references
             return False
         dll = self.native.dll
         # Not under NATIVE_LOCK: ShutdownProducer joins the check thread, which may be finishing
@@ -301,6 +308,7 @@ class ProducerInstance:
                 dll.DestroyPushConsumer(consumer)
             self._deferred_consumers.clear()
         self.shut_down = True
+        _STILL_RUNNING.discard(self)
         return True
 
     def defer_destroy_consumer(self, handle: int) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from rmq_helpers import Calls, create_topic, unique, wait_until
+from txmsg_rocketmq import pool as pool_module
 
 from txmsg.message import Message, OutgoingMessage
 from txmsg.states import LocalTransactionState as S
@@ -177,9 +178,12 @@ def test_close_timeout_leaves_a_busy_instance_running_instead_of_crashing(
     assert started.wait(20)
     pool.close(timeout=0.2)
     assert [s.shut_down for s in pool.stats()] == [False]
+    # kept alive by the module even if the application drops the pool: C++ still holds its thunks
+    assert set(pool.instances) <= pool_module._STILL_RUNNING
     release.set()
     pool.close(timeout=20)  # a second close finishes the job once the check returned
     assert [s.shut_down for s in pool.stats()] == [True]
+    assert not set(pool.instances) & pool_module._STILL_RUNNING
 
 
 def test_consumer_handler_result_maps_to_ack_or_redelivery(backend: Any, txmsg_broker: Any) -> None:

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from txmsg_rocketmq import messages, native
 from txmsg_rocketmq.callbacks import guarded, state_code
+from txmsg_rocketmq.consumer import PushConsumer
 from txmsg_rocketmq.gate import Gate
 from txmsg_rocketmq.names import consumer_names_hazard, printf_hazard
 
+from txmsg.errors import BackendUnavailableError
 from txmsg.message import OutgoingMessage
 from txmsg.states import LocalTransactionState
 
@@ -189,4 +191,31 @@ def test_push_consumer_settings_reach_the_cpp_object(lib: native.Native) -> None
             assert get_where(handle) == native.CONSUME_FROM["first"]
             assert get_threads(handle) == native.PULL_THREADS
         finally:
-            dll.DestroyPushConsumer(handle)
+            native.release_push_consumer(lib, handle, started=False)  # never DestroyPushConsumer
+
+
+def test_a_consumer_that_fails_to_start_is_parked_not_destroyed(lib: native.Native) -> None:
+    """librocketmq 2.1.0 runs a timer thread from the consumer's constructor that only a RUNNING
+    consumer's shutdown stops: destroying a consumer whose start failed frees memory that thread
+    still writes (heap corruption; seen as a "malformed" fresh SQLite database in CI)."""
+    settings: dict[str, Any] = {
+        "group": "TXMSG_T_PARKED",
+        "topic": "TXMSG_T_PARKED_TOPIC",
+        "tags": "*",
+        "handler": lambda m: True,
+        "name_server": "127.0.0.1:1",  # never reached: start() does not wait for routes
+        "instance_name": "parked-test",
+        "concurrency": 1,
+        "max_reconsume": 3,
+    }
+    first = PushConsumer(lib, **settings)
+    parked_before = len(native._NEVER_STARTED)
+    try:
+        # Same group on the same instance name: librocketmq refuses to start the second one.
+        with pytest.raises(BackendUnavailableError, match="failed to start"):
+            PushConsumer(lib, **settings)
+        assert len(native._NEVER_STARTED) == parked_before + 1
+        handle, kept = native._NEVER_STARTED[-1]
+        assert handle and isinstance(kept, native.MESSAGE_CALLBACK)  # its callback stays alive too
+    finally:
+        first.stop(timeout=5)
