@@ -96,6 +96,9 @@ class TxMsgConfig(_Section):
     access_key: str | None = None
     secret_key: str | None = None
     max_instances_per_group: int | None = Field(default=None, ge=1)
+    pull_threads: int = Field(default=16, ge=1, le=256)
+    """Pull threads per push consumer (the RocketMQ backend pulls synchronously, one queue at a
+    time per thread: keep it at least the number of queues one consumer owns, retry queue included)."""
     check_wait_timeout: float = Field(default=60.0, gt=0)
     """Seconds a check-back waits for ``check_local`` before answering UNKNOW."""
     close_timeout: float = Field(default=30.0, ge=0)

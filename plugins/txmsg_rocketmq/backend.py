@@ -55,6 +55,7 @@ class RocketMQBackend:
         self.config = config
         self.name_server: str = str(_cfg(config, "name_server", "127.0.0.1:9876"))
         self.send_timeout_ms: int = int(_cfg(config, "send_timeout_ms", 3000))
+        self.pull_threads: int = int(_cfg(config, "pull_threads", native_mod.PULL_THREADS))
         self.instance_prefix: str = _SAFE.sub("_", str(_cfg(config, "instance_prefix", None) or "txmsg"))
         cap = max_instances_per_group or _cfg(config, "max_instances_per_group", None)
         self.max_instances_per_group = int(cap or DEFAULT_MAX_INSTANCES)
@@ -165,6 +166,7 @@ class RocketMQBackend:
             concurrency=concurrency,
             max_reconsume=max_reconsume,
             consume_from=consume_from,
+            pull_threads=self.pull_threads,
         )
         with self._lock:
             self._consumers[group] = consumer

@@ -42,6 +42,7 @@ from .native import (
     MESSAGE_CALLBACK,
     NATIVE_LOCK,
     OK,
+    PULL_THREADS,
     Native,
     release_push_consumer,
     set_consume_from,
@@ -78,12 +79,15 @@ class PushConsumer:
         concurrency: int,
         max_reconsume: int,
         consume_from: str = "first",
+        pull_threads: int = PULL_THREADS,
     ) -> None:
         if consume_from not in CONSUME_FROM:
             raise ValueError(
                 f"consume_from must be one of {sorted(CONSUME_FROM)} (got {consume_from!r}) for "
                 f"consumer group {group!r}"
             )
+        if pull_threads < 1:
+            raise ValueError(f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
         if max_reconsume < 0:
@@ -133,7 +137,7 @@ class PushConsumer:
                 self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
                 self._ok(dll.RegisterMessageCallback(handle, self._callback), "register the callback")
-                self.sync_pull = use_sync_pull(native, handle)
+                self.sync_pull = use_sync_pull(native, handle, pull_threads)
                 self.consume_from_set = set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
                 started = True

@@ -181,8 +181,9 @@ def release_push_consumer(native: Native, handle: int, *, started: bool, keep: o
 SYNC_PULL_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer12setAsyncPullEb"
 PULL_THREADS_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer25setPullMsgThreadPoolCountEi"
 PULL_THREADS = 16
-"""Pull threads per push consumer in synchronous pull mode: one long poll per queue (the topic's
-queues on every broker plus the retry queue) runs at a time on each, so keep it above that."""
+"""Default pull threads per push consumer in synchronous pull mode (config key ``pull_threads``):
+one pull per queue (the topic's queues on every broker plus the retry queue) runs at a time on
+each, so keep it at least that."""
 
 
 def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from txmsg_rocketmq import messages, native
 from txmsg_rocketmq.callbacks import guarded, state_code
 from txmsg_rocketmq.consumer import PushConsumer
@@ -175,7 +177,6 @@ def test_doctor_reports_the_library_and_a_producer_start(tmp_path: Any) -> None:
 def test_push_consumer_settings_reach_the_cpp_object(lib: native.Native) -> None:
     """The C++ setters called on the C handle land in the DefaultMQPushConsumer (read back through
     its exported getters): synchronous pulls on PULL_THREADS threads and CONSUME_FROM_FIRST."""
-    import ctypes
 
     dll = lib.dll
     get_where = dll._ZN8rocketmq21DefaultMQPushConsumer19getConsumeFromWhereEv
@@ -208,7 +209,10 @@ def test_a_consumer_that_fails_to_start_is_parked_not_destroyed(lib: native.Nati
         "concurrency": 1,
         "max_reconsume": 3,
     }
-    first = PushConsumer(lib, **settings)
+    first = PushConsumer(lib, **settings, pull_threads=5)
+    get_threads = lib.dll._ZNK8rocketmq21DefaultMQPushConsumer25getPullMsgThreadPoolCountEv
+    get_threads.argtypes, get_threads.restype = [ctypes.c_void_p], ctypes.c_int
+    assert get_threads(first.handle) == 5  # the config key ``pull_threads`` reaches the client
     parked_before = len(native._NEVER_STARTED)
     try:
         # Same group on the same instance name: librocketmq refuses to start the second one.
@@ -219,3 +223,24 @@ def test_a_consumer_that_fails_to_start_is_parked_not_destroyed(lib: native.Nati
         assert handle and isinstance(kept, native.MESSAGE_CALLBACK)  # its callback stays alive too
     finally:
         first.stop(timeout=5)
+
+
+def test_pull_threads_from_the_configuration_reach_the_client(lib: native.Native, tmp_path: Any) -> None:
+    from txmsg_rocketmq.backend import RocketMQBackend
+
+    from txmsg.config import TxMsgConfig
+
+    with pytest.raises(ValidationError, match="pull_threads"):
+        TxMsgConfig.model_validate({"pull_threads": 0})
+    config = TxMsgConfig.model_validate(
+        {"name_server": "127.0.0.1:1", "pull_threads": 7, "client_log_dir": str(tmp_path)}
+    )
+    backend = RocketMQBackend(config, announce=False)
+    stop = backend.subscribe("TXMSG_T_PT_TOPIC", "TXMSG_T_PT", lambda m: True)
+    try:
+        get_threads = lib.dll._ZNK8rocketmq21DefaultMQPushConsumer25getPullMsgThreadPoolCountEv
+        get_threads.argtypes, get_threads.restype = [ctypes.c_void_p], ctypes.c_int
+        assert get_threads(backend._consumers["TXMSG_T_PT"].handle) == 7
+    finally:
+        stop()
+        backend.close()
