@@ -8,7 +8,8 @@
 #
 #   export TXMSG_TEST_PG_URL=$(scripts/pg.sh)      # -> postgresql+psycopg://postgres@127.0.0.1:25432/txmsg_test
 #
-# Environment: TXMSG_PG_PORT (default 25432), TXMSG_PG_DIR (default ./var/pg), TXMSG_PG_DB (txmsg_test).
+# Environment: TXMSG_PG_PORT (default: 25432, or the next free port up to 25452 when something else
+# listens there), TXMSG_PG_DIR (default ./var/pg), TXMSG_PG_DB (txmsg_test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,6 @@ BASE=${TXMSG_PG_DIR:-$PWD/var/pg}
 DB=${TXMSG_PG_DB:-txmsg_test}
 DATA=$BASE/data
 LOG=$BASE/server.log
-URL="postgresql+psycopg://postgres@127.0.0.1:${PORT}/${DB}"
 
 say() { echo "[pg] $*" >&2; }
 
@@ -59,7 +59,19 @@ if [ ! -f "$DATA/PG_VERSION" ]; then
     say "initdb failed; see $BASE/initdb.log"; exit 1; }
 fi
 
-if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+  # ours is running: use the port it was started on (line 4 of postmaster.pid)
+  PORT=$(sed -n 4p "$DATA/postmaster.pid")
+else
+  if [ -z "${TXMSG_PG_PORT:-}" ]; then
+    # Another server (e.g. a previous CI clone's, whose directory is gone) may hold the default
+    # port for a while: take the next free one rather than fail.
+    for candidate in $(seq "$PORT" $((PORT + 20))); do
+      if ! listening "$candidate"; then PORT=$candidate; break; fi
+    done
+  fi
   say "starting PostgreSQL ($BIN) on 127.0.0.1:$PORT"
   # fsync off: test data only, and it keeps the suite fast on a busy 2-core machine.
   as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
@@ -71,6 +83,7 @@ if ! as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
       exit 1; }
 fi
 
+URL="postgresql+psycopg://postgres@127.0.0.1:${PORT}/${DB}"
 for _ in $(seq 1 50); do
   "$BIN/pg_isready" -h 127.0.0.1 -p "$PORT" -q && break
   sleep 0.2

@@ -5,8 +5,12 @@ cd "$(dirname "$0")/.."
 export TXMSG_ARTIFACTS=${TXMSG_ARTIFACTS:-$PWD/artifacts}
 mkdir -p "$TXMSG_ARTIFACTS"
 if [ -z "${TXMSG_TEST_PG_URL:-}" ]; then
+  pg_was_running=no
+  [ -f "${TXMSG_PG_DIR:-$PWD/var/pg}/data/postmaster.pid" ] && pg_was_running=yes
   TXMSG_TEST_PG_URL=$(bash scripts/pg.sh) || { echo "PostgreSQL test server failed to start" >&2; exit 1; }
   export TXMSG_TEST_PG_URL
+  # If we started it, we stop it: a server left running holds its port after this checkout is gone.
+  [ "$pg_was_running" = no ] && trap 'bash scripts/pg.sh stop' EXIT
 fi
 .venv/bin/ruff check txmsg plugins spark samples benchmarks tests || exit 1
 .venv/bin/mypy || exit 1
