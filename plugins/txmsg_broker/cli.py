@@ -30,6 +30,8 @@ from .config import BrokerConfig
 @click.option("--auto-create-topics/--no-auto-create-topics", default=True, show_default=True)
 @click.option("--enforce-topic-types/--no-enforce-topic-types", default=True, show_default=True,
               help="Reject messages whose kind does not match the topic's message.type.")
+@click.option("--learn-producers-from-sends/--no-learn-producers-from-sends", default=False, show_default=True,
+              help="Also learn check-back channels from sends (non-standard; a real broker: heartbeats only).")
 @click.option("--transaction-log-level", type=click.Choice(["DEBUG", "INFO", "WARN", "ERROR"], case_sensitive=False),
               default="INFO", show_default=True, help="DEBUG makes commits visible in transaction.log.")
 @click.option("--delay-scale", default=1.0, show_default=True, type=click.FloatRange(min=0.0001),

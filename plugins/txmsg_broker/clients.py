@@ -1,7 +1,7 @@
 """Which client connections belong to which producer / consumer group.
 
-Learned from HEART_BEAT and, for producers, also from sends and END_TRANSACTION (librocketmq's first
-heartbeat to a broker can lag ~30 s, and check-backs need a channel before that). Check-backs pick
+Learned from HEART_BEAT, as a real broker does.  ``learn_producers_from_sends`` (off by default, a
+non-standard shortcut) also registers producers from their sends and END_TRANSACTION. Check-backs pick
 channels of a producer group round-robin, as Java's ``ProducerManager.getAvailableChannel`` does.
 """
 

@@ -22,6 +22,9 @@ class BrokerConfig:
     flush: Literal["sync", "async"] = "async"
     auto_create_topics: bool = True
     enforce_topic_types: bool = True
+    #: also register a producer channel from its sends / END_TRANSACTION.  Off (default) = a real
+    #: broker, which learns check-back channels from HEART_BEAT only; on = a non-standard shortcut
+    learn_producers_from_sends: bool = False
     transaction_log_level: str = "INFO"
     #: multiplies RocketMQ's delay levels (1s 5s 10s ... 2h); e.g. 0.01 makes level 3 (10 s) take 0.1 s
     delay_scale: float = 1.0

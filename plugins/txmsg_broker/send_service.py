@@ -131,7 +131,11 @@ def install(broker: Broker) -> None:
     async def _send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         normalize_header(cmd)
         group = cmd.ext("producerGroup")
-        if group and conn not in broker.clients.producers.get(group, ()):
+        if (
+            group
+            and broker.config.learn_producers_from_sends
+            and conn not in broker.clients.producers.get(group, ())
+        ):
             register_producer(broker, group, conn, threads.next())
         topic = cmd.ext("topic")
         problem = validate_topic_name(topic)

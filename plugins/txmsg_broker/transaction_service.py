@@ -172,7 +172,11 @@ class TransactionService:
         debug = tx.enabled("DEBUG")
         if debug:
             tx.debug(thread, f"Transaction request:{header}")
-        if group and conn not in self.broker.clients.producers.get(group, ()):
+        if (
+            group
+            and self.broker.config.learn_producers_from_sends
+            and conn not in self.broker.clients.producers.get(group, ())
+        ):
             register_producer(self.broker, group, conn, thread)
         addr = conn.remote_addr
         if state == UNKNOWN:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import Counter
 
+import pytest
 from rocketmq.client import Message, TransactionStatus
 from txmsg_broker.message_codec import PROPERTY_CHECK_TIMES
 from txmsg_broker.store import MessageStore
@@ -235,3 +236,28 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
     assert duplicated, f"expected duplicate deliveries, got {per_key}"
     for key in duplicated:  # duplicates carry the same message id (UNIQ_KEY)
         assert len({r.msg_id for r in received if r.keys == key}) == 1
+
+
+
+@pytest.mark.parametrize("learn", [False, True])
+def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends(
+    txmsg_broker_factory, learn
+):
+    """By default the broker is a real one: a send on a connection that never sent HEART_BEAT does
+    not make it a check-back channel.  ``learn_producers_from_sends=True`` is the opt-in shortcut."""
+    from txmsg_broker import codec
+    from txmsg_broker.message_codec import properties_to_string
+    from txmsg_broker.rawclient import call
+
+    broker = txmsg_broker_factory(learn_producers_from_sends=learn)
+    group, topic = unique("NoHbPG"), unique("NoHbT")
+    props = {"UNIQ_KEY": "D" * 32, "TRAN_MSG": "true", "PGROUP": group, "WAIT": "true"}
+    ext = {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 4, "g": "1", "h": 0,
+           "i": properties_to_string(props), "j": "0", "k": "0", "l": 16, "m": "0"}
+    assert call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"x").code == codec.SUCCESS
+    line = f"new producer connected, group: {group} "
+    if learn:
+        assert wait_until(lambda: line in read_log(broker.log_dir, "broker.log"), timeout=10)
+    else:
+        time.sleep(1.0)
+        assert line not in read_log(broker.log_dir, "broker.log")

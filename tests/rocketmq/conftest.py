@@ -21,3 +21,4 @@ def backend(txmsg_broker: Any, tmp_path: Path) -> Iterator[Any]:
     be = RocketMQBackend(Config())
     yield be
     be.close(timeout=20)
+
