@@ -97,9 +97,10 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
 
 
 def test_pending_half_message_is_checked_after_restart(txmsg_broker_factory):
-    # learn_producers_from_sends: librocketmq re-heartbeats a restarted broker only on its 30 s timer and
-    # only once it noticed the dead connection (no check within 40 s here with a real broker's rules);
-    # this test is about the half message surviving kill -9, so let the send re-register the group.
+    # learn_producers_from_sends: a restarted (real) broker knows no producer until librocketmq's next
+    # periodic heartbeat (22 s once); with this test's 500 ms interval and check-max 3, its "channel table
+    # is empty" checks would discard the half message first, as Java does. This test is about the half
+    # message surviving kill -9, so let the send re-register the group.
     broker = txmsg_broker_factory(
         flush="sync", transaction_timeout_ms=2000, check_interval_ms=500, learn_producers_from_sends=True
     )
