@@ -166,8 +166,18 @@ class Clients:
         instance: str | None = None,
         properties: tuple[str, ...] = (),
     ) -> list[Received]:
-        """Start a push consumer; returns the (thread-safe appended) list of received messages."""
+        """Start a push consumer; returns the (thread-safe appended) list of received messages.
+
+        Refuses names that librocketmq 2.1.0 would feed to printf as conversions (``%RETRY%SendCG``
+        reads as ``%S``: a wide-string conversion of a garbage pointer - a segfault in ``start()``
+        when the garbage is not a valid pointer, which happened in CI).
+        """
         from rocketmq.client import ConsumeStatus, PushConsumer
+        from txmsg_rocketmq.names import consumer_names_hazard
+
+        hazard = consumer_names_hazard(group, topic)
+        if hazard is not None:
+            raise ValueError(f"consumer group {group!r} would crash librocketmq 2.1.0: {hazard}; rename it")
 
         received: list[Received] = []
         in_flight = self.in_flight

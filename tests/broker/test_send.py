@@ -23,7 +23,7 @@ def stored(data_dir, topic: str, queues: int = 4):
 def test_send_and_consume_with_properties(txmsg_broker):
     topic = unique("SendT")
     with Clients(txmsg_broker.namesrv_addr) as clients:
-        received = clients.consumer(unique("SendCG"), topic, properties=("color", "UNIQ_KEY"))
+        received = clients.consumer(unique("CgSend"), topic, properties=("color", "UNIQ_KEY"))
         producer = clients.producer()
         ids = {}
         for i in range(8):
