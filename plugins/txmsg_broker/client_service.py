@@ -7,6 +7,7 @@ is left to the consumer service, which listens to ``broker.clients`` events.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .clients import CONSUME_TYPES, MESSAGE_MODELS
@@ -26,6 +27,13 @@ def register_producer(broker: Broker, group: str, conn: Connection, thread: str,
         broker.logs.broker.info(
             thread, f"new producer connected, group: {group} channel: {channel.describe()}"
         )
+
+
+def learn_producer_from_request(broker: Broker, group: str, conn: Connection, thread: Callable[[], str]) -> None:
+    """The opt-in shortcut of sends / END_TRANSACTION: register ``conn`` for ``group`` when
+    ``learn_producers_from_sends`` is on (a real broker learns producers from HEART_BEAT only)."""
+    if group and broker.config.learn_producers_from_sends and conn not in broker.clients.producers.get(group, ()):
+        register_producer(broker, group, conn, thread())
 
 
 def install(broker: Broker) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from .client_service import register_producer
+from .client_service import learn_producer_from_request
 from .codec import (
     MESSAGE_ILLEGAL,
     NO_PERMISSION,
@@ -131,12 +131,7 @@ def install(broker: Broker) -> None:
     async def _send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         normalize_header(cmd)
         group = cmd.ext("producerGroup")
-        if (
-            group
-            and broker.config.learn_producers_from_sends
-            and conn not in broker.clients.producers.get(group, ())
-        ):
-            register_producer(broker, group, conn, threads.next())
+        learn_producer_from_request(broker, group, conn, threads.next)
         topic = cmd.ext("topic")
         problem = validate_topic_name(topic)
         if problem is not None:

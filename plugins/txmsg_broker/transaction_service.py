@@ -24,7 +24,7 @@ import time
 import zlib
 from typing import TYPE_CHECKING
 
-from .client_service import register_producer
+from .client_service import learn_producer_from_request
 from .codec import CHECK_TRANSACTION_STATE, END_TRANSACTION, RemotingCommand
 from .message_codec import (
     PROPERTY_CHECK_IMMUNITY,
@@ -172,12 +172,7 @@ class TransactionService:
         debug = tx.enabled("DEBUG")
         if debug:
             tx.debug(thread, f"Transaction request:{header}")
-        if (
-            group
-            and self.broker.config.learn_producers_from_sends
-            and conn not in self.broker.clients.producers.get(group, ())
-        ):
-            register_producer(self.broker, group, conn, thread)
+        learn_producer_from_request(self.broker, group, conn, lambda: thread)
         addr = conn.remote_addr
         if state == UNKNOWN:
             if from_check:
