@@ -1,7 +1,7 @@
 """transaction.log / broker.log use the real 4.9 broker's line format and message texts.
 
 Each pattern below is checked against our broker's output *and* against the real broker's logs in
-../shared/logs/real-broker-4.9.8, so one analyser reads both.
+tests/data/real-broker-4.9.8, so one analyser reads both.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from rocketmq.client import Message, TransactionStatus
 from txmsg_broker.testing import Clients, read_log, unique, wait_until
 
-REAL_LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "logs" / "real-broker-4.9.8"
+REAL_LOGS = Path(__file__).resolve().parents[1] / "data" / "real-broker-4.9.8"
 LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (TRACE|DEBUG|INFO|WARN|ERROR) (\S+) - ")
 HEADER = (
     r"EndTransactionRequestHeader\{producerGroup='(?P<group>[^']*)', tranStateTableOffset=\d+, "
@@ -58,7 +58,8 @@ def matching(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
 def real_log(level: str, name: str) -> str:
     path = REAL_LOGS / level / name
     if not path.exists():
-        pytest.skip(f"real broker logs not found at {path}")
+        pytest.fail(f"real broker log missing at {path}: it is tracked in git; restore it with "
+                    "`git checkout -- tests/data`", pytrace=False)
     return path.read_text(errors="replace")
 
 

@@ -13,7 +13,9 @@ pytest.importorskip("pyspark")
 from txmsg_health import generate, job  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_LOGS = REPO.parent / "shared" / "logs" / "real-broker-4.9.8"
+# Logs of a real Apache RocketMQ 4.9.8 broker, kept in the repository (tests/data/README.md says
+# where they come from); the tests that read them fail, never skip, when they are missing.
+REAL_LOGS = REPO / "tests" / "data" / "real-broker-4.9.8"
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +31,9 @@ def spark() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def real_logs() -> Path:
-    if not REAL_LOGS.is_dir():
-        pytest.skip(f"real broker logs not found at {REAL_LOGS}")
+    if not (REAL_LOGS / "info").is_dir() or not (REAL_LOGS / "debug").is_dir():
+        pytest.fail(f"real broker logs missing at {REAL_LOGS}: they are tracked in git; "
+                    "restore them with `git checkout -- tests/data`", pytrace=False)
     return REAL_LOGS
 
 
