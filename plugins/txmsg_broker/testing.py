@@ -22,7 +22,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _counter = itertools.count(1)
 
@@ -32,13 +34,37 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, interval: float = 0.05) -> bool:
+def wait_until(
+    predicate: Callable[[], T],
+    *,
+    timeout: float,
+    interval: float = 0.02,
+    message: str | Callable[[], str] = "",
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that value.
+
+    The one polling helper of the tests, samples and benchmarks: a test waits for an observable
+    condition (a row, a delivery, a log line, a counter) instead of sleeping and hoping.  On timeout
+    it raises ``AssertionError`` naming what was awaited (``message``; pass a callable to describe
+    the state at the moment of failure) and the predicate's last value, so a failing wait reads
+    like a failing assert.  ``timeout`` is required and generous by intent: it bounds a wait, it is
+    not a timing assertion.  The predicate always runs at least once, and once more at the
+    deadline, so a slow last poll is not lost.  Use it as a statement (not ``assert wait_until``:
+    ``python -O`` would drop the wait together with the assert).
+    """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+    while True:
+        last = predicate()
+        if last:
+            return last
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(interval, remaining))
+    what = message() if callable(message) else message
+    raise AssertionError(
+        f"timed out after {timeout:g} s waiting for {what or 'the condition'}; last value: {last!r}"
+    )
 
 
 def _text(value: Any) -> str:
@@ -78,7 +104,12 @@ class InFlight:
             self.count -= 1
 
     def wait_idle(self, timeout: float = 15.0) -> bool:
-        return wait_until(lambda: self.count == 0, timeout)
+        """True once no callback runs; False on timeout (``close()`` then goes ahead anyway)."""
+        try:
+            wait_until(lambda: self.count == 0, timeout=timeout, message="running callbacks to end")
+        except AssertionError:
+            return False
+        return True
 
 
 def set_producer_instance_name(producer: Any, name: str) -> None:

@@ -26,14 +26,16 @@ def test_produce_then_consume_every_message_once(txmsg_broker):
         for body in sorted(sent):
             assert producer.send_sync(_msg(topic, body, keys=body)).status == 0
         received = clients.consumer(group, topic)
-        assert wait_until(lambda: {r.body.decode() for r in received} >= sent, 30), (
-            f"missing {sent - {r.body.decode() for r in received}}"
+        wait_until(
+            lambda: {r.body.decode() for r in received} >= sent,
+            timeout=30,
+            message=lambda: f"all sent messages; missing {sent - {r.body.decode() for r in received}}",
         )
         # then new messages arrive through the long-polled pull
         later = {f"late{i}" for i in range(10)}
         for body in sorted(later):
             producer.send_sync(_msg(topic, body))
-        assert wait_until(lambda: {r.body.decode() for r in received} >= sent | later, 30)
+        wait_until(lambda: {r.body.decode() for r in received} >= sent | later, timeout=30)
         counts = Counter(r.body.decode() for r in received)
         assert max(counts.values()) == 1, f"duplicates: {[b for b, n in counts.items() if n > 1]}"
         assert all(r.topic == topic for r in received)
@@ -48,9 +50,9 @@ def test_tag_subscription_filters(txmsg_broker):
         for i in range(9):
             producer.send_sync(_msg(topic, f"b{i}", tags=("TagA", "TagB", "TagC")[i % 3]))
         expected = {f"b{i}" for i in range(9) if i % 3 != 1}
-        assert wait_until(lambda: {r.body.decode() for r in received} >= expected, 30)
+        wait_until(lambda: {r.body.decode() for r in received} >= expected, timeout=30)
         producer.send_sync(_msg(topic, "marker", tags="TagC"))
-        assert wait_until(lambda: any(r.body == b"marker" for r in received), 30)
+        wait_until(lambda: any(r.body == b"marker" for r in received), timeout=30)
         assert {r.tags for r in received} <= {"TagA", "TagC"}
         assert len(received) == len(expected) + 1
 
@@ -71,9 +73,11 @@ def test_two_consumers_share_the_queues(txmsg_broker):
         second = clients.consumer(group, topic, record)
         bodies = {f"s{i}" for i in range(80)}
         # wait until the rebalance has split the 4 queues: then both receive
-        assert wait_until(
-            lambda: _send_and_check(producer, topic, bodies, seen, lock) and bool(first) and bool(second), 40
-        ), f"first={len(first)} second={len(second)}"
+        wait_until(
+            lambda: _send_and_check(producer, topic, bodies, seen, lock) and bool(first) and bool(second),
+            timeout=40,
+            message=lambda: f"both instances to receive; first={len(first)} second={len(second)}",
+        )
         with lock:
             assert set(seen) >= bodies
 
@@ -127,7 +131,11 @@ def test_orderly_consumer_gets_each_queue_in_order(txmsg_broker):
             for key in ("k1", "k2", "k3"):
                 msg = _msg(topic, f"{key}:{seq}")
                 assert producer.send_orderly_with_sharding_key(msg, key).status == 0
-        assert wait_until(lambda: sum(len(v) for v in seen.values()) >= 90, 40), seen
+        wait_until(
+            lambda: sum(len(v) for v in seen.values()) >= 90,
+            timeout=40,
+            message=lambda: f"90 deliveries; seen {seen}",
+        )
         with lock:
             assert seen == {k: list(range(30)) for k in ("k1", "k2", "k3")}
     finally:
@@ -153,6 +161,6 @@ def test_large_compressed_bodies_and_retry_of_them(txmsg_broker):
         msg = Message(topic)
         msg.set_body(big)
         assert producer.send_sync(msg).status == 0
-        assert wait_until(lambda: len(received) >= 2, 30)
+        wait_until(lambda: len(received) >= 2, timeout=30)
         assert [r.body for r in received[:2]] == [big, big]
         assert attempts[:2] == [0, 1]

@@ -153,7 +153,7 @@ def test_silent_consumer_channels_expire(tmp_path):
     import time
 
     from txmsg_broker.app import EmbeddedBroker
-    from txmsg_broker.consumer_service import CHANNEL_EXPIRED_MS
+    from txmsg_broker.membership import CHANNEL_EXPIRED_MS
 
     with EmbeddedBroker(tmp_path / "data", tmp_path / "logs") as broker:
         group = unique("CG")
@@ -161,8 +161,8 @@ def test_silent_consumer_channels_expire(tmp_path):
         _heartbeat(sock, "10.0.0.1@1#A", group, 1)
         _next(sock, lambda c: c.is_response and c.opaque == 1)
         now = int(time.time() * 1000)
-        assert broker.call(lambda b: b.consumers.expire_channels(now)) == 0
-        assert broker.call(lambda b: b.consumers.expire_channels(now + CHANNEL_EXPIRED_MS + 5000)) == 1
+        assert broker.call(lambda b: b.consumers.membership.expire_channels(now)) == 0
+        assert broker.call(lambda b: b.consumers.membership.expire_channels(now + CHANNEL_EXPIRED_MS + 5000)) == 1
         sock.settimeout(5)
         try:  # frames sent before the expiry (its own membership notification) may still be queued
             while True:
@@ -179,10 +179,10 @@ def test_held_pull_is_released_when_its_client_disconnects(tmp_path):
     with EmbeddedBroker(tmp_path / "data", tmp_path / "logs") as broker:
         topic = unique("GoneT")
         call(broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        held = lambda: broker.call(lambda b: sum(len(w) for w in b.consumers._waiters.values()))  # noqa: E731
+        held = lambda: broker.call(lambda b: b.consumers.long_polls.held())  # noqa: E731
         sock = connect(broker.broker_addr)
         sock.sendall(RemotingCommand.request(PULL_MESSAGE, pull_fields(topic, 0, sys_flag=2, suspend=20000),
                                              opaque=4).encode())
-        assert wait_until(lambda: held() == 1, 5)
+        wait_until(lambda: held() == 1, timeout=5)
         sock.close()
-        assert wait_until(lambda: held() == 0, 5), "the hold outlived its connection"
+        wait_until(lambda: held() == 0, timeout=5, message="the hold to end with its connection")

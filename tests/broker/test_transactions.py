@@ -70,10 +70,12 @@ def test_transaction_outcome_table(txmsg_broker):
             result = producer.send_message_in_transaction(message(topic, key), lambda m, a, s=local: s)
             sent_ids[key] = result.msg_id
 
-        assert wait_until(lambda: {r.keys for r in discarded} == {"U_FOREVER"}, timeout=30), (
-            f"U_FOREVER not moved to {CHECK_MAX_TIME_TOPIC}; checks so far {dict(checks)}"
+        wait_until(
+            lambda: {r.keys for r in discarded} == {"U_FOREVER"},
+            timeout=30,
+            message=lambda: f"U_FOREVER to move to {CHECK_MAX_TIME_TOPIC}; checks so far {dict(checks)}",
         )
-        assert wait_until(lambda: {r.keys for r in delivered} >= DELIVERED, timeout=10)
+        wait_until(lambda: {r.keys for r in delivered} >= DELIVERED, timeout=10)
         time.sleep(2.5)  # two more check intervals: nothing else may arrive or be checked
 
         assert dict(checks) == {k: v for k, v in EXPECTED_CHECKS.items() if v}
@@ -121,8 +123,12 @@ def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
             producers[0].send_message_in_transaction(message(topic, f"u{n}"), lambda m, a: U)
 
         total = instances * per_instance
-        assert wait_until(lambda: sum(seen.values()) >= total, timeout=20), f"checks seen {dict(seen)}"
-        assert wait_until(lambda: len(received) >= instances + total, timeout=10)
+        wait_until(
+            lambda: sum(seen.values()) >= total,
+            timeout=20,
+            message=lambda: f"{total} checks; checks seen {dict(seen)}",
+        )
+        wait_until(lambda: len(received) >= instances + total, timeout=10)
         time.sleep(1.5)
         assert dict(seen) == {i: per_instance for i in range(instances)}
         assert Counter(r.keys for r in received) == Counter(
@@ -148,7 +154,7 @@ def test_immunity_property_delays_first_check(txmsg_broker):
         slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
         producer.send_message_in_transaction(slow, lambda m, a: U)
         producer.send_message_in_transaction(message(topic, "fast"), lambda m, a: U)
-        assert wait_until(lambda: {"slow", "fast"} <= set(checked_at), timeout=20)
+        wait_until(lambda: {"slow", "fast"} <= set(checked_at), timeout=20)
     # ordering, not timing: the immune message is checked only after the default-timeout one,
     # and not before its own immunity elapsed
     assert checked_at["fast"] < checked_at["slow"]
@@ -180,8 +186,10 @@ def test_pending_transactions_survive_restart(txmsg_broker):
         producer = clients.transaction_producer(group, checker)
         # a send teaches the broker the new channel of the group
         producer.send_message_in_transaction(message(topic, "after"), lambda m, a: C)
-        assert wait_until(lambda: {r.keys for r in received} == {"done", "pending", "after"}, timeout=25), (
-            f"received {[r.keys for r in received]}, checks {dict(checks)}"
+        wait_until(
+            lambda: {r.keys for r in received} == {"done", "pending", "after"},
+            timeout=25,
+            message=lambda: f"done, pending, after; received {[r.keys for r in received]}, checks {dict(checks)}",
         )
         time.sleep(1.5)
         assert Counter(r.keys for r in received) == Counter(["done", "pending", "after"])
@@ -195,13 +203,11 @@ def test_no_channel_is_logged_and_message_still_discarded(txmsg_broker):
         producer = clients.transaction_producer(group, lambda m: C)
         producer.send_message_in_transaction(message(topic, "orphan"), lambda m, a: U)
     # producer shut down: no channel for the group any more
-    assert wait_until(
+    wait_until(
         lambda: f"Check transaction failed, channel is null. groupId={group}" in read_log(txmsg_broker.log_dir),
         timeout=15,
     )
-    assert wait_until(
-        lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir), timeout=15
-    )
+    wait_until(lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir), timeout=15)
     assert f"Check transaction failed, channel table is empty. groupId={group}" in read_log(
         txmsg_broker.log_dir, "broker.log"
     )
@@ -225,8 +231,10 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
         producer = clients.transaction_producer(group, slow_checker)
         for n in range(3):
             producer.send_message_in_transaction(message(topic, f"s{n}"), lambda m, a: U)
-        assert wait_until(lambda: sum(calls.values()) > 3 and len(received) > 3, timeout=30), (
-            f"checks {dict(calls)}, deliveries {[r.keys for r in received]}"
+        wait_until(
+            lambda: sum(calls.values()) > 3 and len(received) > 3,
+            timeout=30,
+            message=lambda: f"repeated checks and deliveries; checks {dict(calls)}, deliveries {[r.keys for r in received]}",
         )
         assert clients.in_flight.wait_idle(20)
         time.sleep(1.5)  # let the last answers land before shutdown
@@ -257,7 +265,7 @@ def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends
     assert call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"x").code == codec.SUCCESS
     line = f"new producer connected, group: {group} "
     if learn:
-        assert wait_until(lambda: line in read_log(broker.log_dir, "broker.log"), timeout=10)
+        wait_until(lambda: line in read_log(broker.log_dir, "broker.log"), timeout=10)
     else:
         time.sleep(1.0)
         assert line not in read_log(broker.log_dir, "broker.log")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from txmsg_broker.testing import wait_until
 
 from txmsg import ListenerRegistry, TxMsg, TxMsgConfig
 
@@ -40,14 +40,6 @@ def no_leaked_threads() -> Iterator[None]:
             t for t in threading.enumerate()
             if t.ident not in before and t.name.startswith(("txmsg", "pool"))
         ],
-        what="executor threads to exit",
+        timeout=10,
+        message="executor threads to exit",
     )
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Poll ``condition`` (a generous wait, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)

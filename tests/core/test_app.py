@@ -10,6 +10,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 from pydantic import ValidationError
+from txmsg_broker.testing import wait_until
 
 import txmsg.app
 from txmsg import (
@@ -28,7 +29,6 @@ from txmsg import (
 )
 from txmsg import LocalTransactionState as S
 
-from .conftest import wait_until
 from .doubles import DoubleBackend
 
 
@@ -132,7 +132,7 @@ def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -
     listener.execute_local = block  # type: ignore[method-assign]
     producer = app.producer()
     busy = producer.send_in_transaction_async("orders", "a")
-    wait_until(lambda: producer.executor.stats().active == 1, "the only thread to be busy")
+    wait_until(lambda: producer.executor.stats().active == 1, timeout=10, message="the only thread to be busy")
     rejected: Future[object] = producer.send_in_transaction_async("orders", "b")  # default: unknow
     with pytest.raises(RejectedError, match="not sent"):
         rejected.result(0)

@@ -6,13 +6,12 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from txmsg_broker.testing import wait_until
 
 from txmsg import CheckDispatcher, ExecutorConfig, Message, TxExecutor
 from txmsg import LocalTransactionState as S
 from txmsg.listener import ListenerSpec
 from txmsg.message import UNIQ_KEY
-
-from .conftest import wait_until
 
 
 def msg(key: str | None) -> Message:
@@ -61,9 +60,9 @@ def test_repeated_check_of_a_running_key_joins_it(slow: SlowCheck) -> None:
     d = make(slow)
     answers: list[S] = []
     threads = [ask(d, msg("K1"), answers)]
-    wait_until(lambda: len(slow.calls) == 1, "the first check to start")
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the first check to start")
     threads += [ask(d, msg("K1"), answers) for _ in range(3)]
-    wait_until(lambda: d.stats().deduplicated == 3, "the repeated checks to join")
+    wait_until(lambda: d.stats().deduplicated == 3, timeout=10, message="the repeated checks to join")
     slow.release.set()
     for t in threads:
         t.join(10)
@@ -83,11 +82,11 @@ def test_repeated_check_of_a_queued_key_joins_it_too(slow: SlowCheck) -> None:
     d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=8)
     answers: list[S] = []
     threads = [ask(d, msg("K1"), answers)]
-    wait_until(lambda: len(slow.calls) == 1, "K1 to occupy the only thread")
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="K1 to occupy the only thread")
     threads += [ask(d, msg("K2"), answers)]
-    wait_until(lambda: d.stats().in_flight == 2, "K2 to be queued")
+    wait_until(lambda: d.stats().in_flight == 2, timeout=10, message="K2 to be queued")
     threads += [ask(d, msg("K2"), answers) for _ in range(2)]
-    wait_until(lambda: d.stats().deduplicated == 2, "the repeated K2 checks to join the queued one")
+    wait_until(lambda: d.stats().deduplicated == 2, timeout=10, message="the repeated K2 checks to join the queued one")
     slow.release.set()
     for t in threads:
         t.join(10)
@@ -100,7 +99,7 @@ def test_different_keys_run_in_parallel(slow: SlowCheck) -> None:
     d = make(slow, core_pool_size=3, max_pool_size=3)
     answers: list[S] = []
     threads = [ask(d, msg(f"K{i}"), answers) for i in range(3)]
-    wait_until(lambda: len(slow.calls) == 3, "three checks running at once")
+    wait_until(lambda: len(slow.calls) == 3, timeout=10, message="three checks running at once")
     assert d.stats().in_flight == 3
     slow.release.set()
     for t in threads:
@@ -113,7 +112,7 @@ def test_messages_without_key_are_not_deduplicated(slow: SlowCheck) -> None:
     d = make(slow, core_pool_size=2, max_pool_size=2)
     answers: list[S] = []
     threads = [ask(d, msg(None), answers) for _ in range(2)]
-    wait_until(lambda: len(slow.calls) == 2, "both keyless checks to run")
+    wait_until(lambda: len(slow.calls) == 2, timeout=10, message="both keyless checks to run")
     slow.release.set()
     for t in threads:
         t.join(10)
@@ -126,7 +125,7 @@ def test_saturated_executor_answers_unknow_and_never_raises(slow: SlowCheck, pol
     d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection=policy)
     answers: list[S] = []
     busy = ask(d, msg("K1"), answers)
-    wait_until(lambda: len(slow.calls) == 1, "the first check to occupy the only thread")
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the first check to occupy the only thread")
     assert d.handle(msg("K2")) is S.UNKNOW  # rejected, answered at once
     assert d.stats().rejected == 1 and len(slow.calls) == 1
     slow.release.set()
@@ -138,11 +137,11 @@ def test_caller_runs_checks_on_the_native_thread(slow: SlowCheck) -> None:
     d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection="caller_runs")
     answers: list[S] = []
     busy = ask(d, msg("K1"), answers)
-    wait_until(lambda: len(slow.calls) == 1, "the pool's only thread to be busy")
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the pool's only thread to be busy")
     second = ask(d, msg("K2"), answers)
-    wait_until(lambda: len(slow.calls) == 2, "the second check to run in the caller")
+    wait_until(lambda: len(slow.calls) == 2, timeout=10, message="the second check to run in the caller")
     joiner = ask(d, msg("K2"), answers)  # joins the caller-run check
-    wait_until(lambda: d.stats().deduplicated == 1, "the joiner to attach")
+    wait_until(lambda: d.stats().deduplicated == 1, timeout=10, message="the joiner to attach")
     slow.release.set()
     for t in (busy, second, joiner):
         t.join(10)
@@ -159,7 +158,7 @@ def test_slow_check_answers_unknow_after_the_wait_timeout(slow: SlowCheck) -> No
     assert d.stats().timed_out == 1 and d.stats().in_flight == 1
     answers: list[S] = []
     again = ask(d, msg("K1"), answers)
-    wait_until(lambda: d.stats().deduplicated == 1, "the next check to join the running one")
+    wait_until(lambda: d.stats().deduplicated == 1, timeout=10, message="the next check to join the running one")
     slow.release.set()
     again.join(10)
     assert len(slow.calls) == 1

@@ -1,16 +1,17 @@
-"""TxExecutor follows Java ThreadPoolExecutor: core first, then queue, then grow, then reject."""
+"""TxExecutor is a fixed pool of ``concurrency`` threads; submit() alone applies the rejection policy."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from txmsg import ExecutorConfig, LocalTransactionState, RejectedError, RejectionPolicy, TxExecutor
+from txmsg import ExecutorConfig, RejectedError, RejectionPolicy, TxExecutor
+from txmsg.executor import ExecutorStats
 
 from .conftest import wait_until
 
@@ -23,7 +24,7 @@ class Gate:
         self.started: list[threading.Event] = []
         self.threads: list[str] = []
 
-    def task(self) -> tuple[threading.Event, object]:
+    def task(self) -> tuple[threading.Event, Callable[[], str]]:
         started = threading.Event()
         self.started.append(started)
 
@@ -43,79 +44,72 @@ def gate() -> Iterator[Gate]:
     g.release.set()
 
 
-def make(gate: Gate, **kw: object) -> TxExecutor:
+def make(**kw: object) -> TxExecutor:
     return TxExecutor(ExecutorConfig(**kw), name="pool")  # type: ignore[arg-type]
 
 
-def test_grows_past_core_only_when_the_queue_is_full(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=2, max_pool_size=4, queue_capacity=2, rejection="abort")
+def test_concurrency_tasks_run_at_once_then_queue_then_reject(gate: Gate) -> None:
+    ex = make(concurrency=3, queue_capacity=2, rejection="abort")
     futures = []
-    for _ in range(2):  # core threads first
+    for _ in range(3):  # one thread per task up to concurrency: all three run at once
         started, run = gate.task()
         futures.append(ex.submit(run))
         assert started.wait(10)
-    assert ex.stats().pool_size == 2 and ex.stats().queued == 0
+    s = ex.stats()
+    assert (s.threads, s.active, s.queued) == (3, 3, 0)
 
-    for _ in range(2):  # then the queue, no new thread although max is 4
+    for _ in range(2):  # then the queue; no thread beyond concurrency, ever
         _, run = gate.task()
         futures.append(ex.submit(run))
     s = ex.stats()
-    assert (s.pool_size, s.queued, s.active) == (2, 2, 2)
-
-    for expected_pool in (3, 4):  # queue full: grow past core, the new task runs at once
-        started, run = gate.task()
-        futures.append(ex.submit(run))
-        assert started.wait(10)
-        assert ex.stats().pool_size == expected_pool
-    assert ex.stats().queued == 2
+    assert (s.threads, s.active, s.queued) == (3, 3, 2)
 
     _, run = gate.task()
-    with pytest.raises(RejectedError, match="max_pool_size"):
-        ex.submit(run)  # max threads busy, queue full
+    with pytest.raises(RejectedError, match="concurrency"):
+        ex.submit(run)  # every thread busy, queue full: abort
 
     gate.release.set()
     names = {f.result(10) for f in futures}
-    assert len(names) == 4  # four distinct worker threads did the work
-    s = ex.stats()
-    assert (s.completed, s.rejected, s.largest_pool_size, s.active, s.queued) == (6, 1, 4, 0, 0)
+    assert len(names) == 3
+    assert ex.stats() == ExecutorStats(threads=3, active=0, queued=0, completed=5, rejected=1, caller_ran=0)
     assert ex.shutdown(timeout=10)
-    assert ex.stats().pool_size == 0
+    assert ex.stats().threads == 0
 
 
-def test_threads_above_core_retire_after_keep_alive(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=1, max_pool_size=3, queue_capacity=0, keep_alive=0.05)
-    futures = []
-    for _ in range(3):
-        started, run = gate.task()
-        futures.append(ex.submit(run))
-        assert started.wait(10)
-    assert ex.stats().pool_size == 3
-    gate.release.set()
-    for f in futures:
-        f.result(10)
-    wait_until(lambda: ex.stats().pool_size <= 1, "non-core threads to retire")
-    threading.Event().wait(0.3)  # several keep_alive periods: the core thread must stay
-    s = ex.stats()
-    assert (s.pool_size, s.largest_pool_size, s.completed) == (1, 3, 3)
-    ex.shutdown(timeout=10)
-
-
-def test_core_threads_stay_and_are_reused(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=2, max_pool_size=2, queue_capacity=10, keep_alive=0.01)
-    gate.release.set()
-    names = {ex.submit(threading.current_thread).result(10).name for _ in range(20)}
-    assert ex.stats().pool_size <= 2 and len(names) <= 2
+def test_threads_start_lazily_and_are_reused() -> None:
+    ex = make(concurrency=8)
+    names = set()
+    for _ in range(20):
+        names.add(ex.submit(lambda: threading.current_thread().name).result(10))
+        wait_until(lambda: ex.stats().active == 0, "the thread to go idle")
+    # one task at a time never needs a second thread
+    assert len(names) == 1 and ex.stats().threads == 1
     assert ex.stats().completed == 20
     ex.shutdown(timeout=10)
 
 
+def test_threads_never_retire_while_the_pool_lives(gate: Gate) -> None:
+    ex = make(concurrency=2)
+    futures = []
+    for _ in range(2):
+        started, run = gate.task()
+        futures.append(ex.submit(run))
+        assert started.wait(10)
+    gate.release.set()
+    for f in futures:
+        f.result(10)
+    wait_until(lambda: ex.stats().active == 0, "both threads to go idle")
+    assert ex.stats().threads == 2  # no keep-alive: a fixed pool keeps its threads
+    ex.shutdown(timeout=10)
+
+
 def test_caller_runs_runs_in_the_submitting_thread(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection="caller_runs")
+    ex = make(concurrency=1, queue_capacity=0, rejection="caller_runs")
     started, run = gate.task()
     busy = ex.submit(run)
     assert started.wait(10)
-    result = ex.submit(lambda: threading.current_thread().name).result(0)
-    assert result == threading.current_thread().name
+    future = ex.submit(lambda: threading.current_thread().name)
+    assert future.done() and future.result() == threading.current_thread().name
     s = ex.stats()
     assert (s.rejected, s.caller_ran) == (1, 1)
     gate.release.set()
@@ -123,37 +117,39 @@ def test_caller_runs_runs_in_the_submitting_thread(gate: Gate) -> None:
     ex.shutdown(timeout=10)
 
 
-def test_unknow_policy_answers_unknow_without_running(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=1, max_pool_size=1, queue_capacity=1, rejection="unknow")
+def test_caller_runs_delivers_the_exception_through_the_future(gate: Gate) -> None:
+    ex = make(concurrency=1, queue_capacity=0)  # caller_runs is the default
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    started, run = gate.task()
+    ex.submit(run)
+    assert started.wait(10)
+    with pytest.raises(ValueError, match="boom"):
+        ex.submit(boom).result(0)
+    gate.release.set()
+    ex.shutdown(timeout=10)
+
+
+def test_abort_does_not_run_the_task(gate: Gate) -> None:
+    ex = make(concurrency=1, queue_capacity=1, rejection="abort")
     started, run = gate.task()
     ex.submit(run)
     assert started.wait(10)
     _, queued = gate.task()
     ex.submit(queued)
     ran = threading.Event()
-    answer = ex.submit(ran.set)
-    assert answer.result(0) is LocalTransactionState.UNKNOW
-    assert not ran.is_set()
-    assert ex.stats().rejected == 1
+    with pytest.raises(RejectedError, match=r"1 threads busy and 1 tasks queued.*caller_runs"):
+        ex.submit(ran.set)
     gate.release.set()
     ex.shutdown(timeout=10)
-    assert not ran.is_set() and ex.stats().completed == 2
-
-
-def test_offer_returns_none_when_full_whatever_the_policy(gate: Gate) -> None:
-    for policy in RejectionPolicy:
-        ex = make(gate, core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection=policy)
-        started, run = gate.task()
-        ex.submit(run)
-        assert started.wait(10)
-        assert ex.offer(print) is None
-        assert ex.stats().rejected == 1
-        ex.shutdown(wait=False)
-    gate.release.set()
+    assert not ran.is_set()
+    assert (ex.stats().completed, ex.stats().rejected) == (2, 1)
 
 
 def test_task_exception_reaches_the_future_and_counts_as_completed() -> None:
-    ex = TxExecutor(ExecutorConfig(core_pool_size=1, max_pool_size=1), name="pool")
+    ex = make(concurrency=1)
 
     def boom() -> None:
         raise ValueError("boom")
@@ -165,22 +161,24 @@ def test_task_exception_reaches_the_future_and_counts_as_completed() -> None:
     assert ex.stats().completed == 2
 
 
-def test_shutdown_runs_queued_tasks_then_refuses_work(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=1, max_pool_size=1, queue_capacity=5)
+@pytest.mark.parametrize("policy", list(RejectionPolicy))
+def test_shutdown_runs_queued_tasks_then_refuses_work_under_every_policy(gate: Gate, policy: RejectionPolicy) -> None:
+    ex = make(concurrency=1, queue_capacity=5, rejection=policy)
     started, run = gate.task()
     ex.submit(run)
     assert started.wait(10)
     queued = [ex.submit(lambda i=i: i) for i in range(3)]
     ex.shutdown(wait=False)
     with pytest.raises(RejectedError, match="shut down"):
-        ex.submit(print)
+        ex.submit(print)  # even caller_runs: the application is closing
     gate.release.set()
     assert ex.shutdown(timeout=10)
     assert [f.result(0) for f in queued] == [0, 1, 2]
+    assert ex.stats().caller_ran == 0
 
 
 def test_shutdown_can_cancel_pending(gate: Gate) -> None:
-    ex = make(gate, core_pool_size=1, max_pool_size=1, queue_capacity=5)
+    ex = make(concurrency=1, queue_capacity=5)
     started, run = gate.task()
     ex.submit(run)
     assert started.wait(10)
@@ -191,30 +189,43 @@ def test_shutdown_can_cancel_pending(gate: Gate) -> None:
     assert ex.shutdown(timeout=10)
 
 
-def test_zero_core_threads_still_run_queued_work() -> None:
-    ex = TxExecutor(ExecutorConfig(core_pool_size=0, max_pool_size=2, queue_capacity=4, keep_alive=0.01), name="pool")
-    assert ex.submit(lambda: "done").result(10) == "done"
-    wait_until(lambda: ex.stats().pool_size == 0, "the only (non-core) thread to retire")
-    ex.shutdown(timeout=10)
-
-
-def test_default_config_is_not_the_single_thread_pitfall() -> None:
+def test_defaults_say_what_they_do() -> None:
     cfg = ExecutorConfig()
-    assert cfg.core_pool_size > 1 and cfg.max_pool_size > cfg.core_pool_size
-    assert cfg.queue_capacity < 2000
-    assert cfg.rejection is RejectionPolicy.UNKNOW
+    assert (cfg.concurrency, cfg.queue_capacity, cfg.rejection) == (8, 256, RejectionPolicy.CALLER_RUNS)
+    assert set(ExecutorConfig.model_fields) == {"concurrency", "queue_capacity", "rejection"}
+    assert {p.value for p in RejectionPolicy} == {"abort", "caller_runs"}
 
 
-def test_config_validation_names_the_fix() -> None:
-    with pytest.raises(ValidationError, match="core_pool_size .* must be <= max_pool_size"):
-        ExecutorConfig(core_pool_size=8, max_pool_size=2)
+@pytest.mark.parametrize(
+    ("removed", "hint"),
+    [
+        ({"core_pool_size": 8}, r"core_pool_size was removed.*use `concurrency`"),
+        ({"max_pool_size": 16}, r"max_pool_size was removed.*use `concurrency`"),
+        ({"keep_alive": 60.0}, r"keep_alive was removed.*`concurrency` threads and none retire"),
+        ({"max_instances_per_group": 4}, r"max_instances_per_group was removed.*exactly `concurrency` client instances"),
+        ({"rejection": "unknow"}, r"'unknow' was removed.*'abort'.*'caller_runs'"),
+        ({"rejection": "UNKNOWN"}, r"'UNKNOWN' was removed.*'abort'.*'caller_runs'"),
+    ],
+)
+def test_removed_settings_say_what_to_use_instead(removed: dict[str, object], hint: str) -> None:
+    with pytest.raises(ValidationError, match=hint):
+        ExecutorConfig(**removed)  # type: ignore[arg-type]
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValidationError, match="concurrency"):
+        ExecutorConfig(concurrency=0)
+    with pytest.raises(ValidationError, match="concurrency"):
+        ExecutorConfig(concurrency=65)  # each unit is a real client instance
     with pytest.raises(ValidationError, match="rejection"):
         ExecutorConfig(rejection="drop")  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="max_pool_size"):
-        ExecutorConfig(max_pool_size=0)
     with pytest.raises(ValidationError, match="queue_size"):
         ExecutorConfig(queue_size=10)  # type: ignore[call-arg]
-    assert ExecutorConfig(rejection="caller_runs").rejection is RejectionPolicy.CALLER_RUNS  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("spelling", ["CALLER_RUNS", "caller-runs", " caller_runs "])
+def test_policy_spellings(spelling: str) -> None:
+    assert ExecutorConfig(rejection=spelling).rejection is RejectionPolicy.CALLER_RUNS  # type: ignore[arg-type]
 
 
 def test_thread_names_carry_the_executor_name() -> None:
@@ -224,43 +235,26 @@ def test_thread_names_carry_the_executor_name() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    core=st.integers(1, 3),  # core 0 races the first poll (as in Java); tested separately
-    extra=st.integers(0, 3),
-    capacity=st.integers(0, 4),
-    submits=st.integers(1, 14),
-)
-def test_matches_the_java_model_while_every_task_blocks(core: int, extra: int, capacity: int, submits: int) -> None:
-    """With every thread busy, each submit's outcome is fully determined by Java's rules."""
-    maximum = max(1, core + extra)
+@given(concurrency=st.integers(1, 4), capacity=st.integers(0, 4), submits=st.integers(1, 12))
+def test_matches_the_fixed_pool_model_while_every_task_blocks(concurrency: int, capacity: int, submits: int) -> None:
+    """With every thread busy, each submit's outcome is fully determined by the fixed-pool rules."""
     release = threading.Event()
-    ex = TxExecutor(
-        ExecutorConfig(core_pool_size=core, max_pool_size=maximum, queue_capacity=capacity, rejection="abort"),
-        name="pool",
-    )
-    pool = queued = rejected = 0
+    ex = make(concurrency=concurrency, queue_capacity=capacity, rejection="abort")
+    threads = queued = rejected = 0
     try:
         for _ in range(submits):
             try:
                 ex.submit(release.wait, 30)
             except RejectedError:
                 rejected += 1
-            # the model: core threads first, then the queue, then growth to max, then reject
-            if pool < core:
-                pool += 1
+            # the model: a thread per task up to concurrency, then the queue, then reject
+            if threads < concurrency:
+                threads += 1
             elif queued < capacity:
                 queued += 1
-            elif pool < maximum:
-                pool += 1
             s = ex.stats()
-            assert (s.pool_size, s.queued, s.rejected) == (pool, queued, rejected)
+            assert (s.threads, s.queued, s.rejected) == (threads, queued, rejected)
     finally:
         release.set()
         ex.shutdown(timeout=10)
     assert ex.stats().completed == submits - rejected
-
-
-@pytest.mark.parametrize("spelling", ["CALLER_RUNS", "caller-runs", " caller_runs "])
-def test_policy_spellings(spelling: str) -> None:
-    assert ExecutorConfig(rejection=spelling).rejection is RejectionPolicy.CALLER_RUNS  # type: ignore[arg-type]
-    assert ExecutorConfig(rejection="unknown").rejection is RejectionPolicy.UNKNOW  # type: ignore[arg-type]

@@ -163,7 +163,7 @@ def test_live_broker_survives_fuzzed_connections(txmsg_broker):
     good.start()
     logs = LogWatcher(txmsg_broker.log_dir)
     try:
-        assert wait_until(lambda: len(good.sent) > 0 or bool(good.failures), 20), "first good send"
+        wait_until(lambda: len(good.sent) > 0 or bool(good.failures), timeout=20, message="the first good send")
 
         @LIVE
         @given(port=ports, data=fuzz_inputs)
@@ -176,7 +176,9 @@ def test_live_broker_survives_fuzzed_connections(txmsg_broker):
             assert not good.failures, good.failures
 
         fuzz_one_connection()
-        assert wait_until(lambda: len(good.sent) >= 20, 20), "the well-behaved client made no progress"
+        wait_until(
+            lambda: len(good.sent) >= 20, timeout=20, message="the well-behaved client to make progress"
+        )
     finally:
         good.stop()
     assert not good.failures, good.failures

@@ -6,25 +6,19 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from click.testing import CliRunner
+from txmsg_broker.testing import wait_until
+
+#: the tests import every helper from here; the polling one is the shared txmsg_broker.testing one
+__all__ = ["Calls", "create_topic", "unique", "wait_until"]
 
 _seq = itertools.count()
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{next(_seq)}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def create_topic(namesrv: str, name: str, message_type: str | None = None) -> None:

