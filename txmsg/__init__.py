@@ -1,14 +1,18 @@
 """txmsg: Spring-style RocketMQ transactional messages for Python services.
 
-Declare a listener per producer group, start a :class:`TxMsg`, send with its producer::
+Declare a listener per producer group on an app, start it, send with its producer::
 
-    @transactional_listener(group="order-tx", topics=["orders"])
+    app = TxMsg(load_config())
+
+    @app.transactional_listener(group="order-tx", topics=["orders"])
     class PayOrder:
         def execute_local(self, message, arg): ...
         def check_local(self, message): ...
 
-    with TxMsg() as app:
+    with app:
         app.producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
+
+Everything txmsg raises on purpose derives from :class:`TxMsgError` (see :mod:`txmsg.errors`).
 """
 
 __all__ = [
@@ -17,12 +21,9 @@ __all__ = [
     "Message",
     "TransactionSendResult",
     # declaring listeners
-    "transactional_listener",
-    "message_listener",
+    "ListenerRegistry",
     "ListenerSpec",
     "ConsumerSpec",
-    "ListenerRegistry",
-    "default_registry",
     # running
     "TxMsg",
     "TransactionalProducer",
@@ -46,33 +47,45 @@ __all__ = [
     # errors
     "TxMsgError",
     "ListenerDefinitionError",
+    "InvalidNameError",
+    "InvalidMessageError",
     "ConfigError",
+    "LifecycleError",
+    "NotStartedError",
+    "ClosedError",
+    "ProducerClosedError",
+    "UnknownGroupError",
     "RejectedError",
     "SendError",
     "BackendUnavailableError",
-    "ProducerClosedError",
-    "NotStartedError",
+    "TransactionFencedError",
 ]
 
 from txmsg.app import TxMsg
 from txmsg.config import TxMsgConfig, load_config
-from txmsg.consumer import ConsumerSpec, message_listener
+from txmsg.consumer import ConsumerSpec
 from txmsg.convert import from_body, register_converter, to_body
 from txmsg.di import ProducerGroup, TxMsgModule, producer_for
 from txmsg.dispatch import CheckDispatcher
 from txmsg.errors import (
     BackendUnavailableError,
+    ClosedError,
     ConfigError,
+    InvalidMessageError,
+    InvalidNameError,
+    LifecycleError,
     ListenerDefinitionError,
     NotStartedError,
     ProducerClosedError,
     RejectedError,
     SendError,
+    TransactionFencedError,
     TxMsgError,
+    UnknownGroupError,
 )
 from txmsg.executor import ExecutorConfig, ExecutorStats, RejectionPolicy, TxExecutor
-from txmsg.listener import ListenerSpec, transactional_listener
+from txmsg.listener import ListenerSpec
 from txmsg.message import Message, TransactionSendResult
 from txmsg.producer import ProducerStats, TransactionalProducer
-from txmsg.registry import ListenerRegistry, default_registry
+from txmsg.registry import ListenerRegistry
 from txmsg.states import LocalTransactionState

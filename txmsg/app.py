@@ -10,6 +10,9 @@
     with app:                                   # start(), then close() at the end
         app.producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
 
+Each app has its own listeners (``app.registry``); listeners declared in other modules come in
+through ``app.include(registry)``.  Registration is frozen at ``start()``.
+
 Backends are found lazily, on ``start()``, through the entry-point group ``txmsg.backends``
 (``rocketmq`` is ``txmsg_rocketmq.backend:RocketMQBackend``), so importing txmsg never loads a
 native library.
@@ -24,20 +27,24 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
+from txmsg import defaults
 from txmsg.backend import Backend
 from txmsg.config import TxMsgConfig, load_config
-from txmsg.consumer import message_listener
+from txmsg.consumer import ConsumerSpec
 from txmsg.errors import (
     BackendUnavailableError,
+    ClosedError,
+    LifecycleError,
     ListenerDefinitionError,
     NotStartedError,
-    ProducerClosedError,
     TxMsgError,
+    UnknownGroupError,
 )
 from txmsg.executor import ExecutorConfig
-from txmsg.listener import ListenerSpec, build_spec, spec_of, transactional_listener
+from txmsg.listener import ListenerSpec, spec_of
+from txmsg.names import NameRule, check_name, rules_for_backend
 from txmsg.producer import ProducerStats, TransactionalProducer
-from txmsg.registry import ListenerRegistry, default_registry
+from txmsg.registry import ListenerRegistry
 from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.app")
@@ -101,54 +108,72 @@ class TxMsg:
 
     Parameters:
         config: settings; ``None`` reads them with :func:`txmsg.load_config`.
-        registry: where decorators recorded listeners; the process-wide ``default_registry``
-            by default (``@transactional_listener`` without ``registry=`` goes there).
         backend: a backend object, an installed backend's name, or ``module:attribute``;
-            ``None`` uses ``config.backend``.  Loaded lazily on :meth:`start`.
+            ``None`` uses ``config.backend``.  Loaded lazily on :meth:`start`; its name rules
+            (:mod:`txmsg.names`) apply at once, to every listener registered with this app.
         listener_factory: makes a listener instance from its class at start (default: call the
             class with no arguments; pass e.g. ``injector.get`` to build them with DI).
+
+    Lifecycle: *new* (declare listeners) -> :meth:`start` -> *started* (send) -> :meth:`close`
+    -> *closed* (final; make a new app to start again).
     """
 
     def __init__(
         self,
         config: TxMsgConfig | None = None,
         *,
-        registry: ListenerRegistry | None = None,
         backend: Backend | str | None = None,
         listener_factory: Callable[[type[Any]], Any] | None = None,
     ) -> None:
         self.config = config if config is not None else load_config()
-        self.registry = registry if registry is not None else default_registry
         self.listener_factory: Callable[[type[Any]], Any] = listener_factory or (lambda cls: cls())
         self._backend_arg = backend
+        self.name_rules: tuple[NameRule, ...] = rules_for_backend(
+            backend if backend is not None else self.config.backend
+        )
+        self.registry = ListenerRegistry()
+        """This app's listeners and consumers (frozen at :meth:`start`)."""
         self._backend: Backend | None = None
         self._owns_backend = False
         self._instances: dict[str, Any] = {}
         self._producers: dict[str, TransactionalProducer] = {}
-        self._stops: list[Callable[[], None]] = []
+        self._stops: list[Callable[[float], None]] = []
         self._lock = threading.RLock()
         self._state = "new"  # new -> started -> closed
 
     # ---- registration (before start) ------------------------------------------------------------
     def _setup(self, what: str) -> None:
         if self._state != "new":
-            raise ListenerDefinitionError(
-                f"cannot {what}: this TxMsg is already {self._state}. Register every listener "
-                "before start()"
+            raise LifecycleError(
+                f"cannot {what}: this TxMsg is already {self._state}. Declare every listener "
+                "before app.start() (import the modules that declare them first)"
             )
 
     def transactional_listener(
         self,
+        *,
         group: str,
         topics: Sequence[str] = (),
         executor: ExecutorConfig | Mapping[str, Any] | None = None,
-        execute_exception_state: LocalTransactionState = LocalTransactionState.UNKNOW,
+        execute_exception_state: LocalTransactionState | None = None,
     ) -> Callable[[type[T]], type[T]]:
-        """:func:`txmsg.transactional_listener` into this app's registry."""
-        self._setup("add a transactional listener")
-        return transactional_listener(
-            group, topics, executor, execute_exception_state, registry=self.registry
-        )
+        """Class decorator: the transactional listener of producer ``group`` in this app.
+
+        Options as in :meth:`txmsg.ListenerRegistry.transactional_listener`; names are also
+        checked against this app's backend rules.
+        """
+
+        def decorate(cls: type[T]) -> type[T]:
+            self.add_transactional_listener(
+                cls,
+                group=group,
+                topics=topics,
+                executor=executor,
+                execute_exception_state=execute_exception_state,
+            )
+            return cls
+
+        return decorate
 
     def add_transactional_listener(
         self,
@@ -157,57 +182,135 @@ class TxMsg:
         group: str,
         topics: Sequence[str] = (),
         executor: ExecutorConfig | Mapping[str, Any] | None = None,
-        execute_exception_state: LocalTransactionState = LocalTransactionState.UNKNOW,
+        execute_exception_state: LocalTransactionState | None = None,
     ) -> ListenerSpec:
         """The decorator's imperative twin; ``target`` is a listener class or a ready instance."""
-        self._setup("add a transactional listener")
-        spec = build_spec(
+        self._setup(f"add the transactional listener of group {group!r}")
+        self._check_listener_names(group, topics, owner=_owner(target))
+        return self.registry.add_transactional_listener(
             target,
             group=group,
             topics=topics,
             executor=executor,
             execute_exception_state=execute_exception_state,
         )
-        self.registry.add_listener(spec)
-        return spec
-
-    def use_listener(self, instance: Any) -> None:
-        """Use ``instance`` (of a ``@transactional_listener`` class) instead of creating one."""
-        self._setup("set a listener instance")
-        spec = spec_of(instance)
-        if spec is None:
-            raise ListenerDefinitionError(
-                f"{type(instance).__qualname__} is not decorated with @transactional_listener; "
-                "use add_transactional_listener(instance, group=...) instead"
-            )
-        self._instances[spec.group] = instance
 
     def message_listener(
         self,
+        *,
         topic: str,
         group: str,
-        tags: str = "*",
-        concurrency: int = 4,
-        max_reconsume: int = 16,
+        tags: str = defaults.TAGS,
+        concurrency: int | None = None,
+        max_reconsume: int | None = None,
         idempotent: bool = False,
         session_factory: Callable[[], Any] | None = None,
     ) -> Callable[[F], F]:
-        """:func:`txmsg.message_listener` into this app's registry."""
-        self._setup("add a message listener")
-        return message_listener(
-            topic,
-            group,
+        """Function decorator: consume ``topic`` as consumer ``group`` in this app.
+
+        Options as in :meth:`txmsg.ListenerRegistry.message_listener`; names are also checked
+        against this app's backend rules.
+        """
+
+        def decorate(fn: F) -> F:
+            self.add_message_listener(
+                fn,
+                topic=topic,
+                group=group,
+                tags=tags,
+                concurrency=concurrency,
+                max_reconsume=max_reconsume,
+                idempotent=idempotent,
+                session_factory=session_factory,
+            )
+            return fn
+
+        return decorate
+
+    def add_message_listener(
+        self,
+        fn: Callable[..., Any],
+        *,
+        topic: str,
+        group: str,
+        tags: str = defaults.TAGS,
+        concurrency: int | None = None,
+        max_reconsume: int | None = None,
+        idempotent: bool = False,
+        session_factory: Callable[[], Any] | None = None,
+    ) -> ConsumerSpec:
+        """The consumer decorator's imperative twin."""
+        self._setup(f"add the message listener of group {group!r}")
+        self._check_consumer_names(group, topic, owner=_owner(fn))
+        return self.registry.add_message_listener(
+            fn,
+            topic=topic,
+            group=group,
             tags=tags,
             concurrency=concurrency,
             max_reconsume=max_reconsume,
             idempotent=idempotent,
             session_factory=session_factory,
-            registry=self.registry,
         )
 
-    def add_message_listener(self, fn: F, *, topic: str, group: str, **options: Any) -> F:
-        """The consumer decorator's imperative twin (``options`` as in :meth:`message_listener`)."""
-        return self.message_listener(topic, group, **options)(fn)
+    def include(self, registry: ListenerRegistry) -> None:
+        """Take every listener and consumer declared in ``registry`` (a module-level one).
+
+        The registry is frozen afterwards: declaring into it later raises
+        :class:`~txmsg.LifecycleError` instead of being silently ignored.
+
+        Raises:
+            InvalidNameError: a name this app's backend refuses (nothing is taken then).
+            ListenerDefinitionError: a group this app already has.
+        """
+        self._setup("include a registry")
+        listeners, consumers = registry.listeners, registry.consumers
+        for spec in listeners.values():
+            self._check_listener_names(spec.group, spec.topics, owner=spec.name)
+        for cspec in consumers.values():
+            self._check_consumer_names(cspec.group, cspec.topic, owner=cspec.name)
+        for group, spec in listeners.items():
+            if self.registry.listener(group) is not None:
+                raise ListenerDefinitionError(
+                    f"producer group {group!r} of {spec.name} is already declared in this app; "
+                    "one listener per producer group: rename one of them"
+                )
+        taken = self.registry.consumers
+        for group, cspec in consumers.items():
+            if group in taken:
+                raise ListenerDefinitionError(
+                    f"consumer group {group!r} of {cspec.name} is already declared in this app; "
+                    "give each message listener its own group"
+                )
+        registry.freeze(f"it was included into {self!r}")
+        for spec in listeners.values():
+            self.registry.add_listener(spec)
+        for cspec in consumers.values():
+            self.registry.add_consumer(cspec)
+
+    def use_listener(self, instance: Any) -> None:
+        """Use ``instance`` (of a class declared as a transactional listener) instead of
+        letting the app create one at start."""
+        self._setup("set a listener instance")
+        spec = spec_of(instance)
+        if spec is None or self.registry.listener(spec.group) is not spec:
+            raise ListenerDefinitionError(
+                f"{type(instance).__qualname__} is not a transactional listener of this app; "
+                "declare its class with @app.transactional_listener(group=...) (or include the "
+                "registry that declares it), or use app.add_transactional_listener(instance, "
+                "group=...)"
+            )
+        self._instances[spec.group] = instance
+
+    def _check_listener_names(self, group: str, topics: Sequence[str], *, owner: str) -> None:
+        check_name("producer_group", group, owner=owner, rules=self.name_rules)
+        if not isinstance(topics, str):
+            for topic in topics:
+                check_name("topic", topic, owner=owner, rules=self.name_rules)
+
+    def _check_consumer_names(self, group: str, topic: str, *, owner: str) -> None:
+        check_name("consumer_group", group, owner=owner, rules=self.name_rules)
+        check_name("topic", topic, owner=owner, rules=self.name_rules)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     @property
@@ -229,15 +332,20 @@ class TxMsg:
         return self._state == "started"
 
     def start(self) -> Self:
-        """Create one producer per listener and subscribe every consumer.  Idempotent.
+        """Freeze registration, create one producer per listener and subscribe every consumer.
 
-        On failure everything started so far is closed again and the error propagates.
+        Idempotent while started.  On failure everything started so far is closed again, the app
+        stays *new* (fix the cause and call start() again) and the error propagates.
+
+        Raises:
+            ClosedError: the app was closed; make a new one.
         """
         with self._lock:
             if self._state == "started":
                 return self
             if self._state == "closed":
-                raise ProducerClosedError("this TxMsg is closed; create a new one")
+                raise ClosedError("this TxMsg is closed and cannot start again; create a new TxMsg")
+            self.registry.freeze(f"{self!r} started")
             try:
                 self._start_all()
             except BaseException:
@@ -253,6 +361,7 @@ class TxMsg:
         backend = self.backend
         for group, spec in sorted(self.registry.listeners.items()):
             listener = self._instance_for(spec)
+            self._instances[group] = listener
             settings = self.config.listener_settings(group)
             executor = settings.apply(spec.executor) if settings else spec.executor
             self._producers[group] = TransactionalProducer.create(
@@ -261,6 +370,7 @@ class TxMsg:
                 listener,
                 executor,
                 check_wait_timeout=self.config.check_wait_timeout,
+                name_rules=self.name_rules,
             )
             log.info("producer group %s started (executor %s)", group, executor)
         for group, cspec in sorted(self.registry.consumers.items()):
@@ -298,19 +408,30 @@ class TxMsg:
             ) from exc
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop consumers, close producers (bounded by ``timeout``), close an owned backend."""
+        """Stop consumers, close producers, then close listeners, each bounded by ``timeout``
+        (default ``config.close_timeout``); close an owned backend.  Idempotent.
+
+        A listener instance with a ``close()`` method (e.g. :class:`txmsg.sqla.RecordBackedListener`,
+        whose background workers finish slow local transactions) is closed after its group's
+        producer, so no check-back is running when it goes.
+        """
         with self._lock:
             if self._state == "closed":
                 return
             self._state = "closed"
+            self.registry.freeze(f"{self!r} is closed")
             self._close_all(self.config.close_timeout if timeout is None else timeout)
 
     def _close_all(self, timeout: float) -> None:
         for stop in reversed(self._stops):
-            _quietly("stop a consumer", stop)
+            _quietly("stop a consumer", stop, timeout)
         self._stops.clear()
         for producer in self._producers.values():
             _quietly(f"close producer {producer.group}", producer.close, timeout)
+        for group, listener in self._instances.items():
+            close = getattr(listener, "close", None)
+            if callable(close):
+                _quietly(f"close the listener of {group}", close)
         if self._backend is not None and self._owns_backend:
             _quietly("close the backend", self._backend.close, timeout)
 
@@ -322,27 +443,37 @@ class TxMsg:
 
     # ---- use ------------------------------------------------------------------------------------
     def producer(self, group: str | None = None) -> TransactionalProducer:
-        """The producer of ``group``; ``None`` means ``config.producer.group``, else the only one."""
-        if self._state != "started":
+        """The producer of ``group``; ``None`` means ``config.producer.group``, else the only one.
+
+        Raises:
+            NotStartedError / ClosedError: outside start() .. close().
+            UnknownGroupError: no transactional listener for that group (or several and none
+                named).
+        """
+        if self._state == "new":
             raise NotStartedError(
-                f"TxMsg is {self._state}: call app.start() (or use `with app:`) before producer()"
+                "TxMsg is not started: call app.start() (or use `with app:`) before producer()"
             )
+        if self._state == "closed":
+            raise ClosedError("TxMsg is closed: producers are gone; create and start a new TxMsg")
         if group is None:
             group = self.config.producer.group
         if group is None:
             if len(self._producers) == 1:
                 return next(iter(self._producers.values()))
-            raise ListenerDefinitionError(
-                f"several producer groups exist ({', '.join(sorted(self._producers))}); "
-                "say which: app.producer('group') or set producer.group in the config"
+            raise UnknownGroupError(
+                f"several producer groups exist ({', '.join(sorted(self._producers)) or 'none'}); "
+                "say which: app.producer('group') or set producer.group in the config",
+                group=None,
             )
         try:
             return self._producers[group]
         except KeyError:
             known = ", ".join(sorted(self._producers)) or "none"
-            raise ListenerDefinitionError(
+            raise UnknownGroupError(
                 f"no transactional listener for producer group {group!r} (registered: {known}); "
-                f"decorate a class with @transactional_listener(group={group!r})"
+                f"declare one with @app.transactional_listener(group={group!r})",
+                group=group,
             ) from None
 
     @property
@@ -356,6 +487,13 @@ class TxMsg:
 
     def __repr__(self) -> str:
         return f"<TxMsg {self._state} groups={sorted(self.registry.listeners)}>"
+
+
+def _owner(target: Any) -> str:
+    cls = target if isinstance(target, type) else type(target)
+    if callable(target) and not isinstance(target, type):
+        return str(getattr(target, "__qualname__", cls.__qualname__))
+    return cls.__qualname__
 
 
 def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:

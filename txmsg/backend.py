@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from txmsg import defaults
 from txmsg.message import Message, OutgoingMessage
 from txmsg.states import LocalTransactionState
 
@@ -27,6 +28,10 @@ CheckHandler = Callable[[Message], LocalTransactionState]
 
 ConsumeHandler = Callable[[Message], bool]
 """Called for each consumed message; True = consumed, False = redeliver later. Never raises."""
+
+StopConsumer = Callable[[float], None]
+"""Returned by :meth:`Backend.subscribe`: stops the consumer, waiting at most the given seconds
+for messages being consumed."""
 
 
 @runtime_checkable
@@ -76,15 +81,15 @@ class Backend(Protocol):
         handler: ConsumeHandler,
         *,
         tags: str = "*",
-        concurrency: int = 4,
-        max_reconsume: int = 16,
+        concurrency: int = defaults.CONSUMER_CONCURRENCY,
+        max_reconsume: int = defaults.MAX_RECONSUME,
         consume_from: str = "first",
-    ) -> Callable[[], None]:
-        """Start a push consumer; returns a function that shuts it down gracefully.
+    ) -> StopConsumer:
+        """Start a push consumer; returns ``stop(timeout)``, which shuts it down gracefully.
         ``consume_from``: ``first`` or ``last``, where a queue without a usable stored offset
         starts (:class:`txmsg.config.ConsumerSettings`)."""
         ...
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = defaults.CLOSE_TIMEOUT) -> None:
         """Shut down everything this backend started (each part bounded by ``timeout``)."""
         ...

@@ -1,8 +1,8 @@
-"""``@message_listener``: consume a topic with a plain function.
+"""Message listeners: consume a topic with a plain function.
 
 ::
 
-    @message_listener(topic="orders", group="points-consumer")
+    @app.message_listener(topic="orders", group="points-consumer")
     def add_points(message):
         ...                     # return = consumed; raise = redelivered later
 
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from txmsg import defaults
 from txmsg.errors import ListenerDefinitionError
-from txmsg.listener import validate_name
 from txmsg.message import Message
-from txmsg.registry import ListenerRegistry, default_registry
+from txmsg.names import check_name
 
 log = logging.getLogger("txmsg.consumer")
 
@@ -38,9 +38,9 @@ class ConsumerSpec:
     group: str
     fn: Callable[..., Any]
     handler: Callable[[Message], Any]
-    tags: str = "*"
-    concurrency: int = 4
-    max_reconsume: int = 16
+    tags: str = defaults.TAGS
+    concurrency: int = defaults.CONSUMER_CONCURRENCY
+    max_reconsume: int = defaults.MAX_RECONSUME
     idempotent: bool = False
 
     @property
@@ -85,73 +85,65 @@ def _check_arity(fn: Callable[..., Any], n: int, wanted: str, owner: str) -> Non
         ) from None
 
 
-def message_listener(
+def build_consumer_spec(
+    fn: Callable[..., Any],
+    *,
     topic: str,
     group: str,
-    tags: str = "*",
-    concurrency: int = 4,
-    max_reconsume: int = 16,
+    tags: str = defaults.TAGS,
+    concurrency: int | None = None,
+    max_reconsume: int | None = None,
     idempotent: bool = False,
     session_factory: Callable[[], Any] | None = None,
-    registry: ListenerRegistry | None = None,
-) -> Callable[[F], F]:
-    """Function decorator: consume ``topic`` as consumer ``group``.
+) -> ConsumerSpec:
+    """Validate a message listener and return its spec (see
+    :meth:`txmsg.ListenerRegistry.message_listener` for the options).
 
-    Parameters:
-        topic, group: what to consume and as which consumer group (one function per group).
-        tags: RocketMQ tag expression (``"*"``, ``"a || b"``).
-        concurrency: consumer threads.
-        max_reconsume: redeliveries before RocketMQ moves the message to the DLQ.
-        idempotent: ``fn(message, session)`` runs in one DB transaction with a dedup row.
-        session_factory: SQLAlchemy sessions for ``idempotent=True``.
-        registry: where to record it; ``default_registry`` by default.
-
-    Returns the function unchanged.
+    Raises:
+        ListenerDefinitionError, InvalidNameError: saying what to fix.
     """
-
-    def decorate(fn: F) -> F:
-        owner = getattr(fn, "__qualname__", repr(fn))
-        if not callable(fn) or isinstance(fn, type):
-            raise ListenerDefinitionError(
-                f"@message_listener decorates a function fn(message), not {fn!r}"
-            )
-        if inspect.iscoroutinefunction(fn):
-            raise ListenerDefinitionError(
-                f"{owner} is `async def`; consumers run on the client's threads: use a plain def"
-            )
-        validate_name("topic", topic, owner)
-        validate_name("group", group, owner)
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise ListenerDefinitionError(f"{owner}: concurrency must be an int >= 1, got {concurrency!r}")
-        if not isinstance(max_reconsume, int) or max_reconsume < 0:
-            raise ListenerDefinitionError(
-                f"{owner}: max_reconsume must be an int >= 0, got {max_reconsume!r}"
-            )
-        handler: Callable[[Message], Any]
-        if idempotent:
-            _check_arity(fn, 2, f"{owner}(message, session) because idempotent=True", owner)
-            if session_factory is None:
-                raise ListenerDefinitionError(
-                    f"{owner}: idempotent=True needs session_factory=... (a callable returning "
-                    "SQLAlchemy sessions on the database the handler writes to)"
-                )
-            from txmsg.sqla.idempotent import wrap_idempotent  # noqa: PLC0415 - optional part
-
-            handler = wrap_idempotent(fn, session_factory=session_factory, group=group, topic=topic)
-        else:
-            _check_arity(fn, 1, f"{owner}(message)", owner)
-            handler = fn
-        spec = ConsumerSpec(
-            topic=topic,
-            group=group,
-            fn=fn,
-            handler=handler,
-            tags=tags,
-            concurrency=concurrency,
-            max_reconsume=max_reconsume,
-            idempotent=idempotent,
+    concurrency = defaults.CONSUMER_CONCURRENCY if concurrency is None else concurrency
+    max_reconsume = defaults.MAX_RECONSUME if max_reconsume is None else max_reconsume
+    owner = getattr(fn, "__qualname__", repr(fn))
+    if not callable(fn) or isinstance(fn, type):
+        raise ListenerDefinitionError(
+            f"@message_listener decorates a function fn(message), not {fn!r}"
         )
-        (registry if registry is not None else default_registry).add_consumer(spec)
-        return fn
+    if inspect.iscoroutinefunction(fn):
+        raise ListenerDefinitionError(
+            f"{owner} is `async def`; consumers run on the client's threads: use a plain def"
+        )
+    check_name("topic", topic, owner=owner)
+    check_name("consumer_group", group, owner=owner)
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise ListenerDefinitionError(f"{owner}: concurrency must be an int >= 1, got {concurrency!r}")
+    if not isinstance(max_reconsume, int) or max_reconsume < 0:
+        raise ListenerDefinitionError(
+            f"{owner}: max_reconsume must be an int >= 0, got {max_reconsume!r}"
+        )
+    handler: Callable[[Message], Any]
+    if idempotent:
+        _check_arity(fn, 2, f"{owner}(message, session) because idempotent=True", owner)
+        if session_factory is None:
+            raise ListenerDefinitionError(
+                f"{owner}: idempotent=True needs session_factory=... (a callable returning "
+                "SQLAlchemy sessions on the database the handler writes to)"
+            )
+        from txmsg.sqla.idempotent import wrap_idempotent  # noqa: PLC0415 - optional part
 
-    return decorate
+        handler = wrap_idempotent(fn, session_factory=session_factory, group=group, topic=topic)
+    else:
+        _check_arity(fn, 1, f"{owner}(message)", owner)
+        handler = fn
+    spec = ConsumerSpec(
+        topic=topic,
+        group=group,
+        fn=fn,
+        handler=handler,
+        tags=tags,
+        concurrency=concurrency,
+        max_reconsume=max_reconsume,
+        idempotent=idempotent,
+    )
+    return spec
+

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from txmsg.errors import InvalidMessageError, ListenerDefinitionError
+
 T = TypeVar("T")
 
 Encoder = Callable[[Any], bytes]
@@ -30,7 +32,7 @@ def register_converter(type_: type[T], encode: Callable[[T], bytes], decode: Cal
     dataclass is encoded.
     """
     if not isinstance(type_, type):
-        raise TypeError(f"register_converter needs a type as first argument, got {type_!r}")
+        raise ListenerDefinitionError(f"register_converter needs a type as first argument, got {type_!r}")
     with _lock:
         _encoders[type_] = cast(Encoder, encode)
         if decode is not None:
@@ -66,7 +68,7 @@ def _json_default(value: Any) -> Any:
         return dataclasses.asdict(value)
     if _is_pydantic(value):
         return value.model_dump(mode="json")
-    raise TypeError(
+    raise InvalidMessageError(
         f"{type(value).__name__} is not JSON serialisable; pass bytes/str or "
         f"register_converter({type(value).__name__}, encode, decode)"
     )
@@ -78,7 +80,7 @@ def to_body(payload: Any) -> bytes:
     if encoder is not None:
         body = encoder(payload)
         if not isinstance(body, bytes | bytearray | memoryview):
-            raise TypeError(
+            raise InvalidMessageError(
                 f"the converter registered for {type(payload).__name__} returned "
                 f"{type(body).__name__}; it must return bytes"
             )
@@ -94,8 +96,8 @@ def to_body(payload: Any) -> bytes:
     if _is_pydantic(payload):
         return cast(str, payload.model_dump_json()).encode("utf-8")
     if payload is None:
-        raise TypeError("payload is None; send b'' for an empty body")
-    raise TypeError(
+        raise InvalidMessageError("payload is None; send b'' for an empty body")
+    raise InvalidMessageError(
         f"cannot convert a {type(payload).__name__} payload to a message body; pass bytes, str, "
         f"dict, list, a dataclass or a pydantic model, or call "
         f"txmsg.register_converter({type(payload).__name__}, encode, decode)"
@@ -119,7 +121,7 @@ def from_body(body: bytes, type_: type[T]) -> T:
     validate = getattr(type_, "model_validate_json", None)
     if callable(validate):
         return cast(T, validate(body))
-    raise TypeError(
+    raise InvalidMessageError(
         f"cannot decode a body into {type_.__name__}; call "
         f"txmsg.register_converter({type_.__name__}, encode, decode)"
     )

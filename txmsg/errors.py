@@ -1,6 +1,23 @@
 """One error tree for txmsg; every message says what to do next.
 
-Catch :class:`TxMsgError` to catch anything txmsg raises on purpose.
+Catch :class:`TxMsgError` to catch anything txmsg raises on purpose.  Each error also derives from
+the built-in exception a Python user would expect for its kind (``TypeError`` for a wrongly
+declared listener, ``ValueError`` for a bad name or setting, ``LookupError`` for an unknown
+group, ``RuntimeError`` for a call in the wrong state), so generic handlers keep working::
+
+    TxMsgError
+    ├── ListenerDefinitionError   (TypeError)     a listener or consumer declared wrongly
+    ├── InvalidNameError          (ValueError)    a group or topic name RocketMQ or the backend refuses
+    ├── InvalidMessageError       (TypeError, ValueError)  a payload, property or send option refused
+    ├── ConfigError               (ValueError)    an unknown or invalid configuration key
+    ├── LifecycleError            (RuntimeError)  a call in the wrong state of the app
+    │   ├── NotStartedError                       used before start()
+    │   └── ClosedError                           used after close()  (alias: ProducerClosedError)
+    ├── UnknownGroupError         (LookupError)   no producer for that group
+    ├── RejectedError             (RuntimeError)  the executor is saturated (rejection = abort)
+    ├── SendError                 (RuntimeError)  the broker did not accept a message
+    ├── BackendUnavailableError   (RuntimeError)  a backend cannot be found, loaded or started
+    └── TransactionFencedError    (RuntimeError)  a local transaction lost the race to a check-back
 """
 
 from __future__ import annotations
@@ -11,7 +28,25 @@ class TxMsgError(Exception):
 
 
 class ListenerDefinitionError(TxMsgError, TypeError):
-    """A listener or consumer is declared wrongly (raised at decoration time)."""
+    """A listener or consumer is declared wrongly (raised when it is declared, not at start)."""
+
+
+class InvalidNameError(TxMsgError, ValueError):
+    """A group or topic name that RocketMQ, or the configured backend, would refuse.
+
+    Raised when a listener is registered (so the mistake shows at import time) and when a message
+    is sent to a topic.  ``kind`` is ``producer_group``, ``consumer_group`` or ``topic``.
+    """
+
+    def __init__(self, message: str, *, kind: str, name: object) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+
+
+class InvalidMessageError(TxMsgError, TypeError, ValueError):
+    """A message txmsg will not send: a payload no converter handles, a reserved property name,
+    an invalid send option.  Nothing was sent."""
 
 
 class ConfigError(TxMsgError, ValueError):
@@ -25,8 +60,35 @@ class ConfigError(TxMsgError, ValueError):
         self.key = key
 
 
+class LifecycleError(TxMsgError, RuntimeError):
+    """The application (or one of its producers) was used in the wrong state.
+
+    For example: a listener registered after ``start()``, or a registry included twice.
+    """
+
+
+class NotStartedError(LifecycleError):
+    """The application was used before ``start()``."""
+
+
+class ClosedError(LifecycleError):
+    """The application or a producer was used after ``close()``."""
+
+
+ProducerClosedError = ClosedError
+"""The name producers' callers know; the same class as :class:`ClosedError`."""
+
+
+class UnknownGroupError(TxMsgError, LookupError):
+    """No producer (transactional listener) is registered for the group asked for."""
+
+    def __init__(self, message: str, *, group: str | None) -> None:
+        super().__init__(message)
+        self.group = group
+
+
 class RejectedError(TxMsgError, RuntimeError):
-    """An executor could take no more work (max threads busy and queue full), or is shut down."""
+    """An executor could take no more work (all threads busy and queue full), or is shut down."""
 
 
 class SendError(TxMsgError, RuntimeError):
@@ -34,12 +96,9 @@ class SendError(TxMsgError, RuntimeError):
 
 
 class BackendUnavailableError(TxMsgError, RuntimeError):
-    """A backend could not be found or loaded."""
+    """A backend could not be found, loaded or started."""
 
 
-class ProducerClosedError(TxMsgError, RuntimeError):
-    """A producer (or the application) was used after ``close()``."""
-
-
-class NotStartedError(TxMsgError, RuntimeError):
-    """The application was used before ``start()``."""
+class TransactionFencedError(TxMsgError, RuntimeError):
+    """A check-back already settled this transaction (ROLLBACK after its in-flight timeout), so the
+    local transaction must not commit.  Raised inside the local transaction, which rolls back."""

@@ -1,8 +1,8 @@
-"""``@transactional_listener``: declare the local transaction and the check-back of a group.
+"""Transactional listeners: the local transaction and the check-back of one producer group.
 
 ::
 
-    @transactional_listener(group="order-tx", topics=["orders"])
+    @app.transactional_listener(group="order-tx", topics=["orders"])
     class PayOrder:
         def execute_local(self, message, arg):    # runs in the sending thread
             ...
@@ -10,30 +10,25 @@
         def check_local(self, message):           # runs when the broker asks again
             return LocalTransactionState.COMMIT
 
-The decorator validates the class at once (so a mistake fails at import, not at the first
-check-back hours later), stores a :class:`ListenerSpec` on it as ``__txmsg_listener__`` and
-records it in a registry.  It returns the class unchanged.
+:func:`build_spec` validates the class at once (so a mistake fails at import, not at the first
+check-back hours later); the registry stores the :class:`ListenerSpec` on the class as
+``__txmsg_listener__`` (see :class:`txmsg.ListenerRegistry`).
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
+from txmsg import defaults
 from txmsg.errors import ListenerDefinitionError
 from txmsg.executor import ExecutorConfig
-from txmsg.registry import ListenerRegistry, default_registry
+from txmsg.names import check_name
 from txmsg.states import LocalTransactionState
-
-T = TypeVar("T")
-
-NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
-"""RocketMQ's rule for group and topic names (``Validators`` in the Java client)."""
 
 SPEC_ATTRIBUTE = "__txmsg_listener__"
 
@@ -44,15 +39,20 @@ class ListenerSpec:
 
     ``target`` is the decorated class (instantiated at ``TxMsg.start()`` through the app's
     listener factory) or an instance given to ``add_transactional_listener``.
-    ``execute_exception_state`` is what an exception in ``execute_local``, or an invalid
-    return from it, answers.
+    ``execute_exception_state`` is what the user asked an exception in ``execute_local``, or
+    an invalid return from it, to answer (None: the default rule, see :attr:`on_exception`).
     """
 
     group: str
     target: Any
     topics: tuple[str, ...] = ()
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
-    execute_exception_state: LocalTransactionState = LocalTransactionState.UNKNOW
+    execute_exception_state: LocalTransactionState | None = None
+
+    @property
+    def on_exception(self) -> LocalTransactionState:
+        """The answer when ``execute_local`` raises: the configured state, else UNKNOW."""
+        return self.execute_exception_state or defaults.EXECUTE_EXCEPTION_STATE
 
     @property
     def name(self) -> str:
@@ -64,14 +64,6 @@ class ListenerSpec:
         return not isinstance(self.target, type)
 
 
-def validate_name(kind: str, value: object, owner: str) -> str:
-    """Check a group or topic name against RocketMQ's rule; return it."""
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
-        raise ListenerDefinitionError(
-            f"{owner}: {kind} {value!r} is not a valid RocketMQ name; use 1-255 characters "
-            "from letters, digits, '-', '_', '%' and '|' (e.g. group=\"order-tx\")"
-        )
-    return value
 
 
 def validation_summary(exc: ValidationError) -> str:
@@ -129,18 +121,22 @@ def build_spec(
     group: str,
     topics: Sequence[str] = (),
     executor: ExecutorConfig | Mapping[str, Any] | None = None,
-    execute_exception_state: LocalTransactionState = LocalTransactionState.UNKNOW,
+    execute_exception_state: LocalTransactionState | None = None,
 ) -> ListenerSpec:
-    """Validate ``target`` (a class, or an instance of one) and return its spec."""
+    """Validate ``target`` (a class, or an instance of one) and return its spec.
+
+    Names are checked against RocketMQ's rule here; the app adds its backend's rules when the
+    spec reaches it (:mod:`txmsg.names`).
+    """
     cls = target if isinstance(target, type) else type(target)
     owner = cls.__qualname__
-    validate_name("group", group, owner)
+    check_name("producer_group", group, owner=owner)
     if isinstance(topics, str):
         raise ListenerDefinitionError(
             f"{owner}: topics must be a list of names, got the string {topics!r}; "
             f"write topics=[{topics!r}]"
         )
-    checked_topics = tuple(validate_name("topic", t, owner) for t in topics)
+    checked_topics = tuple(check_name("topic", t, owner=owner) for t in topics)
     _check_method(cls, "execute_local", ("message", "arg"), owner)
     _check_method(cls, "check_local", ("message",), owner)
     if isinstance(executor, Mapping):
@@ -155,14 +151,20 @@ def build_spec(
             f"{owner}: executor must be ExecutorConfig(...) or a dict of its fields, "
             f"got {type(executor).__name__}"
         )
-    state = LocalTransactionState.coerce(execute_exception_state)
-    if state not in (LocalTransactionState.UNKNOW, LocalTransactionState.ROLLBACK):
+    state = (
+        None
+        if execute_exception_state is None
+        else LocalTransactionState.coerce(execute_exception_state)
+    )
+    if execute_exception_state is not None and state not in (
+        LocalTransactionState.UNKNOW,
+        LocalTransactionState.ROLLBACK,
+    ):
         raise ListenerDefinitionError(
             f"{owner}: execute_exception_state must be LocalTransactionState.UNKNOW or ROLLBACK, "
             f"got {execute_exception_state!r}; committing after a failure would publish a "
             "message for work that did not happen"
         )
-    assert state is not None
     return ListenerSpec(
         group=group,
         target=target,
@@ -172,56 +174,11 @@ def build_spec(
     )
 
 
-def transactional_listener(
-    group: str,
-    topics: Sequence[str] = (),
-    executor: ExecutorConfig | Mapping[str, Any] | None = None,
-    execute_exception_state: LocalTransactionState = LocalTransactionState.UNKNOW,
-    registry: ListenerRegistry | None = None,
-) -> Callable[[type[T]], type[T]]:
-    """Class decorator: the class is the transactional listener of producer ``group``.
-
-    Parameters:
-        group: the producer group; one listener per group per registry.
-        topics: topics this group sends to (lets the backend reach their brokers before the
-            first send, so check-backs of transactions left over from a previous run arrive).
-        executor: sizing of the executor that runs check-backs and async sends
-            (``ExecutorConfig`` or a dict of its fields); defaults to ``ExecutorConfig()``.
-        execute_exception_state: answer when ``execute_local`` raises or returns something
-            that is not a ``LocalTransactionState``: UNKNOW (default) or ROLLBACK.
-        registry: where to record it; the process-wide ``default_registry`` by default.
-
-    Raises:
-        ListenerDefinitionError: at decoration time, saying what to fix.
-    """
-    if isinstance(group, type):
-        raise ListenerDefinitionError(
-            "@transactional_listener needs arguments: write "
-            '@transactional_listener(group="my-producer-group")'
-        )
-
-    def decorate(cls: type[T]) -> type[T]:
-        if not isinstance(cls, type):
-            raise ListenerDefinitionError(
-                f"@transactional_listener decorates a class with execute_local/check_local "
-                f"methods, not {cls!r}"
-            )
-        spec = build_spec(
-            cls,
-            group=group,
-            topics=topics,
-            executor=executor,
-            execute_exception_state=execute_exception_state,
-        )
-        (registry if registry is not None else default_registry).add_listener(spec)
-        setattr(cls, SPEC_ATTRIBUTE, spec)
-        return cls
-
-    return decorate
 
 
 def spec_of(target: Any) -> ListenerSpec | None:
-    """The spec ``@transactional_listener`` stored on a class (or an instance's class)."""
-    cls = target if isinstance(target, type) else type(target)
-    spec = cls.__dict__.get(SPEC_ATTRIBUTE)
+    """The spec a registry stored on a listener class, or on an instance (or its class)."""
+    spec = getattr(target, "__dict__", {}).get(SPEC_ATTRIBUTE)
+    if spec is None and not isinstance(target, type):
+        spec = type(target).__dict__.get(SPEC_ATTRIBUTE)
     return spec if isinstance(spec, ListenerSpec) else None

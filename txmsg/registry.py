@@ -1,20 +1,39 @@
-"""Where decorators record listeners and consumers until an application starts them.
+"""Where listeners and consumers are declared until an application starts them.
+
+Each :class:`txmsg.TxMsg` owns one registry (``app.registry``); ``@app.transactional_listener``
+and ``@app.message_listener`` write into it.  To declare listeners in a module that must not
+import the app (Flask's blueprints), make a registry there and hand it to the app::
+
+    # orders/listeners.py
+    registry = ListenerRegistry()
+
+    @registry.transactional_listener(group="order-tx", topics=["orders"])
+    class PayOrder: ...
+
+    # main.py
+    app = TxMsg(load_config())
+    app.include(registry)
 
 Decorators only record (pluggy's "mark, then an explicit object collects"); nothing connects to
-a broker at import time.  A registry is passed explicitly, or the process-wide
-:data:`default_registry` is used (dramatiq's broker fallback).
+a broker at import time.  A registry is frozen when it is included into an app and when that app
+starts, so a listener declared too late fails loudly instead of silently never running.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from txmsg.errors import ListenerDefinitionError
+from txmsg import defaults
+from txmsg.consumer import ConsumerSpec, build_consumer_spec
+from txmsg.errors import LifecycleError, ListenerDefinitionError
+from txmsg.executor import ExecutorConfig
+from txmsg.listener import SPEC_ATTRIBUTE, ListenerSpec, build_spec
+from txmsg.states import LocalTransactionState
 
-if TYPE_CHECKING:
-    from txmsg.consumer import ConsumerSpec
-    from txmsg.listener import ListenerSpec
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ListenerRegistry:
@@ -24,12 +43,161 @@ class ListenerRegistry:
         self._lock = threading.Lock()
         self._listeners: dict[str, ListenerSpec] = {}
         self._consumers: dict[str, ConsumerSpec] = {}
+        self._frozen: str | None = None
 
+    # ---- declaring --------------------------------------------------------------------------------
+    def transactional_listener(
+        self,
+        *,
+        group: str,
+        topics: Sequence[str] = (),
+        executor: ExecutorConfig | Mapping[str, Any] | None = None,
+        execute_exception_state: LocalTransactionState | None = None,
+    ) -> Callable[[type[T]], type[T]]:
+        """Class decorator: the class is the transactional listener of producer ``group``.
+
+        The class defines ``execute_local(self, message, arg)`` (runs in the sending thread) and
+        ``check_local(self, message)`` (runs when the broker checks back); both return a
+        :class:`~txmsg.LocalTransactionState`.  It is validated at once, so a mistake fails at
+        import, not at the first check-back hours later.
+
+        Parameters:
+            group: the producer group; one listener per group.
+            topics: topics this group sends to; the backend reaches their brokers at start, so
+                check-backs of transactions left over from a previous run arrive at once.
+            executor: how many check-backs run at once, and the async-send queue
+                (:class:`~txmsg.ExecutorConfig` or a dict of its fields).
+            execute_exception_state: the answer when ``execute_local`` raises or returns
+                something that is not a state.  ``None`` (default) means the rule of
+                :data:`txmsg.defaults.EXECUTE_EXCEPTION_STATE`: UNKNOW, so the check-back decides;
+                listeners that roll their own transaction back (``txmsg.sqla``) answer ROLLBACK.
+
+        Raises:
+            ListenerDefinitionError, InvalidNameError: at decoration time, saying what to fix.
+            LifecycleError: the registry is already frozen (its app started).
+        """
+        if isinstance(group, type):  # pragma: no cover - keyword-only makes this a TypeError
+            raise ListenerDefinitionError("write @transactional_listener(group=...)")
+
+        def decorate(cls: type[T]) -> type[T]:
+            if not isinstance(cls, type):
+                raise ListenerDefinitionError(
+                    "@transactional_listener decorates a class with execute_local/check_local "
+                    f"methods, not {cls!r}; for an instance use add_transactional_listener()"
+                )
+            self.add_transactional_listener(
+                cls,
+                group=group,
+                topics=topics,
+                executor=executor,
+                execute_exception_state=execute_exception_state,
+            )
+            return cls
+
+        return decorate
+
+    def add_transactional_listener(
+        self,
+        target: Any,
+        *,
+        group: str,
+        topics: Sequence[str] = (),
+        executor: ExecutorConfig | Mapping[str, Any] | None = None,
+        execute_exception_state: LocalTransactionState | None = None,
+    ) -> ListenerSpec:
+        """The decorator's imperative twin; ``target`` is a listener class or a ready instance."""
+        self._check_open(f"add the transactional listener of group {group!r}")
+        spec = build_spec(
+            target,
+            group=group,
+            topics=topics,
+            executor=executor,
+            execute_exception_state=execute_exception_state,
+        )
+        self.add_listener(spec)
+        try:  # lets txmsg.sqla find the group of the listener instance or class
+            setattr(target, SPEC_ATTRIBUTE, spec)
+        except (AttributeError, TypeError):
+            pass  # __slots__ or a frozen object: it must then say its group itself
+        return spec
+
+    def message_listener(
+        self,
+        *,
+        topic: str,
+        group: str,
+        tags: str = defaults.TAGS,
+        concurrency: int | None = None,
+        max_reconsume: int | None = None,
+        idempotent: bool = False,
+        session_factory: Callable[[], Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Function decorator: consume ``topic`` as consumer ``group`` with ``fn(message)``.
+
+        Returning means consumed; raising means redeliver later (after ``max_reconsume``
+        redeliveries RocketMQ moves the message to the group's DLQ).
+
+        Parameters:
+            topic, group: what to consume and as which consumer group (one function per group).
+            tags: RocketMQ tag expression (``"*"``, ``"a || b"``).
+            concurrency: consumer threads (default :data:`txmsg.defaults.CONSUMER_CONCURRENCY`).
+            max_reconsume: redeliveries before the DLQ (default :data:`txmsg.defaults.MAX_RECONSUME`).
+            idempotent: ``fn(message, session)`` runs in one DB transaction with a dedup row, so a
+                redelivered message is applied once (:mod:`txmsg.sqla.idempotent`).
+            session_factory: SQLAlchemy sessions for ``idempotent=True``.
+
+        Returns the function unchanged.
+        """
+
+        def decorate(fn: F) -> F:
+            self.add_message_listener(
+                fn,
+                topic=topic,
+                group=group,
+                tags=tags,
+                concurrency=concurrency,
+                max_reconsume=max_reconsume,
+                idempotent=idempotent,
+                session_factory=session_factory,
+            )
+            return fn
+
+        return decorate
+
+    def add_message_listener(
+        self,
+        fn: Callable[..., Any],
+        *,
+        topic: str,
+        group: str,
+        tags: str = defaults.TAGS,
+        concurrency: int | None = None,
+        max_reconsume: int | None = None,
+        idempotent: bool = False,
+        session_factory: Callable[[], Any] | None = None,
+    ) -> ConsumerSpec:
+        """The consumer decorator's imperative twin."""
+        self._check_open(f"add the message listener of group {group!r}")
+        spec = build_consumer_spec(
+            fn,
+            topic=topic,
+            group=group,
+            tags=tags,
+            concurrency=concurrency,
+            max_reconsume=max_reconsume,
+            idempotent=idempotent,
+            session_factory=session_factory,
+        )
+        self.add_consumer(spec)
+        return spec
+
+    # ---- recording ---------------------------------------------------------------------------------
     def add_listener(self, spec: ListenerSpec) -> None:
         """Record ``spec``; one listener per producer group (RocketMQ routes a group's
         check-backs to whichever producer of the group it picks, so two listeners would each
         answer for the other's transactions)."""
         with self._lock:
+            self._check_open_locked(f"add the transactional listener of group {spec.group!r}")
             bound = self._listeners.get(spec.group)
             if bound is not None:
                 raise ListenerDefinitionError(
@@ -43,6 +211,7 @@ class ListenerRegistry:
         """Record ``spec``; one subscription per consumer group (RocketMQ requires every
         consumer of a group to subscribe identically)."""
         with self._lock:
+            self._check_open_locked(f"add the message listener of group {spec.group!r}")
             bound = self._consumers.get(spec.group)
             if bound is not None:
                 raise ListenerDefinitionError(
@@ -52,7 +221,33 @@ class ListenerRegistry:
                 )
             self._consumers[spec.group] = spec
 
+    # ---- freezing ----------------------------------------------------------------------------------
+    def freeze(self, reason: str) -> None:
+        """Refuse further declarations; ``reason`` ends up in the error (first reason wins)."""
+        with self._lock:
+            if self._frozen is None:
+                self._frozen = reason
+
+    @property
+    def frozen(self) -> bool:
+        """True once an app included or started this registry."""
+        return self._frozen is not None
+
+    def _check_open(self, what: str) -> None:
+        with self._lock:
+            self._check_open_locked(what)
+
+    def _check_open_locked(self, what: str) -> None:
+        if self._frozen is not None:
+            raise LifecycleError(
+                f"cannot {what}: this registry is frozen because {self._frozen}. Declare every "
+                "listener before the app starts (import the module that declares it before "
+                "app.start()), and decorate a module-level registry before app.include(registry)"
+            )
+
+    # ---- reading -----------------------------------------------------------------------------------
     def listener(self, group: str) -> ListenerSpec | None:
+        """The spec of producer ``group``, if declared."""
         with self._lock:
             return self._listeners.get(group)
 
@@ -68,15 +263,8 @@ class ListenerRegistry:
         with self._lock:
             return dict(self._consumers)
 
-    def clear(self) -> None:
-        """Forget everything (tests)."""
-        with self._lock:
-            self._listeners.clear()
-            self._consumers.clear()
-
     def __repr__(self) -> str:
-        return f"<ListenerRegistry listeners={sorted(self._listeners)} consumers={sorted(self._consumers)}>"
-
-
-default_registry = ListenerRegistry()
-"""The registry decorators use when none is given."""
+        return (
+            f"<ListenerRegistry listeners={sorted(self._listeners)} "
+            f"consumers={sorted(self._consumers)}{' frozen' if self._frozen else ''}>"
+        )

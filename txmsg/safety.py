@@ -25,7 +25,7 @@ class SpecLike(Protocol):
     def group(self) -> str: ...
 
     @property
-    def execute_exception_state(self) -> LocalTransactionState: ...
+    def on_exception(self) -> LocalTransactionState: ...
 
 
 def _key(message: Message) -> str | None:
@@ -58,10 +58,10 @@ def run_execute_local(
 ) -> LocalTransactionState:
     """Call ``listener.execute_local(message, arg)``; never raises.
 
-    An exception or an invalid return answers ``spec.execute_exception_state`` (UNKNOW by
-    default, ROLLBACK when configured).
+    An exception or an invalid return answers ``spec.on_exception`` (UNKNOW by default,
+    ROLLBACK when configured).
     """
-    fallback = spec.execute_exception_state
+    fallback = spec.on_exception
     try:
         value = listener.execute_local(message, arg)
     except BaseException as exc:  # noqa: BLE001 - nothing may escape into a backend

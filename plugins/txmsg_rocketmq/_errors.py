@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
-from txmsg.errors import BackendUnavailableError, ProducerClosedError, SendError
+from txmsg.errors import (
+    BackendUnavailableError,
+    InvalidMessageError,
+    InvalidNameError,
+    ProducerClosedError,
+    SendError,
+)
 
-__all__ = ["BackendUnavailableError", "ProducerClosedError", "SendError"]
+__all__ = [
+    "BackendUnavailableError",
+    "InvalidMessageError",
+    "InvalidNameError",
+    "ProducerClosedError",
+    "SendError",
+]

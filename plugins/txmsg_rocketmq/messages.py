@@ -23,6 +23,7 @@ from typing import Any
 
 from txmsg.message import UNIQ_KEY, Message, OutgoingMessage
 
+from ._errors import InvalidMessageError
 from .native import Native
 
 PROPS_LIST = "TXMSG_PROPS"
@@ -48,17 +49,17 @@ def validate_properties(properties: Mapping[str, str]) -> None:
     """Reject names/values librocketmq would corrupt on the wire, saying what to change."""
     for name, value in properties.items():
         if not isinstance(name, str) or not isinstance(value, str):
-            raise ValueError(
+            raise InvalidMessageError(
                 f"message property {name!r}={value!r}: names and values must be str; "
                 "convert them before sending"
             )
         if not name or "," in name or any(c in name + value for c in _FORBIDDEN):
-            raise ValueError(
+            raise InvalidMessageError(
                 f"message property {name!r}: names must be non-empty without ',' and neither "
                 "names nor values may contain \\x01 or \\x02 (RocketMQ's separators)"
             )
         if name in (PROPS_LIST, ENCODING):
-            raise ValueError(f"message property {name!r} is reserved by txmsg; rename it")
+            raise InvalidMessageError(f"message property {name!r} is reserved by txmsg; rename it")
 
 
 def build(native: Native, message: OutgoingMessage) -> int:

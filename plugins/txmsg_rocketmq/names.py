@@ -58,3 +58,26 @@ def consumer_names_hazard(group: str, topic: str) -> str | None:
 def safe_component(name: str) -> str:
     """``name`` reduced to characters that are safe in instance and helper-group names."""
     return SAFE_NAME.sub("_", name)
+
+
+def name_rule(kind: str, name: str) -> str | None:
+    """txmsg's name rule for this backend (entry point ``txmsg.name_rules: rocketmq``).
+
+    The app runs it when a listener is registered and when a message is sent, so a name that
+    would crash librocketmq 2.1.0 is refused with what to rename, long before ``start()``.
+    ``kind`` is ``producer_group``, ``consumer_group`` or ``topic``.
+    """
+    texts = [name]
+    if kind == "consumer_group":  # the client logs the group's retry and DLQ topics too
+        texts = [f"%RETRY%{name}", f"%DLQ%{name}", name]
+    for text in texts:
+        found = printf_hazard(text)
+        if found is not None:
+            where = "" if text == name else f" (as {text!r}, which the client derives from it)"
+            return (
+                f"it contains {found!r}{where}, which librocketmq 2.1.0 uses as a printf "
+                "conversion in its own log and crashes on (apache/rocketmq-client-cpp#285; fixed "
+                "in 2.2.0). Avoid '%' before s, S or n; for a consumer group avoid a leading s, S "
+                "or n (e.g. prefix it with 'cg-')"
+            )
+    return None

@@ -1,4 +1,4 @@
-"""Fixtures for the core's unit tests: a private registry and the backend test double."""
+"""Fixtures for the core's unit tests: an app on the backend test double, and its registry."""
 
 from __future__ import annotations
 
@@ -14,20 +14,21 @@ from .doubles import DoubleBackend
 
 
 @pytest.fixture
-def registry() -> ListenerRegistry:
-    return ListenerRegistry()
-
-
-@pytest.fixture
 def backend() -> DoubleBackend:
     return DoubleBackend()
 
 
 @pytest.fixture
-def app(registry: ListenerRegistry, backend: DoubleBackend) -> Iterator[TxMsg]:
-    application = TxMsg(TxMsgConfig(), registry=registry, backend=backend)
+def app(backend: DoubleBackend) -> Iterator[TxMsg]:
+    application = TxMsg(TxMsgConfig(), backend=backend)
     yield application
     application.close(timeout=5)
+
+
+@pytest.fixture
+def registry(app: TxMsg) -> ListenerRegistry:
+    """The app's own registry: what ``@app.transactional_listener`` writes into."""
+    return app.registry
 
 
 @pytest.fixture(autouse=True)

@@ -76,6 +76,7 @@ class Subscription:
     max_reconsume: int
     consume_from: str = "first"
     stopped: bool = False
+    stop_timeout: float | None = None
 
 
 @dataclass
@@ -97,12 +98,13 @@ class DoubleBackend:
 
     def subscribe(self, topic: str, group: str, handler: ConsumeHandler, *, tags: str = "*",
                   concurrency: int = 4, max_reconsume: int = 16,
-                  consume_from: str = "first") -> Callable[[], None]:
+                  consume_from: str = "first") -> Callable[[float], None]:
         sub = Subscription(topic, group, handler, tags, concurrency, max_reconsume, consume_from)
         self.subscriptions[group] = sub
 
-        def stop() -> None:
+        def stop(timeout: float) -> None:
             sub.stopped = True
+            sub.stop_timeout = timeout
 
         return stop
 

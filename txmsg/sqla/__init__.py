@@ -16,6 +16,7 @@ Isolation: SQLite in WAL mode with ``BEGIN IMMEDIATE`` writers, PostgreSQL at RE
 :mod:`txmsg.sqla.engine`).
 """
 
+from txmsg.errors import TransactionFencedError
 from txmsg.sqla.check import BORN_PROPERTY, RecordCheck, born_properties, message_born_at
 from txmsg.sqla.engine import (
     SessionFactory,
@@ -44,7 +45,6 @@ from txmsg.sqla.models import (
 from txmsg.sqla.records import (
     MIN_RETENTION,
     RecordView,
-    TransactionFencedError,
     count_records,
     get_record,
     purge_records,

@@ -29,6 +29,7 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
+from txmsg.errors import ConfigError
 from txmsg.message import Message
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.models import RecordState, utcnow
@@ -77,7 +78,9 @@ def _seconds(value: float | timedelta | None) -> timedelta | None:
         return None
     delta = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
     if delta < timedelta(0):
-        raise ValueError("durations must not be negative")
+        raise ConfigError(
+            f"durations must not be negative, got {value!r}: use seconds >= 0 or a timedelta"
+        )
     return delta
 
 

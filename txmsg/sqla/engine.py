@@ -36,6 +36,8 @@ from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from txmsg.errors import ConfigError
+
 SQLITE_BEGIN_OPTION = "txmsg_sqlite_begin"
 """Connection execution option naming the SQLite BEGIN flavour (DEFERRED/IMMEDIATE/EXCLUSIVE)."""
 
@@ -68,7 +70,7 @@ def create_engine(
 
     mode = sqlite_begin.upper()
     if mode not in _BEGIN_MODES:
-        raise ValueError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
+        raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
     database = sa_url.database or ""
     in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
     if not in_memory:

@@ -27,6 +27,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from txmsg.errors import ListenerDefinitionError, TxMsgError
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.models import ConsumedMessage, ConsumeStat, utcnow
@@ -56,7 +57,10 @@ class IdempotentConsumer:
         topic: str,
     ) -> None:
         if not group:
-            raise ValueError("an idempotent consumer needs its consumer group")
+            raise ListenerDefinitionError(
+                "an idempotent consumer needs its consumer group: pass group=... (the one of "
+                "@message_listener)"
+            )
         self.fn = fn
         self.session_factory = session_factory
         self.group = group
@@ -72,7 +76,7 @@ class IdempotentConsumer:
     def __call__(self, message: Message) -> None:
         key = message_key(message)
         if not key:
-            raise ValueError(
+            raise TxMsgError(
                 f"group={self.group}: message without UNIQ_KEY or message id cannot be "
                 "de-duplicated; send it with the txmsg producer or the RocketMQ client"
             )
@@ -127,7 +131,7 @@ def wrap_idempotent(
     Called by ``message_listener(..., idempotent=True, session_factory=...)``.
     """
     if session_factory is None:
-        raise ValueError(
+        raise ListenerDefinitionError(
             "idempotent=True needs session_factory=...: a callable returning SQLAlchemy sessions "
             "on the database where the handler writes its effects"
         )
@@ -156,7 +160,10 @@ def _count_duplicate(session_factory: SessionFactory, group: str, topic: str) ->
             return
         except IntegrityError:
             continue  # created concurrently: update it instead
-    raise RuntimeError(f"could not update the duplicate counter of {group}/{topic}")
+    raise TxMsgError(
+        f"could not update the duplicate counter of {group}/{topic} after 3 attempts; check "
+        "that the txmsg tables exist (txmsg.sqla.create_tables) and the database is writable"
+    )
 
 
 def duplicates_absorbed(

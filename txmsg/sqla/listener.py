@@ -2,7 +2,7 @@
 
 ::
 
-    @transactional_listener(group="order-tx")
+    @app.transactional_listener(group="order-tx", topics=["orders"])
     class PayOrder(RecordBackedListener):
         def execute_in_transaction(self, session, message, arg):
             session.get(Order, arg).status = "PAID"
@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from txmsg.listener import spec_of
 from txmsg.message import Message
 from txmsg.sqla.check import RecordCheck
 from txmsg.sqla.engine import SessionFactory
@@ -31,13 +32,16 @@ class RecordBackedListener:
     """Base class for record-backed transactional listeners.
 
     Class attributes are the defaults; the constructor overrides them per instance.
-    ``execute_exception_state`` is what an exception in the business change answers (the database
-    transaction is always rolled back).
+
+    An exception in the business change rolls the database transaction back and answers
+    ROLLBACK: here txmsg *knows* the local transaction did not happen, which is the one case where
+    txmsg's rule (:data:`txmsg.defaults.EXECUTE_EXCEPTION_STATE`: UNKNOW, the check-back decides)
+    gives way.  ``execute_exception_state=UNKNOW`` on the decorator overrides it, as for any
+    listener.
     """
 
     grace_period: float | timedelta = 10.0
     in_flight_timeout: float | timedelta | None = 600.0
-    execute_exception_state: LocalTransactionState = LocalTransactionState.ROLLBACK
     answer_within: float | None = None
     background_workers: int = 8
     """Threads that finish local transactions past ``answer_within`` (slow ones queue here)."""
@@ -50,7 +54,6 @@ class RecordBackedListener:
         group: str | None = None,
         grace_period: float | timedelta | None = None,
         in_flight_timeout: float | timedelta | None = None,
-        execute_exception_state: LocalTransactionState | None = None,
         answer_within: float | None = None,
         background_workers: int | None = None,
     ) -> None:
@@ -61,8 +64,6 @@ class RecordBackedListener:
             self.grace_period = grace_period
         if in_flight_timeout is not None:
             self.in_flight_timeout = in_flight_timeout
-        if execute_exception_state is not None:
-            self.execute_exception_state = execute_exception_state
         if answer_within is not None:
             self.answer_within = answer_within
         if background_workers is not None:
@@ -94,6 +95,14 @@ class RecordBackedListener:
         return listener_group(self)
 
     @property
+    def execute_exception_state(self) -> LocalTransactionState:
+        """ROLLBACK (the database transaction was rolled back), unless the decorator said
+        otherwise with ``execute_exception_state=``."""
+        spec = spec_of(self)
+        chosen = spec.execute_exception_state if spec is not None else None
+        return chosen or LocalTransactionState.ROLLBACK
+
+    @property
     def local_transaction(self) -> SqlAlchemyLocalTransaction:
         with self._lazy_lock:
             if self._local is None:
@@ -120,6 +129,9 @@ class RecordBackedListener:
             return self._check
 
     def close(self) -> None:
-        """Wait for local transactions still running after an UNKNOW answer."""
+        """Wait for local transactions still running after an UNKNOW answer.
+
+        :meth:`txmsg.TxMsg.close` calls this after the group's producer has closed.
+        """
         if self._local is not None:
             self._local.close()

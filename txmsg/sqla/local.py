@@ -29,11 +29,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from txmsg.errors import ConfigError, ListenerDefinitionError, TransactionFencedError
 from txmsg.message import Message
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.models import RecordState
 from txmsg.sqla.records import (
-    TransactionFencedError,
     begin_in_flight,
     mark_committed,
     settle_rolled_back,
@@ -75,13 +75,13 @@ class SqlAlchemyLocalTransaction:
         background_workers: int = 8,
     ) -> None:
         if on_error is LocalTransactionState.COMMIT:
-            raise ValueError(
+            raise ConfigError(
                 "on_error must be ROLLBACK or UNKNOW: a failed transaction never commits"
             )
         if answer_within is not None and answer_within <= 0:
-            raise ValueError("answer_within must be a positive number of seconds (or None)")
+            raise ConfigError("answer_within must be a positive number of seconds (or None)")
         if background_workers <= 0:
-            raise ValueError("background_workers must be positive")
+            raise ConfigError("background_workers must be a positive number of threads")
         self.session_factory = session_factory
         self.group = group
         self.on_error = on_error
@@ -242,10 +242,10 @@ class SqlAlchemyLocalTransaction:
 def listener_group(listener: object) -> str:
     """The producer group of a listener instance: from the spec ``@transactional_listener`` stores
     on its class (``__txmsg_listener__``), else a ``producer_group`` attribute."""
-    spec = getattr(type(listener), "__txmsg_listener__", None)
+    spec = getattr(listener, "__txmsg_listener__", None)
     group = getattr(spec, "group", None) or getattr(listener, "producer_group", None)
     if not isinstance(group, str) or not group:
-        raise TypeError(
+        raise ListenerDefinitionError(
             f"{type(listener).__name__} has no producer group: decorate the class with "
             "@transactional_listener(group=...) or set a producer_group attribute"
         )
@@ -278,7 +278,7 @@ def transactional(
             if runner is None:
                 factory = session_factory or getattr(self, "session_factory", None)
                 if factory is None:
-                    raise TypeError(
+                    raise ListenerDefinitionError(
                         f"@transactional on {type(self).__name__}.{fn.__name__} needs a "
                         "session_factory: pass one to the decorator or set self.session_factory"
                     )

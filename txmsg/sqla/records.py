@@ -22,6 +22,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from txmsg.errors import ConfigError, TransactionFencedError, TxMsgError
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.models import (
     RecordState,
@@ -29,12 +30,6 @@ from txmsg.sqla.models import (
     TransactionRecordArchive,
     utcnow,
 )
-
-
-class TransactionFencedError(RuntimeError):
-    """The transaction key was already settled (normally ROLLED_BACK by a check-back that gave up
-    waiting) before the business transaction could commit; the business transaction must roll
-    back so the database agrees with the broker."""
 
 
 @dataclass(frozen=True)
@@ -203,7 +198,10 @@ def settle_rolled_back(
         pass  # someone else wrote it first: answer from theirs
     found = get_record(session_factory, transaction_key)
     if found is None:
-        raise RuntimeError(f"transaction record {transaction_key} vanished while settling it")
+        raise TxMsgError(
+            f"transaction record {transaction_key} vanished while settling it; another process "
+            "deleted it (purge_records with a too short retention?): keep records longer"
+        )
     return found
 
 
@@ -229,13 +227,13 @@ def purge_records(
     broker has discarded the message after its last check).
     """
     if older_than < MIN_RETENTION and not allow_short_retention:
-        raise ValueError(
+        raise ConfigError(
             f"retention {older_than} is shorter than {MIN_RETENTION}: the broker may still check "
             "those transactions; pass allow_short_retention=True if your broker's check horizon "
             "is shorter"
         )
     if batch_size <= 0:
-        raise ValueError("batch_size must be positive")
+        raise ConfigError("batch_size must be positive (rows per delete batch)")
     cutoff = (now or utcnow()) - older_than
     total = 0
     while True:

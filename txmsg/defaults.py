@@ -1,0 +1,32 @@
+"""Every default of txmsg's public options, in one place.
+
+Decorators, configuration models and backends import these names instead of repeating numbers,
+so a default changes here and nowhere else.  The docs' settings table (docs/core.md) lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from txmsg.states import LocalTransactionState
+
+CHECK_CONCURRENCY: Final = 8
+"""Check-backs of one producer group that run at once (= client instances = executor threads)."""
+MAX_CHECK_CONCURRENCY: Final = 64
+"""Upper bound of ``concurrency``: each unit is a real client instance with its own connection."""
+QUEUE_CAPACITY: Final = 256
+"""Async sends that may wait for an executor thread before the rejection policy applies."""
+EXECUTE_EXCEPTION_STATE: Final = LocalTransactionState.UNKNOW
+"""What an exception escaping ``execute_local`` answers: the check-back then decides."""
+
+CONSUMER_CONCURRENCY: Final = 4
+"""Threads that run one consumer group's ``@message_listener``."""
+MAX_RECONSUME: Final = 16
+"""Redeliveries of a failing message before RocketMQ moves it to the DLQ (RocketMQ's default)."""
+TAGS: Final = "*"
+"""Tag expression of a subscription: every tag."""
+
+CHECK_WAIT_TIMEOUT: Final = 60.0
+"""Seconds a check-back waits for ``check_local`` before answering UNKNOW (= no answer yet)."""
+CLOSE_TIMEOUT: Final = 30.0
+"""Seconds ``TxMsg.close()`` waits for each producer and consumer."""
