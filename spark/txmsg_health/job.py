@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from txmsg_health import loopback  # noqa: E402
 from txmsg_health import patterns as P  # noqa: E402
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve  # noqa: E402
 from txmsg_health.rules import Thresholds  # noqa: E402
@@ -67,9 +68,12 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None)
         "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
         "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
     }
-    for k, v in {**defaults, **(conf or {})}.items():
+    settings = {**defaults, **(conf or {})}
+    settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
+    for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    with loopback.launch_env(master, settings):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
