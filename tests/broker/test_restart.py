@@ -4,7 +4,6 @@ messages and scheduled (delayed/retry) messages survive. All with the real clien
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 
 from rocketmq.client import Message, SendStatus, TransactionStatus
@@ -24,12 +23,13 @@ def _msg(topic: str, body: str, *, delay_level: int = 0) -> Message:
     return msg
 
 
+def _committed_on(broker, group: str, topic: str, queue_id: int = 0) -> int:
+    r = call(broker.broker_addr, QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id})
+    return int(r.ext_fields.get("offset", "-1")) if r.code == 0 else -1
+
+
 def _committed(broker, group: str, topic: str) -> list[int]:
-    offsets = []
-    for queue_id in range(4):
-        r = call(broker.broker_addr, QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id})
-        offsets.append(int(r.ext_fields.get("offset", "-1")) if r.code == 0 else -1)
-    return offsets
+    return [_committed_on(broker, group, topic, queue_id) for queue_id in range(4)]
 
 
 def test_acknowledged_sends_survive_kill_9(txmsg_broker_factory):
@@ -50,7 +50,7 @@ def test_acknowledged_sends_survive_kill_9(txmsg_broker_factory):
                     if producer.send_sync(_msg(topic, body)).status == SendStatus.OK:
                         acked.append(body)
                 except Exception:  # the broker is gone: those were never acknowledged
-                    time.sleep(0.05)
+                    stop.wait(0.05)
 
         sender = threading.Thread(target=send_forever)
         sender.start()
@@ -61,8 +61,10 @@ def test_acknowledged_sends_survive_kill_9(txmsg_broker_factory):
         acked_before_kill = set(acked)
         broker.start()
         received = clients.consumer(unique("CG"), topic)  # a new group starts at offset 0
-        assert wait_until(lambda: {r.body.decode() for r in received} >= acked_before_kill, 60), (
-            f"lost: {sorted(acked_before_kill - {r.body.decode() for r in received})[:20]}"
+        wait_until(
+            lambda: {r.body.decode() for r in received} >= acked_before_kill,
+            timeout=60,
+            message=lambda: f"every acknowledged send; lost: {sorted(acked_before_kill - {r.body.decode() for r in received})[:20]}",
         )
 
 
@@ -78,8 +80,10 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
             received = consumers.consumer(group, topic)
             wait_until(lambda: {r.body.decode() for r in received} >= first, timeout=30)
             # the running client commits offsets every 5 s (oneway UPDATE_CONSUMER_OFFSET)
-            assert wait_until(lambda: sum(_committed(broker, group, topic)) == len(first), 20), _committed(
-                broker, group, topic
+            wait_until(
+                lambda: sum(_committed(broker, group, topic)) == len(first),
+                timeout=20,
+                message=lambda: f"the offsets to be committed; committed: {_committed(broker, group, topic)}",
             )
         committed = _committed(broker, group, topic)
         broker.kill()
@@ -90,7 +94,14 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
             assert producer.send_sync(_msg(topic, body)).status == SendStatus.OK
         again = clients.consumer(group, topic)
         wait_until(lambda: {r.body.decode() for r in again} >= second, timeout=30)
-        time.sleep(1)
+        # A consumer that lost its offsets would pull each queue from 0: the a* messages come before
+        # the b* ones of the same queue, and its committed offsets only pass them once they were consumed.
+        total = len(first) + len(second)
+        wait_until(
+            lambda: sum(_committed(broker, group, topic)) == total,
+            timeout=20,
+            message=lambda: f"the offsets to cover all {total} messages; committed: {_committed(broker, group, topic)}",
+        )
         counts = Counter(r.body.decode() for r in again)
         assert set(counts) == second, f"redelivered after restart: {sorted(set(counts) - second)}"
         assert max(counts.values()) == 1
@@ -121,8 +132,10 @@ def test_pending_half_message_is_checked_after_restart(txmsg_broker_factory):
         # a send tells the restarted broker where the producer group lives (its heartbeat may be 30 s away)
         producer.send_message_in_transaction(_msg(topic, "committed"), lambda m, a: TransactionStatus.COMMIT)
         received = clients.consumer(unique("CG"), topic)  # a new group reads from offset 0
-        assert wait_until(lambda: {r.body for r in received} >= {b"pending", b"committed"}, 40), (
-            f"checked={checked} received={[r.body for r in received]}"
+        wait_until(
+            lambda: {r.body for r in received} >= {b"pending", b"committed"},
+            timeout=40,
+            message=lambda: f"both messages; checked={checked} received={[r.body for r in received]}",
         )
         assert checked.count("pending") >= 1
 
@@ -137,6 +150,13 @@ def _visible(broker, topic: str) -> list[bytes]:
     return bodies
 
 
+def _scheduled_done(broker, *, level: int) -> int:
+    """The delay scheduler's progress on a level: a consumer offset of SCHEDULE_GROUP."""
+    r = call(broker.broker_addr, QUERY_CONSUMER_OFFSET,
+             {"consumerGroup": "SCHEDULE_GROUP", "topic": "SCHEDULE_TOPIC_XXXX", "queueId": level - 1})
+    return int(r.ext_fields.get("offset", "-1")) if r.code == 0 else -1
+
+
 def test_delayed_message_survives_kill_9(txmsg_broker_factory):
     """A DELAY level 3 message (10 s x scale 0.2 = 2 s) waits in SCHEDULE_TOPIC_XXXX and is delivered after restart."""
     broker = txmsg_broker_factory(flush="sync", delay_scale=0.2)
@@ -148,9 +168,18 @@ def test_delayed_message_survives_kill_9(txmsg_broker_factory):
         assert _visible(broker, topic) == [b"now"]
         broker.kill()
         broker.start()
-        received = clients.consumer(unique("CG"), topic)
+        group = unique("CG")
+        received = clients.consumer(group, topic)
         wait_until(lambda: any(r.body == b"later" for r in received), timeout=30)
-        time.sleep(0.5)
+        # the scheduler records its progress after each delivery: once level 3 (queue 2) is at 1, it
+        # has put "later" into the topic and will not put it again
+        wait_until(lambda: _scheduled_done(broker, level=3) == 1, timeout=10, message="the scheduler's offset")
+        assert sorted(_visible(broker, topic)) == [b"later", b"now"]
+        wait_until(
+            lambda: sum(max(0, o) for o in _committed(broker, group, topic)) == 2,
+            timeout=20,
+            message=lambda: f"the consumer to commit both; committed: {_committed(broker, group, topic)}",
+        )
         assert sorted(r.body for r in received) == [b"later", b"now"]
 
 
@@ -159,13 +188,17 @@ def test_clean_stop_answers_held_pulls(txmsg_broker):
     topic = unique("HoldT")
     assert call(txmsg_broker.broker_addr, QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": topic,
                                                                   "queueId": 0}).code == 0
+    group = unique("HoldG")
     sock = connect(txmsg_broker.broker_addr, timeout=20)
     with sock:
-        pull = RemotingCommand.request(PULL_MESSAGE, {"consumerGroup": "g", "topic": "TBW102", "queueId": 0,
-                                                      "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 2,
-                                                      "suspendTimeoutMillis": "15000"}, opaque=77)
+        # sysFlag 3 = commit offset + suspend: the broker commits commitOffset and then, finding nothing,
+        # holds the pull in the same step, so a visible commit means the pull is held
+        pull = RemotingCommand.request(PULL_MESSAGE, {"consumerGroup": group, "topic": "TBW102", "queueId": 0,
+                                                      "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 3,
+                                                      "commitOffset": "1", "suspendTimeoutMillis": "15000"},
+                                       opaque=77)
         sock.sendall(pull.encode())
-        time.sleep(0.5)  # the pull is now held by the broker
+        wait_until(lambda: _committed_on(txmsg_broker, group, "TBW102") == 1, timeout=10, message="the pull to be held")
         stopper = threading.Thread(target=txmsg_broker.stop)
         stopper.start()
         response = read_command(sock)
