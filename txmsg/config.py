@@ -7,7 +7,7 @@ Environment variables map onto keys with ``__`` as the nesting separator, case-i
 
     TXMSG_NAME_SERVER=10.0.0.5:9876               -> name_server
     TXMSG_PRODUCER__GROUP=order-tx                -> producer.group
-    TXMSG_LISTENERS__ORDER_TX__MAX_POOL_SIZE=32   -> listeners.order_tx.max_pool_size
+    TXMSG_LISTENERS__ORDER_TX__CONCURRENCY=16     -> listeners.order_tx.concurrency
 
 (In environment variable names a group's ``-`` is written ``_``; the override is matched to the
 group either way.)  The ``TXMSG_`` prefix is shared with tooling (``TXMSG_ARTIFACTS``,
@@ -27,10 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from txmsg.defaults import MAX_CHECK_CONCURRENCY
 from txmsg.errors import ConfigError
-from txmsg.executor import ExecutorConfig, RejectionPolicy
+from txmsg.executor import (
+    REMOVED_SETTINGS,
+    ExecutorConfig,
+    RejectionPolicy,
+    RemovedSettingError,
+    parse_rejection,
+    refuse_removed,
+    removed_setting_message,
+)
 
 ConsumeFrom = Literal["first", "last"]
 """Consume-from policy of a push consumer (see :class:`ConsumerSettings`)."""
@@ -51,13 +60,23 @@ class ProducerSettings(_Section):
 
 
 class ListenerSettings(_Section):
-    """``[listeners.<group>]``: executor settings that override the decorator's."""
+    """``[listeners.<group>]``: executor settings that override the decorator's ``executor=``
+    (meanings in :class:`~txmsg.executor.ExecutorConfig`)."""
 
-    core_pool_size: int | None = Field(default=None, ge=0)
-    max_pool_size: int | None = Field(default=None, ge=1)
-    keep_alive: float | None = Field(default=None, ge=0.0)
+    concurrency: int | None = Field(default=None, ge=1, le=MAX_CHECK_CONCURRENCY)
+    """Check-backs of the group that run at once = executor threads = client instances."""
     queue_capacity: int | None = Field(default=None, ge=0)
     rejection: RejectionPolicy | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        return refuse_removed(data)
+
+    @field_validator("rejection", mode="before")
+    @classmethod
+    def _policy_spelling(cls, value: object) -> object:
+        return parse_rejection(value)
 
     def apply(self, base: ExecutorConfig) -> ExecutorConfig:
         """``base`` with the fields set here replaced (validated again as a whole)."""
@@ -82,11 +101,45 @@ class SqlAlchemySettings(_Section):
     url: str | None = None
 
 
+NAME_SERVER_FORM = "host:port[;host:port] (e.g. 127.0.0.1:9876 or ns1:9876;ns2:9876), port 1..65535"
+
+
+def check_name_server(value: str) -> str:
+    """``value`` without blanks around its entries if it is ``host:port[;host:port]``, else
+    ValueError.
+
+    Checked when the configuration is loaded so that a typo (``garbage``, ``host:98760``) is
+    reported with the expected form, not later as a raw ``int()`` error or a client that never
+    finds its name server.
+    """
+    text = value.strip()
+    addresses = [part.strip() for part in text.split(";")]
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        problem = None
+        if not address:
+            problem = f"list {text!r} has an empty entry"
+        elif not sep or not host:
+            problem = f"{address!r} is not host:port"
+        elif not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+            problem = f"{address!r} has port {port!r}, not a number in 1..65535"
+        elif any(ch.isspace() for ch in host):
+            problem = f"{address!r} has blanks in its host"
+        if problem:
+            raise ValueError(f"name server {problem}; expected {NAME_SERVER_FORM}")
+    return ";".join(addresses)
+
+
 class TxMsgConfig(_Section):
     """Typed, validated configuration of a :class:`txmsg.TxMsg` application."""
 
     name_server: str = Field(default="127.0.0.1:9876", min_length=1)
     """RocketMQ name server(s), ``host:port[;host:port]``."""
+
+    @field_validator("name_server")
+    @classmethod
+    def _valid_name_server(cls, value: str) -> str:
+        return check_name_server(value)
     backend: str = Field(default="rocketmq", min_length=1)
     """Entry point name in group ``txmsg.backends``, or ``module:attribute``."""
     send_timeout_ms: int = Field(default=3000, gt=0)
@@ -95,7 +148,6 @@ class TxMsgConfig(_Section):
     instance_prefix: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
-    max_instances_per_group: int | None = Field(default=None, ge=1)
     pull_threads: int = Field(default=16, ge=1, le=256)
     """Pull threads per push consumer (the RocketMQ backend pulls synchronously, one queue at a
     time per thread: keep it at least the number of queues one consumer owns, retry queue included)."""
@@ -106,6 +158,11 @@ class TxMsgConfig(_Section):
     listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
     consumers: dict[str, ConsumerSettings] = Field(default_factory=dict)
     sqlalchemy: SqlAlchemySettings = Field(default_factory=SqlAlchemySettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        return refuse_removed(data)  # max_instances_per_group
 
     def listener_settings(self, group: str) -> ListenerSettings | None:
         """Overrides for ``group``, matching ``-`` and ``_`` alike (environment names)."""
@@ -185,6 +242,8 @@ def _env_overrides(
         if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV:
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
+        if path[0] in REMOVED_SETTINGS:
+            raise ConfigError(f"environment variable {name}: {removed_setting_message(path[0])}", key=name)
         if path[0] not in fields:
             close = difflib.get_close_matches(path[0].upper(), flat_names, n=1, cutoff=0.85)
             if close:
@@ -219,6 +278,13 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _error_from(exc: ValidationError, sources: ConfigSources) -> ConfigError:
+    for err in exc.errors():  # a setting txmsg 1.0 removed: say what replaces it
+        removed = (err.get("ctx") or {}).get("error")
+        if isinstance(removed, RemovedSettingError):
+            key = ".".join([*(str(p) for p in err["loc"]), removed.names[0]])
+            origin = sources.keys.get(key)
+            where = f" (from {origin})" if origin else ""
+            return ConfigError(f"config key {key!r}{where}: {removed}", key=key)
     first = exc.errors()[0]
     key = ".".join(str(p) for p in first["loc"])
     origin = sources.keys.get(key)

@@ -6,6 +6,18 @@ broker re-sends a check for a transaction that is still unresolved.  The dispatc
 group can run in parallel across the backend's threads), (2) runs a check for a transaction key
 at most once at a time: a repeated check of the same key waits for the running one and returns
 its answer, and (3) never raises into the backend.
+
+The dispatcher answers UNKNOW without an answer from ``check_local`` in exactly these cases (UNKNOW
+means "no answer yet": the broker asks again at its next check interval):
+
+a. ``check_local`` raised or returned something that is not a ``LocalTransactionState``;
+b. it outlived ``wait_timeout`` (``check_wait_timeout`` in the config); it keeps running and the
+   broker's next check of that transaction joins it;
+c. the executor refused the check: ``rejection='abort'`` and every thread busy with a full
+   queue (only possible when async sends fill the pool; see :mod:`txmsg.executor`);
+d. the executor is shut down (the application is closing).
+
+(b), (c) and (d) log a WARNING on ``txmsg.transaction``; (a) logs an ERROR.
 """
 
 from __future__ import annotations
@@ -17,7 +29,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from txmsg.executor import RejectionPolicy, TxExecutor
+from txmsg.defaults import CHECK_WAIT_TIMEOUT
+from txmsg.errors import RejectedError
+from txmsg.executor import TxExecutor
 from txmsg.listener import ListenerSpec
 from txmsg.message import Message
 from txmsg.safety import run_check_local
@@ -37,7 +51,9 @@ class DispatchStats:
     deduplicated: int
     """Check-backs answered by joining a running check of the same transaction key."""
     rejected: int
-    """Check-backs the executor could not take (answered per the rejection policy)."""
+    """Check-backs the executor refused (``rejection='abort'`` with a full pool, or shut down):
+    answered UNKNOW.  Under ``caller_runs`` a full pool runs the check on the native thread
+    instead (counted in the executor's ``caller_ran``)."""
     timed_out: int
     """Check-backs answered UNKNOW because check_local took longer than ``wait_timeout``."""
     in_flight: int
@@ -50,8 +66,9 @@ class CheckDispatcher:
     Parameters:
         listener: the listener instance (has ``check_local(message)``).
         spec: its :class:`~txmsg.listener.ListenerSpec` (group, for logs).
-        executor: the listener's executor; its rejection policy applies.
-        wait_timeout: how long a native thread waits for an answer before replying UNKNOW
+        executor: the listener's executor; :meth:`~txmsg.executor.TxExecutor.submit` applies
+            its rejection policy.
+        wait_timeout: seconds a native thread waits for an answer before replying UNKNOW
             (the check keeps running; the broker will ask again and join it).
     """
 
@@ -61,7 +78,7 @@ class CheckDispatcher:
         spec: ListenerSpec,
         executor: TxExecutor,
         *,
-        wait_timeout: float | None = 60.0,
+        wait_timeout: float = CHECK_WAIT_TIMEOUT,
     ) -> None:
         self.listener = listener
         self.spec = spec
@@ -77,7 +94,7 @@ class CheckDispatcher:
     @property
     def check_concurrency(self) -> int:
         """How many checks this group can run at once: what the backend should provision."""
-        return self.executor.config.max_pool_size
+        return self.executor.config.concurrency
 
     def handle(self, message: Message) -> LocalTransactionState:
         """Answer one check-back; called on the backend's threads; never raises."""
@@ -98,27 +115,36 @@ class CheckDispatcher:
 
     def _handle(self, message: Message) -> LocalTransactionState:
         key = _key(message)
-        run_here: Future[LocalTransactionState] | None = None
+        answer: Future[LocalTransactionState] = Future()
         with self._lock:
             self._checks += 1
-            future = self._in_flight.get(key) if key else None
-            if future is not None:
+            running = self._in_flight.get(key) if key else None
+            if running is not None:
                 self._deduplicated += 1
-                log.debug("group=%s key=%s: check already running; joining it", self.spec.group, key)
-            else:
-                future = self.executor.offer(run_check_local, self.listener, message, self.spec)
-                if future is None:
-                    self._rejected += 1
-                    policy = self.executor.policy
-                    if self.executor.is_shutdown or policy is not RejectionPolicy.CALLER_RUNS:
-                        self._log_rejected(key, policy)
-                        return UNKNOW
-                    run_here = future = Future()
-                if key:
-                    self._track(key, future)
-        if run_here is not None:
-            self._run_in_caller(run_here, message)
-        return self._wait(future, key)
+            elif key:
+                self._track(key, answer)  # before submit: caller_runs may run it right here
+        if running is not None:
+            log.debug("group=%s key=%s: check already running; joining it", self.spec.group, key)
+            return self._wait(running, key)
+        try:
+            submitted = self.executor.submit(run_check_local, self.listener, message, self.spec)
+        except RejectedError as exc:
+            with self._lock:
+                self._rejected += 1
+            log.warning(
+                "group=%s key=%s: check-back not run: %s; answering UNKNOW so the broker checks "
+                "again later",
+                self.spec.group,
+                key,
+                exc,
+            )
+            answer.set_result(UNKNOW)  # joiners too
+            return UNKNOW
+        except BaseException:
+            answer.set_result(UNKNOW)  # never leave joiners (and the key) hanging
+            raise
+        submitted.add_done_callback(lambda done: answer.set_result(_state_of(done)))
+        return self._wait(answer, key)
 
     def _track(self, key: str, future: Future[LocalTransactionState]) -> None:
         self._in_flight[key] = future
@@ -129,16 +155,6 @@ class CheckDispatcher:
                     del self._in_flight[key]
 
         future.add_done_callback(forget)
-
-    def _run_in_caller(self, future: Future[LocalTransactionState], message: Message) -> None:
-        """The ``caller_runs`` policy: check on this (native) thread; joiners wait on ``future``."""
-        future.set_running_or_notify_cancel()
-        ran = self.executor.run_in_caller(run_check_local, self.listener, message, self.spec)
-        exc = ran.exception()
-        if exc is None:
-            future.set_result(ran.result())
-        else:  # run_check_local never raises; keep joiners safe anyway
-            future.set_result(UNKNOW)
 
     def _wait(self, future: Future[LocalTransactionState], key: str | None) -> LocalTransactionState:
         try:
@@ -156,23 +172,6 @@ class CheckDispatcher:
             return UNKNOW
         return state if isinstance(state, LocalTransactionState) else UNKNOW
 
-    def _log_rejected(self, key: str | None, policy: RejectionPolicy) -> None:
-        if self.executor.is_shutdown:
-            reason = "the listener's executor is shut down"
-        else:
-            cfg = self.executor.config
-            reason = (
-                f"executor saturated ({cfg.max_pool_size} threads, {cfg.queue_capacity} queued; "
-                f"policy {policy.value})"
-            )
-        log.warning(
-            "group=%s key=%s: check-back rejected: %s; answering UNKNOW so the broker checks "
-            "again later",
-            self.spec.group,
-            key,
-            reason,
-        )
-
     def stats(self) -> DispatchStats:
         """A snapshot of the counters."""
         with self._lock:
@@ -183,6 +182,14 @@ class CheckDispatcher:
                 timed_out=self._timed_out,
                 in_flight=len(self._in_flight),
             )
+
+
+def _state_of(done: Future[Any]) -> LocalTransactionState:
+    """A finished check's answer; UNKNOW if it was cancelled (shutdown) or failed."""
+    if done.cancelled() or done.exception() is not None:
+        return UNKNOW  # run_check_local never raises; keep joiners safe anyway
+    state = done.result()
+    return state if isinstance(state, LocalTransactionState) else UNKNOW
 
 
 def _key(message: Message) -> str | None:

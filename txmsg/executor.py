@@ -1,22 +1,23 @@
-"""A thread pool with Java ``ThreadPoolExecutor`` semantics.
+"""A fixed thread pool per listener, and the one place the rejection policy is applied.
 
-``concurrent.futures.ThreadPoolExecutor`` has one size and an unbounded queue.  RocketMQ users
-configure listeners the Java way (rocketmq-spring's ``corePoolSize``/``maximumPoolSize``/
-``keepAliveTime``/``blockingQueueSize``), and the behaviour they expect is Java's:
+One number sizes a producer group: ``ExecutorConfig.concurrency`` is how many check-backs of the
+group run at once.  It is also the number of real client instances the backend opens (librocketmq
+delivers one instance's check-backs on one native thread) and the number of executor threads:
+a fixed pool like Java's ``Executors.newFixedThreadPool(n)`` (core = max = ``concurrency``, no
+keep-alive).  Threads start lazily, one when a task finds no idle thread, up to ``concurrency``.
 
-1. while fewer than ``core_pool_size`` threads exist, every submit starts a new thread;
-2. then tasks wait in a queue bounded by ``queue_capacity``;
-3. only when that queue is full does the pool grow past core, up to ``max_pool_size``;
-4. threads above core retire after ``keep_alive`` seconds without work;
-5. when ``max_pool_size`` threads are busy and the queue is full, the rejection policy decides:
-   ``abort`` raises :class:`~txmsg.errors.RejectedError`, ``caller_runs`` runs the task in the
-   submitting thread, ``unknow`` answers ``LocalTransactionState.UNKNOW`` (the broker asks again
-   later, which is the right back-pressure for a check-back).
+Why not Java's core/max/queue trio: a ``ThreadPoolExecutor`` grows past core only when its queue
+is full, so with core 8, max 16 and a roomy queue, 16 native threads handed in checks and only 8
+ran - the other 8 client instances were idle.  A fixed pool does what its one number says.
 
-Defaults (8 / 16 / 60 s / 256, ``unknow``) avoid rocketmq-spring's 1 / 1 / queue 2000, where one
-slow check stalls every other check of the group behind it.
+``queue_capacity`` bounds the tasks waiting for a thread; in practice these are
+``send_in_transaction_async`` calls (each native thread blocks for its check's answer, so at
+most ``concurrency`` checks are ever outstanding).  When every thread is busy and the queue is
+full, :meth:`TxExecutor.submit` - and nothing else - applies the rejection policy:
 
-Written on ``threading`` primitives: one lock guards the queue, the worker set and the figures.
+* ``abort`` raises :class:`~txmsg.errors.RejectedError` (the check dispatcher then answers
+  UNKNOW with a WARNING; an async send is not sent);
+* ``caller_runs`` (default) runs the task in the submitting thread: natural back-pressure.
 """
 
 from __future__ import annotations
@@ -27,85 +28,122 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from txmsg.defaults import CHECK_CONCURRENCY, MAX_CHECK_CONCURRENCY, QUEUE_CAPACITY
 from txmsg.errors import RejectedError
-from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.executor")
 
+_USE_CONCURRENCY = (
+    "use `concurrency` instead: the number of check-backs of the group that run at once, which "
+    "is also the number of executor threads and of client instances (e.g. concurrency=16)"
+)
+REMOVED_SETTINGS: Final[Mapping[str, str]] = {
+    "core_pool_size": _USE_CONCURRENCY,
+    "max_pool_size": _USE_CONCURRENCY,
+    "keep_alive": "remove it: the pool has exactly `concurrency` threads and none retire",
+    "max_instances_per_group": (
+        "remove it: a group opens exactly `concurrency` client instances; set the listener's "
+        "`concurrency` (decorator `executor=` or [listeners.<group>] concurrency)"
+    ),
+}
+"""Settings txmsg 1.0 removed, with what to write instead (used by ``ExecutorConfig`` and config)."""
+
+
+def removed_setting_message(name: str) -> str:
+    """The error text for a removed setting ``name`` (a key of :data:`REMOVED_SETTINGS`)."""
+    return f"{name} was removed in txmsg 1.0; {REMOVED_SETTINGS[name]}"
+
+
+class RemovedSettingError(ValueError):
+    """A removed setting was passed; pydantic wraps it, configuration loading reads ``names``."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__("; ".join(removed_setting_message(name) for name in names))
+        self.names = tuple(names)
+
+
+def refuse_removed(data: Any) -> Any:
+    """Model ``before`` validator body: raise :class:`RemovedSettingError` for removed keys."""
+    if isinstance(data, Mapping):
+        removed = [name for name in REMOVED_SETTINGS if name in data]
+        if removed:
+            raise RemovedSettingError(removed)
+    return data
+
 
 class RejectionPolicy(enum.Enum):
-    """What happens to a task when max threads are busy and the queue is full."""
+    """What :meth:`TxExecutor.submit` does when every thread is busy and the queue is full."""
 
     ABORT = "abort"
-    """Raise :class:`~txmsg.errors.RejectedError` to the submitter."""
+    """Raise :class:`~txmsg.errors.RejectedError` (a check-back is then answered UNKNOW)."""
     CALLER_RUNS = "caller_runs"
-    """Run the task in the submitting thread (slows the producer down: natural back-pressure)."""
-    UNKNOW = "unknow"
-    """Answer ``LocalTransactionState.UNKNOW`` without running the task; the broker checks again."""
+    """Run the task in the submitting thread (slows the submitter down: natural back-pressure)."""
+
+
+def parse_rejection(value: object) -> object:
+    """Accept "CALLER_RUNS"/"caller-runs"; refuse the removed ``unknow`` policy with the fix."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower().replace("-", "_")
+    if text in ("unknow", "unknown"):
+        raise ValueError(
+            f"rejection={value!r} was removed in txmsg 1.0; use 'abort' (a check-back the pool "
+            "cannot take is answered UNKNOW and the broker asks again; an async send raises "
+            "RejectedError) or 'caller_runs' (the default: run it in the submitting thread)"
+        )
+    return text
 
 
 class ExecutorConfig(BaseModel):
-    """Sizing of one listener's executor, with Java ``ThreadPoolExecutor`` meaning.
-
-    ``keep_alive`` is in seconds (rocketmq-spring's ``keepAliveTime`` is milliseconds).
-    """
+    """Sizing of one transactional listener's executor (see the module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    core_pool_size: int = Field(default=8, ge=0)
-    max_pool_size: int = Field(default=16, ge=1)
-    keep_alive: float = Field(default=60.0, ge=0.0)
-    queue_capacity: int = Field(default=256, ge=0)
-    rejection: RejectionPolicy = RejectionPolicy.UNKNOW
+    concurrency: int = Field(default=CHECK_CONCURRENCY, ge=1, le=MAX_CHECK_CONCURRENCY)
+    """Check-backs of the group that run at once = executor threads = client instances."""
+    queue_capacity: int = Field(default=QUEUE_CAPACITY, ge=0)
+    """Tasks (in practice async sends) that may wait for a thread before ``rejection`` applies."""
+    rejection: RejectionPolicy = RejectionPolicy.CALLER_RUNS
+    """What happens to a task when every thread is busy and the queue is full."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_fields(cls, data: Any) -> Any:
+        return refuse_removed(data)
 
     @field_validator("rejection", mode="before")
     @classmethod
     def _policy_spelling(cls, value: object) -> object:
-        """Accept "CALLER_RUNS", "caller-runs" and "unknown" as well as the canonical values."""
-        if isinstance(value, str):
-            text = value.strip().lower().replace("-", "_")
-            return "unknow" if text == "unknown" else text
-        return value
-
-    @model_validator(mode="after")
-    def _core_within_max(self) -> Self:
-        if self.core_pool_size > self.max_pool_size:
-            raise ValueError(
-                f"core_pool_size ({self.core_pool_size}) must be <= max_pool_size "
-                f"({self.max_pool_size}): raise max_pool_size or lower core_pool_size"
-            )
-        return self
+        return parse_rejection(value)
 
 
 @dataclass(frozen=True)
 class ExecutorStats:
     """A consistent snapshot of an executor's figures (taken under its lock)."""
 
+    threads: int
+    """Threads alive now (started lazily, at most ``concurrency``)."""
     active: int
     """Threads running a task right now."""
     queued: int
-    """Tasks waiting in the queue."""
+    """Tasks waiting for a thread."""
     completed: int
     """Tasks the pool's threads finished (successfully or with an exception)."""
     rejected: int
-    """Submissions the pool could not take, whatever the policy then did with them."""
-    largest_pool_size: int
-    """The most threads the pool ever had at once."""
-    pool_size: int
-    """Threads alive now."""
-    caller_ran: int = 0
+    """Submissions the pool could not take (full, or shut down), whatever happened to them then."""
+    caller_ran: int
     """Rejected tasks the ``caller_runs`` policy ran in the submitting thread."""
 
 
 class _Task:
-    __slots__ = ("future", "fn", "args", "kwargs")
+    __slots__ = ("args", "fn", "future", "kwargs")
 
     def __init__(
         self, future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -127,10 +165,10 @@ class _Task:
 
 
 class TxExecutor:
-    """Thread pool with Java ``ThreadPoolExecutor`` semantics (see the module docstring).
+    """Fixed pool of ``config.concurrency`` threads with a bounded queue (module docstring).
 
     Parameters:
-        config: sizes and rejection policy.
+        config: size, queue bound and rejection policy.
         name: prefix of the worker thread names (``<name>-<n>``), shown in logs and stack dumps.
 
     Worker threads are daemons so a forgotten executor never blocks interpreter exit; call
@@ -149,84 +187,61 @@ class TxExecutor:
         self._completed = 0
         self._rejected = 0
         self._caller_ran = 0
-        self._largest = 0
         self._shutdown = False
         self._seq = itertools.count(1)
 
-    # ---- submitting -----------------------------------------------------------------------------
     @property
     def policy(self) -> RejectionPolicy:
         """The configured rejection policy."""
         return self.config.rejection
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        """Run ``fn(*args, **kwargs)`` on the pool; apply the rejection policy when it is full.
+        """Run ``fn(*args, **kwargs)`` on the pool and return its future.
 
-        Under ``unknow`` a rejected task is not run and its future resolves to
-        ``LocalTransactionState.UNKNOW``.  Raises :class:`RejectedError` under ``abort``, and
-        under every policy once the executor is shut down.
-        """
-        future = self.offer(fn, *args, **kwargs)
-        if future is not None:
-            return future
-        if self._shutdown:
-            raise RejectedError(f"executor {self.name!r} is shut down; submit before close()")
-        policy = self.config.rejection
-        if policy is RejectionPolicy.CALLER_RUNS:
-            return self.run_in_caller(fn, *args, **kwargs)
-        if policy is RejectionPolicy.UNKNOW:
-            done: Future[Any] = Future()
-            done.set_result(LocalTransactionState.UNKNOW)
-            return done
-        raise RejectedError(self.saturation_message())
+        The only place the rejection policy is applied.  When every thread is busy and
+        ``queue_capacity`` tasks wait: ``caller_runs`` runs ``fn`` here and returns its finished
+        future; ``abort`` raises :class:`RejectedError`.
 
-    def offer(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any] | None:
-        """Like :meth:`submit` but return None instead of applying the rejection policy.
-
-        Callers that need policy-specific handling (the check dispatcher, async sends) use this
-        and decide themselves.  A None still counts in ``rejected``.
+        Raises:
+            RejectedError: the pool is full under ``abort``, or (under every policy) the
+                executor is shut down.
         """
         task = _Task(Future(), fn, args, kwargs)
+        run_here = False
         with self._lock:
             if self._shutdown:
                 self._rejected += 1
-                return None
-            cfg = self.config
-            if len(self._workers) < cfg.core_pool_size:
-                self._add_worker(task)
-            elif len(self._queue) < cfg.queue_capacity + self._idle:
-                # The queue takes it.  Idle threads count as hand-off slots, so that
-                # queue_capacity=0 behaves like Java's SynchronousQueue.
+                raise RejectedError(
+                    f"executor {self.name!r} is shut down (the application is closing); "
+                    "submit work before TxMsg.close()"
+                )
+            if self._idle > len(self._queue):  # an idle thread takes it
                 self._queue.append(task)
                 self._work.notify()
-                if not self._workers:  # core_pool_size=0: make sure someone runs it
-                    self._add_worker(None)
-            elif len(self._workers) < cfg.max_pool_size:
+            elif len(self._workers) < self.config.concurrency:
                 self._add_worker(task)
+            elif len(self._queue) - self._idle < self.config.queue_capacity:
+                self._queue.append(task)
             else:
                 self._rejected += 1
-                return None
+                if self.config.rejection is not RejectionPolicy.CALLER_RUNS:
+                    raise RejectedError(self._full_message())
+                self._caller_ran += 1
+                run_here = True
+        if run_here:  # caller_runs: outside the lock, in this thread
+            task.run()
         return task.future
 
-    def run_in_caller(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        """Run a rejected task in this thread (the ``caller_runs`` policy); counted in stats."""
-        task = _Task(Future(), fn, args, kwargs)
-        with self._lock:
-            self._caller_ran += 1
-        task.run()
-        return task.future
-
-    def saturation_message(self) -> str:
-        """Why a task was rejected, and what to change."""
+    def _full_message(self) -> str:
         cfg = self.config
         return (
-            f"executor {self.name!r} is saturated: {cfg.max_pool_size} threads busy and "
-            f"{cfg.queue_capacity} tasks queued; raise max_pool_size/queue_capacity or use "
-            "rejection='caller_runs' or 'unknow'"
+            f"executor {self.name!r} is full: {cfg.concurrency} threads busy and "
+            f"{cfg.queue_capacity} tasks queued, so the task was not run (rejection='abort'); "
+            "raise concurrency or queue_capacity, or use rejection='caller_runs'"
         )
 
     # ---- workers (called with the lock held) ----------------------------------------------------
-    def _add_worker(self, first: _Task | None) -> None:
+    def _add_worker(self, first: _Task) -> None:
         thread = threading.Thread(
             target=self._worker_loop,
             args=(first,),
@@ -234,71 +249,47 @@ class TxExecutor:
             daemon=True,
         )
         self._workers.add(thread)
-        self._largest = max(self._largest, len(self._workers))
+        self._active += 1
         thread.start()
 
-    def _worker_loop(self, first: _Task | None) -> None:
-        task = first
-        while True:
-            if task is None:
+    def _worker_loop(self, first: _Task) -> None:
+        task: _Task | None = first
+        while task is not None:
+            task.run()  # never raises: the outcome goes to the task's future
+            with self._work:
+                # One lock hold from "done" to "idle" (or the next task): a submitter that sees
+                # active == 0 knows every started thread can take its task at once.
+                self._active -= 1
+                self._completed += 1
                 task = self._next_task()
-                if task is None:
-                    return
-            with self._lock:
-                self._active += 1
-            try:
-                task.run()
-            finally:
-                with self._lock:
-                    self._active -= 1
-                    self._completed += 1
-            task = None
 
     def _next_task(self) -> _Task | None:
-        """Block for the next task; None means this thread retires (already removed)."""
-        me = threading.current_thread()
-        deadline: float | None = None
-        with self._work:
-            while True:
-                if self._queue:
-                    return self._queue.popleft()
-                if self._shutdown:
-                    self._retire(me)
-                    return None
-                if len(self._workers) > self.config.core_pool_size:
-                    now = time.monotonic()
-                    if deadline is None:
-                        deadline = now + self.config.keep_alive
-                    if now >= deadline:
-                        self._retire(me)
-                        return None
-                    self._wait(deadline - now)
-                else:
-                    deadline = None
-                    self._wait(None)
-
-    def _wait(self, timeout: float | None) -> None:
-        self._idle += 1
-        try:
-            self._work.wait(timeout)
-        finally:
-            self._idle -= 1
-
-    def _retire(self, me: threading.Thread) -> None:
-        self._workers.discard(me)
-        self._work.notify_all()  # shutdown(wait=True) waits on the same condition
+        """With the lock held: block for the next task (counted active), or None once shut
+        down with an empty queue (the thread is then removed)."""
+        while True:
+            if self._queue:
+                self._active += 1
+                return self._queue.popleft()
+            if self._shutdown:
+                self._workers.discard(threading.current_thread())
+                self._work.notify_all()  # shutdown(wait=True) waits on the same condition
+                return None
+            self._idle += 1
+            try:
+                self._work.wait()
+            finally:
+                self._idle -= 1
 
     # ---- figures and lifecycle -----------------------------------------------------------------
     def stats(self) -> ExecutorStats:
         """Live figures, consistent with each other."""
         with self._lock:
             return ExecutorStats(
+                threads=len(self._workers),
                 active=self._active,
                 queued=len(self._queue),
                 completed=self._completed,
                 rejected=self._rejected,
-                largest_pool_size=self._largest,
-                pool_size=len(self._workers),
                 caller_ran=self._caller_ran,
             )
 
@@ -350,6 +341,7 @@ class TxExecutor:
         s = self.stats()
         c = self.config
         return (
-            f"<TxExecutor {self.name} core={c.core_pool_size} max={c.max_pool_size} "
-            f"queue={s.queued}/{c.queue_capacity} pool={s.pool_size} active={s.active}>"
+            f"<TxExecutor {self.name} concurrency={c.concurrency} threads={s.threads} "
+            f"active={s.active} queue={s.queued}/{c.queue_capacity} rejection={c.rejection.value}>"
         )
+

@@ -18,11 +18,19 @@ from typing import Any
 
 from txmsg.backend import Backend, TransactionalSender
 from txmsg.convert import to_body
+from txmsg.defaults import CHECK_WAIT_TIMEOUT
 from txmsg.dispatch import CheckDispatcher, DispatchStats
-from txmsg.errors import ProducerClosedError, RejectedError, SendError, TxMsgError
-from txmsg.executor import ExecutorConfig, ExecutorStats, RejectionPolicy, TxExecutor
-from txmsg.listener import NAME_PATTERN, ListenerSpec
+from txmsg.errors import (
+    InvalidMessageError,
+    ProducerClosedError,
+    RejectedError,
+    SendError,
+    TxMsgError,
+)
+from txmsg.executor import ExecutorConfig, ExecutorStats, TxExecutor
+from txmsg.listener import ListenerSpec
 from txmsg.message import Message, OutgoingMessage, TransactionSendResult
+from txmsg.names import NameRule, check_name, rocketmq_rule
 from txmsg.safety import run_execute_local
 from txmsg.states import LocalTransactionState
 
@@ -56,6 +64,9 @@ class TransactionalProducer:
     :meth:`create` when used without the application object.
     """
 
+    name_rules: tuple[NameRule, ...] = (rocketmq_rule,)
+    """Rules every send's topic must pass (RocketMQ's, plus the backend's when made by an app)."""
+
     def __init__(
         self,
         sender: TransactionalSender,
@@ -86,9 +97,12 @@ class TransactionalProducer:
         listener: Any,
         executor_config: ExecutorConfig | None = None,
         *,
-        check_wait_timeout: float | None = 60.0,
+        check_wait_timeout: float = CHECK_WAIT_TIMEOUT,
+        name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
     ) -> TransactionalProducer:
-        """Build the executor and check dispatcher for ``spec`` and start a sender on ``backend``."""
+        """Build the executor and check dispatcher for ``spec`` and start a sender on ``backend``.
+
+        ``name_rules`` check the topic of every send (the app passes its backend's rules)."""
         executor = TxExecutor(executor_config or spec.executor, name=f"txmsg-{spec.group}")
         dispatcher = CheckDispatcher(listener, spec, executor, wait_timeout=check_wait_timeout)
         try:
@@ -101,7 +115,9 @@ class TransactionalProducer:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(sender, listener, spec, executor, dispatcher)
+        producer = cls(sender, listener, spec, executor, dispatcher)
+        producer.name_rules = name_rules
+        return producer
 
     # ---- sending --------------------------------------------------------------------------------
     def send_in_transaction(
@@ -122,10 +138,11 @@ class TransactionalProducer:
         transaction did not run because the half send failed).
 
         Raises:
-            ValueError: invalid topic name or ``check_immunity_seconds``.
+            InvalidNameError: the topic name is refused by RocketMQ or the backend.
+            InvalidMessageError: the payload cannot be converted (see :mod:`txmsg.convert`) or
+                ``check_immunity_seconds`` is invalid.
             ProducerClosedError: after :meth:`close`.
             SendError: the broker or the backend refused the half message.
-            TypeError: the payload cannot be converted (see :mod:`txmsg.convert`).
         """
         if self._closed:
             raise ProducerClosedError(
@@ -139,7 +156,7 @@ class TransactionalProducer:
             try:
                 state = run_execute_local(listener, half, arg, spec)
             except BaseException:  # noqa: BLE001 - run_execute_local never raises; be sure
-                state = spec.execute_exception_state
+                state = spec.on_exception
             decided.append(state)
             return state
 
@@ -181,9 +198,13 @@ class TransactionalProducer:
     ) -> Future[TransactionSendResult]:
         """:meth:`send_in_transaction` on the listener's executor; returns its future.
 
-        When the executor is saturated: ``abort`` raises :class:`RejectedError`, ``caller_runs``
-        sends in this thread, ``unknow`` returns a future failed with :class:`RejectedError`
-        (nothing was sent, so there is nothing for the broker to check).
+        When every executor thread is busy and ``queue_capacity`` sends wait, the executor's
+        rejection policy applies: ``caller_runs`` (default) sends in this thread and returns a
+        finished future; ``abort`` raises :class:`RejectedError` (nothing was sent).
+
+        Raises:
+            RejectedError: ``rejection='abort'`` and the executor is full.
+            ProducerClosedError: after :meth:`close`.
         """
         if self._closed:
             raise ProducerClosedError(f"producer group {self.group!r} is closed")
@@ -194,20 +215,15 @@ class TransactionalProducer:
             "properties": properties,
             "check_immunity_seconds": check_immunity_seconds,
         }
-        future = self.executor.offer(self.send_in_transaction, topic, payload, **kwargs)
-        if future is not None:
-            return future
-        if self.executor.is_shutdown:
-            raise ProducerClosedError(f"producer group {self.group!r} is closed")
-        policy = self.executor.policy
-        if policy is RejectionPolicy.CALLER_RUNS:
-            return self.executor.run_in_caller(self.send_in_transaction, topic, payload, **kwargs)
-        error = RejectedError(self.executor.saturation_message() + "; the message was not sent")
-        if policy is RejectionPolicy.ABORT:
-            raise error
-        failed: Future[TransactionSendResult] = Future()
-        failed.set_exception(error)
-        return failed
+        try:
+            future: Future[TransactionSendResult] = self.executor.submit(
+                self.send_in_transaction, topic, payload, **kwargs
+            )
+        except RejectedError as exc:
+            if self.executor.is_shutdown:  # closed between the check above and submit()
+                raise ProducerClosedError(f"producer group {self.group!r} is closed") from exc
+            raise
+        return future
 
     def _outgoing(
         self,
@@ -218,15 +234,11 @@ class TransactionalProducer:
         properties: Mapping[str, Any] | None,
         check_immunity_seconds: int | None,
     ) -> OutgoingMessage:
-        if not isinstance(topic, str) or not NAME_PATTERN.match(topic):
-            raise ValueError(
-                f"topic {topic!r} is not a valid RocketMQ topic name; use 1-255 characters from "
-                "letters, digits, '-', '_', '%' and '|'"
-            )
+        check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
         if check_immunity_seconds is not None and (
             not isinstance(check_immunity_seconds, int) or check_immunity_seconds < 1
         ):
-            raise ValueError(
+            raise InvalidMessageError(
                 f"check_immunity_seconds must be a positive int (seconds before the first "
                 f"check-back), got {check_immunity_seconds!r}"
             )

@@ -19,8 +19,8 @@ def toml(tmp_path: Path) -> Path:
         "[producer]\n"
         'group = "order-tx"\n'
         '[listeners."order-tx"]\n'
-        "max_pool_size = 32\n"
-        'rejection = "caller_runs"\n'
+        "concurrency = 32\n"
+        'rejection = "abort"\n'
     )
     return path
 
@@ -37,16 +37,16 @@ def test_file_values_are_typed(toml: Path) -> None:
     assert config.name_server == "10.0.0.1:9876" and config.send_timeout_ms == 5000
     assert config.producer.group == "order-tx"
     settings = config.listener_settings("order-tx")
-    assert settings is not None and settings.rejection is RejectionPolicy.CALLER_RUNS
-    merged = settings.apply(ExecutorConfig(core_pool_size=2, max_pool_size=4))
-    assert merged == ExecutorConfig(core_pool_size=2, max_pool_size=32, rejection="caller_runs")  # type: ignore[arg-type]
+    assert settings is not None and settings.rejection is RejectionPolicy.ABORT
+    merged = settings.apply(ExecutorConfig(concurrency=4, queue_capacity=9))
+    assert merged == ExecutorConfig(concurrency=32, queue_capacity=9, rejection=RejectionPolicy.ABORT)
 
 
 def test_env_overrides_file_and_is_reported(toml: Path) -> None:
     env = {
         "TXMSG_NAME_SERVER": "10.9.9.9:9876",
         "TXMSG_PRODUCER__GROUP": "pay-tx",
-        "TXMSG_LISTENERS__ORDER_TX__CORE_POOL_SIZE": "8",
+        "TXMSG_LISTENERS__ORDER_TX__QUEUE_CAPACITY": "8",
         "TXMSG_SEND_TIMEOUT_MS": "1500",
     }
     config, sources = resolve_config(toml, env)
@@ -55,7 +55,7 @@ def test_env_overrides_file_and_is_reported(toml: Path) -> None:
     settings = config.listener_settings("order-tx")  # '-' in the group matches '_' in env
     assert settings is not None
     # the file's and the env's settings for the group are merged
-    assert (settings.core_pool_size, settings.max_pool_size) == (8, 32)
+    assert (settings.queue_capacity, settings.concurrency) == (8, 32)
     assert list(config.listeners) == ["order-tx"]
     assert sources.keys["name_server"] == "TXMSG_NAME_SERVER"
     assert sources.keys["producer.group"] == "TXMSG_PRODUCER__GROUP"
@@ -76,8 +76,42 @@ def test_unknown_key_in_file_is_named(tmp_path: Path) -> None:
 
 def test_unknown_nested_key_is_named(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[listeners.pay]\nmax_pool = 3\n')
-    with pytest.raises(ConfigError, match=r"'listeners.pay.max_pool'.*did you mean 'max_pool_size'"):
+    path.write_text('[listeners.pay]\nconcurency = 3\n')
+    with pytest.raises(ConfigError, match=r"'listeners.pay.concurency'.*did you mean 'concurrency'"):
+        load_config(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "hint"),
+    [
+        ('[listeners.pay]\ncore_pool_size = 8\n', "listeners.pay.core_pool_size", "use `concurrency`"),
+        ('[listeners.pay]\nmax_pool_size = 16\n', "listeners.pay.max_pool_size", "use `concurrency`"),
+        ('[listeners.pay]\nkeep_alive = 60\n', "listeners.pay.keep_alive", "none retire"),
+        ("max_instances_per_group = 4\n", "max_instances_per_group", "exactly `concurrency` client instances"),
+    ],
+)
+def test_removed_keys_in_the_file_say_what_replaces_them(tmp_path: Path, text: str, key: str, hint: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"'{key}' \(from file .*c.toml\): .*was removed in txmsg 1.0.*{hint}") as info:
+        load_config(path, env={})
+    assert info.value.key == key
+
+
+def test_removed_keys_in_the_environment_say_what_replaces_them() -> None:
+    with pytest.raises(ConfigError, match=r"'listeners.pay.core_pool_size' \(from TXMSG_LISTENERS__PAY__CORE_POOL_SIZE\).*concurrency"):
+        load_config(env={"TXMSG_LISTENERS__PAY__CORE_POOL_SIZE": "8"})
+    with pytest.raises(ConfigError, match=r"TXMSG_MAX_INSTANCES_PER_GROUP: max_instances_per_group was removed"):
+        load_config(env={"TXMSG_MAX_INSTANCES_PER_GROUP": "8"})
+    with pytest.raises(ValueError, match=r"max_instances_per_group was removed"):
+        TxMsgConfig(max_instances_per_group=8)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("spelling", ["unknow", "unknown"])
+def test_the_removed_unknow_policy_names_the_replacements(tmp_path: Path, spelling: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[listeners.pay]\nrejection = "{spelling}"\n')
+    with pytest.raises(ConfigError, match=rf"'listeners.pay.rejection'.*'{spelling}' was removed.*'abort'.*'caller_runs'"):
         load_config(path, env={})
 
 
@@ -114,3 +148,33 @@ def test_broken_or_missing_file(tmp_path: Path) -> None:
         load_config(bad, env={})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml", env={})
+
+
+# --- name server addresses (issue 12 point 5) ------------------------------------------------------
+@pytest.mark.parametrize(
+    "value",
+    ["garbage", "10.0.0.1", "10.0.0.1:", ":9876", "host:0", "host:65536", "host:98760", "host:x",
+     "a:1;", "a:1;;b:2", "bad host:1", "host:\u0663"],
+)
+def test_a_malformed_name_server_is_refused_with_the_expected_form(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"name_server.*TXMSG_NAME_SERVER.*expected host:port\[;host:port\]") as info:
+        load_config(env={"TXMSG_NAME_SERVER": value})
+    assert info.value.key == "name_server" and "1..65535" in str(info.value)
+
+
+def test_a_malformed_name_server_in_the_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "txmsg.toml"
+    path.write_text('name_server = "garbage"\n')
+    with pytest.raises(ConfigError, match="'garbage' is not host:port; expected host:port") as info:
+        load_config(path, env={})
+    assert f"from file {path}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [("10.0.0.1:9876", "10.0.0.1:9876"), ("ns1:1;ns2:65535", "ns1:1;ns2:65535"),
+     (" ns1:9876 ; ns2:9877 ", "ns1:9876;ns2:9877"), ("[::1]:9876", "[::1]:9876")],
+)
+def test_well_formed_name_servers_are_accepted(value: str, kept: str) -> None:
+    assert load_config(env={"TXMSG_NAME_SERVER": value}).name_server == kept
+    assert TxMsgConfig(name_server=value).name_server == kept

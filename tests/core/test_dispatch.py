@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
 import pytest
 from txmsg_broker.testing import wait_until
 
-from txmsg import CheckDispatcher, ExecutorConfig, Message, TxExecutor
+from txmsg import (
+    CheckDispatcher,
+    ExecutorConfig,
+    Message,
+    RejectedError,
+    RejectionPolicy,
+    TxExecutor,
+)
 from txmsg import LocalTransactionState as S
 from txmsg.listener import ListenerSpec
 from txmsg.message import UNIQ_KEY
+from txmsg.producer import TransactionalProducer
+
+from .doubles import DoubleBackend
 
 
 def msg(key: str | None) -> Message:
@@ -79,7 +90,7 @@ def test_repeated_check_of_a_running_key_joins_it(slow: SlowCheck) -> None:
 def test_repeated_check_of_a_queued_key_joins_it_too(slow: SlowCheck) -> None:
     """The broker re-asks while the first check of K2 still waits in the executor's queue: the
     second ask joins the queued check instead of queueing check_local again."""
-    d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=8)
+    d = make(slow, concurrency=1, queue_capacity=8)
     answers: list[S] = []
     threads = [ask(d, msg("K1"), answers)]
     wait_until(lambda: len(slow.calls) == 1, timeout=10, message="K1 to occupy the only thread")
@@ -96,7 +107,7 @@ def test_repeated_check_of_a_queued_key_joins_it_too(slow: SlowCheck) -> None:
 
 
 def test_different_keys_run_in_parallel(slow: SlowCheck) -> None:
-    d = make(slow, core_pool_size=3, max_pool_size=3)
+    d = make(slow, concurrency=3)
     answers: list[S] = []
     threads = [ask(d, msg(f"K{i}"), answers) for i in range(3)]
     wait_until(lambda: len(slow.calls) == 3, timeout=10, message="three checks running at once")
@@ -109,7 +120,7 @@ def test_different_keys_run_in_parallel(slow: SlowCheck) -> None:
 
 
 def test_messages_without_key_are_not_deduplicated(slow: SlowCheck) -> None:
-    d = make(slow, core_pool_size=2, max_pool_size=2)
+    d = make(slow, concurrency=2)
     answers: list[S] = []
     threads = [ask(d, msg(None), answers) for _ in range(2)]
     wait_until(lambda: len(slow.calls) == 2, timeout=10, message="both keyless checks to run")
@@ -120,24 +131,36 @@ def test_messages_without_key_are_not_deduplicated(slow: SlowCheck) -> None:
     d.executor.shutdown(timeout=10)
 
 
-@pytest.mark.parametrize("policy", ["unknow", "abort"])
-def test_saturated_executor_answers_unknow_and_never_raises(slow: SlowCheck, policy: str) -> None:
-    d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection=policy)
-    answers: list[S] = []
+def fill(d: CheckDispatcher, slow: SlowCheck, answers: list[S]) -> threading.Thread:
+    """Occupy the executor's only thread (concurrency=1, queue_capacity=0) with a check of K1."""
     busy = ask(d, msg("K1"), answers)
     wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the first check to occupy the only thread")
-    assert d.handle(msg("K2")) is S.UNKNOW  # rejected, answered at once
-    assert d.stats().rejected == 1 and len(slow.calls) == 1
+    return busy
+
+
+def test_abort_on_a_full_pool_answers_unknow_with_a_warning(
+    slow: SlowCheck, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = make(slow, concurrency=1, queue_capacity=0, rejection="abort")
+    answers: list[S] = []
+    busy = fill(d, slow, answers)
+    with caplog.at_level(logging.WARNING, logger="txmsg.transaction"):
+        assert d.handle(msg("K2")) is S.UNKNOW  # refused by submit(), answered at once
+    assert len(slow.calls) == 1  # check_local of K2 never ran
+    (record,) = [r for r in caplog.records if "K2" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "answering UNKNOW" in record.getMessage() and "rejection='abort'" in record.getMessage()
+    assert d.stats().rejected == 1 and d.executor.stats().rejected == 1
+    assert d.stats().in_flight == 1  # K2 is not left behind as "being checked"
     slow.release.set()
     busy.join(10)
     d.executor.shutdown(timeout=10)
 
 
 def test_caller_runs_checks_on_the_native_thread(slow: SlowCheck) -> None:
-    d = make(slow, core_pool_size=1, max_pool_size=1, queue_capacity=0, rejection="caller_runs")
+    d = make(slow, concurrency=1, queue_capacity=0, rejection="caller_runs")
     answers: list[S] = []
-    busy = ask(d, msg("K1"), answers)
-    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the pool's only thread to be busy")
+    busy = fill(d, slow, answers)
     second = ask(d, msg("K2"), answers)
     wait_until(lambda: len(slow.calls) == 2, timeout=10, message="the second check to run in the caller")
     joiner = ask(d, msg("K2"), answers)  # joins the caller-run check
@@ -148,7 +171,71 @@ def test_caller_runs_checks_on_the_native_thread(slow: SlowCheck) -> None:
     assert slow.calls[1] == ("K2", "native")
     assert answers.count(S.COMMIT) == 3 and len(slow.calls) == 2
     assert d.executor.stats().caller_ran == 1
+    assert d.stats().rejected == 0  # nothing answered UNKNOW: caller_runs ran the check
     d.executor.shutdown(timeout=10)
+
+
+def test_the_default_runs_concurrency_checks_at_once_each_on_its_own_thread(slow: SlowCheck) -> None:
+    """Default ExecutorConfig: the backend is asked for 8 instances and 8 checks run at once
+    (the old default asked for 16 instances and ran 8)."""
+    d = make(slow)
+    assert d.check_concurrency == ExecutorConfig().concurrency == 8
+    answers: list[S] = []
+    threads = [ask(d, msg(f"K{i}"), answers) for i in range(8)]
+    wait_until(lambda: len(slow.calls) == 8, timeout=10, message="eight checks running at once")
+    assert len({thread for _, thread in slow.calls}) == 8
+    s = d.executor.stats()
+    assert (s.threads, s.active, s.queued, s.rejected, s.caller_ran) == (8, 8, 0, 0, 0)
+    slow.release.set()
+    for t in threads:
+        t.join(10)
+    assert answers == [S.COMMIT] * 8
+    d.executor.shutdown(timeout=10)
+
+
+class BlockingExecute(SlowCheck):
+    """execute_local of the body b"block" waits for ``hold``: an async send occupies a thread."""
+
+    def __init__(self) -> None:
+        super().__init__(answer=S.ROLLBACK)
+        self.release.set()  # check_local answers at once
+        self.hold = threading.Event()
+
+    def execute_local(self, message: Message, arg: object) -> S:
+        if message.body == b"block":
+            assert self.hold.wait(30)
+        return S.COMMIT
+
+
+@pytest.mark.parametrize("policy", list(RejectionPolicy))
+def test_a_full_pool_treats_checks_and_async_sends_alike(policy: RejectionPolicy) -> None:
+    """One policy, applied in one place (TxExecutor.submit), for both kinds of work."""
+    listener = BlockingExecute()
+    spec = ListenerSpec(group="order-tx", target=BlockingExecute)
+    config = ExecutorConfig(concurrency=1, queue_capacity=0, rejection=policy)
+    producer = TransactionalProducer.create(DoubleBackend(), spec, listener, config)
+    try:
+        busy = producer.send_in_transaction_async("orders", b"block")  # the only thread waits
+        wait_until(lambda: producer.executor.stats().active == 1, timeout=10, message="the only thread to be busy")
+        here = threading.current_thread().name
+        if policy is RejectionPolicy.ABORT:
+            with pytest.raises(RejectedError, match="rejection='abort'"):
+                producer.send_in_transaction_async("orders", b"b")
+            assert producer.dispatcher.handle(msg("K9")) is S.UNKNOW
+            assert listener.calls == []  # check_local never ran
+            assert producer.stats().sent == 0  # and nothing but the blocked send was started
+        else:
+            result = producer.send_in_transaction_async("orders", b"b")
+            assert result.done() and result.result().local_state is S.COMMIT
+            assert producer.dispatcher.handle(msg("K9")) is S.ROLLBACK
+            assert listener.calls == [("K9", here)]  # both ran in the submitting thread
+        s = producer.executor.stats()
+        assert (s.rejected, s.caller_ran) == (2, 0 if policy is RejectionPolicy.ABORT else 2)
+        listener.hold.set()
+        assert busy.result(10).local_state is S.COMMIT
+    finally:
+        listener.hold.set()
+        producer.close(timeout=10)
 
 
 def test_slow_check_answers_unknow_after_the_wait_timeout(slow: SlowCheck) -> None:
@@ -177,8 +264,8 @@ def test_failing_and_odd_checks_answer_unknow() -> None:
     assert d.handle(None) is S.UNKNOW  # type: ignore[arg-type]
 
 
-def test_check_concurrency_is_the_executor_maximum() -> None:
-    d = make(SlowCheck(), core_pool_size=2, max_pool_size=12)
+def test_check_concurrency_is_the_configured_concurrency() -> None:
+    d = make(SlowCheck(), concurrency=12)
     assert d.check_concurrency == 12
     d.executor.shutdown(timeout=10)
 
@@ -205,7 +292,7 @@ def test_a_key_is_never_checked_twice_at_once_under_load() -> None:
             return S.ROLLBACK
 
     listener = Counting()
-    d = make(listener, core_pool_size=4, max_pool_size=8, queue_capacity=16, rejection="caller_runs")
+    d = make(listener, concurrency=8, queue_capacity=16, rejection="caller_runs")
     answers: list[S] = []
     start = threading.Barrier(10)
 

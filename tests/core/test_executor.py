@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from txmsg_broker.testing import wait_until
 
 from txmsg import ExecutorConfig, RejectedError, RejectionPolicy, TxExecutor
 from txmsg.executor import ExecutorStats
-
-from .conftest import wait_until
 
 
 class Gate:
@@ -81,7 +80,7 @@ def test_threads_start_lazily_and_are_reused() -> None:
     names = set()
     for _ in range(20):
         names.add(ex.submit(lambda: threading.current_thread().name).result(10))
-        wait_until(lambda: ex.stats().active == 0, "the thread to go idle")
+        wait_until(lambda: ex.stats().active == 0, timeout=10, message="the thread to go idle")
     # one task at a time never needs a second thread
     assert len(names) == 1 and ex.stats().threads == 1
     assert ex.stats().completed == 20
@@ -98,7 +97,7 @@ def test_threads_never_retire_while_the_pool_lives(gate: Gate) -> None:
     gate.release.set()
     for f in futures:
         f.result(10)
-    wait_until(lambda: ex.stats().active == 0, "both threads to go idle")
+    wait_until(lambda: ex.stats().active == 0, timeout=10, message="both threads to go idle")
     assert ex.stats().threads == 2  # no keep-alive: a fixed pool keeps its threads
     ex.shutdown(timeout=10)
 
