@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
+from txmsg_broker.testing import wait_until
 
 from txmsg.sqla import (
     RecordCheck,
@@ -15,12 +15,20 @@ from txmsg.sqla import (
     SqlAlchemyLocalTransaction,
     get_record,
 )
+from txmsg.sqla.models import utcnow
 from txmsg.states import LocalTransactionState as S
 
 from .business import balance, credit, message
 from .conftest import Db
 
 GROUP = "pg-orders"
+
+
+def _blocked_by(db: Db, pid: int) -> int:
+    """How many PostgreSQL sessions wait for a lock that the session ``pid`` holds."""
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))")
+    with db.engine.connect() as conn:
+        return int(conn.execute(query, {"pid": pid}).scalar() or 0)
 
 
 def local(db: Db, **kwargs: object) -> SqlAlchemyLocalTransaction:
@@ -143,7 +151,10 @@ def test_stale_in_flight_is_fenced_and_the_business_commit_rolls_back(db: Db) ->
     t.start()
     assert in_work.wait(10)
     check = RecordCheck(db.sessions, group=GROUP, in_flight_timeout=0)
-    time.sleep(0.01)
+    record = get_record(db.sessions, "k-stale")
+    assert record is not None and record.state is RecordState.IN_FLIGHT
+    # in_flight_timeout=0 fences a record touched strictly before now: let the clock pass it
+    wait_until(lambda: utcnow() > record.updated_at, timeout=5, interval=0.001, message="the clock to tick")
     assert check(msg) is S.ROLLBACK
     fenced.set()
     t.join(30)
@@ -167,7 +178,10 @@ def test_fence_waits_for_a_committing_business_transaction(db: Db, marker: bool)
     # Pause just before COMMIT, after the record statement ran (it holds the row lock / key).
     from sqlalchemy import event
 
+    business_pid: list[int] = []
+
     def work(session: Session) -> None:
+        business_pid.append(int(session.execute(text("SELECT pg_backend_pid()")).scalar_one()))
         credit(session, "hal", 2)
 
         @event.listens_for(session, "before_commit")
@@ -182,7 +196,13 @@ def test_fence_waits_for_a_committing_business_transaction(db: Db, marker: bool)
     check = RecordCheck(db.sessions, group=GROUP, grace_period=0, in_flight_timeout=0)
     checker = threading.Thread(target=lambda: answers.append(check(msg)))
     checker.start()
-    time.sleep(0.3)  # the checker is now blocked on the row lock (or reading IN_FLIGHT)
+    # the checker's fencing write now waits for the business transaction's lock (the record's row, or
+    # its key for the insert); an early answer instead is caught by the asserts below
+    wait_until(
+        lambda: answers or _blocked_by(db, business_pid[0]) > 0,
+        timeout=10,
+        message="the check to wait for the business transaction's lock",
+    )
     go.set()
     t.join(30)
     checker.join(30)
