@@ -10,7 +10,7 @@ N Python threads sharing one producer, 128-byte bodies:
 * ``tx``: ``TransactionMQProducer.send_message_in_transaction`` whose local transaction answers COMMIT.
 
 It prints msgs/s, p50 and p99 latency per run, the real Apache RocketMQ 4.9.8 broker's figures measured on
-the same kind of 2-core machine (``shared/facts/real-broker-observations.md``: plain 2286 / 6010, tx 2285 /
+the same kind of 2-core machine (``docs/rocketmq-facts.md``: plain 2286 / 6010, tx 2285 /
 3327 msgs/s for 1 / 4 threads) and ours/real. Final line::
 
     RESULT broker_throughput plain1=<r> plain4=<r> tx1=<r> tx4=<r> ratio=<min ours/real>

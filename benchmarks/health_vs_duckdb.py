@@ -3,7 +3,7 @@
     python -m benchmarks.health_vs_duckdb [--lines 10000000] [--master local[*]] [--runs 2]
 
 Why this comparison: on one machine Spark is the most expensive way to scan a log
-(``../shared/facts/log-analytics-baseline.md``), so the job is measured against what a user
+(``docs/rocketmq-facts.md``), so the job is measured against what a user
 would write instead, in the same run on the same file. DuckDB is written the way that was fastest
 there: a substring pre-filter (``contains``) before any regex, one small pattern per field, and the
 extraction step ``AS MATERIALIZED`` so the optimizer cannot copy the regexes into the filter.

@@ -2,7 +2,7 @@
 
 The core never imports a backend; backends are found through the entry-point group
 ``txmsg.backends`` (see :func:`txmsg.app.load_backend`).  The shape follows what the real RocketMQ C++
-client does (``../shared/facts/real-broker-observations.md``):
+client does (``docs/rocketmq-facts.md``):
 
 * ``send_in_transaction`` runs the half send, then calls ``execute_local`` **in the calling
   thread**, then ends the transaction with the returned state.

@@ -1,6 +1,6 @@
 """Helpers for tests that drive the embedded broker with the *real* client (rocketmq-client-python).
 
-They encode the wrapper hazards from ``shared/facts/real-broker-observations.md``:
+They encode the wrapper hazards from ``docs/rocketmq-facts.md``:
 
 * every client gets a unique instance name (C API ``SetProducerInstanceName`` / consumer
   ``set_instance_name``) so clients of different tests never share one librocketmq client factory, and

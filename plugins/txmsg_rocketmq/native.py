@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 LIB_SHA256_2_1_0 = "ed3fce39f2b926637637a2b8b9122799f207b0cdf98dbd9110505bf43170fa30"
-"""sha256 of the ``librocketmq.so`` built from rocketmq-client-cpp 2.1.0 (see ../shared/README.md).
+"""sha256 of the ``librocketmq.so`` built from rocketmq-client-cpp 2.1.0 (see docs/rocketmq-facts.md).
 2.0.0 silently drops every transaction check-back, so the doctor insists on this hash."""
 
 LOG_DIR_ENV = "ROCKETMQ_CLIENT_LOG_DIR"

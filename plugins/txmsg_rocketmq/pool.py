@@ -6,7 +6,7 @@ API).  The broker, however, picks a channel of the group round-robin for every c
 (``ProducerManager.getAvailableChannel``).  N instances with distinct instance names get N
 client factories, N connections and N check threads, so the broker's own round-robin spreads
 check-backs over them: N checks run at once.  Nothing here depends on the embedded broker; a
-real Apache RocketMQ broker behaves the same (see ../shared/facts/real-broker-observations.md).
+real Apache RocketMQ broker behaves the same (see docs/rocketmq-facts.md).
 
 A channel is known to the broker only after the instance heartbeats (``HEART_BEAT`` with the
 group in its producer set).  librocketmq heartbeats at start (before it knows any broker, so it

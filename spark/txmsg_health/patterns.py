@@ -9,10 +9,10 @@ Boyer-Moore, one decode of the line) and split at its commas, instead of one reg
 (each decodes the line again; the two designs measured the same here, the header cut keeps the
 field order strict, so a reordered or cut header is counted as bad rather than half-read). One
 combined pattern with lazy ``.*?`` extracted per field was several times slower
-(``../shared/facts/log-analytics-baseline.md``). Min/max of timestamps are kept as small ints so
+(``docs/rocketmq-facts.md``, scanning logs). Min/max of timestamps are kept as small ints so
 Spark keeps its hash aggregation (a string min/max forces a sort of every row: ~25 % slower).
 
-The formats (``../shared/facts/anchors-and-logs.md`` §4), all with the broker's
+The formats (``docs/rocketmq-facts.md``, transaction log lines), all with the broker's
 ``%d{yyy-MM-dd HH:mm:ss,GMT+8} %p %t - %m`` prefix:
 
 * WARN ``The producer[ADDR] end transaction in sending message, ...RequestHeader: EndTransactionRequestHeader{...}``

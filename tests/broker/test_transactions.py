@@ -1,4 +1,4 @@
-"""The transaction outcome table of shared/facts/real-broker-observations.md, driven by the real client.
+"""The transaction outcome table of docs/rocketmq-facts.md, driven by the real client.
 
 Fixture timings: transactionTimeOut 1 s, check interval 1 s, check max 3.
 

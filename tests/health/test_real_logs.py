@@ -39,7 +39,7 @@ def test_counts_match_independent_scan(spark: object, real_logs: Path, tmp_path:
                 assert got["addresses"][addr]["checks"] == (
                     counts["check_unknown"] + counts["check_rollback"] + counts["check_commit"])
 
-    # what the real runs did (real-broker-observations.md): the C++ client's check answers
+    # what the real runs did (docs/rocketmq-facts.md): the C++ client's check answers
     # arrive with fromTransactionCheck=false and must still count as checks
     assert sum(g["checks"] for g in s["groups"].values()) > 0
     assert all(g["discarded"] > 0 for g in s["groups"].values())

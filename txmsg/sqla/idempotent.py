@@ -1,7 +1,7 @@
 """Idempotent consumers: a message's effects and its dedup row commit together.
 
 RocketMQ delivers at least once; a transactional message can even be delivered twice with the
-same ``UNIQ_KEY`` when check-backs back up (``../shared/facts/real-broker-observations.md``).
+same ``UNIQ_KEY`` when check-backs back up (``docs/rocketmq-facts.md``).
 :func:`wrap_idempotent` turns ``fn(message, session)`` into a consumer that, in ONE database
 transaction, inserts ``(consumer group, message key)`` into ``txmsg_consumed_message`` and runs
 ``fn``.  The primary key makes a second delivery fail on that insert, before ``fn`` runs:
