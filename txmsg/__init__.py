@@ -16,6 +16,8 @@ Everything txmsg raises on purpose derives from :class:`TxMsgError` (see :mod:`t
 """
 
 __all__ = [
+    "defaults",
+    "errors",
     # states and messages
     "LocalTransactionState",
     "Message",
@@ -61,12 +63,10 @@ __all__ = [
     "TransactionFencedError",
 ]
 
-from txmsg.app import TxMsg
-from txmsg.config import TxMsgConfig, load_config
-from txmsg.consumer import ConsumerSpec
-from txmsg.convert import from_body, register_converter, to_body
-from txmsg.di import ProducerGroup, TxMsgModule, producer_for
-from txmsg.dispatch import CheckDispatcher
+from typing import TYPE_CHECKING, Any
+
+from txmsg import defaults as defaults
+from txmsg import errors as errors
 from txmsg.errors import (
     BackendUnavailableError,
     ClosedError,
@@ -83,9 +83,58 @@ from txmsg.errors import (
     TxMsgError,
     UnknownGroupError,
 )
-from txmsg.executor import ExecutorConfig, ExecutorStats, RejectionPolicy, TxExecutor
-from txmsg.listener import ListenerSpec
-from txmsg.message import Message, TransactionSendResult
-from txmsg.producer import ProducerStats, TransactionalProducer
-from txmsg.registry import ListenerRegistry
 from txmsg.states import LocalTransactionState
+
+if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDEs
+    from txmsg.app import TxMsg
+    from txmsg.config import TxMsgConfig, load_config
+    from txmsg.consumer import ConsumerSpec
+    from txmsg.convert import from_body, register_converter, to_body
+    from txmsg.di import ProducerGroup, TxMsgModule, producer_for
+    from txmsg.dispatch import CheckDispatcher
+    from txmsg.executor import ExecutorConfig, ExecutorStats, RejectionPolicy, TxExecutor
+    from txmsg.listener import ListenerSpec
+    from txmsg.message import Message, TransactionSendResult
+    from txmsg.producer import ProducerStats, TransactionalProducer
+    from txmsg.registry import ListenerRegistry
+
+_LAZY: dict[str, str] = {
+    "CheckDispatcher": "txmsg.dispatch",
+    "ConsumerSpec": "txmsg.consumer",
+    "ExecutorConfig": "txmsg.executor",
+    "ExecutorStats": "txmsg.executor",
+    "ListenerRegistry": "txmsg.registry",
+    "ListenerSpec": "txmsg.listener",
+    "Message": "txmsg.message",
+    "ProducerGroup": "txmsg.di",
+    "ProducerStats": "txmsg.producer",
+    "RejectionPolicy": "txmsg.executor",
+    "TransactionSendResult": "txmsg.message",
+    "TransactionalProducer": "txmsg.producer",
+    "TxExecutor": "txmsg.executor",
+    "TxMsg": "txmsg.app",
+    "TxMsgConfig": "txmsg.config",
+    "TxMsgModule": "txmsg.di",
+    "from_body": "txmsg.convert",
+    "load_config": "txmsg.config",
+    "producer_for": "txmsg.di",
+    "register_converter": "txmsg.convert",
+    "to_body": "txmsg.convert",
+}
+"""Public names loaded on first use: ``import txmsg`` stays cheap (no pydantic, SQLAlchemy or
+injector until a name that needs them is touched; measured by ``benchmarks/import_time.py``)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'txmsg' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
