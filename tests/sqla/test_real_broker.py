@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
+from txmsg_broker.testing import read_log, wait_until
 
 from txmsg.message import Message, OutgoingMessage
 from txmsg.sqla import RecordBackedListener, RecordState, get_record, wrap_idempotent
@@ -38,6 +39,14 @@ class Pay(RecordBackedListener):
         credit(session, "acct", 1)
         if arg == "fail":
             raise RuntimeError("injected")
+
+
+def _rolled_back(log_dir: Any, *ids: str) -> bool:
+    """The broker logged a rollback (end transaction or check answer) of the message."""
+    return any(
+        "rollback the message" in line and any(i and i in line for i in ids)
+        for line in read_log(log_dir).splitlines()
+    )
 
 
 @pytest.fixture
@@ -64,15 +73,6 @@ def create_topic(namesrv: str, topic: str) -> None:
         capture_output=True,
         timeout=30,
     )
-
-
-def wait_for(predicate: Any, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return bool(predicate())
 
 
 def test_record_backed_listener_over_the_real_client(
@@ -113,16 +113,26 @@ def test_record_backed_listener_over_the_real_client(
         )
         stop = backend.subscribe(topic, f"cg-{listener.producer_group}", handle)
         keys: dict[str, str] = {}
+        msg_ids: dict[str, str] = {}
         for arg in ("ok", "fail", "slow"):
             out = OutgoingMessage(topic=topic, body=arg.encode(), keys=arg)
-            _mid, key, status, _off = sender.send_in_transaction(
+            mid, key, status, _off = sender.send_in_transaction(
                 out, lambda m, arg=arg: listener.execute_local(m, arg)
             )
             assert status == "SEND_OK"
-            keys[arg] = key
+            keys[arg], msg_ids[arg] = key, mid
         # the slow one answered UNKNOW; the check-back reads IN_FLIGHT then COMMITTED
-        assert wait_for(lambda: len(ledger_rows(db.sessions)) == 2, 40), ledger_rows(db.sessions)
-        time.sleep(1.5)  # room for a wrongly delivered "fail" message to show up
+        wait_until(
+            lambda: len(ledger_rows(db.sessions)) == 2,
+            timeout=40,
+            message=lambda: f"ok and slow in the ledger; rows {ledger_rows(db.sessions)}",
+        )
+        # once the broker has rolled "fail" back, nothing can deliver it any more
+        wait_until(
+            lambda: _rolled_back(txmsg_broker.log_dir, msg_ids["fail"], keys["fail"]),
+            timeout=30,
+            message="the broker to roll back the failed transaction",
+        )
         delivered = {k for k, _ in ledger_rows(db.sessions)}
         assert delivered == {keys["ok"], keys["slow"]}
         assert balance(db.sessions, "acct") == 2
