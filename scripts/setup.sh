@@ -34,4 +34,40 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
   touch "$STAMP"
 fi
 
+# samples/ and benchmarks/ are not installed packages (pip install . leaves them out); they run
+# from this checkout. A .pth file installs a finder that maps exactly these two names to the
+# checkout, so `txmsg demo`, `txmsg chaos` and `txmsg bench` (entry points in group
+# txmsg.commands) import from any directory. A finder, not a plain path entry: a path entry comes
+# after site-packages, where rocketmq-client-python 2.0.0 installs a top-level `samples` of its own.
+site_packages=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+finder=$(cat <<PY
+"""Written by scripts/setup.sh of the txmsg checkout $PWD: maps its samples and benchmarks
+packages (not installed; they run from the checkout) for this virtual environment."""
+
+import importlib.machinery
+import sys
+
+CHECKOUT = "$PWD"
+NAMES = frozenset({"samples", "benchmarks"})
+
+
+class CheckoutFinder:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname in NAMES:
+            return importlib.machinery.PathFinder.find_spec(fullname, [CHECKOUT])
+        return None
+
+
+def install():
+    if CheckoutFinder not in sys.meta_path:
+        sys.meta_path.insert(0, CheckoutFinder)
+PY
+)
+if [ "$(cat "$site_packages/_txmsg_checkout.py" 2>/dev/null)" != "$finder" ]; then
+  echo "[setup] $site_packages/txmsg-checkout.pth: samples and benchmarks from $PWD"
+  printf '%s\n' "$finder" >"$site_packages/_txmsg_checkout.py"
+  echo "import _txmsg_checkout; _txmsg_checkout.install()" >"$site_packages/txmsg-checkout.pth"
+fi
+
 .venv/bin/python scripts/install_rocketmq_client.py

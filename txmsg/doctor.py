@@ -1,16 +1,26 @@
 """``txmsg doctor``: what is installed, which configuration applies, which backends load.
 
-Exit status 1 when the configuration is invalid or an installed backend cannot be imported;
-checks of a backend's own hook (e.g. "is the name server reachable") are reported, and fail
-the run only with ``--strict``.
+Exit status 1 when the configuration is invalid (a bad key or value, e.g. a name server that is
+not ``host:port[;host:port]``) or an installed backend cannot be imported, with or without
+``--strict``.  Checks contributed by plugins (e.g. "is the name server reachable") are reported,
+and fail the run only with ``--strict``.
+
+Plugins contribute checks through the entry-point group ``txmsg.doctor_checks``: each entry point
+names a callable ``report(config) -> iterable of (label, detail, ok)``.  A check whose entry-point
+name is also the name of a backend (``txmsg.backends``) runs only when that backend is the
+configured one; every other check always runs.
+
+Secrets are never printed: ``access_key`` / ``secret_key`` show as ``***``, passwords in URLs
+are masked, and an invalid secret value is not echoed in the error message.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import platform
+import re
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -21,14 +31,27 @@ from txmsg.errors import ConfigError
 
 Check = tuple[str, str, bool]
 
-PACKAGES = ("txmsg", "rocketmq-client-python", "pydantic", "injector", "click", "sqlalchemy")
-SECRET_KEYS = {"secret_key", "access_key"}
-BACKEND_HOOKS = {"rocketmq": "txmsg_rocketmq.doctor"}
+CHECKS_GROUP = "txmsg.doctor_checks"
+"""Entry-point group of doctor checks (values name ``report(config)`` callables)."""
+
+SECRET_KEYS = frozenset({"secret_key", "access_key"})
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+(?P<tail>@)")
+_REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
 def versions() -> list[Check]:
+    """Python, txmsg and every package txmsg requires (optional extras left out)."""
     rows: list[Check] = [("python", f"{platform.python_version()} ({sys.executable})", True)]
-    for name in PACKAGES:
+    names = ["txmsg"]
+    try:
+        requirements = importlib.metadata.requires("txmsg") or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    for requirement in requirements:
+        match = _REQUIREMENT_NAME.match(requirement)
+        if match and "extra" not in requirement.partition(";")[2]:
+            names.append(match.group(1))
+    for name in names:
         try:
             rows.append((name, importlib.metadata.version(name), True))
         except importlib.metadata.PackageNotFoundError:
@@ -36,14 +59,28 @@ def versions() -> list[Check]:
     return rows
 
 
+def mask_secrets(text: str) -> str:
+    """``text`` with the password of any ``scheme://user:password@`` URL replaced by ``***``."""
+    return _URL_PASSWORD.sub(r"\g<head>***\g<tail>", text)
+
+
 def config_rows(config: TxMsgConfig, sources: ConfigSources) -> list[Check]:
     rows: list[Check] = [("config file", str(sources.file) if sources.file else "none", True)]
     flat = _flat(config.model_dump(mode="json"))
     for key, value in flat.items():
-        shown = "***" if key in SECRET_KEYS and value else repr(value)
+        secret = key.rpartition(".")[2] in SECRET_KEYS
+        shown = "***" if secret and value else mask_secrets(repr(value))
         origin = sources.keys.get(key, "default")
         rows.append((key, f"{shown}  [{origin}]", True))
     return rows
+
+
+def config_error_row(exc: ConfigError) -> Check:
+    """The error as a row; the rejected value is left out when it belongs to a secret key."""
+    message = str(exc)
+    if exc.key and exc.key.rpartition(".")[2].lower().removeprefix("txmsg_") in SECRET_KEYS:
+        message = message.split(" (got ", 1)[0] + " (value hidden)"
+    return ("config", mask_secrets(message), False)
 
 
 def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -70,19 +107,27 @@ def backend_rows() -> list[Check]:
     return rows
 
 
-def hook_rows(name: str, config: TxMsgConfig) -> list[Check]:
-    """Run a backend's own doctor hook (``<module>.report(config)``) if it is importable."""
-    module_name = BACKEND_HOOKS.get(name)
-    if module_name is None:
-        return []
+def check_entry_points(backend: str) -> list[importlib.metadata.EntryPoint]:
+    """The ``txmsg.doctor_checks`` that apply when ``backend`` is configured (see module doc)."""
+    backends = {ep.name for ep in backend_entry_points()}
+    found = importlib.metadata.entry_points(group=CHECKS_GROUP)
+    return sorted(
+        (ep for ep in found if ep.name not in backends or ep.name == backend),
+        key=lambda ep: ep.name,
+    )
+
+
+def run_check(ep: importlib.metadata.EntryPoint, config: TxMsgConfig) -> list[Check]:
+    """Rows of one check; a check that cannot be imported or raises is itself a (FAIL) row."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        return [(f"{name} doctor", f"{module_name} not importable: {exc}", False)]
+        report: Any = ep.load()
+    except Exception as exc:  # noqa: BLE001 - a check that does not load is a finding
+        return [(f"{ep.name} doctor", f"{ep.value} not importable: {type(exc).__name__}: {exc}", False)]
     try:
-        return [(str(a), str(b), bool(c)) for a, b, c in module.report(config)]
-    except Exception as exc:  # noqa: BLE001 - a broken hook is a finding
-        return [(f"{name} doctor", f"{module_name}.report failed: {type(exc).__name__}: {exc}", False)]
+        rows: Iterable[Any] = report(config)
+        return [(str(a), mask_secrets(str(b)), bool(c)) for a, b, c in rows]
+    except Exception as exc:  # noqa: BLE001 - a broken check is a finding
+        return [(f"{ep.name} doctor", f"{ep.value} failed: {type(exc).__name__}: {exc}", False)]
 
 
 def _print(title: str, rows: list[Check]) -> None:
@@ -101,23 +146,26 @@ def _print(title: str, rows: list[Check]) -> None:
     default=None,
     help="TOML config file (default: $TXMSG_CONFIG, else ./txmsg.toml if present).",
 )
-@click.option("--strict", is_flag=True, help="Also fail when a backend's own check fails.")
+@click.option("--strict", is_flag=True, help="Also fail when a plugin's own check fails.")
 def doctor(config_path: str | None, strict: bool) -> None:
     """Show versions, the resolved configuration and whether each backend can load."""
     _print("versions", versions())
     try:
         config, sources = resolve_config(config_path)
     except ConfigError as exc:
-        _print("configuration", [("config", str(exc), False)])
+        _print("configuration", [config_error_row(exc)])
+        click.secho("txmsg doctor: the configuration is invalid (see above)", fg="red", err=True)
         raise SystemExit(1) from None
     _print("configuration", config_rows(config, sources))
     backends = backend_rows()
     _print("backends", backends)
     failed = not all(ok for _, _, ok in backends)
-    hook = hook_rows(config.backend, config)
-    advisory = not all(ok for _, _, ok in hook)
-    if hook:
-        _print(f"backend {config.backend!r} checks", hook)
+    advisory = False
+    for ep in check_entry_points(config.backend):
+        rows = run_check(ep, config)
+        if rows:
+            _print(f"{ep.name} checks", rows)
+            advisory = advisory or not all(ok for _, _, ok in rows)
     if failed or (strict and advisory):
         raise SystemExit(1)
     note = " (FAIL lines above are advisory; --strict makes them fail)" if advisory else ""

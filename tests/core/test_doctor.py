@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from txmsg import doctor as doctor_module
 from txmsg.cli import main
+from txmsg.config import TxMsgConfig
 
 
 @pytest.fixture
@@ -48,3 +52,99 @@ def test_help_texts(runner: CliRunner) -> None:
     assert top.exit_code == 0 and "doctor" in top.output
     sub = runner.invoke(main, ["doctor", "--help"])
     assert sub.exit_code == 0 and "--config" in sub.output and "--strict" in sub.output
+
+
+# --- invalid configuration (issue 12 point 5) ------------------------------------------------------
+@pytest.mark.parametrize("strict", [[], ["--strict"]], ids=["plain", "strict"])
+def test_doctor_fails_on_a_malformed_name_server_and_shows_the_expected_form(
+    runner: CliRunner, strict: list[str]
+) -> None:
+    result = runner.invoke(main, ["doctor", *strict], env={"TXMSG_NAME_SERVER": "garbage"})
+    assert result.exit_code == 1, result.output
+    assert "name_server" in result.output and "TXMSG_NAME_SERVER" in result.output
+    assert "expected host:port[;host:port]" in result.output
+    assert "invalid literal" not in result.output and "Traceback" not in result.output
+    assert "name server reachable" not in result.output  # no check ran on a config that is wrong
+
+
+def test_doctor_fails_on_a_bad_port_in_the_file(runner: CliRunner, tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('name_server = "10.0.0.1:9876;10.0.0.2:98760"\n')
+    result = runner.invoke(main, ["doctor", "--config", str(config)])
+    assert result.exit_code == 1
+    assert "98760" in result.output and "1..65535" in result.output and str(config) in result.output
+
+
+# --- secrets are never printed ---------------------------------------------------------------------
+SECRET = "s3cr3t-Value-42"
+
+
+def test_doctor_masks_secret_and_access_key(runner: CliRunner) -> None:
+    env = {"TXMSG_NAME_SERVER": "127.0.0.1:1", "TXMSG_SECRET_KEY": SECRET, "TXMSG_ACCESS_KEY": "AK-" + SECRET}
+    result = runner.invoke(main, ["doctor"], env=env)
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output
+    assert "secret_key" in result.output and "***  [TXMSG_SECRET_KEY]" in result.output
+
+
+def test_doctor_hides_a_secret_in_an_invalid_configuration(runner: CliRunner) -> None:
+    # the bad name server fails the load; the secret (valid) must not show up anywhere
+    env = {"TXMSG_NAME_SERVER": "garbage", "TXMSG_SECRET_KEY": SECRET}
+    result = runner.invoke(main, ["doctor"], env=env)
+    assert result.exit_code == 1 and SECRET not in result.output
+
+
+def test_doctor_does_not_echo_an_invalid_secret_value(runner: CliRunner, tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("secret_key = 31415926535\n")  # not a string: a bad value for secret_key
+    result = runner.invoke(main, ["doctor", "--config", str(config)])
+    assert result.exit_code == 1
+    assert "secret_key" in result.output and "value hidden" in result.output
+    assert "31415926535" not in result.output
+
+
+def test_doctor_masks_the_password_of_a_database_url(runner: CliRunner) -> None:
+    env = {"TXMSG_NAME_SERVER": "127.0.0.1:1", "TXMSG_SQLALCHEMY__URL": f"postgresql://app:{SECRET}@db:5432/orders"}
+    result = runner.invoke(main, ["doctor"], env=env)
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output and "postgresql://app:***@db:5432/orders" in result.output
+
+
+# --- checks are plugins (entry-point group txmsg.doctor_checks) --------------------------------------
+def passing_check(config: TxMsgConfig) -> list[tuple[str, str, bool]]:
+    return [("plugin check", f"saw name server {config.name_server}", True)]
+
+
+def failing_check(config: TxMsgConfig) -> list[tuple[str, str, bool]]:
+    return [("other backend check", "must not run: its backend is not configured", False)]
+
+
+def test_doctor_runs_checks_from_entry_points(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.metadata.entry_points
+
+    def entry_points(*, group: str) -> Any:
+        if group != doctor_module.CHECKS_GROUP:
+            return real(group=group)
+        return [
+            importlib.metadata.EntryPoint("extra", f"{__name__}:passing_check", group),
+            importlib.metadata.EntryPoint("broken", "no_such_module_xyz:report", group),
+            # named like a backend that is installed but not configured: skipped
+            importlib.metadata.EntryPoint("other", f"{__name__}:failing_check", group),
+        ]
+
+    backends = [importlib.metadata.EntryPoint("other", "txmsg:TxMsg", "txmsg.backends"),
+                importlib.metadata.EntryPoint("rocketmq", "txmsg:TxMsg", "txmsg.backends")]
+    monkeypatch.setattr(doctor_module.importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(doctor_module, "backend_entry_points", lambda: backends)
+    result = runner.invoke(main, ["doctor"], env={"TXMSG_NAME_SERVER": "127.0.0.1:1"})
+    assert result.exit_code == 0, result.output
+    assert "extra checks" in result.output and "saw name server 127.0.0.1:1" in result.output
+    assert "no_such_module_xyz:report not importable" in result.output  # a FAIL row, advisory
+    assert "must not run" not in result.output
+    strict = runner.invoke(main, ["doctor", "--strict"], env={"TXMSG_NAME_SERVER": "127.0.0.1:1"})
+    assert strict.exit_code == 1
+
+
+def test_the_rocketmq_check_is_registered_as_an_entry_point() -> None:
+    names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=doctor_module.CHECKS_GROUP)}
+    assert names.get("rocketmq") == "txmsg_rocketmq.doctor:report"
