@@ -1,6 +1,6 @@
 """Check-back throughput of one producer group: txmsg over N client instances vs the raw client.
 
-    python -m benchmarks.check_scaling [--transactions 200] [--ns 1,4,16,32] [--sleep 0.1]
+    python -m benchmarks.check_scaling [--transactions 200] [--ns default,1,4,16,32] [--sleep 0.1]
 
 What it does, in one run against one embedded broker (child process, transactionTimeOut 1 s,
 check interval 3 s by default):
@@ -8,9 +8,11 @@ check interval 3 s by default):
 * **raw**: rocketmq-client-python's ``TransactionMQProducer`` (one instance: librocketmq checks
   on one native thread), local transaction answering UNKNOWN, checker sleeping ``--sleep`` s
   then answering COMMIT.  Ideal rate 1/sleep.
-* **txmsg N**: a ``@transactional_listener`` whose executor has ``core_pool_size =
-  max_pool_size = N`` (so N checks can run at once), ``execute_local`` answering UNKNOW and
-  ``check_local`` doing the same as the raw checker.  Ideal rate N/sleep.
+* **txmsg N**: a transactional listener with ``ExecutorConfig(concurrency=N)`` (N client
+  instances, N executor threads: N checks can run at once), ``execute_local`` answering UNKNOW
+  and ``check_local`` doing the same as the raw checker.  Ideal rate N/sleep.
+* **txmsg default**: the same with ``ExecutorConfig()`` unchanged (``concurrency`` 8): shows that
+  the defaults open exactly as many instances as checks they run at once.
 
 Each variant sends ``--transactions`` half messages to its own topic, all left UNKNOW.  It
 reports check-backs/s (distinct transactions answered / time from the first check's start to
@@ -52,27 +54,19 @@ def _name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{next(_seq)}"
 
 
-def run_txmsg(backend: Any, namesrv: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_txmsg(backend: Any, namesrv: str, n: int | None, args: argparse.Namespace) -> dict[str, Any]:
+    """One txmsg variant: ``ExecutorConfig(concurrency=n)``, or the defaults when ``n`` is None."""
     from txmsg import ExecutorConfig, LocalTransactionState
-    from txmsg.listener import transactional_listener
+    from txmsg.listener import ListenerSpec
     from txmsg.producer import TransactionalProducer
-    from txmsg.registry import ListenerRegistry
 
-    topic, group = _name(f"scale_n{n}"), _name(f"pg_scale_n{n}")
+    config = ExecutorConfig() if n is None else ExecutorConfig(concurrency=n)
+    label = "default" if n is None else f"n{n}"
+    topic, group = _name(f"scale_{label}"), _name(f"pg_scale_{label}")
     create_topic(namesrv, topic)
     recorder = CheckRecorder(args.sleep)
     deliveries = DeliveryCounter()
 
-    @transactional_listener(
-        group=group,
-        topics=[topic],
-        executor=ExecutorConfig(
-            core_pool_size=n if args.core is None else min(args.core, n),
-            max_pool_size=n,
-            queue_capacity=args.queue if args.queue is not None else args.transactions,
-        ),
-        registry=ListenerRegistry(),
-    )
     class Slow:
         def execute_local(self, message: Any, arg: Any) -> LocalTransactionState:
             return LocalTransactionState.UNKNOW
@@ -82,18 +76,18 @@ def run_txmsg(backend: Any, namesrv: str, n: int, args: argparse.Namespace) -> d
             return LocalTransactionState.COMMIT
 
     stop_consumer = backend.subscribe(
-        topic, _name(f"cg_scale_n{n}"), lambda m: deliveries.add(m.transaction_key), concurrency=4
+        topic, _name(f"cg_scale_{label}"), lambda m: deliveries.add(m.transaction_key), concurrency=4
     )
-    spec = Slow.__txmsg_listener__  # type: ignore[attr-defined]
+    spec = ListenerSpec(group=group, target=Slow, topics=(topic,), executor=config)
     producer = TransactionalProducer.create(backend, spec, Slow())
     try:
         return _drive(
             lambda i: producer.send_in_transaction(topic, f"order-{i}").transaction_key,
             recorder,
             deliveries,
-            ideal=n / args.sleep,
+            ideal=config.concurrency / args.sleep,
             args=args,
-            extra={"instances": len(producer.sender.instances)},
+            extra={"instances": len(getattr(producer.sender, "instances", ()))},
         )
     finally:
         producer.close(timeout=60)
@@ -210,19 +204,17 @@ def _drive(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transactions", type=int, default=200)
-    parser.add_argument("--ns", default="1,4,16,32", help="comma-separated listener max threads")
+    parser.add_argument(
+        "--ns", default="default,1,4,16,32",
+        help="comma-separated ExecutorConfig.concurrency values; 'default' = ExecutorConfig()",
+    )
     parser.add_argument("--sleep", type=float, default=0.1, help="check_local duration (s)")
     parser.add_argument("--check-interval-ms", type=int, default=3000)
     parser.add_argument("--transaction-timeout-ms", type=int, default=1000)
     parser.add_argument("--max-wait", type=float, default=180.0)
     parser.add_argument("--no-raw", action="store_true", help="skip the raw-client baseline")
-    parser.add_argument(
-        "--core", type=int, default=None,
-        help="core_pool_size (default: = N); shows how Java pool semantics cap concurrency",
-    )
-    parser.add_argument("--queue", type=int, default=None, help="queue_capacity (default: M)")
     args = parser.parse_args(argv)
-    ns = [int(x) for x in args.ns.split(",") if x.strip()]
+    ns = [None if x.strip() == "default" else int(x) for x in args.ns.split(",") if x.strip()]
     logging.basicConfig(level=logging.WARNING)
     ensure_client_log_dir()
 
@@ -253,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("raw", run_raw(backend, broker.namesrv_addr, args)))
             _print_row(*rows[-1])
         for n in ns:
-            rows.append((f"n{n}", run_txmsg(backend, broker.namesrv_addr, n, args)))
+            rows.append(("default" if n is None else f"n{n}", run_txmsg(backend, broker.namesrv_addr, n, args)))
             _print_row(*rows[-1])
     finally:
         backend.close(timeout=60)
@@ -275,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_row(name: str, r: dict[str, Any]) -> None:
     print(
-        f"{name:>5}: {r['rate']:7.1f} check-backs/s  ideal {r['ideal']:6.1f}  ratio {r['ratio']:.3f}  "
+        f"{name:>7}: {r['rate']:7.1f} check-backs/s  ideal {r['ideal']:6.1f}  ratio {r['ratio']:.3f}  "
         f"(bound {r['bound']:.1f}: {r['bound_ratio']:.3f})  "
         f"instances {r['instances']:>2}  threads {r['threads']:>2}  overlap {r['overlap']:>2}  "
         f"check calls {r['calls']:>4} for {r['answered']} tx  "

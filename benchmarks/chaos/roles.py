@@ -126,7 +126,7 @@ class Producer:
             f"{self.name}-{os.getpid()}",
             {
                 "producer": {"group": ORDER_GROUP},
-                "listeners": {ORDER_GROUP: {"core_pool_size": 4, "max_pool_size": 4}},
+                "listeners": {ORDER_GROUP: {"concurrency": 4}},
             },
         )
         self.app = TxMsg(config, registry=ListenerRegistry())

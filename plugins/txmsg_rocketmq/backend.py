@@ -1,10 +1,10 @@
 """``RocketMQBackend``: txmsg's :class:`~txmsg.backend.Backend` over the real RocketMQ client.
 
 Entry point ``txmsg.backends: rocketmq``.  Each producer group becomes a
-:class:`~txmsg_rocketmq.pool.ProducerPool` of ``check_concurrency`` real transaction producers
-(capped by ``max_instances_per_group``), because librocketmq checks one instance's transactions
-on one thread; see pool.py and the README's design section for why and how the listener's
-executor settings map onto it.
+:class:`~txmsg_rocketmq.pool.ProducerPool` of exactly ``check_concurrency`` real transaction
+producers (the listener's ``ExecutorConfig.concurrency``), because librocketmq checks one
+instance's transactions on one thread: N instances = N check-backs at once, no idle instance.
+See pool.py and docs/backend-design.md.
 """
 
 from __future__ import annotations
@@ -18,18 +18,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from txmsg.backend import CheckHandler, ConsumeHandler
+from txmsg.names import check_name, rocketmq_rule
 
 from . import native as native_mod
 from .announce import Announcer
 from .consumer import PushConsumer
-from .names import consumer_names_hazard, printf_hazard
+from .names import name_rule
 from .pool import ClientSettings, ProducerPool
 
 log = logging.getLogger("txmsg.rocketmq")
-
-DEFAULT_MAX_INSTANCES = 64
-"""Upper bound on client instances per producer group (each is ~7 native threads and a TCP
-connection per broker); a listener asking for more check threads gets this many."""
 
 _pool_seq = itertools.count()
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -40,16 +37,20 @@ def _cfg(config: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+_RULES = (rocketmq_rule, name_rule)
+
+
 class RocketMQBackend:
     """Producers and consumers on librocketmq 2.1.0 for one name server."""
 
     name = "rocketmq"
+    name_rule = staticmethod(name_rule)
+    """Names librocketmq 2.1.0 can live with (also the ``txmsg.name_rules`` entry point)."""
 
     def __init__(
         self,
         config: Any = None,
         *,
-        max_instances_per_group: int | None = None,
         announce: bool = True,
     ) -> None:
         self.config = config
@@ -57,10 +58,6 @@ class RocketMQBackend:
         self.send_timeout_ms: int = int(_cfg(config, "send_timeout_ms", 3000))
         self.pull_threads: int = int(_cfg(config, "pull_threads", native_mod.PULL_THREADS))
         self.instance_prefix: str = _SAFE.sub("_", str(_cfg(config, "instance_prefix", None) or "txmsg"))
-        cap = max_instances_per_group or _cfg(config, "max_instances_per_group", None)
-        self.max_instances_per_group = int(cap or DEFAULT_MAX_INSTANCES)
-        if self.max_instances_per_group < 1:
-            raise ValueError("max_instances_per_group must be >= 1")
         self.native = native_mod.load(_cfg(config, "client_log_dir", "var/rocketmq-client"))
         self.settings = ClientSettings(
             name_server=self.name_server,
@@ -75,10 +72,6 @@ class RocketMQBackend:
         self._closed = False
 
     # ---- producers -----------------------------------------------------------------------------
-    def instances_for(self, check_concurrency: int) -> int:
-        """How many client instances a group with this check concurrency gets."""
-        return max(1, min(int(check_concurrency), self.max_instances_per_group))
-
     def create_transactional_sender(
         self,
         group: str,
@@ -87,36 +80,30 @@ class RocketMQBackend:
         check_concurrency: int,
         topics: Sequence[str] = (),
     ) -> ProducerPool:
-        """Start ``instances_for(check_concurrency)`` transaction producers for ``group``.
+        """Start exactly ``check_concurrency`` transaction producers for ``group``.
+
+        Each instance has its own native check thread and the broker spreads check-backs over
+        the group's channels, so ``check_concurrency`` check-backs run at once.
 
         ``topics`` (optional, the listener's declared topics) lets every instance heartbeat to
         the brokers of those topics before the first send, so check-backs of transactions left
         pending by a previous run reach this process at once.
         """
         self._ensure_open()
-        for kind, name in [("producer group", group), *(("topic", t) for t in topics)]:
-            hazard = printf_hazard(name)
-            if hazard is not None:
-                raise ValueError(
-                    f"{kind} {name!r} contains {hazard!r}, which librocketmq 2.1.0 would use as "
-                    "a printf conversion in its own log and crash (apache/rocketmq-client-cpp"
-                    "#285); rename it without '%' before s, S or n"
-                )
-        n = self.instances_for(check_concurrency)
-        if n < check_concurrency:
-            log.warning(
-                "group %s wants %d concurrent check-backs; using %d client instances "
-                "(max_instances_per_group)",
-                group,
-                check_concurrency,
-                n,
+        check_name("producer_group", group, owner="RocketMQ backend", rules=_RULES)
+        for topic in topics:
+            check_name("topic", topic, owner=f"RocketMQ backend, group {group}", rules=_RULES)
+        if int(check_concurrency) < 1:
+            raise ValueError(
+                f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
+                "listener's ExecutorConfig.concurrency"
             )
         prefix = f"{self.instance_prefix}-{os.getpid()}-{_SAFE.sub('_', group)}-{next(_pool_seq)}"
         pool = ProducerPool(
             self.native,
             group,
             check_handler,
-            instances=n,
+            instances=check_concurrency,
             settings=self.settings,
             instance_prefix=prefix,
             announcer=self.announcer,
@@ -139,15 +126,8 @@ class RocketMQBackend:
         consume_from: str = "first",
     ) -> Callable[[], None]:
         self._ensure_open()
-        hazard = consumer_names_hazard(group, topic)
-        if hazard is not None:
-            raise ValueError(
-                f"consumer group {group!r} on topic {topic!r} would crash librocketmq 2.1.0: "
-                f"{hazard}, and the client uses these names as printf formats in its own log "
-                "(fixed upstream in 2.2.0, apache/rocketmq-client-cpp#285). Rename the group "
-                "(e.g. prefix it with 'cg-' or 'txmsg_') so that '%RETRY%<group>' does not read "
-                "as a %s/%n conversion."
-            )
+        check_name("consumer_group", group, owner="RocketMQ backend", rules=_RULES)
+        check_name("topic", topic, owner=f"RocketMQ backend, consumer group {group}", rules=_RULES)
         with self._lock:
             if group in self._consumers:
                 raise ValueError(

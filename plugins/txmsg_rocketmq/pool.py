@@ -335,7 +335,11 @@ def _origin_property(native: Native, handle: int, name: str) -> str | None:
 
 
 class ProducerPool:
-    """The :class:`txmsg.backend.TransactionalSender` of one group: N instances, round-robin sends."""
+    """The :class:`txmsg.backend.TransactionalSender` of one group: N instances, round-robin sends.
+
+    ``instances`` is the group's check concurrency (``ExecutorConfig.concurrency``): every
+    instance is started and announced, so all N receive check-backs - none sits idle.
+    """
 
     def __init__(
         self,

@@ -99,7 +99,7 @@ class DemoRun:
                 "name_server": self.name_server,
                 "client_log_dir": str(self.workdir / "rocketmq-client"),
                 "producer": {"group": ORDER_GROUP},
-                "listeners": {ORDER_GROUP: {"core_pool_size": 4, "max_pool_size": 8}},
+                "listeners": {ORDER_GROUP: {"concurrency": 4}},
                 "close_timeout": 20.0,
             }
         )

@@ -32,7 +32,7 @@ def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
     checks: list[tuple[str | None, str]] = []
     consumed: list[tuple[bytes, str | None]] = []
 
-    @app.transactional_listener(group="core-e2e-tx", topics=["CoreE2E"], executor={"core_pool_size": 1, "max_pool_size": 2})
+    @app.transactional_listener(group="core-e2e-tx", topics=["CoreE2E"], executor={"concurrency": 2})
     class Listener:
         def execute_local(self, message: Message, arg: object) -> S:
             seen_args.append(arg)

@@ -276,3 +276,70 @@ def test_undeclared_topic_reaches_every_instance_then_threads_stick(
         return {cid.split("#", 1)[1] for cid in found}
 
     wait_until(lambda: names <= announced(), timeout=20)
+
+
+class _Blocking:
+    """check_local holds every check until released and records how many run at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.running = 0
+        self.most = 0
+        self.keys: set[str | None] = set()
+
+    def execute_local(self, message: Message, arg: Any) -> S:
+        return S.UNKNOW
+
+    def check_local(self, message: Message) -> S:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.keys.add(message.transaction_key)
+        try:
+            assert self.release.wait(60), "the test never released the checks"
+            return S.ROLLBACK
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_default_executor_opens_exactly_concurrency_instances_and_runs_that_many_checks(
+    backend: Any, txmsg_broker: Any
+) -> None:
+    """The default ExecutorConfig (concurrency 8): the group opens exactly 8 client instances,
+    8 check-backs run at once, none waits behind another and none is refused.  (Before 1.0 the
+    defaults opened 16 instances and ran 8 checks at once.)"""
+    from txmsg.executor import ExecutorConfig
+    from txmsg.listener import ListenerSpec
+    from txmsg.producer import TransactionalProducer
+
+    topic, group = unique("conc_topic"), unique("conc_group")
+    create_topic(txmsg_broker.namesrv_addr, topic, "TRANSACTION")
+    listener = _Blocking()
+    spec = ListenerSpec(group=group, target=_Blocking, topics=(topic,))
+    producer = TransactionalProducer.create(backend, spec, listener)
+    try:
+        n = ExecutorConfig().concurrency
+        assert n == 8
+        assert len(producer.sender.instances) == n  # no idle instance, no cap
+        for i in range(2 * n):  # more pending transactions than instances
+            assert producer.send_in_transaction(topic, f"m{i}").local_state is S.UNKNOW
+        # Every instance's native thread ends up blocked in one check, so n run at once.
+        wait_until(lambda: listener.running == n, timeout=60, message=lambda: f"{n} checks at once (running {listener.running})")
+        assert listener.most == n  # never more than the instances (and threads) allow
+        s = producer.executor.stats()
+        assert (s.threads, s.active, s.rejected, s.caller_ran) == (n, n, 0, 0)
+        assert producer.dispatcher.stats().rejected == 0
+    finally:
+        listener.release.set()
+        producer.close(timeout=30)
+
+
+def test_check_concurrency_is_the_number_of_instances(backend: Any) -> None:
+    for n in (1, 3):
+        pool = backend.create_transactional_sender(unique("n_group"), lambda m: S.COMMIT, check_concurrency=n)
+        assert len(pool.instances) == n
+    assert not hasattr(backend, "max_instances_per_group")
+    with pytest.raises(ValueError, match="check_concurrency must be"):
+        backend.create_transactional_sender(unique("zero_group"), lambda m: S.COMMIT, check_concurrency=0)

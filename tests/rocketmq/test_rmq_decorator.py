@@ -109,7 +109,7 @@ def test_check_backs_of_one_listener_run_concurrently(make_app: Any, txmsg_broke
     @transactional_listener(
         group=group,
         topics=[topic],
-        executor=ExecutorConfig(core_pool_size=4, max_pool_size=4),
+        executor=ExecutorConfig(concurrency=4),
         registry=registry,
     )
     class Slow:
@@ -172,7 +172,7 @@ def test_close_with_checks_in_flight_waits_for_them(make_app: Any, txmsg_broker:
     group = unique("pg_close")
 
     @transactional_listener(
-        group=group, topics=[topic], executor=ExecutorConfig(core_pool_size=2, max_pool_size=2),
+        group=group, topics=[topic], executor=ExecutorConfig(concurrency=2),
         registry=registry,
     )
     class Slow:
