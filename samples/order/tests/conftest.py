@@ -6,7 +6,6 @@ each service in its own schema, dropped afterwards."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
+from txmsg_broker.testing import wait_until
 
 from samples.order import cart, logistics, points
 from samples.order.orders import OrderBase, PaymentListener
@@ -100,9 +100,13 @@ class InlinePublisher:
             message_id=None,
         )
         state = self.listener.execute_local(msg, arg)
-        while state is S.UNKNOW:  # what the broker's check-back loop does
-            time.sleep(0.02)
-            state = self.listener.check_local(msg)
+        if state is S.UNKNOW:  # what the broker's check-back loop does: ask until the answer is definite
+
+            def definite() -> S | None:
+                answer = self.listener.check_local(msg)
+                return None if answer is S.UNKNOW else answer
+
+            state = wait_until(definite, timeout=30, message="a definite check-back answer") or state
         self.states.append(state)
         if state is S.COMMIT:
             self.committed.append(msg)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from txmsg_broker.testing import wait_until
 
 from samples.order import cart, logistics, points
 from samples.order.events import TOPIC
@@ -78,18 +78,16 @@ def test_sample_end_to_end(txmsg_broker: Any, tmp_path: Path) -> None:
         results = [sample.orders.pay(f"o-{i}") for i in range(3)]
         assert [r.local_state for r in results] == [LocalTransactionState.COMMIT] * 3
         assert {sample.orders.status(f"o-{i}") for i in range(3)} == {PAID}
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def counts() -> tuple[int, int, int]:
             with sample.points_db() as s1, sample.logistics_db() as s2, sample.cart_db() as s3:
-                done = (
-                    len(points.entries(s1)) == 3
-                    and len(logistics.shipments(s2)) == 3
-                    and len(cart.checkouts(s3)) == 3
-                )
-            if done:
-                break
-            time.sleep(0.1)
-        assert done
+                return len(points.entries(s1)), len(logistics.shipments(s2)), len(cart.checkouts(s3))
+
+        wait_until(
+            lambda: counts() == (3, 3, 3),
+            timeout=30,
+            message=lambda: f"3 points entries, shipments and checkouts; have {counts()}",
+        )
         with sample.points_db() as s:
             assert points.total_balance(s) == 10 + 20 + 30
         with sample.cart_db() as s:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
+from txmsg_broker.testing import wait_until
 
 from samples.payment_fee.app import build, payment_service
 from samples.payment_fee.fees import Fee, FeeBase
@@ -56,12 +56,11 @@ def test_completed_payment_gets_one_fee(txmsg_broker: Any, tmp_path: Path) -> No
         assert result.local_state is LocalTransactionState.COMMIT
         with pytest.raises(PaymentNotPending):
             service.complete("p-1")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def fees() -> list[tuple[str, int]]:
             with sessions() as s:
-                found = [(f.payment_id, f.fee_cents) for f in s.scalars(select(Fee))]
-            if found:
-                break
-            time.sleep(0.1)
+                return [(f.payment_id, f.fee_cents) for f in s.scalars(select(Fee))]
+
+        found = wait_until(fees, timeout=30, message="the fee consumer to book a fee")
     assert found == [("p-1", 60)]
     engine.dispose()
