@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import threading
 import types
-from concurrent.futures import Future
 from importlib.metadata import EntryPoint
 
 import pytest
@@ -15,7 +14,11 @@ from txmsg_broker.testing import wait_until
 import txmsg.app
 from txmsg import (
     BackendUnavailableError,
+    ClosedError,
     ExecutorConfig,
+    InvalidMessageError,
+    InvalidNameError,
+    LifecycleError,
     ListenerDefinitionError,
     ListenerRegistry,
     Message,
@@ -25,7 +28,7 @@ from txmsg import (
     SendError,
     TxMsg,
     TxMsgConfig,
-    transactional_listener,
+    UnknownGroupError,
 )
 from txmsg import LocalTransactionState as S
 
@@ -101,7 +104,7 @@ def test_local_state_is_the_mapped_answer(
 def test_check_backs_reach_check_local_on_the_executor(
     app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend
 ) -> None:
-    listener = started(app, registry, executor=ExecutorConfig(core_pool_size=2, max_pool_size=6))
+    listener = started(app, registry, executor=ExecutorConfig(concurrency=6))
     listener.answer = S.UNKNOW
     result = app.producer().send_in_transaction("orders", "pending")
     sender = backend.senders["order-tx"]
@@ -123,7 +126,7 @@ def test_async_send_runs_on_the_listener_executor(app: TxMsg, registry: Listener
 
 def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -> None:
     release = threading.Event()
-    listener = started(app, registry, executor={"core_pool_size": 1, "max_pool_size": 1, "queue_capacity": 0})
+    listener = started(app, registry, executor={"concurrency": 1, "queue_capacity": 0, "rejection": "abort"})
 
     def block(message: Message, arg: object) -> S:
         release.wait(30)
@@ -133,10 +136,11 @@ def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -
     producer = app.producer()
     busy = producer.send_in_transaction_async("orders", "a")
     wait_until(lambda: producer.executor.stats().active == 1, timeout=10, message="the only thread to be busy")
-    rejected: Future[object] = producer.send_in_transaction_async("orders", "b")  # default: unknow
-    with pytest.raises(RejectedError, match="not sent"):
-        rejected.result(0)
-    release.set()
+    try:
+        with pytest.raises(RejectedError, match="rejection='abort'"):
+            producer.send_in_transaction_async("orders", "b")
+    finally:
+        release.set()
     assert busy.result(10).local_state is S.COMMIT
 
 
@@ -152,48 +156,55 @@ def test_producer_lookup_errors(app: TxMsg, registry: ListenerRegistry) -> None:
     with pytest.raises(NotStartedError, match="call app.start"):
         app.producer()
     started(app, registry, group="a-tx")
-    with pytest.raises(ListenerDefinitionError, match=r"no transactional listener for producer group 'b-tx' \(registered: a-tx\)"):
+    with pytest.raises(UnknownGroupError, match=r"no transactional listener for producer group 'b-tx' \(registered: a-tx\)") as info:
         app.producer("b-tx")
+    assert info.value.group == "b-tx" and isinstance(info.value, LookupError)
 
 
-def test_default_group_from_config(registry: ListenerRegistry, backend: DoubleBackend) -> None:
-    app = TxMsg(TxMsgConfig(producer={"group": "b-tx"}), registry=registry, backend=backend)  # type: ignore[arg-type]
-    app.add_transactional_listener(Recorder(), group="a-tx")
-    app.add_transactional_listener(Recorder(), group="b-tx")
+def test_default_group_from_config(backend: DoubleBackend) -> None:
+    registry = ListenerRegistry()
+    registry.add_transactional_listener(Recorder(), group="a-tx")
+    registry.add_transactional_listener(Recorder(), group="b-tx")
+    app = TxMsg(TxMsgConfig(producer={"group": "b-tx"}), backend=backend)  # type: ignore[arg-type]
+    app.include(registry)
     with app:
         assert app.producer().group == "b-tx"
-    app2 = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend())
-    with app2, pytest.raises(ListenerDefinitionError, match="several producer groups"):
+    app2 = TxMsg(TxMsgConfig(), backend=DoubleBackend())
+    app2.include(registry)
+    with app2, pytest.raises(UnknownGroupError, match="several producer groups"):
         app2.producer()
 
 
-def test_config_overrides_decorator_executor(registry: ListenerRegistry, backend: DoubleBackend) -> None:
-    config = TxMsgConfig(listeners={"order-tx": {"max_pool_size": 20}})  # type: ignore[dict-item]
-    app = TxMsg(config, registry=registry, backend=backend)
-    app.add_transactional_listener(Recorder(), group="order-tx", executor={"core_pool_size": 1, "max_pool_size": 3})
+def test_config_overrides_decorator_executor(backend: DoubleBackend) -> None:
+    config = TxMsgConfig(listeners={"order-tx": {"concurrency": 20}})  # type: ignore[dict-item]
+    app = TxMsg(config, backend=backend)
+    app.add_transactional_listener(Recorder(), group="order-tx", executor={"concurrency": 3})
     with app:
-        assert app.producer().executor.config.max_pool_size == 20
+        assert app.producer().executor.config.concurrency == 20
         assert backend.senders["order-tx"].check_concurrency == 20
 
 
-def test_decorated_classes_are_instantiated_by_the_factory(
-    registry: ListenerRegistry, backend: DoubleBackend
-) -> None:
-    @transactional_listener(group="order-tx", registry=registry)
+def test_decorated_classes_are_instantiated_by_the_factory(backend: DoubleBackend) -> None:
+    registry = ListenerRegistry()  # a module-level registry, included into several apps
+
+    @registry.transactional_listener(group="order-tx")
     class Needs(Recorder):
         def __init__(self, dep: str) -> None:
             super().__init__()
             self.dep = dep
 
-    app = TxMsg(TxMsgConfig(), registry=registry, backend=backend)
+    app = TxMsg(TxMsgConfig(), backend=backend)
+    app.include(registry)
     with pytest.raises(ListenerDefinitionError, match="listener_factory=.*use_listener"):
         app.start()
     assert backend.senders == {}
-    made = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend(), listener_factory=lambda cls: cls("db"))
+    made = TxMsg(TxMsgConfig(), backend=DoubleBackend(), listener_factory=lambda cls: cls("db"))
+    made.include(registry)
     with made:
         assert made.producer().listener.dep == "db"
     chosen = Needs("mine")
-    used = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend())
+    used = TxMsg(TxMsgConfig(), backend=DoubleBackend())
+    used.include(registry)
     used.use_listener(chosen)
     with used:
         assert used.producer().listener is chosen
@@ -223,7 +234,7 @@ def test_consume_from_defaults_to_first_and_is_configurable() -> None:
     times out); ``[consumers.<group>] consume_from = "last"`` restores RocketMQ's default."""
     backend = DoubleBackend()
     config = TxMsgConfig.model_validate({"consumers": {"audit": {"consume_from": "last"}}})
-    app = TxMsg(config, registry=ListenerRegistry(), backend=backend)
+    app = TxMsg(config, backend=backend)
     app.message_listener(topic="orders", group="points")(lambda m: None)
     app.message_listener(topic="orders", group="audit")(lambda m: None)
     with app:
@@ -233,10 +244,17 @@ def test_consume_from_defaults_to_first_and_is_configurable() -> None:
         TxMsgConfig.model_validate({"consumers": {"audit": {"consume_from": "middle"}}})
 
 
-def test_registration_after_start_is_refused(app: TxMsg) -> None:
+def test_registration_after_start_is_refused(app: TxMsg, registry: ListenerRegistry) -> None:
     app.start()
-    with pytest.raises(ListenerDefinitionError, match="before start"):
+    with pytest.raises(LifecycleError, match=r"already started.*before app.start\(\)"):
         app.add_transactional_listener(Recorder(), group="late-tx")
+    with pytest.raises(LifecycleError, match="before app.start"):
+        app.message_listener(topic="orders", group="late")(lambda m: None)
+    with pytest.raises(LifecycleError, match="frozen because"):
+        registry.add_transactional_listener(Recorder(), group="late-tx")
+    with pytest.raises(LifecycleError):
+        app.include(ListenerRegistry())
+    assert "late-tx" not in app.producers
 
 
 def test_close_closes_producers_and_refuses_sends(app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend) -> None:
@@ -247,13 +265,15 @@ def test_close_closes_producers_and_refuses_sends(app: TxMsg, registry: Listener
     assert producer.executor.is_shutdown
     with pytest.raises(ProducerClosedError, match="closed"):
         producer.send_in_transaction("orders", "x")
-    with pytest.raises(ProducerClosedError):
+    with pytest.raises(ClosedError, match="create a new TxMsg"):
         app.start()
+    with pytest.raises(ClosedError):
+        app.producer()
 
 
-def test_failed_start_closes_what_started(registry: ListenerRegistry) -> None:
+def test_failed_start_closes_what_started() -> None:
     backend = DoubleBackend()
-    app = TxMsg(TxMsgConfig(), registry=registry, backend=backend)
+    app = TxMsg(TxMsgConfig(), backend=backend)
     app.add_transactional_listener(Recorder(), group="a-tx")
     app.add_transactional_listener(Recorder(), group="b-tx")
     original = backend.create_transactional_sender
@@ -269,20 +289,20 @@ def test_failed_start_closes_what_started(registry: ListenerRegistry) -> None:
     assert backend.senders["a-tx"].closed_with != "open"
 
 
-def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch, registry: ListenerRegistry) -> None:
+def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
     module = types.ModuleType("txmsg_test_backend")
     module.Backend = DoubleBackend  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "txmsg_test_backend", module)
     ep = EntryPoint(name="double", value="txmsg_test_backend:Backend", group="txmsg.backends")
     monkeypatch.setattr(txmsg.app, "backend_entry_points", lambda: [ep])
-    app = TxMsg(TxMsgConfig(backend="double"), registry=registry)
+    app = TxMsg(TxMsgConfig(backend="double"))
     assert isinstance(app.backend, DoubleBackend) and app.backend.config is app.config
     app.close()
     assert app.backend.closed  # created by the app, so closed by it
 
 
-def test_missing_backend_says_run_make_setup(registry: ListenerRegistry) -> None:
-    app = TxMsg(TxMsgConfig(backend="nope"), registry=registry)
+def test_missing_backend_says_run_make_setup() -> None:
+    app = TxMsg(TxMsgConfig(backend="nope"))
     with pytest.raises(BackendUnavailableError, match="no txmsg backend named 'nope'.*rocketmq.*make setup"):
         app.start()
     with pytest.raises(BackendUnavailableError, match="cannot be imported.*make setup"):
@@ -296,11 +316,12 @@ def test_rocketmq_backend_is_registered() -> None:
 def test_send_argument_errors(app: TxMsg, registry: ListenerRegistry) -> None:
     listener = started(app, registry)
     producer = app.producer()
-    with pytest.raises(ValueError, match="not a valid RocketMQ topic"):
+    with pytest.raises(InvalidNameError, match="topic 'bad topic' is not accepted") as info:
         producer.send_in_transaction("bad topic", "x")
-    with pytest.raises(ValueError, match="check_immunity_seconds must be a positive int"):
+    assert info.value.kind == "topic"
+    with pytest.raises(InvalidMessageError, match="check_immunity_seconds must be a positive int"):
         producer.send_in_transaction("orders", "x", check_immunity_seconds=0)
-    with pytest.raises(TypeError, match="register_converter"):
+    with pytest.raises(InvalidMessageError, match="register_converter"):
         producer.send_in_transaction("orders", object())
     assert listener.executed == []  # nothing was sent, nothing ran
 
@@ -308,6 +329,6 @@ def test_send_argument_errors(app: TxMsg, registry: ListenerRegistry) -> None:
 def test_imperative_consumer_registration(app: TxMsg, backend: DoubleBackend) -> None:
     def audit(message: Message) -> None: ...
 
-    assert app.add_message_listener(audit, topic="orders", group="audit", tags="paid") is audit
+    assert app.add_message_listener(audit, topic="orders", group="audit", tags="paid").fn is audit
     app.start()
     assert backend.subscriptions["audit"].tags == "paid"

@@ -1,4 +1,4 @@
-"""@message_listener records consumers; their handlers never raise into a backend."""
+"""@app.message_listener records consumers; their handlers never raise into a backend."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import logging
 
 import pytest
 
-from txmsg import ListenerDefinitionError, ListenerRegistry, Message, message_listener
+from txmsg import InvalidNameError, ListenerDefinitionError, ListenerRegistry, Message, TxMsg
 
 
-def test_consumer_is_recorded(registry: ListenerRegistry) -> None:
-    @message_listener(topic="orders", group="points", tags="paid", concurrency=2, registry=registry)
+def test_consumer_is_recorded(app: TxMsg, registry: ListenerRegistry) -> None:
+    @app.message_listener(topic="orders", group="points", tags="paid", concurrency=2)
     def add_points(message: Message) -> None: ...
 
     spec = registry.consumers["points"]
@@ -18,11 +18,11 @@ def test_consumer_is_recorded(registry: ListenerRegistry) -> None:
 
 
 def test_safe_handler_maps_exceptions_to_redelivery(
-    registry: ListenerRegistry, caplog: pytest.LogCaptureFixture
+    app: TxMsg, registry: ListenerRegistry, caplog: pytest.LogCaptureFixture
 ) -> None:
     seen: list[bytes] = []
 
-    @message_listener(topic="orders", group="points", registry=registry)
+    @app.message_listener(topic="orders", group="points")
     def handle(message: Message) -> None:
         if message.body == b"bad":
             raise ValueError("cannot parse")
@@ -35,35 +35,50 @@ def test_safe_handler_maps_exceptions_to_redelivery(
     assert seen == [b"ok"] and "group=points" in caplog.text and "K9" in caplog.text
 
 
-def test_wrong_arity_and_async_are_rejected(registry: ListenerRegistry) -> None:
+def test_wrong_arity_and_async_are_rejected(app: TxMsg) -> None:
     with pytest.raises(ListenerDefinitionError, match=r"calls it as .*\(message\)"):
-        message_listener(topic="t", group="g", registry=registry)(lambda: None)
+        app.message_listener(topic="t", group="g")(lambda: None)
 
     async def consume(message: Message) -> None: ...
 
     with pytest.raises(ListenerDefinitionError, match="async def"):
-        message_listener(topic="t", group="g", registry=registry)(consume)
+        app.message_listener(topic="t", group="g")(consume)
 
 
-def test_idempotent_needs_a_session_factory_and_two_parameters(registry: ListenerRegistry) -> None:
+def test_idempotent_needs_a_session_factory_and_two_parameters(app: TxMsg) -> None:
     with pytest.raises(ListenerDefinitionError, match="session_factory"):
-        message_listener(topic="t", group="g", idempotent=True, registry=registry)(
+        app.message_listener(topic="t", group="g", idempotent=True)(
             lambda message, session: None
         )
     with pytest.raises(ListenerDefinitionError, match=r"\(message, session\)"):
-        message_listener(
-            topic="t", group="g", idempotent=True, session_factory=object, registry=registry
+        app.message_listener(
+            topic="t", group="g", idempotent=True, session_factory=object
         )(lambda message: None)
 
 
-def test_one_function_per_consumer_group(registry: ListenerRegistry) -> None:
-    message_listener(topic="a", group="g", registry=registry)(lambda m: None)
+def test_one_function_per_consumer_group(app: TxMsg) -> None:
+    app.message_listener(topic="a", group="g")(lambda m: None)
     with pytest.raises(ListenerDefinitionError, match="consumer group 'g' is already used"):
-        message_listener(topic="b", group="g", registry=registry)(lambda m: None)
+        app.message_listener(topic="b", group="g")(lambda m: None)
 
 
-@pytest.mark.parametrize(("kw", "match"), [({"concurrency": 0}, "concurrency"), ({"max_reconsume": -1}, "max_reconsume"), ({"topic": "a b"}, "topic")])
-def test_bad_options(registry: ListenerRegistry, kw: dict[str, object], match: str) -> None:
-    args: dict[str, object] = {"topic": "t", "group": "g", "registry": registry} | kw
+@pytest.mark.parametrize(("kw", "match"), [({"concurrency": 0}, "concurrency"), ({"max_reconsume": -1}, "max_reconsume")])
+def test_bad_options(app: TxMsg, kw: dict[str, object], match: str) -> None:
+    args: dict[str, object] = {"topic": "t", "group": "g"} | kw
     with pytest.raises(ListenerDefinitionError, match=match):
-        message_listener(**args)(lambda m: None)  # type: ignore[arg-type]
+        app.message_listener(**args)(lambda m: None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kw", "kind"), [({"topic": "a b"}, "topic"), ({"group": "points/1"}, "consumer_group")]
+)
+def test_bad_names(app: TxMsg, registry: ListenerRegistry, kw: dict[str, str], kind: str) -> None:
+    args = {"topic": "t", "group": "g"} | kw
+    with pytest.raises(InvalidNameError, match="is not accepted") as info:
+        app.message_listener(**args)(lambda m: None)  # type: ignore[arg-type]
+    assert info.value.kind == kind and registry.consumers == {}
+
+
+def test_options_are_keyword_only(app: TxMsg) -> None:
+    with pytest.raises(TypeError):
+        app.message_listener("t", "g")  # type: ignore[misc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated
 
 import injector
@@ -16,10 +17,9 @@ from txmsg import (
     TxMsg,
     TxMsgConfig,
     TxMsgModule,
+    UnknownGroupError,
     producer_for,
-    transactional_listener,
 )
-from txmsg.errors import ListenerDefinitionError
 
 from .doubles import DoubleBackend
 
@@ -29,10 +29,10 @@ class Clock:
         return "12:00"
 
 
-def declare(registry: object) -> None:
+def declare(app: TxMsg) -> None:
     for group in ("order-tx", "fee-tx"):
 
-        @transactional_listener(group=group, registry=registry)  # type: ignore[arg-type]
+        @app.transactional_listener(group=group)
         class Listener:
             @injector.inject
             def __init__(self, clock: Clock) -> None:
@@ -67,12 +67,13 @@ class FeeService:
 
 
 @pytest.fixture
-def wired(registry: object) -> tuple[TxMsg, injector.Injector]:
-    declare(registry)
-    app = TxMsg(TxMsgConfig(producer={"group": "order-tx"}), registry=registry, backend=DoubleBackend())  # type: ignore[arg-type]
+def wired() -> Iterator[tuple[TxMsg, injector.Injector]]:
+    app = TxMsg(TxMsgConfig(producer={"group": "order-tx"}), backend=DoubleBackend())  # type: ignore[arg-type]
+    declare(app)
     inj = injector.Injector([TxMsgModule(app)])
     app.listener_factory = inj.get
-    return app, inj
+    yield app, inj
+    app.close()
 
 
 def test_services_get_the_default_and_group_producers(wired: tuple[TxMsg, injector.Injector]) -> None:
@@ -92,8 +93,8 @@ def test_resolving_before_start_says_so(wired: tuple[TxMsg, injector.Injector]) 
         inj.get(OrderService)
 
 
-def test_unknown_group_binding_fails_at_use(registry: object) -> None:
-    app = TxMsg(TxMsgConfig(), registry=registry, backend=DoubleBackend())  # type: ignore[arg-type]
+def test_unknown_group_binding_fails_at_use() -> None:
+    app = TxMsg(TxMsgConfig(), backend=DoubleBackend())
     inj = injector.Injector([TxMsgModule(app, groups=["ghost-tx"])])
-    with app, pytest.raises(ListenerDefinitionError, match="ghost-tx"):
+    with app, pytest.raises(UnknownGroupError, match="ghost-tx"):
         inj.get(producer_for("ghost-tx"))

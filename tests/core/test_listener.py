@@ -1,4 +1,5 @@
-"""@transactional_listener validates at decoration time and says what to fix."""
+"""@app.transactional_listener / @registry.transactional_listener validate at decoration time
+and say what to fix."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import pytest
 
 from txmsg import (
     ExecutorConfig,
+    InvalidNameError,
+    LifecycleError,
     ListenerDefinitionError,
     ListenerRegistry,
     LocalTransactionState,
-    transactional_listener,
+    TxMsg,
 )
 from txmsg.listener import spec_of
 
 
-def test_valid_listener_is_recorded_and_returned_unchanged(registry: ListenerRegistry) -> None:
+def test_valid_listener_is_recorded_and_returned_unchanged(app: TxMsg, registry: ListenerRegistry) -> None:
     class Pay:
         def execute_local(self, message: object, arg: object) -> LocalTransactionState:
             return LocalTransactionState.COMMIT
@@ -22,14 +25,14 @@ def test_valid_listener_is_recorded_and_returned_unchanged(registry: ListenerReg
         def check_local(self, message: object) -> LocalTransactionState:
             return LocalTransactionState.COMMIT
 
-    decorated = transactional_listener(
-        group="pay-tx", topics=["payments"], executor={"max_pool_size": 8}, registry=registry
+    decorated = app.transactional_listener(
+        group="pay-tx", topics=["payments"], executor={"concurrency": 3}
     )(Pay)
     assert decorated is Pay
     spec = spec_of(Pay)
     assert spec is not None and registry.listener("pay-tx") is spec
-    assert spec.topics == ("payments",) and spec.executor == ExecutorConfig(max_pool_size=8)
-    assert spec.execute_exception_state is LocalTransactionState.UNKNOW
+    assert spec.topics == ("payments",) and spec.executor == ExecutorConfig(concurrency=3)
+    assert spec.on_exception is LocalTransactionState.UNKNOW
     assert spec.name.endswith("Pay")
 
 
@@ -59,74 +62,104 @@ def ok_check(self: object, message: object) -> None: ...
     ],
 )
 def test_broken_listeners_are_rejected_with_the_fix(
-    registry: ListenerRegistry, methods: dict[str, object], expected: str
+    app: TxMsg, registry: ListenerRegistry, methods: dict[str, object], expected: str
 ) -> None:
     with pytest.raises(ListenerDefinitionError, match=expected):
-        transactional_listener(group="g", registry=registry)(_listener(**methods))
+        app.transactional_listener(group="g")(_listener(**methods))
     assert registry.listeners == {}
 
 
-def test_async_methods_are_rejected(registry: ListenerRegistry) -> None:
+def test_async_methods_are_rejected(app: TxMsg) -> None:
     async def execute_local(self: object, message: object, arg: object) -> None: ...
 
     with pytest.raises(ListenerDefinitionError, match="async def.*plain"):
-        transactional_listener(group="g", registry=registry)(
+        app.transactional_listener(group="g")(
             _listener(execute_local=execute_local, check_local=ok_check)
         )
 
 
-def test_static_and_extra_default_parameters_are_accepted(registry: ListenerRegistry) -> None:
+def test_static_and_extra_default_parameters_are_accepted(app: TxMsg) -> None:
     class Flexible:
         @staticmethod
         def execute_local(message: object, arg: object, retries: int = 3) -> None: ...
 
         def check_local(self, message: object, *rest: object) -> None: ...
 
-    transactional_listener(group="flex", registry=registry)(Flexible)
+    app.transactional_listener(group="flex")(Flexible)
     assert spec_of(Flexible) is not None
 
 
-def test_a_group_can_be_bound_once(registry: ListenerRegistry) -> None:
-    transactional_listener(group="order-tx", registry=registry)(
+def test_a_group_can_be_bound_once(app: TxMsg) -> None:
+    app.transactional_listener(group="order-tx")(
         _listener(execute_local=ok_execute, check_local=ok_check)
     )
     with pytest.raises(ListenerDefinitionError, match="'order-tx' is already bound to .*Broken.*own group"):
-        transactional_listener(group="order-tx", registry=registry)(
+        app.transactional_listener(group="order-tx")(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )
 
 
 @pytest.mark.parametrize("group", ["", "order tx", "orders/1", "x" * 256])
-def test_group_names_follow_rocketmq_rules(registry: ListenerRegistry, group: str) -> None:
-    with pytest.raises(ListenerDefinitionError, match="not a valid RocketMQ name"):
-        transactional_listener(group=group, registry=registry)(
+def test_group_names_follow_rocketmq_rules(app: TxMsg, group: str) -> None:
+    with pytest.raises(InvalidNameError, match="is not accepted: RocketMQ names are") as info:
+        app.transactional_listener(group=group)(
+            _listener(execute_local=ok_execute, check_local=ok_check)
+        )
+    assert (info.value.kind, info.value.name) == ("producer_group", group)
+    assert isinstance(info.value, ValueError)
+
+
+def test_topic_names_follow_rocketmq_rules(app: TxMsg) -> None:
+    with pytest.raises(InvalidNameError, match="topic 'or ders' is not accepted"):
+        app.transactional_listener(group="g", topics=["or ders"])(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )
 
 
-def test_topics_must_be_a_list(registry: ListenerRegistry) -> None:
+def test_topics_must_be_a_list(app: TxMsg) -> None:
     with pytest.raises(ListenerDefinitionError, match=r"write topics=\['orders'\]"):
-        transactional_listener(group="g", topics="orders", registry=registry)(
+        app.transactional_listener(group="g", topics="orders")(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )
 
 
-def test_commit_on_failure_is_refused(registry: ListenerRegistry) -> None:
+def test_commit_on_failure_is_refused(app: TxMsg) -> None:
     with pytest.raises(ListenerDefinitionError, match="UNKNOW or ROLLBACK"):
-        transactional_listener(
-            group="g", execute_exception_state=LocalTransactionState.COMMIT, registry=registry
-        )(_listener(execute_local=ok_execute, check_local=ok_check))
+        app.transactional_listener(group="g", execute_exception_state=LocalTransactionState.COMMIT)(
+            _listener(execute_local=ok_execute, check_local=ok_check)
+        )
 
 
-def test_bad_executor_settings_name_the_listener(registry: ListenerRegistry) -> None:
-    with pytest.raises(ListenerDefinitionError, match="Broken: invalid executor settings.*core_pool_size"):
-        transactional_listener(
-            group="g", executor={"core_pool_size": 9, "max_pool_size": 1}, registry=registry
-        )(_listener(execute_local=ok_execute, check_local=ok_check))
+def test_execute_exception_state_is_recorded(app: TxMsg) -> None:
+    cls = _listener(execute_local=ok_execute, check_local=ok_check)
+    app.transactional_listener(group="g", execute_exception_state=LocalTransactionState.ROLLBACK)(cls)
+    spec = spec_of(cls)
+    assert spec is not None and spec.on_exception is LocalTransactionState.ROLLBACK
 
 
-def test_bare_decorator_and_functions_are_explained(registry: ListenerRegistry) -> None:
-    with pytest.raises(ListenerDefinitionError, match=r'needs arguments: write @transactional_listener\(group='):
-        transactional_listener(_listener(execute_local=ok_execute, check_local=ok_check))  # type: ignore[arg-type]
+def test_bad_executor_settings_name_the_listener(app: TxMsg) -> None:
+    with pytest.raises(ListenerDefinitionError, match="Broken: invalid executor settings.*concurrency"):
+        app.transactional_listener(group="g", executor={"concurrency": 0})(
+            _listener(execute_local=ok_execute, check_local=ok_check)
+        )
+
+
+def test_options_are_keyword_only_and_functions_are_explained(app: TxMsg) -> None:
+    with pytest.raises(TypeError):
+        app.transactional_listener(_listener(execute_local=ok_execute, check_local=ok_check))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        ListenerRegistry().transactional_listener("g")  # type: ignore[misc]
     with pytest.raises(ListenerDefinitionError, match="decorates a class"):
-        transactional_listener(group="g", registry=registry)(ok_check)  # type: ignore[type-var]
+        ListenerRegistry().transactional_listener(group="g")(ok_check)  # type: ignore[type-var]
+
+
+def test_a_module_level_registry_is_included_and_then_frozen(app: TxMsg, registry: ListenerRegistry) -> None:
+    module_registry = ListenerRegistry()
+    cls = _listener(execute_local=ok_execute, check_local=ok_check)
+    module_registry.transactional_listener(group="pay-tx", topics=["payments"])(cls)
+    app.include(module_registry)
+    assert registry.listener("pay-tx") is spec_of(cls)
+    with pytest.raises(LifecycleError, match="frozen because it was included"):
+        module_registry.transactional_listener(group="late-tx")(
+            _listener(execute_local=ok_execute, check_local=ok_check)
+        )

@@ -14,19 +14,18 @@ from typing import Any
 import pytest
 from txmsg_broker.testing import wait_until
 
-from txmsg import ListenerRegistry, Message, TxMsg, TxMsgConfig
 from txmsg import LocalTransactionState as S
+from txmsg import Message, TxMsg, TxMsgConfig
 
 pytest.importorskip("txmsg_rocketmq")
 
 
 def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
-    registry = ListenerRegistry()
     config = TxMsgConfig(
         name_server=txmsg_broker.namesrv_addr,
         client_log_dir=os.environ.get("ROCKETMQ_CLIENT_LOG_DIR", "var/rocketmq-client"),
     )
-    app = TxMsg(config, registry=registry)
+    app = TxMsg(config)
     marker = object()
     seen_args: list[object] = []
     checks: list[tuple[str | None, str]] = []
