@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from txmsg import ConfigError
 from txmsg.sqla import create_engine, make_session_factory, read_only
 
 
@@ -18,7 +19,7 @@ def test_postgres_urls_get_the_psycopg3_driver() -> None:
 
 
 def test_bad_begin_mode_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="sqlite_begin"):
+    with pytest.raises(ConfigError, match="sqlite_begin"):
         create_engine(f"sqlite:///{tmp_path / 'x.db'}", sqlite_begin="LAZY")
 
 

@@ -8,6 +8,7 @@ import threading
 import pytest
 from sqlalchemy.orm import Session
 
+from txmsg import ListenerDefinitionError, TxMsgError
 from txmsg.message import Message
 from txmsg.sqla import consumed_count, duplicates_absorbed, purge_consumed, wrap_idempotent
 from txmsg.sqla.models import utcnow
@@ -89,10 +90,10 @@ def test_concurrent_copies_apply_once(db: Db) -> None:
 
 
 def test_needs_session_factory_and_key(db: Db) -> None:
-    with pytest.raises(ValueError, match="session_factory"):
+    with pytest.raises(ListenerDefinitionError, match="session_factory"):
         wrap_idempotent(apply_ledger, None, "g", "t")
     consumer = wrap_idempotent(apply_ledger, db.sessions, "g", "t")
-    with pytest.raises(ValueError, match="UNIQ_KEY"):
+    with pytest.raises(TxMsgError, match="UNIQ_KEY"):
         consumer(Message(topic="t", body=b""))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from txmsg import ListenerDefinitionError, ListenerRegistry
 from txmsg.message import Message
 from txmsg.sqla import RecordBackedListener, RecordState, get_record, transactional
 from txmsg.states import LocalTransactionState as S
@@ -36,7 +37,21 @@ def test_record_backed_listener_commits_and_checks(db: Db) -> None:
 
 
 def test_record_backed_listener_rolls_back(db: Db) -> None:
-    listener = Transfer(db.sessions, execute_exception_state=S.UNKNOW)
+    """A business exception answers ROLLBACK (the database transaction was rolled back) unless
+    the decorator says execute_exception_state=...; the check-back then agrees: ROLLBACK."""
+    assert Transfer(db.sessions).execute_exception_state is S.ROLLBACK
+    assert Transfer(db.sessions).execute_local(
+        message("l-2a"), {"to": "yan", "amount": 4, "fail": True}
+    ) is S.ROLLBACK
+
+    registry = ListenerRegistry()
+
+    @registry.transactional_listener(group="transfer-unknow-tx", execute_exception_state=S.UNKNOW)
+    class UnknowTransfer(Transfer):
+        pass
+
+    listener = UnknowTransfer(db.sessions)
+    assert listener.execute_exception_state is S.UNKNOW
     msg = message("l-2")
     assert listener.execute_local(msg, {"to": "yan", "amount": 4, "fail": True}) is S.UNKNOW
     assert listener.check_local(msg) is S.ROLLBACK
@@ -57,7 +72,7 @@ def test_group_is_required() -> None:
     class NoGroup(RecordBackedListener):
         pass
 
-    with pytest.raises(TypeError, match="producer group"):
+    with pytest.raises(ListenerDefinitionError, match="producer group"):
         NoGroup(lambda: None).execute_local(message("l-4"), None)  # type: ignore[arg-type,return-value]
 
 
@@ -97,23 +112,21 @@ def test_transactional_decorator_needs_sessions() -> None:
         def execute_local(self, message: Message, arg: Any, session: Session) -> None:
             pass
 
-    with pytest.raises(TypeError, match="session_factory"):
+    with pytest.raises(ListenerDefinitionError, match="session_factory"):
         NoSessions().execute_local(message("d-3"), None)
 
 
 def test_base_class_and_decorator_pass_the_core_listener_validation(db: Db) -> None:
-    """txmsg's @transactional_listener checks execute_local/check_local signatures at decoration;
-    both styles must pass it, and the group then comes from the core's spec."""
-    from txmsg import ListenerRegistry, transactional_listener
-
+    """txmsg's @registry.transactional_listener checks execute_local/check_local signatures at
+    decoration; both styles must pass it, and the group then comes from the core's spec."""
     registry = ListenerRegistry()
 
-    @transactional_listener(group="spec-group", registry=registry)
+    @registry.transactional_listener(group="spec-group")
     class ViaSpec(RecordBackedListener):
         def execute_in_transaction(self, session: Session, message: Message, arg: Any) -> None:
             credit(session, "spec", 1)
 
-    @transactional_listener(group="decorated-group", registry=registry)
+    @registry.transactional_listener(group="decorated-group")
     class ViaDecorator(Decorated):
         pass
 

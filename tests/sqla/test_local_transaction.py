@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 from txmsg_broker.testing import wait_until
 
+from txmsg import ConfigError
 from txmsg.sqla import (
     RecordCheck,
     RecordState,
@@ -69,7 +70,7 @@ def test_exception_state_is_configurable_and_check_then_answers_rollback(db: Db)
 
 
 def test_commit_is_refused_as_error_state(db: Db) -> None:
-    with pytest.raises(ValueError, match="never commits"):
+    with pytest.raises(ConfigError, match="never commits"):
         local(db, on_error=S.COMMIT)
 
 

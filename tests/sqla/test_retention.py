@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
+from txmsg import ConfigError
 from txmsg.sqla import (
     SqlAlchemyLocalTransaction,
     TransactionRecordArchive,
@@ -48,7 +49,7 @@ def test_purge_can_archive(db: Db) -> None:
 
 
 def test_short_retention_is_refused_unless_allowed(db: Db) -> None:
-    with pytest.raises(ValueError, match="check horizon"):
+    with pytest.raises(ConfigError, match="check horizon"):
         purge_records(db.sessions, timedelta(minutes=5))
     fill(db, 1)
     assert purge_records(db.sessions, timedelta(0), allow_short_retention=True) == 1
