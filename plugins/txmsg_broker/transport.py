@@ -119,7 +119,11 @@ async def _continue(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
             return stop.value
 
 
-class _FrameProtocol(asyncio.Protocol):
+class FrameProtocol(asyncio.Protocol):
+    """One connection of a :class:`RemotingServer`: splits the byte stream into frames and hands
+    each to the server. Public so the fuzz harness (``txmsg_broker.fuzz``) can feed it bytes in
+    process, through a stand-in transport, exactly as a socket would."""
+
     def __init__(self, server: RemotingServer) -> None:
         self.server = server
         self.buf = bytearray()
@@ -214,7 +218,7 @@ class RemotingServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _FrameProtocol(self), self.host, self.port, reuse_address=True, backlog=1024
+            lambda: FrameProtocol(self), self.host, self.port, reuse_address=True, backlog=1024
         )
         self.port = self._server.sockets[0].getsockname()[1]
 

@@ -1,13 +1,12 @@
 """Inputs found by ``python -m benchmarks.fuzz_broker`` that raised undocumented exceptions, run in process
-through the same checks as the long mode (``benchmarks.fuzz_inputs.run_target``)."""
+through the same checks as the long mode (``txmsg_broker.fuzz.inputs.run_target``)."""
 
 from __future__ import annotations
 
 import pytest
 from txmsg_broker.codec import RemotingCommand
+from txmsg_broker.fuzz.inputs import run_target
 from txmsg_broker.message_codec import StoredMessage, encode_message
-
-from benchmarks.fuzz_inputs import run_target
 
 
 def payload(header: str) -> bytes:

@@ -2,7 +2,7 @@
 never a hang, a crash or an internal error; a well-behaved client sending at the same time never fails,
 and everything it stored reads back intact, before and after a restart.
 
-Each example is one connection (``benchmarks.fuzz_live.exchange``): the input, then a probe request,
+Each example is one connection (``txmsg_broker.fuzz.live.exchange``): the input, then a probe request,
 then a half-close. The in-suite budget is ``TXMSG_FUZZ_EXAMPLES`` (default 200); the long mode is
 ``python -m benchmarks.fuzz_broker`` (see plugins/txmsg_broker/README.md, "Fuzzing").
 """
@@ -17,10 +17,7 @@ import struct
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from txmsg_broker.codec import MAX_FRAME_LENGTH, RemotingCommand
-from txmsg_broker.message_codec import BatchItem, encode_batch
-from txmsg_broker.testing import wait_until
-
-from benchmarks.fuzz_inputs import (
+from txmsg_broker.fuzz.inputs import (
     CODES,
     EXT_KEYS,
     INTERESTING_STRINGS,
@@ -28,7 +25,7 @@ from benchmarks.fuzz_inputs import (
     frame,
     frame_bytes,
 )
-from benchmarks.fuzz_live import (
+from txmsg_broker.fuzz.live import (
     GoodSender,
     LogWatcher,
     exchange,
@@ -37,6 +34,8 @@ from benchmarks.fuzz_live import (
     problems,
     read_back,
 )
+from txmsg_broker.message_codec import BatchItem, encode_batch
+from txmsg_broker.testing import wait_until
 
 EXAMPLES = int(os.environ.get("TXMSG_FUZZ_EXAMPLES", "200"))
 LIVE = settings(

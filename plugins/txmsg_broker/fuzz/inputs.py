@@ -10,7 +10,7 @@ truncation, splices, length-field edits), or are raw bytes. Targets and their *d
 
 * ``frame``   - ``RemotingCommand.decode`` (incl. header parsing), typed ext access, re-encode round
   trip: only ``DecodeError`` (``ext_int`` may raise ``ValueError``, as documented);
-* ``stream``  - the server's framing loop (``_FrameProtocol.data_received``) fed in random chunks, with
+* ``stream``  - the server's framing loop (``FrameProtocol.data_received``) fed in random chunks, with
   a transport model: a bad frame closes the connection, every good request gets exactly one answer;
 * ``message`` - ``decode_messages`` / ``decode_message(verify_crc=True)``: only ``MessageDecodeError``;
 * ``batch``   - ``decode_batch``: only ``MessageDecodeError``;
@@ -47,7 +47,7 @@ from txmsg_broker.message_codec import (
     properties_to_string,
     string_to_properties,
 )
-from txmsg_broker.transport import Connection, RemotingServer, _FrameProtocol
+from txmsg_broker.transport import Connection, FrameProtocol, RemotingServer
 
 T = TypeVar("T")
 
@@ -564,7 +564,7 @@ def check_props(data: bytes) -> None:
 
 # --- the server's framing loop, in process ------------------------------------------------------
 class _MemoryTransport(asyncio.Transport):
-    """Just enough of a transport for ``_FrameProtocol``: collects writes, records close()."""
+    """Just enough of a transport for ``FrameProtocol``: collects writes, records close()."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -673,7 +673,7 @@ _SERVER = _memory_server()
 
 def check_stream(data: bytes, ch: Chooser | None = None) -> None:
     transport = _MemoryTransport()
-    protocol = _FrameProtocol(_SERVER)
+    protocol = FrameProtocol(_SERVER)
     protocol.connection_made(transport)
     conn = protocol.conn
     assert conn is not None

@@ -1,7 +1,7 @@
 """Live-socket fuzz harness: one bad connection per input against a running broker, next to a
 well-behaved client whose messages must all be stored and read back intact.
 
-Used by ``benchmarks.fuzz_broker`` (long mode) and ``tests/fuzz/test_live_socket.py`` (in-suite).
+Used by ``txmsg_broker.fuzz.run`` (long mode, ``python -m benchmarks.fuzz_broker``) and ``tests/fuzz/test_live_socket.py`` (in-suite).
 
 Per input: connect, write the input followed by a *probe* (a request with an unknown code, which any
 server answers at once with REQUEST_CODE_NOT_SUPPORTED), half-close, read until the broker closes.
@@ -34,7 +34,7 @@ from txmsg_broker.codec import (
 from txmsg_broker.message_codec import decode_message
 from txmsg_broker.rawclient import connect, read_command
 
-from .fuzz_inputs import parse_frames, walk_frames
+from .inputs import parse_frames, walk_frames
 
 PROBE_CODE = 9999
 PROBE_OPAQUE = 1592597077  # 0x5EED1E55; fuzz inputs draw opaques at random, a clash only weakens a check
