@@ -27,7 +27,7 @@ from samples.order.events import TOPIC
 from samples.order.keys import CartDb, LogisticsDb, OrdersDb, PointsDb
 from samples.order.orders import ORDER_GROUP, OrderBase, OrderService, PaymentListener
 from samples.order.settings import OrderSampleSettings
-from txmsg import ListenerRegistry, LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
+from txmsg import LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
 from txmsg.backend import Backend
 from txmsg.message import Message
 from txmsg.sqla import create_engine, create_tables, make_session_factory, wrap_idempotent
@@ -95,7 +95,7 @@ class OrderSample:
         backend: Backend | str | None = None,
     ) -> None:
         self.settings = settings
-        self.app = TxMsg(config, registry=ListenerRegistry(), backend=backend)
+        self.app = TxMsg(config, backend=backend)
         self.module = OrderSampleModule(settings)
         self.injector = Injector([self.module, TxMsgModule(self.app, groups=[ORDER_GROUP])])
         self.orders_db = self.injector.get(OrdersDb)
@@ -115,12 +115,14 @@ class OrderSample:
         for group, fn, key in CONSUMERS:
             sessions = self.injector.get(key)
             if consumer_wrapper is None:
-                self.app.message_listener(TOPIC, group, idempotent=True, session_factory=sessions)(
-                    fn
+                self.app.add_message_listener(
+                    fn, topic=TOPIC, group=group, idempotent=True, session_factory=sessions
                 )
             else:
                 consumer = wrap_idempotent(fn, sessions, group, TOPIC)
-                self.app.message_listener(TOPIC, group)(consumer_wrapper(group, consumer))
+                self.app.add_message_listener(
+                    consumer_wrapper(group, consumer), topic=TOPIC, group=group
+                )
         self._orders: OrderService | None = None
 
     def default_listener(self, sessions: sessionmaker[Session]) -> PaymentListener:

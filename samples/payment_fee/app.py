@@ -10,16 +10,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from samples.payment_fee import fees
 from samples.payment_fee.payments import GROUP, TOPIC, PaymentListener, PaymentService
-from txmsg import ListenerRegistry, TxMsg, TxMsgConfig
+from txmsg import TxMsg, TxMsgConfig
 
 
 def build(config: TxMsgConfig, sessions: sessionmaker[Session]) -> tuple[TxMsg, PaymentListener]:
     """The app (not started) with the payment listener and the idempotent fee consumer."""
-    app = TxMsg(config, registry=ListenerRegistry())
+    app = TxMsg(config)
     listener = PaymentListener(sessions)
     app.add_transactional_listener(listener, group=GROUP, topics=[TOPIC])
-    app.message_listener(TOPIC, fees.GROUP, idempotent=True, session_factory=sessions)(
-        fees.on_payment_completed
+    app.add_message_listener(
+        fees.on_payment_completed,
+        topic=TOPIC,
+        group=fees.GROUP,
+        idempotent=True,
+        session_factory=sessions,
     )
     return app, listener
 
