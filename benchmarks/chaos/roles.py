@@ -43,7 +43,7 @@ from samples.order.orders import (
 )
 from samples.order.settings import OrderSampleSettings
 from samples.order.wiring import CONSUMERS, OrderSampleModule
-from txmsg import ListenerRegistry, LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
+from txmsg import LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
 from txmsg.message import Message
 from txmsg.sqla import create_engine, make_session_factory
 
@@ -129,7 +129,7 @@ class Producer:
                 "listeners": {ORDER_GROUP: {"concurrency": 4}},
             },
         )
-        self.app = TxMsg(config, registry=ListenerRegistry())
+        self.app = TxMsg(config)
         self.module = OrderSampleModule(_sample_settings(settings))
         self.injector = Injector([self.module, TxMsgModule(self.app, groups=[ORDER_GROUP])])
         self.orders_db = self.injector.get(OrdersDb)
@@ -266,10 +266,12 @@ def consumer(settings_file: str, service: str, index: int) -> None:
     config = _client_config(
         settings, f"{service}-{index}-{os.getpid()}", {"consumers": {group: {"concurrency": 4}}}
     )
-    app = TxMsg(config, registry=ListenerRegistry())
+    app = TxMsg(config)
     engine = create_engine(settings.database_urls[service])
     sessions = make_session_factory(engine)
-    app.message_listener(TOPIC, group, idempotent=True, session_factory=sessions)(handler)
+    app.add_message_listener(
+        handler, topic=TOPIC, group=group, idempotent=True, session_factory=sessions
+    )
     app.start()
     _ready(f"{service}-{index}")
     done.wait()
