@@ -27,6 +27,8 @@ class Bench:
 
 
 BENCHES: tuple[Bench, ...] = (
+    Bench("import_time", "import txmsg < 150 ms (ratio = 150 ms / median)",
+          ("--runs", "10"), ("--runs", "30")),
     Bench("broker_throughput", "ours/real RocketMQ 4.9.8 msgs/s >= 1.0",
           ("--seconds", "2"), ("--seconds", "5")),
     Bench("send_overhead", "txmsg/raw send_in_transaction >= 0.9",
