@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from txmsg_broker.testing import wait_until
+
 
 def ensure_client_log_dir() -> str:
     """librocketmq writes to /logs/... unless told otherwise: point it at a temp dir."""
@@ -32,13 +34,14 @@ def create_topic(namesrv: str, name: str, message_type: str | None = "TRANSACTIO
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())
+def reached(predicate: Callable[[], object], timeout: float) -> bool:
+    """Whether ``predicate`` came true within ``timeout``: a benchmark reports a timeout as an
+    incomplete run instead of failing, so this wraps the tests' one polling helper."""
+    try:
+        wait_until(predicate, timeout=timeout)
+    except AssertionError:
+        return False
+    return True
 
 
 @dataclass

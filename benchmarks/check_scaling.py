@@ -44,7 +44,7 @@ from benchmarks._rmq_bench import (
     DeliveryCounter,
     create_topic,
     ensure_client_log_dir,
-    wait_until,
+    reached,
 )
 
 _seq = itertools.count()
@@ -171,7 +171,7 @@ class _RawGate:
             with self.lock:
                 return self.inside == 0 and time.monotonic() - self.last > quiet
 
-        wait_until(idle, timeout=timeout)
+        reached(idle, timeout=timeout)
 
 
 def _drive(
@@ -184,11 +184,11 @@ def _drive(
     extra: dict[str, Any],
 ) -> dict[str, Any]:
     keys = [send(i) for i in range(args.transactions)]
-    answered = wait_until(lambda: recorder.answered(keys), timeout=args.max_wait)
+    answered = reached(lambda: recorder.answered(keys), timeout=args.max_wait)
     # Let re-checks of re-put copies (if any) run and their deliveries arrive: every message
     # delivered and no delivery for two check intervals.
     quiet = args.check_interval_ms / 1000 * 2
-    wait_until(lambda: deliveries.settled(keys, quiet=quiet), timeout=args.max_wait)
+    reached(lambda: deliveries.settled(keys, quiet=quiet), timeout=args.max_wait)
     result = {**recorder.summary(keys), **deliveries.summary(keys), **extra}
     result["ideal"] = ideal
     result["ratio"] = result["rate"] / ideal

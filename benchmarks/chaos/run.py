@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 from txmsg_broker.app import BrokerProcess
+from txmsg_broker.testing import wait_until
 
 from benchmarks.chaos import check
 from benchmarks.chaos.databases import close_all, open_all, prepare
@@ -147,15 +148,17 @@ class ChaosRun:
         )
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pending = [*self.producers, *self.consumers]
-        while pending and time.monotonic() < deadline:
+        children = [*self.producers, *self.consumers]
+
+        def all_ready() -> bool:
             self._revive()
-            pending = [c for c in pending if not c.ready]
-            time.sleep(0.5)
-        if pending:
-            tails = "; ".join(f"{c.name}: {_tail(c.log)}" for c in pending)
-            raise RuntimeError(f"processes did not start within {timeout:.0f} s: {tails}")
+            return all(c.ready for c in children)
+
+        try:
+            wait_until(all_ready, timeout=timeout, interval=0.5, message="the chaos processes to start")
+        except AssertionError:
+            tails = "; ".join(f"{c.name}: {_tail(c.log)}" for c in children if not c.ready)
+            raise RuntimeError(f"processes did not start within {timeout:.0f} s: {tails}") from None
 
     def _revive(self) -> None:
         """Restart a service process that died on its own (not by the monkey)."""
