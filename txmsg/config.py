@@ -126,6 +126,7 @@ def check_name_server(value: str) -> str:
         elif any(ch.isspace() for ch in host):
             problem = f"{address!r} has blanks in its host"
         if problem:
+            # pydantic turns a ValueError into the ConfigError the user sees
             raise ValueError(f"name server {problem}; expected {NAME_SERVER_FORM}")
     return ";".join(addresses)
 

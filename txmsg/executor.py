@@ -93,6 +93,7 @@ def parse_rejection(value: object) -> object:
         return value
     text = value.strip().lower().replace("-", "_")
     if text in ("unknow", "unknown"):
+        # pydantic turns a ValueError into the ConfigError the user sees
         raise ValueError(
             f"rejection={value!r} was removed in txmsg 1.0; use 'abort' (a check-back the pool "
             "cannot take is answered UNKNOW and the broker asks again; an async send raises "
