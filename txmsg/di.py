@@ -19,8 +19,11 @@
 :class:`TxMsgModule` binds ``Annotated[TransactionalProducer, ProducerGroup(g)]`` for every
 listener group ``g`` of the app (and any extra ``groups``); ``producer_for(g)`` is that key, for
 ``injector.get(producer_for("fee-tx"))``.  Type checkers accept the alias as a type.
+The groups bound are those the app has when the injector is built: declare listeners
+(``@app.transactional_listener``) and ``app.include(registry)`` first.
 Producers are looked up when injected, so the injector may be built before ``app.start()``;
-resolve services after it.
+resolve services after it (before, injection raises :class:`~txmsg.NotStartedError`; for a group
+without a listener, :class:`~txmsg.UnknownGroupError`).
 """
 
 from __future__ import annotations
