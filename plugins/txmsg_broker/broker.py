@@ -1,6 +1,6 @@
 """The embedded broker: one object owning the store, topics, clients, logs and both TCP servers.
 
-Extension API (used by ``consumer_service.py``; stable):
+Extension API (used by ``consumer_service.py`` and its parts; stable):
 
 * ``broker.register(code, handler, *, inline=False)`` - handle a request code on the broker port.
   ``handler(cmd: RemotingCommand, conn: Connection) -> Awaitable[RemotingCommand | None]``; return
@@ -18,10 +18,12 @@ Extension API (used by ``consumer_service.py``; stable):
 * ``broker.topics`` (:class:`~txmsg_broker.topics.TopicManager`), ``broker.config`` (:class:`BrokerConfig`),
   ``broker.logs.broker`` / ``broker.logs.transaction`` (real-format log files).
 * ``broker.spawn(coro)`` - a background task cancelled on stop; ``broker.on_stop(fn)`` - sync cleanup.
+* ``broker.on_start(fn)`` - ``fn()`` on the loop once the broker serves; ``broker.on_stopping(fn)`` -
+  ``await fn()`` first thing in ``stop()``, while connections are still open (e.g. answer held pulls).
 * ``broker.loop`` - the event loop the broker runs on (set by ``start``).
 
 At construction the broker imports ``txmsg_broker.consumer_service`` if present and calls its
-``install(broker)``.
+``install(broker)``, which sets ``broker.consumers``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import asyncio
 import contextlib
 import importlib
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from .clients import ClientRegistry
 from .config import BrokerConfig
@@ -41,6 +43,9 @@ from .topics import TopicManager
 from .transport import Connection, Handler, RemotingServer
 from .txlog import BrokerLogs
 
+if TYPE_CHECKING:
+    from .consumer_service import ConsumerService
+
 log = logging.getLogger("txmsg_broker.broker")
 
 PutFilter = Callable[[StoredMessage], StoredMessage]
@@ -48,6 +53,9 @@ PutFilter = Callable[[StoredMessage], StoredMessage]
 
 class Broker:
     """Name server + broker in one object; ``await start()`` / ``await stop()`` on one event loop."""
+
+    #: the consumer side, set by ``consumer_service.install`` during construction
+    consumers: ConsumerService
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -66,6 +74,8 @@ class Broker:
         self.put_filters: list[PutFilter] = []
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._start_callbacks: list[Callable[[], None]] = []
+        self._stopping_callbacks: list[Callable[[], Awaitable[None]]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
         self._started = False
         self._sync_waiters: list[asyncio.Future[None]] = []
@@ -161,6 +171,12 @@ class Broker:
             exc = task.exception()
             self.logs.broker.error("BrokerControllerScheduledThread1", f"background task failed: {exc!r}")
 
+    def on_start(self, fn: Callable[[], None]) -> None:
+        self._start_callbacks.append(fn)
+
+    def on_stopping(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._stopping_callbacks.append(fn)
+
     def on_stop(self, fn: Callable[[], None]) -> None:
         self._stop_callbacks.append(fn)
 
@@ -187,6 +203,8 @@ class Broker:
         self.spawn(self._flush_loop())
         self.transactions.start()
         self._started = True
+        for fn in self._start_callbacks:
+            fn()
 
     def _log_startup(self) -> None:
         b = self.logs.broker
@@ -225,6 +243,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop serving, cancel background work, flush and close everything."""
+        for stopping in self._stopping_callbacks:
+            await stopping()
         await self.transactions.stop()
         for task in list(self._tasks):
             task.cancel()
