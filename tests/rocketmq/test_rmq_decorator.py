@@ -1,4 +1,5 @@
-"""The decorator API end to end: TxMsg + @transactional_listener / @message_listener on the real
+"""The decorator API end to end: @registry.transactional_listener / @registry.message_listener
+on a module-style ListenerRegistry, included into a TxMsg (``app.include(registry)``), on the real
 client (librocketmq 2.1.0) and the embedded broker (check interval 1 s, 3 checks at most)."""
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def make_app(txmsg_broker: Any, tmp_path: Path) -> Iterator[Any]:
             client_log_dir=str(tmp_path / "client-logs"),
             instance_prefix="dec",
         )
-        app = TxMsg(config, registry=registry, backend="rocketmq")
+        app = TxMsg(config, backend="rocketmq")
+        app.include(registry)
         apps.append(app)
         return app
 
@@ -52,12 +54,10 @@ class Deliveries:
 
 
 def _topic_and_consumer(txmsg_broker: Any, registry: ListenerRegistry) -> tuple[str, Deliveries]:
-    from txmsg import message_listener
-
     topic = unique("dec_topic")
     create_topic(txmsg_broker.namesrv_addr, topic, "MIXED")
     deliveries = Deliveries()
-    message_listener(topic=topic, group=unique("cg_dec"), registry=registry)(deliveries)
+    registry.add_message_listener(deliveries, topic=topic, group=unique("cg_dec"))
     return topic, deliveries
 
 
@@ -67,9 +67,7 @@ def test_commit_rollback_and_unknown_then_check(make_app: Any, txmsg_broker: Any
     checked: list[tuple[str | None, bytes]] = []
     group = unique("pg_paths")
 
-    from txmsg import transactional_listener
-
-    @transactional_listener(group=group, topics=[topic], registry=registry)
+    @registry.transactional_listener(group=group, topics=[topic])
     class Paths:
         def execute_local(self, message: Message, arg: Any) -> S:
             return {"commit": S.COMMIT, "rollback": S.ROLLBACK}.get(arg, S.UNKNOW)
@@ -98,19 +96,16 @@ def test_commit_rollback_and_unknown_then_check(make_app: Any, txmsg_broker: Any
 
 
 def test_check_backs_of_one_listener_run_concurrently(make_app: Any, txmsg_broker: Any) -> None:
-    from txmsg import transactional_listener
-
     registry = ListenerRegistry()
     topic = unique("dec_ov")
     create_topic(txmsg_broker.namesrv_addr, topic, "TRANSACTION")
     calls = Calls()
     group = unique("pg_ov")
 
-    @transactional_listener(
+    @registry.transactional_listener(
         group=group,
         topics=[topic],
         executor=ExecutorConfig(concurrency=4),
-        registry=registry,
     )
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
@@ -133,14 +128,12 @@ def test_check_backs_of_one_listener_run_concurrently(make_app: Any, txmsg_broke
 def test_a_raising_check_local_answers_unknow_and_nothing_reaches_ctypes(
     make_app: Any, txmsg_broker: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from txmsg import transactional_listener
-
     registry = ListenerRegistry()
     topic, deliveries = _topic_and_consumer(txmsg_broker, registry)
     group = unique("pg_raise")
     attempts: list[float] = []
 
-    @transactional_listener(group=group, topics=[topic], registry=registry)
+    @registry.transactional_listener(group=group, topics=[topic])
     class Flaky:
         def execute_local(self, message: Message, arg: Any) -> Any:
             raise ValueError("local failure")  # -> UNKNOW (execute_exception_state)
@@ -162,8 +155,6 @@ def test_a_raising_check_local_answers_unknow_and_nothing_reaches_ctypes(
 
 
 def test_close_with_checks_in_flight_waits_for_them(make_app: Any, txmsg_broker: Any) -> None:
-    from txmsg import transactional_listener
-
     registry = ListenerRegistry()
     topic = unique("dec_close")
     create_topic(txmsg_broker.namesrv_addr, topic, "TRANSACTION")
@@ -171,9 +162,8 @@ def test_close_with_checks_in_flight_waits_for_them(make_app: Any, txmsg_broker:
     finished: list[float] = []
     group = unique("pg_close")
 
-    @transactional_listener(
-        group=group, topics=[topic], executor=ExecutorConfig(concurrency=2),
-        registry=registry,
+    @registry.transactional_listener(
+        group=group, topics=[topic], executor=ExecutorConfig(concurrency=2)
     )
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
@@ -199,8 +189,6 @@ def test_close_with_checks_in_flight_waits_for_them(make_app: Any, txmsg_broker:
 def test_a_failing_consumer_goes_to_the_dlq_after_max_reconsume(
     make_app: Any, txmsg_broker: Any
 ) -> None:
-    from txmsg import message_listener, transactional_listener
-
     registry = ListenerRegistry()
     topic, group = unique("dec_dlq"), unique("cg_dlq")
     create_topic(txmsg_broker.namesrv_addr, topic, "MIXED")
@@ -208,16 +196,14 @@ def test_a_failing_consumer_goes_to_the_dlq_after_max_reconsume(
     attempts: list[int] = []
     dead: list[Message] = []
 
-    @message_listener(topic=topic, group=group, max_reconsume=1, registry=registry)
+    @registry.message_listener(topic=topic, group=group, max_reconsume=1)
     def always_fails(message: Message) -> None:
         attempts.append(message.reconsume_times)
         raise RuntimeError("cannot handle")
 
-    message_listener(topic=f"%DLQ%{group}", group=unique("cg_dlq_reader"), registry=registry)(
-        dead.append
-    )
+    registry.add_message_listener(dead.append, topic=f"%DLQ%{group}", group=unique("cg_dlq_reader"))
 
-    @transactional_listener(group=unique("pg_dlq"), topics=[topic], registry=registry)
+    @registry.transactional_listener(group=unique("pg_dlq"), topics=[topic])
     class Commit:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.COMMIT

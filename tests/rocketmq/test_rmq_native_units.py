@@ -154,10 +154,17 @@ def test_printf_hazards_in_names_are_found(text: str, hazard: str | None) -> Non
 def test_consumer_groups_librocketmq_would_crash_on_are_refused(lib: native.Native) -> None:
     from txmsg_rocketmq.backend import RocketMQBackend
 
+    from txmsg import InvalidNameError, TxMsg, TxMsgConfig
+
     backend = RocketMQBackend(None, announce=False)
-    with pytest.raises(ValueError, match="would crash librocketmq 2.1.0"):
+    with pytest.raises(InvalidNameError, match="librocketmq 2.1.0 uses as a printf conversion"):
         backend.subscribe("orders", "stock-events", lambda m: True)
     assert consumer_names_hazard("cg-stock-events", "orders") is None
+    # the app applies the backend's rule at registration, long before start()
+    app = TxMsg(TxMsgConfig(), backend="rocketmq")
+    with pytest.raises(InvalidNameError, match="'%RETRY%stock-events'.*prefix it with 'cg-'"):
+        app.message_listener(topic="orders", group="stock-events")(lambda m: None)
+    app.message_listener(topic="orders", group="cg-stock-events")(lambda m: None)
 
 
 def test_doctor_reports_the_library_and_a_producer_start(tmp_path: Any) -> None:
