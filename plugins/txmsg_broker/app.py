@@ -28,6 +28,19 @@ T = TypeVar("T")
 READY_PATTERN = re.compile(r"accepting connections: namesrv (\S+):(\d+) broker (\S+):(\d+)")
 
 
+def _dirs(
+    data_dir: str | os.PathLike[str] | None, log_dir: str | os.PathLike[str] | None
+) -> tuple[Path, Path]:
+    """The data and log directories; the ones not given go under one fresh temporary directory."""
+    if data_dir is not None and log_dir is not None:
+        return Path(data_dir), Path(log_dir)
+    base = Path(tempfile.mkdtemp(prefix="txmsg-broker-"))
+    return (
+        Path(data_dir) if data_dir is not None else base / "data",
+        Path(log_dir) if log_dir is not None else base / "logs",
+    )
+
+
 def ready_line(broker: Broker) -> str:
     """The one line printed when the broker accepts connections (parsed by ``BrokerProcess``)."""
     return (
@@ -49,12 +62,10 @@ class EmbeddedBroker:
         broker_port: int = 0,
         **settings: Any,
     ) -> None:
-        base = None
-        if data_dir is None or log_dir is None:
-            base = Path(tempfile.mkdtemp(prefix="txmsg-broker-"))
+        data_path, log_path = _dirs(data_dir, log_dir)
         self.config = BrokerConfig(
-            data_dir=Path(data_dir) if data_dir is not None else base / "data",  # type: ignore[operator]
-            log_dir=Path(log_dir) if log_dir is not None else base / "logs",  # type: ignore[operator]
+            data_dir=data_path,
+            log_dir=log_path,
             host=host,
             namesrv_port=namesrv_port,
             broker_port=broker_port,
@@ -180,11 +191,7 @@ class BrokerProcess:
         broker_port: int = 0,
         **settings: Any,
     ) -> None:
-        base = None
-        if data_dir is None or log_dir is None:
-            base = Path(tempfile.mkdtemp(prefix="txmsg-broker-"))
-        self.data_dir = Path(data_dir) if data_dir is not None else base / "data"  # type: ignore[operator]
-        self.log_dir = Path(log_dir) if log_dir is not None else base / "logs"  # type: ignore[operator]
+        self.data_dir, self.log_dir = _dirs(data_dir, log_dir)
         self.host = host
         self.namesrv_port = namesrv_port
         self.broker_port = broker_port

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -37,11 +38,11 @@ from .config import BrokerConfig
 @click.option("--delay-scale", default=1.0, show_default=True, type=click.FloatRange(min=0.0001),
               help="Multiply RocketMQ's delay levels (retry back-off), e.g. 0.01 for tests.")
 @click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1))
-def broker(**options: object) -> None:
+def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
     options["transaction_log_level"] = str(options["transaction_log_level"]).upper()
     try:
-        config = BrokerConfig(**options)  # type: ignore[arg-type]
+        config = BrokerConfig(**options)  # click has validated each option against its type
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
     try:
