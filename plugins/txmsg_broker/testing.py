@@ -146,13 +146,15 @@ class Clients:
         self.consumers: list[Any] = []
         self.in_flight = InFlight()
         self.started_at: dict[int, float] = {}
+        self.instance_names: dict[int, str] = {}
 
     # -- producers ------------------------------------------------------------------------------
     def producer(self, group: str | None = None, *, instance: str | None = None, **kwargs: Any) -> Any:
         from rocketmq.client import Producer
 
         p = Producer(group or unique("PG"), **kwargs)
-        set_producer_instance_name(p, instance or unique("inst"))
+        self.instance_names[id(p)] = instance = instance or unique("inst")
+        set_producer_instance_name(p, instance)
         p.set_name_server_address(self.namesrv_addr)
         p.start()
         self.started_at[id(p)] = time.monotonic()
@@ -179,12 +181,24 @@ class Clients:
                     return TransactionStatus.UNKNOWN
 
         p = TransactionMQProducer(group, safe_checker)
-        set_producer_instance_name(p, instance or unique("inst"))
+        self.instance_names[id(p)] = instance = instance or unique("inst")
+        set_producer_instance_name(p, instance)
         p.set_name_server_address(self.namesrv_addr)
         p.start()
         self.started_at[id(p)] = time.monotonic()
         self.producers.append(p)
         return p
+
+    def heartbeat(self, producer: Any) -> None:
+        """Make the broker learn ``producer``'s group now, as txmsg's announcement does.
+
+        A real broker sends check-backs only to channels it learned from HEART_BEAT.  librocketmq
+        heartbeats 10 ms after start (usually before any send taught it a broker: to nobody) and
+        then every 30 s.  A plain producer started on the same instance name (same client factory)
+        heartbeats at once to every broker the factory knows, listing all of its groups.  Call it
+        after the producer's first send; the helper producer is shut down by :meth:`close`.
+        """
+        self.producer("TXMSG_TEST_HEARTBEAT", instance=self.instance_names[id(producer)])
 
     # -- consumers ------------------------------------------------------------------------------
     def consumer(
@@ -278,6 +292,21 @@ def _avoid_timer_window(started: float | None) -> None:
             return
 
 
+def create_topic(namesrv_addr: str, topic: str, *, queues: int = 4, message_type: str | None = None) -> None:
+    """Create ``topic`` on every master (``txmsg topic create``), like an operator before a deployment.
+
+    Needed wherever a test starts a consumer before the first send: as on a real 4.9.8 cluster, a
+    topic that does not exist has no route, so such a consumer heartbeats to no broker and gets its
+    queues only after librocketmq's next route refresh and heartbeat (up to 30 s).
+    """
+    from .cli import create_topic as command
+
+    args = [topic, "--namesrv", namesrv_addr, "--queues", str(queues)]
+    if message_type:
+        args += ["--type", message_type]
+    command.main(args, standalone_mode=False)
+
+
 def read_log(log_dir: Any, name: str = "transaction.log") -> str:
     path = os.path.join(str(log_dir), name)
     if not os.path.exists(path):
@@ -288,6 +317,7 @@ def read_log(log_dir: Any, name: str = "transaction.log") -> str:
 
 __all__ = [
     "Clients",
+    "create_topic",
     "enable_consumer_trace",
     "InFlight",
     "Received",

@@ -6,7 +6,7 @@ import threading
 from collections import Counter
 
 from rocketmq.client import Message
-from txmsg_broker.testing import Clients, unique, wait_until
+from txmsg_broker.testing import Clients, create_topic, unique, wait_until
 
 
 def _msg(topic: str, body: str, tags: str = "TagA", keys: str = "") -> Message:
@@ -20,6 +20,7 @@ def _msg(topic: str, body: str, tags: str = "TagA", keys: str = "") -> Message:
 
 def test_produce_then_consume_every_message_once(txmsg_broker):
     topic, group = unique("ConsT"), unique("CG")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.producer()
         sent = {f"m{i}" for i in range(40)}
@@ -44,6 +45,7 @@ def test_produce_then_consume_every_message_once(txmsg_broker):
 
 def test_tag_subscription_filters(txmsg_broker):
     topic, group = unique("TagT"), unique("CG")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.producer()
         received = clients.consumer(group, topic, expression="TagA || TagC")
@@ -60,6 +62,7 @@ def test_tag_subscription_filters(txmsg_broker):
 def test_two_consumers_share_the_queues(txmsg_broker):
     """Two instances of one group rebalance (GET_CONSUMER_LIST_BY_GROUP + notify) and split the work."""
     topic, group = unique("ShareT"), unique("CG")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     lock = threading.Lock()
     seen: Counter[str] = Counter()
 
@@ -146,6 +149,7 @@ def test_orderly_consumer_gets_each_queue_in_order(txmsg_broker):
 def test_large_compressed_bodies_and_retry_of_them(txmsg_broker):
     """Bodies >= 4 KiB travel zlib-compressed (sysFlag bit 0); consumers get them back intact, also via retry."""
     topic, group = unique("BigT"), unique("CG")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     big = ("0123456789abcdef" * 2048).encode()  # 32 KiB, compressible
     attempts: list[int] = []
 

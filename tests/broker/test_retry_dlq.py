@@ -17,7 +17,7 @@ from txmsg_broker.message_codec import (
     decode_messages,
 )
 from txmsg_broker.rawclient import call
-from txmsg_broker.testing import Clients, unique, wait_until
+from txmsg_broker.testing import Clients, create_topic, unique, wait_until
 from txmsg_broker.topics import DLQ_PREFIX, RETRY_PREFIX
 
 
@@ -31,6 +31,7 @@ def _msg(topic: str, body: str) -> Message:
 
 def test_retry_then_success_keeps_id_topic_and_counts(txmsg_broker):
     topic, group = unique("RetryT"), unique("CG")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     attempts: Counter[str] = Counter()
     lock = threading.Lock()
 
@@ -60,6 +61,7 @@ def test_always_failing_consumer_ends_in_dlq(txmsg_broker_factory):
     """17 deliveries (reconsumeTimes 0..16), then %DLQ%<group>; nothing is delivered after that."""
     broker = txmsg_broker_factory(delay_scale=0.0001)
     topic, group = unique("DlqT"), unique("CG")
+    create_topic(broker.namesrv_addr, topic)  # consumers start before the first send
     seen: list[int] = []
     lock = threading.Lock()
 
@@ -97,6 +99,7 @@ def test_batch_of_failures_all_reach_dlq(txmsg_broker_factory):
     it back when the first fails) still all end in the DLQ, none is lost."""
     broker = txmsg_broker_factory(delay_scale=0.0001)
     topic, group = unique("DlqB"), unique("CG")
+    create_topic(broker.namesrv_addr, topic)  # consumers start before the first send
     with Clients(broker.namesrv_addr) as clients:
         producer = clients.producer()
         clients.consumer(group, topic, lambda item: ConsumeStatus.RECONSUME_LATER)

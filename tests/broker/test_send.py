@@ -12,7 +12,7 @@ from txmsg_broker import codec
 from txmsg_broker.message_codec import SYSFLAG_COMPRESSED, properties_to_string
 from txmsg_broker.rawclient import call
 from txmsg_broker.store import MessageStore
-from txmsg_broker.testing import Clients, read_log, unique, wait_until
+from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
 
 
 def stored(data_dir, topic: str, queues: int = 4):
@@ -22,6 +22,7 @@ def stored(data_dir, topic: str, queues: int = 4):
 
 def test_send_and_consume_with_properties(txmsg_broker):
     topic = unique("SendT")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     with Clients(txmsg_broker.namesrv_addr) as clients:
         received = clients.consumer(unique("CgSend"), topic, properties=("color", "UNIQ_KEY"))
         producer = clients.producer()
@@ -49,6 +50,7 @@ def test_send_and_consume_with_properties(txmsg_broker):
 
 def test_batch_send_is_stored_as_separate_messages(txmsg_broker):
     topic = unique("BatchT")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     with Clients(txmsg_broker.namesrv_addr) as clients:
         received = clients.consumer(unique("BatchCG"), topic)
         producer = clients.producer()
@@ -75,6 +77,7 @@ def test_batch_send_is_stored_as_separate_messages(txmsg_broker):
 
 def test_compressed_body_is_stored_compressed_and_delivered_inflated(txmsg_broker):
     topic = unique("ZipT")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     body = b"compress me please " * 5000  # ≥ 4 KiB (compressed by the client), < its 128 KiB limit
     with Clients(txmsg_broker.namesrv_addr) as clients:
         received = clients.consumer(unique("ZipCG"), topic)

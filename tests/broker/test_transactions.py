@@ -21,7 +21,7 @@ import pytest
 from rocketmq.client import Message, TransactionStatus
 from txmsg_broker.message_codec import PROPERTY_CHECK_TIMES
 from txmsg_broker.store import MessageStore
-from txmsg_broker.testing import Clients, read_log, unique, wait_until
+from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
 from txmsg_broker.topics import CHECK_MAX_TIME_TOPIC
 
 C, R, U = TransactionStatus.COMMIT, TransactionStatus.ROLLBACK, TransactionStatus.UNKNOWN
@@ -49,6 +49,7 @@ def message(topic: str, key: str) -> Message:
 
 def test_transaction_outcome_table(txmsg_broker):
     topic = unique("TxTable")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     group = unique("TxPG")
     checks: Counter[str] = Counter()
     lock = threading.Lock()
@@ -69,6 +70,7 @@ def test_transaction_outcome_table(txmsg_broker):
         for key, (local, _answers) in TABLE.items():
             result = producer.send_message_in_transaction(message(topic, key), lambda m, a, s=local: s)
             sent_ids[key] = result.msg_id
+        clients.heartbeat(producer)  # the broker learns check-back channels from heartbeats only
 
         wait_until(
             lambda: {r.keys for r in discarded} == {"U_FOREVER"},
@@ -99,6 +101,7 @@ def test_transaction_outcome_table(txmsg_broker):
 def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
     """N producers of one group (distinct instance names): the broker spreads checks over all of them."""
     topic = unique("TxRR")
+    create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     group = unique("TxRRPG")
     instances = 3
     per_instance = 3
@@ -116,9 +119,11 @@ def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
     with Clients(txmsg_broker.namesrv_addr) as clients:
         received = clients.consumer(unique("TxRRCG"), topic)
         producers = [clients.transaction_producer(group, make_checker(i)) for i in range(instances)]
-        # one warm-up send each so the broker learns every channel (the first heartbeat can lag 30 s)
+        # one warm-up send each teaches every instance the broker, then a heartbeat each makes the
+        # broker learn every channel (librocketmq's own first heartbeat can lag 30 s)
         for i, producer in enumerate(producers):
             producer.send_message_in_transaction(message(topic, f"warm{i}"), lambda m, a: C)
+            clients.heartbeat(producer)
         for n in range(instances * per_instance):
             producers[0].send_message_in_transaction(message(topic, f"u{n}"), lambda m, a: U)
 
@@ -154,6 +159,7 @@ def test_immunity_property_delays_first_check(txmsg_broker):
         slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
         producer.send_message_in_transaction(slow, lambda m, a: U)
         producer.send_message_in_transaction(message(topic, "fast"), lambda m, a: U)
+        clients.heartbeat(producer)
         wait_until(lambda: {"slow", "fast"} <= set(checked_at), timeout=20)
     # ordering, not timing: the immune message is checked only after the default-timeout one,
     # and not before its own immunity elapsed
@@ -184,8 +190,9 @@ def test_pending_transactions_survive_restart(txmsg_broker):
         received = clients.consumer(unique("TxRestartCG"), topic)
         answer["value"] = C
         producer = clients.transaction_producer(group, checker)
-        # a send teaches the broker the new channel of the group
+        # a send teaches the client the broker, the heartbeat the broker the new channel of the group
         producer.send_message_in_transaction(message(topic, "after"), lambda m, a: C)
+        clients.heartbeat(producer)
         wait_until(
             lambda: {r.keys for r in received} == {"done", "pending", "after"},
             timeout=25,
@@ -218,6 +225,7 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
     transaction checked again (re-put copies) and every COMMIT answer commits a copy → duplicates."""
     broker = txmsg_broker_factory(check_interval_ms=500, transaction_timeout_ms=500, check_max=3)
     topic, group = unique("TxSlow"), unique("TxSlowPG")
+    create_topic(broker.namesrv_addr, topic)  # consumers start before the first send
     calls: Counter[str] = Counter()
 
     def slow_checker(msg):
@@ -231,6 +239,7 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
         producer = clients.transaction_producer(group, slow_checker)
         for n in range(3):
             producer.send_message_in_transaction(message(topic, f"s{n}"), lambda m, a: U)
+        clients.heartbeat(producer)
         wait_until(
             lambda: sum(calls.values()) > 3 and len(received) > 3,
             timeout=30,
@@ -269,3 +278,29 @@ def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends
     else:
         time.sleep(1.0)
         assert line not in read_log(broker.log_dir, "broker.log")
+
+
+def test_a_group_known_only_by_its_sends_gets_no_check_backs(txmsg_broker):
+    """Issue 12, at the client level: the topic does not exist, the producer's start-up heartbeat
+    found no broker (librocketmq knows brokers only from routes), and its first send - through
+    TBW102's route, creating the topic - is no heartbeat.  Like a real 4.9.8 broker, this one then
+    has no channel for the group: every check fails (``channel table is empty`` in broker.log,
+    ``channel is null`` in transaction.log) and the half message is discarded after check max,
+    long before librocketmq's next heartbeat (30 s)."""
+    topic, group = unique("TxNew"), unique("TxNewPG")
+    checks: list[str] = []
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        producer = clients.transaction_producer(group, lambda m: checks.append(m.keys) or C)
+        time.sleep(0.2)  # past the start-up heartbeat (10 ms after start), which found no broker
+        producer.send_message_in_transaction(message(topic, "lost"), lambda m, a: U)
+        wait_until(
+            lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir),
+            timeout=20,
+            message="the half message to be discarded after 3 failed checks",
+        )
+        assert checks == []
+    broker_log = read_log(txmsg_broker.log_dir, "broker.log")
+    assert broker_log.count(f"Check transaction failed, channel table is empty. groupId={group}") == 3
+    assert read_log(txmsg_broker.log_dir).count(f"Check transaction failed, channel is null. groupId={group}") == 3
+    assert f"Create new topic by default topic:[TBW102] config:[TopicConfig [topicName={topic}," in broker_log
+    assert f"new producer connected, group: {group} " not in broker_log
