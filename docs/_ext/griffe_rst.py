@@ -5,7 +5,7 @@ roles, ``text::`` before an indented example, and reST simple tables.  mkdocstri
 docstrings as Markdown, where those show up literally.  This rewrites them at load time, so the
 source keeps its style and the site reads cleanly:
 
-* ``:class:`~txmsg.errors.TxMsgError``` (any role) -> ```TxMsgError``` (a ``~`` keeps the last part);
+* ``:class:`~txmsg.errors.TxMsgError``` (any role) -> ```TxMsgError``` (``~``: the last part);
 * ``Example::`` followed by an indented block -> ``Example:`` (the block already is Markdown code);
 * a reST simple table (``====  ====`` borders) -> a fenced text block, shown as written.
 """

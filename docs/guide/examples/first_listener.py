@@ -4,9 +4,10 @@ Run it from the repository root (after `make demo` or `make test` set up .venv):
 
     .venv/bin/python docs/guide/examples/first_listener.py
 
-It starts an embedded broker in a child process on free ports, pays one order through the real
-RocketMQ client and prints what the consumer received.  Against a real cluster, replace the broker
-by its name server address (and create the topic there first).
+It starts an embedded broker in a child process on free ports, creates the topic (as an operator
+does before a deployment), pays one order through the real RocketMQ client and prints what the
+consumer received.  Against a real cluster, use its name server address and create the topic with
+its own tools (`mqadmin updateTopic`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from txmsg import ExecutorConfig, LocalTransactionState, Message, TxMsg, TxMsgConfig
 from txmsg_broker import EmbeddedBroker
+from txmsg_broker.testing import create_topic
 
 WORK = Path(tempfile.mkdtemp(prefix="txmsg-first-"))
 
@@ -63,11 +65,13 @@ def build_app(name_server: str) -> TxMsg:
 def main() -> None:
     broker = EmbeddedBroker.spawn(WORK / "broker-data", WORK / "broker-logs")
     try:
+        # before the app starts: its consumer and the producers' first heartbeat need the route
+        create_topic(broker.namesrv_addr, "orders", message_type="TRANSACTION")
         with build_app(broker.namesrv_addr) as app:  # start(); close() on exit
             result = app.producer("order-tx").send_in_transaction(
                 "orders", {"order": "o-1", "amount_cents": 1250}, arg="o-1", keys="o-1"
             )
-            print("local transaction:", result.local_state.name, "key:", result.transaction_key)
+            print("local transaction:", result.local_state, "key:", result.transaction_key)
             print("consumed:", received.get(timeout=60))
     finally:
         broker.stop()
