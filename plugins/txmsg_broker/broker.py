@@ -77,7 +77,6 @@ class Broker:
         self._start_callbacks: list[Callable[[], None]] = []
         self._stopping_callbacks: list[Callable[[], Awaitable[None]]] = []
         self._stop_callbacks: list[Callable[[], None]] = []
-        self._started = False
         self._sync_waiters: list[asyncio.Future[None]] = []
         self._sync_running = False
 
@@ -202,7 +201,6 @@ class Broker:
         self._log_startup()
         self.spawn(self._flush_loop())
         self.transactions.start()
-        self._started = True
         for fn in self._start_callbacks:
             fn()
 
@@ -261,7 +259,6 @@ class Broker:
         self.store.close()
         self.logs.broker.info("main", "Shutdown hook over.")
         self.logs.close()
-        self._started = False
 
     # -- connection bookkeeping -----------------------------------------------------------------
     def _connection_closed(self, conn: Connection) -> None:

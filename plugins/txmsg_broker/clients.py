@@ -49,18 +49,12 @@ class SubscriptionData:
     sub_version: str = "0"
     tags: list[str] = field(default_factory=list)
 
-    def matches(self, tag: str) -> bool:
-        if self.sub_string in ("", "*") or not self.tags:
-            return True
-        return tag in self.tags
-
 
 @dataclass
 class ConsumerGroupInfo:
     group: str
     consume_type: int = 1
     message_model: int = 1
-    consume_from_where: int = 0
     channels: dict[Connection, ClientChannel] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
 
@@ -139,7 +133,6 @@ class ClientRegistry:
             info = self.consumers[group] = ConsumerGroupInfo(group)
         info.consume_type = _int(data.get("consumeType"), 1)
         info.message_model = _int(data.get("messageModel"), 1)
-        info.consume_from_where = _int(data.get("consumeFromWhere"), 0)
         new_channel = conn not in info.channels
         if new_channel:
             info.channels[conn] = ClientChannel(conn, client_id, conn.language, conn.version)

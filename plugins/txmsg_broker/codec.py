@@ -14,7 +14,6 @@ for every malformed frame so that a server can drop one bad connection without c
 
 from __future__ import annotations
 
-import asyncio
 import json
 import struct
 from dataclasses import dataclass, field
@@ -196,7 +195,7 @@ class RemotingCommand:
 
     @classmethod
     def decode(cls, payload: bytes) -> RemotingCommand:
-        """Decode a frame *without* its leading length word (what ``read_frame`` returns)."""
+        """Decode a frame *without* its leading length word (the transport strips it)."""
         if len(payload) < 4:
             raise DecodeError(f"frame of {len(payload)} bytes is shorter than its header-length word")
         (word,) = _WORD.unpack_from(payload, 0)
@@ -260,22 +259,3 @@ def _int_field(header: dict[str, Any], key: str) -> int:
         return int(value)
     except ValueError:
         raise DecodeError(f"header field {key!r} must be an integer, got {value!r}") from None
-
-
-async def read_frame(reader: asyncio.StreamReader, max_length: int = MAX_FRAME_LENGTH) -> bytes:
-    """Read one frame's payload (without the length word).
-
-    Raises ``asyncio.IncompleteReadError`` at EOF (also mid-frame) and ``DecodeError`` for absurd lengths,
-    *before* reading the body, so a bogus length never makes us allocate or wait for gigabytes.
-    """
-    head = await reader.readexactly(4)
-    (length,) = _WORD.unpack(head)
-    if length < 4:
-        raise DecodeError(f"frame length {length} is too small (minimum 4)")
-    if length > max_length:
-        raise DecodeError(f"frame length {length} exceeds the maximum of {max_length} bytes")
-    return await reader.readexactly(length)
-
-
-def encode_frame(cmd: RemotingCommand) -> bytes:
-    return cmd.encode()

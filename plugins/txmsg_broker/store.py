@@ -217,13 +217,6 @@ class MessageStore:
             end = min(len(queue), offset + max_count)
             return [os.pread(self._fd, sizes[i], queue[i]) for i in range(offset, end)]
 
-    def commit_log_offset_at(self, topic: str, queue_id: int, offset: int) -> int | None:
-        with self._lock:
-            queue = self._queues.get((topic, queue_id))
-            if queue is None or not 0 <= offset < len(queue):
-                return None
-            return queue[offset]
-
     def lookup(self, commit_log_offset: int) -> StoredMessage | None:
         """The message stored at a commit-log offset, or None if no record starts there."""
         with self._lock:
@@ -253,10 +246,6 @@ class MessageStore:
         msg, _ = decode_message(data)
         return msg
 
-    @property
-    def commit_log_size(self) -> int:
-        return self._size
-
     # ------------------------------------------------------------------------------------------
     # consumer offsets
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -275,10 +264,6 @@ class MessageStore:
             if table is None:
                 return None
             return table.get(str(queue_id))
-
-    def offset_table(self) -> dict[str, dict[str, int]]:
-        with self._lock:
-            return {k: dict(v) for k, v in self._offsets.items()}
 
     def _write_offsets(self) -> None:
         payload = json.dumps({"offsetTable": self._offsets}, sort_keys=True).encode()

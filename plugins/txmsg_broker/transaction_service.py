@@ -89,7 +89,6 @@ class TransactionService:
         self.passed: set[int] = set()  # half-queue offsets re-put as a newer copy or discarded
         self.cursor = 0
         self.op_cursor = 0
-        self.checks_sent = 0
         self._task: asyncio.Task[None] | None = None
         self._end_threads = ThreadNames("EndTransactionThread_", 12)
         self.recover()
@@ -130,13 +129,6 @@ class TransactionService:
                         self.passed.add(previous)
                     latest[key] = msg.queue_offset
             pos += len(batch)
-
-    def pending_count(self) -> int:
-        """Half messages not yet committed, rolled back, superseded or discarded."""
-        half_max = self.store.max_offset(HALF_TOPIC, 0)
-        return sum(
-            1 for i in range(self.cursor, half_max) if i not in self.resolved and i not in self.passed
-        )
 
     # -- prepare --------------------------------------------------------------------------------
     def prepare(self, msg: StoredMessage, *, defer_sync: bool = False) -> StoredMessage:
@@ -401,7 +393,6 @@ class TransactionService:
         store.commit_offset(SYSTEM_GROUP, HALF_TOPIC, 0, self.cursor)
         store.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0, self.op_cursor)
         tx.info(CHECK_THREAD, f"End to check prepare message, consumed time:{now_ms() - begin}")
-        self.checks_sent += sent
         return sent
 
     def send_check(self, msg: StoredMessage) -> bool:

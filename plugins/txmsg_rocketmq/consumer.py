@@ -137,8 +137,8 @@ class PushConsumer:
                 self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
                 self._ok(dll.RegisterMessageCallback(handle, self._callback), "register the callback")
-                self.sync_pull = use_sync_pull(native, handle, pull_threads)
-                self.consume_from_set = set_consume_from(native, handle, CONSUME_FROM[consume_from])
+                use_sync_pull(native, handle, pull_threads)
+                set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
                 started = True
             finally:

@@ -62,10 +62,6 @@ class Gate:
             self._cond.notify_all()
 
     # ---- closing --------------------------------------------------------------------------
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
     def in_flight(self) -> tuple[int, int]:
         """(sends, callbacks) currently inside."""
         with self._cond:

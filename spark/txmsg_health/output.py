@@ -20,9 +20,3 @@ def write_summary(out: str, summary: dict[str, Any]) -> str:
         f.write("\n")
     os.replace(tmp, path)
     return path
-
-
-def read_summary(out: str) -> dict[str, Any]:
-    with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
-        data: dict[str, Any] = json.load(f)
-    return data

@@ -16,7 +16,6 @@ from txmsg_health import patterns as P
 from txmsg_health.rules import Thresholds, evaluate
 
 WINDOW_FORMATS = {"minute": "%Y-%m-%d %H:%M", "hour": "%Y-%m-%d %H"}
-WINDOW_MINUTES = {"minute": 1, "hour": 60}
 
 
 def window_to_utc(win: str, window: str, tz: timezone) -> datetime:
