@@ -123,7 +123,7 @@ class DelayScheduler:
                     await asyncio.sleep(wait_s)
                 try:
                     self._deliver(msg)
-                except Exception as exc:  # a bad record must not stop the level forever
+                except Exception as exc:  # noqa: BLE001 - a bad record must not stop the level forever
                     self.broker.logs.broker.error(
                         "ScheduleMessageTimerThread", f"delayed delivery of {msg.msg_id} failed: {exc!r}"
                     )
