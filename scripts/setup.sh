@@ -70,4 +70,17 @@ if [ "$(cat "$site_packages/_txmsg_checkout.py" 2>/dev/null)" != "$finder" ]; th
   echo "import _txmsg_checkout; _txmsg_checkout.install()" >"$site_packages/txmsg-checkout.pth"
 fi
 
+# rocketmq-python-client 5.x (the gRPC client, extra `grpc`) and rocketmq-client-python 2.0.0 both
+# install a top-level `rocketmq` package; whichever pip wrote last owns rocketmq/__init__.py. With
+# 2.0.0's on top the 5.x client cannot import itself; with the 5.x one on top both import. So
+# reinstall the 5.x client (the version pip resolved from pyproject, from pip's cache) whenever its
+# __init__.py is not the one on disk: after a fresh install, or after anything reinstalled 2.0.0.
+# The librocketmq.so put next to 2.0.0's ffi.py below is in neither package's file list: it stays.
+rocketmq_init="$site_packages/rocketmq/__init__.py"
+rocketmq5=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("rocketmq-python-client"))' 2>/dev/null || true)
+if [ -n "$rocketmq5" ] && ! grep -qs "from .v5" "$rocketmq_init"; then
+  echo "[setup] rocketmq-python-client $rocketmq5 reinstalled last (its rocketmq/__init__.py must win over 2.0.0's)"
+  .venv/bin/python -m pip install --quiet --no-deps --force-reinstall "rocketmq-python-client==$rocketmq5"
+fi
+
 .venv/bin/python scripts/install_rocketmq_client.py

@@ -26,6 +26,8 @@ from .config import BrokerConfig
 
 T = TypeVar("T")
 READY_PATTERN = re.compile(r"accepting connections: namesrv (\S+):(\d+) broker (\S+):(\d+)")
+#: the optional part of the ready line when the gRPC endpoint is on
+GRPC_READY_PATTERN = re.compile(r"accepting connections: .*? grpc (\S+):(\d+)")
 
 
 def _dirs(
@@ -43,9 +45,11 @@ def _dirs(
 
 def ready_line(broker: Broker) -> str:
     """The one line printed when the broker accepts connections (parsed by ``BrokerProcess``)."""
+    grpc = getattr(broker, "grpc", None)
     return (
         f"txmsg broker accepting connections: namesrv {broker.namesrv_addr} broker {broker.broker_addr} "
-        f"(data {broker.config.data_dir}, logs {broker.config.log_dir}, flush {broker.config.flush})"
+        + (f"grpc {grpc.endpoint} " if grpc is not None else "")
+        + f"(data {broker.config.data_dir}, logs {broker.config.log_dir}, flush {broker.config.flush})"
     )
 
 
@@ -84,6 +88,12 @@ class EmbeddedBroker:
     @property
     def broker_addr(self) -> str:
         return f"{self.config.advertised_ip}:{self.config.broker_port}"
+
+    @property
+    def grpc_endpoint(self) -> str | None:
+        """``host:port`` of the RocketMQ 5 gRPC endpoint (``grpc_port=`` setting), None when off."""
+        grpc = getattr(self.broker, "grpc", None)
+        return grpc.endpoint if grpc is not None else None
 
     @property
     def log_dir(self) -> Path:
@@ -198,6 +208,8 @@ class BrokerProcess:
         self.settings = settings
         self.proc: subprocess.Popen[bytes] | None = None
         self.console_path = self.log_dir / "console.log"
+        #: ``host:port`` of the gRPC endpoint once started with ``grpc_port=`` (None when off)
+        self.grpc_endpoint: str | None = None
 
     @property
     def namesrv_addr(self) -> str:
@@ -258,6 +270,11 @@ class BrokerProcess:
             if match:
                 self.namesrv_port = int(match.group(2))
                 self.broker_port = int(match.group(4))
+                grpc_match = GRPC_READY_PATTERN.search(text)
+                if grpc_match:
+                    # keep the port for restarts, as for the other two
+                    self.settings["grpc_port"] = int(grpc_match.group(2))
+                    self.grpc_endpoint = f"{grpc_match.group(1)}:{grpc_match.group(2)}"
                 return self
             if self.proc.poll() is not None:
                 raise RuntimeError(

@@ -45,6 +45,7 @@ from .txlog import BrokerLogs
 
 if TYPE_CHECKING:
     from .consumer_service import ConsumerService
+    from .grpc.server import GrpcEndpoint
 
 log = logging.getLogger("txmsg_broker.broker")
 
@@ -88,6 +89,12 @@ class Broker:
         send_service.install(self)
         self.transactions = transaction_service.install(self)
         self._install_extensions()
+        #: the RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``), when ``config.grpc_port`` is set
+        self.grpc: GrpcEndpoint | None = None
+        if config.grpc_port is not None:
+            from .grpc.server import GrpcEndpoint
+
+            self.grpc = GrpcEndpoint(self)
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -198,6 +205,8 @@ class Broker:
         self.config.namesrv_port = self.namesrv_server.port
         self.config.broker_port = self.server.port
         self.store.store_host = self.broker_addr
+        if self.grpc is not None:
+            await self.grpc.start()
         self._log_startup()
         self.spawn(self._flush_loop())
         self.transactions.start()
@@ -243,6 +252,8 @@ class Broker:
         """Stop serving, cancel background work, flush and close everything."""
         for stopping in self._stopping_callbacks:
             await stopping()
+        if self.grpc is not None:
+            await self.grpc.stop()
         await self.transactions.stop()
         for task in list(self._tasks):
             task.cancel()

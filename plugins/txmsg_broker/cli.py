@@ -38,6 +38,9 @@ from .config import BrokerConfig
 @click.option("--delay-scale", default=1.0, show_default=True, type=click.FloatRange(min=0.0001),
               help="Multiply RocketMQ's delay levels (retry back-off), e.g. 0.01 for tests.")
 @click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1))
+@click.option("--grpc-port", default=None, type=click.IntRange(0, 65535),
+              help="Also serve RocketMQ 5's gRPC protocol (the proxy's) on this port (0 = any free); "
+                   "needs the `grpc` extra.")
 def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
     options["transaction_log_level"] = str(options["transaction_log_level"]).upper()

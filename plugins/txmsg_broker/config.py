@@ -29,6 +29,8 @@ class BrokerConfig:
     #: multiplies RocketMQ's delay levels (1s 5s 10s ... 2h); e.g. 0.01 makes level 3 (10 s) take 0.1 s
     delay_scale: float = 1.0
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    #: RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``) port; None = off, 0 = any free port
+    grpc_port: int | None = None
     broker_name: str = "broker-a"
     cluster_name: str = "DefaultCluster"
     default_queue_nums: int = 4

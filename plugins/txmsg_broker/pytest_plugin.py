@@ -5,6 +5,7 @@ Fixtures:
 * ``txmsg_broker`` - a started :class:`~txmsg_broker.app.BrokerProcess` with short check timings
   (``TEST_SETTINGS``), temp data/log dirs; use ``.namesrv_addr``, ``.log_dir``, ``.data_dir``,
   ``.restart()``, ``.kill()`` (SIGKILL), ``.start()``, ``.stop()``.
+* ``txmsg_grpc_broker`` - the same with the RocketMQ 5 gRPC endpoint on (``.grpc_endpoint``).
 * ``txmsg_broker_factory`` - ``factory(**settings)`` for custom settings (any ``txmsg broker`` option,
   e.g. ``flush="sync"``, ``check_max=5``, ``transaction_log_level="DEBUG"``). All are stopped at teardown.
 
@@ -62,3 +63,10 @@ def txmsg_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
 @pytest.fixture
 def txmsg_broker(txmsg_broker_factory: BrokerFactory) -> BrokerProcess:
     return txmsg_broker_factory()
+
+
+@pytest.fixture
+def txmsg_grpc_broker(txmsg_broker_factory: BrokerFactory) -> BrokerProcess:
+    """Like ``txmsg_broker`` plus the RocketMQ 5 gRPC endpoint: ``.grpc_endpoint`` ("127.0.0.1:port")
+    for ``rocketmq.ClientConfiguration`` of the official 5.x client (needs the ``grpc`` extra)."""
+    return txmsg_broker_factory(grpc_port=0)

@@ -404,6 +404,9 @@ class TransactionService:
                 CHECK_SEND_THREAD, f"Check transaction failed, channel table is empty. groupId={group}"
             )
             return False
+        push = getattr(conn, "push_transaction_check", None)
+        if push is not None:  # a 5.x gRPC client (txmsg_broker.grpc): RecoverOrphanedTransactionCommand
+            return bool(push(msg))
         real_topic = msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
         real_qid = _int(msg.properties.get(PROPERTY_REAL_QID), msg.queue_id)
         body = encode_message(msg, topic=real_topic, queue_id=real_qid)
