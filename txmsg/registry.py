@@ -138,7 +138,8 @@ class ListenerRegistry:
         redeliveries RocketMQ moves the message to the group's DLQ).
 
         Parameters:
-            topic, group: what to consume and as which consumer group (one function per group).
+            topic: what to consume.
+            group: as which consumer group (one function per group).
             tags: RocketMQ tag expression (``"*"``, ``"a || b"``).
             concurrency: consumer threads (default :data:`txmsg.defaults.CONSUMER_CONCURRENCY`).
             max_reconsume: redeliveries before the DLQ (default :data:`txmsg.defaults.MAX_RECONSUME`).
