@@ -50,3 +50,17 @@ def test_the_readme_example_runs_as_written(txmsg_broker: Any, tmp_path: Path) -
         if re.fullmatch(r"(LocalTransactionState\.)?COMMIT [0-9A-F]{32}", line)
     ]
     assert len(sent) == 1, done.stdout
+
+
+def test_the_guides_first_listener_runs_as_written(tmp_path: Path) -> None:
+    """docs/guide/examples/first_listener.py is pulled into the guide verbatim; it must run."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "guide" / "examples" / "first_listener.py")],
+        cwd=ROOT,
+        env={**os.environ, "TXMSG_CLIENT_LOG_DIR": str(tmp_path / "client-logs")},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "COMMIT" in done.stdout, done.stdout

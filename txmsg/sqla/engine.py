@@ -129,11 +129,3 @@ def read_only(session: Session) -> None:
     """
     session.connection(execution_options={SQLITE_BEGIN_OPTION: "DEFERRED"})
 
-
-def is_sqlite(session_or_engine: Session | Engine) -> bool:
-    bind = (
-        session_or_engine.get_bind()
-        if isinstance(session_or_engine, Session)
-        else session_or_engine
-    )
-    return bind.dialect.name == "sqlite"
