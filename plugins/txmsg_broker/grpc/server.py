@@ -8,6 +8,7 @@ announces itself and stopped before the remoting servers.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -21,6 +22,78 @@ if TYPE_CHECKING:
 #: ProxyConfig.grpcMaxInboundMessageSize: a body over maxMessageSize reaches the handler and gets
 #: MESSAGE_BODY_TOO_LARGE instead of a transport error
 MAX_INBOUND_MESSAGE_SIZE = 130 * 1024 * 1024
+
+
+#: grpc-java's answer to a request that is not valid protobuf (grpcio's own would be UNKNOWN)
+MALFORMED_DETAILS = "Invalid protobuf byte sequence"
+
+
+class Malformed:
+    """What a request that failed to parse becomes, so the handler can answer like the proxy."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _lenient(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, or anything a hostile input triggers
+            return Malformed(str(exc))
+
+    return parse
+
+
+def _guard_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    async def guarded(request: Any, context: Any) -> Any:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INTERNAL, MALFORMED_DETAILS)
+        return await behavior(request, context)
+
+    return guarded
+
+
+def _guard_stream(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+    async def guarded(request: Any, context: Any) -> AsyncIterator[Any]:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INTERNAL, MALFORMED_DETAILS)
+        async for response in behavior(request, context):
+            yield response
+
+    return guarded
+
+
+class _LenientHandler(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """The generated handlers, with parse failures answered INTERNAL as grpc-java does (the stream
+    handler, Telemetry, checks for :class:`Malformed` itself)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def service(self, details: Any) -> Any:
+        handler = self.inner.service(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        changes: dict[str, Any] = {"request_deserializer": _lenient(handler.request_deserializer)}
+        if handler.unary_unary is not None:
+            changes["unary_unary"] = _guard_unary(handler.unary_unary)
+        if handler.unary_stream is not None:
+            changes["unary_stream"] = _guard_stream(handler.unary_stream)
+        return handler._replace(**changes)
+
+
+class _Capture:
+    """Stands in for the server while the generated ``add_..._to_server`` registers its handler."""
+
+    def __init__(self) -> None:
+        self.handlers: list[Any] = []
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.handlers.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        raise NotImplementedError  # newer generated code: register through the generic handler
 
 
 class GrpcEndpoint:
@@ -51,7 +124,9 @@ class GrpcEndpoint:
                 ("grpc.so_reuseport", 0),
             ]
         )
-        svc_grpc.add_MessagingServiceServicer_to_server(self.servicer, server)
+        capture = _Capture()
+        svc_grpc.add_MessagingServiceServicer_to_server(self.servicer, capture)
+        server.add_generic_rpc_handlers([_LenientHandler(h) for h in capture.handlers])
         host = self.broker.config.host or "0.0.0.0"
         port = server.add_insecure_port(f"{host}:{self.port}")
         if port == 0:

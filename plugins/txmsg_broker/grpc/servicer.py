@@ -18,18 +18,16 @@ import asyncio
 import importlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import grpc
 
 from . import routes
 from .producer import ProducerRpcs, validate_topic
+from .server import MALFORMED_DETAILS, GrpcEndpoint, Malformed
 from .sessions import ClientSession, Sessions
 from .status import ProxyError, client_id_required, not_implemented, ok, status
 from .stubs import Code, pb, svc, svc_grpc
-
-if TYPE_CHECKING:
-    from .server import GrpcEndpoint
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 LANGUAGE_HEADER = "x-mq-language"
@@ -192,6 +190,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
         async def read() -> None:
             try:
                 async for command in request_iterator:
+                    if isinstance(command, Malformed):
+                        outbox.put_nowait(command)
+                        break
                     if session is None:
                         exc = client_id_required()
                         outbox.put_nowait(svc.TelemetryCommand(status=status(exc.code, exc.message)))
@@ -210,6 +211,8 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
                 item = await outbox.get()
                 if item is None:
                     break
+                if isinstance(item, Malformed):
+                    await context.abort(grpc.StatusCode.INTERNAL, MALFORMED_DETAILS)
                 if isinstance(item, ProxyError):
                     code = (
                         grpc.StatusCode.INVALID_ARGUMENT
