@@ -131,6 +131,22 @@ def check_name_server(value: str) -> str:
     return ";".join(addresses)
 
 
+ENDPOINTS_FORM = (
+    "host:port[;host:port] of RocketMQ 5 gRPC endpoints (proxies), e.g. 127.0.0.1:8081 or "
+    "proxy1:8081;proxy2:8081, port 1..65535"
+)
+NAMESPACE_PATTERN = r"^[%|a-zA-Z0-9_-]{0,64}$"
+
+
+def check_endpoints(value: str) -> str:
+    """Like :func:`check_name_server`, for the ``endpoints`` of the ``rocketmq5`` backend."""
+    try:
+        return check_name_server(value)
+    except ValueError as exc:
+        text = str(exc).replace("name server", "endpoints", 1).replace(NAME_SERVER_FORM, ENDPOINTS_FORM)
+        raise ValueError(text) from None
+
+
 class TxMsgConfig(_Section):
     """Typed, validated configuration of a :class:`txmsg.TxMsg` application."""
 
@@ -149,6 +165,19 @@ class TxMsgConfig(_Section):
     instance_prefix: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
+    endpoints: str = Field(default="127.0.0.1:8081", min_length=1)
+    """``rocketmq5`` backend: gRPC endpoint(s) of RocketMQ 5 proxies, ``host:port[;host:port]``
+    (``access_key``/``secret_key`` are its credentials too)."""
+    namespace: str = Field(default="", pattern=NAMESPACE_PATTERN)
+    """``rocketmq5`` backend: the RocketMQ 5 namespace of topics and groups ("" = none)."""
+    tls: bool = False
+    """``rocketmq5`` backend: connect to the endpoints over TLS."""
+
+    @field_validator("endpoints")
+    @classmethod
+    def _valid_endpoints(cls, value: str) -> str:
+        return check_endpoints(value)
+
     pull_threads: int = Field(default=16, ge=1, le=256)
     """Pull threads per push consumer (the RocketMQ backend pulls synchronously, one queue at a
     time per thread: keep it at least the number of queues one consumer owns, retry queue included)."""
