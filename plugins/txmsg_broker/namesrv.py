@@ -1,10 +1,16 @@
 """Name server: route queries (105) and cluster info (106), answered from the broker's own topic table.
 
-Broker registration is internal (same process), so routes are always current. Differences from Java,
-on purpose: with auto-create on, an unknown business topic is created on its first route query (a
-push consumer that starts before the first send would otherwise wait 30 s for its next route refresh),
-and ``%RETRY%<group>`` topics are created on query in every mode (the consumer asks for them before
-its first heartbeat; without a route retries are never consumed).
+Broker registration is internal (same process), so a topic the broker creates is in the routes at
+once - as in Apache RocketMQ 4.9.8, whose broker calls ``registerBrokerAll`` right after
+``TopicConfigManager.createTopicInSendMessageMethod`` / ``createTopicInSendMessageBackMethod``
+created a topic.  A route query never creates anything, as in 4.9.8 (``RouteInfoManager
+.pickupTopicRouteData``): a topic nobody created (by a send with auto-create on, an admin command,
+or - ``%RETRY%<group>`` - a consumer's heartbeat) is answered TOPIC_NOT_EXIST (17) with the real
+remark.  ``TBW102`` has a route only with auto-create on: that route is what a producer falls back
+to for a topic without one (librocketmq uses min(4, its queues) of it), and its first send then
+creates the topic.  Consequences a real cluster has too: a consumer subscribed to a topic that does
+not exist yet has no queues for it and sends its heartbeat to no broker; it learns the route at its
+next route refresh (librocketmq: 3 s after its start, then every 30 s).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .codec import GET_BROKER_CLUSTER_INFO, GET_ROUTEINFO_BY_TOPIC, TOPIC_NOT_EXIST, RemotingCommand
-from .topics import DEFAULT_TOPIC, RETRY_PREFIX, TopicConfig, validate_topic_name
+from .topics import DEFAULT_TOPIC, SUGGEST_APPLY_TOPIC, TopicConfig, validate_topic_name
 from .transport import Connection
 
 if TYPE_CHECKING:
@@ -45,28 +51,17 @@ def route_body(broker: Broker, cfg: TopicConfig) -> bytes:
 
 
 def resolve_topic(broker: Broker, topic: str) -> TopicConfig | None:
-    """The topic's config if the name server should publish a route for it (may auto-create)."""
+    """The topic's config if the name server has a route for it; never creates a topic."""
     if validate_topic_name(topic) is not None:
         return None
     if topic == DEFAULT_TOPIC and not broker.config.auto_create_topics:
-        return None
-    cfg = broker.topics.get(topic)
-    if cfg is not None:
-        return cfg
-    if topic.startswith(RETRY_PREFIX):
-        cfg, _ = broker.topics.create_if_absent(topic, 1)
-        broker.logs.broker.info("HeartbeatThread_1", f"create new topic {cfg.describe()}")
-        return cfg
-    if broker.config.auto_create_topics and not topic.startswith("%"):
-        cfg, created = broker.topics.create_if_absent(topic)
-        if created:
-            broker.logs.broker.info(
-                "SendMessageThread_1",
-                f"Create new topic by default topic:[{DEFAULT_TOPIC}] config:[{cfg.describe()}] "
-                f"producer:[{broker.namesrv_addr}]",
-            )
-        return cfg
-    return None
+        return None  # 4.9.8 creates TBW102 only with autoCreateTopicEnable
+    return broker.topics.get(topic)
+
+
+def topic_not_exist_remark(topic: str) -> str:
+    """4.9.8's remark, word for word (``DefaultRequestProcessor.getRouteInfoByTopic`` + FAQUrl)."""
+    return f"No topic route info in name server for the topic: {topic}{SUGGEST_APPLY_TOPIC}"
 
 
 def install(broker: Broker) -> None:
@@ -74,12 +69,7 @@ def install(broker: Broker) -> None:
         topic = cmd.ext("topic")
         cfg = resolve_topic(broker, topic)
         if cfg is None:
-            return cmd.error(
-                TOPIC_NOT_EXIST,
-                f"No topic route info in name server for the topic: {topic}\n"
-                "See http://rocketmq.apache.org/docs/faq/ for further details. "
-                "Create it with `txmsg topic create NAME` or start the broker with --auto-create-topics.",
-            )
+            return cmd.error(TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
         return cmd.response(body=route_body(broker, cfg))
 
     async def get_cluster_info(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -35,8 +35,10 @@ from .topics import (
     DEFAULT_TOPIC,
     HALF_TOPIC,
     OP_HALF_TOPIC,
+    PERM_READ,
     PERM_WRITE,
     SCHEDULE_TOPIC,
+    SUGGEST_APPLY_TOPIC,
     TopicConfig,
     validate_topic_name,
 )
@@ -101,18 +103,32 @@ def install(broker: Broker) -> None:
     threads = ThreadNames("SendMessageThread_", 2)
     config = broker.config
 
-    def resolve(topic: str, conn: Connection, default_queues: int) -> TopicConfig | None:
+    def resolve(topic: str, conn: Connection, default_topic: str, default_queues: int) -> TopicConfig | None:
+        """The topic, created on this first send if the default topic allows it (4.9.8 ``msgCheck``).
+
+        ``default_topic``/``default_queues`` are the request's (librocketmq: TBW102, 4).  The new
+        topic is in the name server's routes at once, as after 4.9.8's ``registerBrokerAll``.
+        """
         cfg = broker.topics.get(topic)
-        if cfg is not None or not config.auto_create_topics or topic.startswith("%"):
+        if cfg is not None or topic.startswith("%"):
             return cfg
         thread = threads.next()
         broker.logs.broker.warn(thread, f"the topic {topic} not exist, producer: /{conn.remote_addr}")
-        queues = max(1, min(default_queues or config.default_queue_nums, config.default_queue_nums))
-        cfg, created = broker.topics.create_if_absent(topic, queues)
-        if created:
+        default_topic = default_topic or DEFAULT_TOPIC
+        if default_topic == DEFAULT_TOPIC and not config.auto_create_topics:
+            # 4.9.8 strips TBW102's inherit permission when autoCreateTopicEnable is off
+            cfg, created = None, False
+            problem = f"the default topic[{default_topic}] has no perm [{PERM_READ | PERM_WRITE}]"
+        else:
+            cfg, created, problem = broker.topics.create_in_send(topic, default_topic, default_queues)
+        if cfg is None:
+            broker.logs.broker.warn(
+                thread, f"Create new topic failed, because {problem} producer:[{conn.remote_addr}]"
+            )
+        elif created:
             broker.logs.broker.info(
                 thread,
-                f"Create new topic by default topic:[{DEFAULT_TOPIC}] config:[{cfg.describe()}] "
+                f"Create new topic by default topic:[{default_topic}] config:[{cfg.describe()}] "
                 f"producer:[{conn.remote_addr}]",
             )
         return cfg
@@ -124,7 +140,13 @@ def install(broker: Broker) -> None:
             broker.logs.broker.warn(
                 threads.next(),
                 f"send to topic {cmd.ext('topic')} from {conn.remote_addr} rejected "
-                f"(code {response.code}): {response.remark}",
+                f"(code {response.code}): {response.remark}"
+                + (
+                    f" Create it with `txmsg topic create {cmd.ext('topic')}` or run the broker with "
+                    "--auto-create-topics"
+                    if response.code == TOPIC_NOT_EXIST
+                    else ""
+                ),
             )
         return response
 
@@ -138,13 +160,12 @@ def install(broker: Broker) -> None:
             return cmd.error(SYSTEM_ERROR, f"The specified topic is invalid: {problem}")
         if topic in PROTECTED_TOPICS:
             return cmd.error(NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        cfg = resolve(topic, conn, cmd.ext_int("defaultTopicQueueNums", config.default_queue_nums))
+        cfg = resolve(
+            topic, conn, cmd.ext("defaultTopic"), cmd.ext_int("defaultTopicQueueNums", config.default_queue_nums)
+        )
         if cfg is None:
-            return cmd.error(
-                TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please! Create it with "
-                f"`txmsg topic create {topic}` or run the broker with --auto-create-topics",
-            )
+            # 4.9.8's remark; the rejection line in broker.log adds what to do
+            return cmd.error(TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{SUGGEST_APPLY_TOPIC}")
         if not cfg.perm & PERM_WRITE:
             return cmd.error(NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = cmd.ext_int("queueId", 0)

@@ -137,6 +137,10 @@ def enable_consumer_trace(consumer: Any, on: bool = True) -> None:
         raise RuntimeError(f"SetPushConsumerMessageTrace failed with status {status}")
 
 
+#: group of the helper producer :meth:`Clients.heartbeat` starts (it shows up in broker.log)
+HEARTBEAT_GROUP = "TXMSG_TEST_HEARTBEAT"
+
+
 class Clients:
     """Creates real clients against one name server and shuts them all down safely."""
 
@@ -198,7 +202,7 @@ class Clients:
         heartbeats at once to every broker the factory knows, listing all of its groups.  Call it
         after the producer's first send; the helper producer is shut down by :meth:`close`.
         """
-        self.producer("TXMSG_TEST_HEARTBEAT", instance=self.instance_names[id(producer)])
+        self.producer(HEARTBEAT_GROUP, instance=self.instance_names[id(producer)])
 
     # -- consumers ------------------------------------------------------------------------------
     def consumer(
@@ -319,6 +323,7 @@ __all__ = [
     "Clients",
     "create_topic",
     "enable_consumer_trace",
+    "HEARTBEAT_GROUP",
     "InFlight",
     "Received",
     "read_log",

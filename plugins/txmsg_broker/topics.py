@@ -28,6 +28,12 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_TOPICS = {DEFAULT_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC, SCHEDULE_TOPIC}
 
+#: Java's ``FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL)``, appended to TOPIC_NOT_EXIST remarks
+SUGGEST_APPLY_TOPIC = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+#: queues of ``TBW102`` (4.9.8 ``BrokerConfig.defaultTopicQueueNums``); a topic created by a send
+#: gets min(the client's ``defaultTopicQueueNums`` (4 in librocketmq), this)
+DEFAULT_TOPIC_QUEUE_NUMS = 8
+
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
 MESSAGE_TYPES = ("NORMAL", "TRANSACTION", "FIFO", "DELAY", "MIXED")
 
@@ -102,7 +108,7 @@ class TopicManager:
         self._topics: dict[str, TopicConfig] = {}
         self._load()
         for name, queues in (
-            (DEFAULT_TOPIC, default_queue_nums),
+            (DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS),
             (HALF_TOPIC, 1),
             (OP_HALF_TOPIC, 1),
             (CHECK_MAX_TIME_TOPIC, 1),
@@ -158,3 +164,27 @@ class TopicManager:
             self._topics[topic] = cfg
             self._save()
             return cfg, True
+
+    def create_in_send(
+        self, topic: str, default_topic: str, client_default_queue_nums: int
+    ) -> tuple[TopicConfig | None, bool, str]:
+        """Create ``topic`` from ``default_topic`` as 4.9.8's ``createTopicInSendMessageMethod`` does.
+
+        Returns (config, created, problem): the existing or new config, or None and why not (the
+        default topic is missing or lacks the inherit permission).  Queue count min(client's default, the
+        default topic's write queues); permission the default topic's without INHERIT.
+        """
+        with self._lock:
+            existing = self._topics.get(topic)
+            if existing is not None:
+                return existing, False, ""
+            default = self._topics.get(default_topic)
+            if default is None:
+                return None, False, f"the default topic[{default_topic}] not exist."
+            if not default.perm & PERM_INHERIT:
+                return None, False, f"the default topic[{default_topic}] has no perm [{default.perm}]"
+            n = max(0, min(client_default_queue_nums, default.write_queue_nums))
+            cfg = TopicConfig(topic, n, n, default.perm & ~PERM_INHERIT)
+            self._topics[topic] = cfg
+            self._save()
+            return cfg, True, ""

@@ -27,7 +27,7 @@ from txmsg_broker.codec import (
 )
 from txmsg_broker.message_codec import decode_messages
 from txmsg_broker.rawclient import call, connect, read_command
-from txmsg_broker.testing import unique
+from txmsg_broker.testing import create_topic, unique
 
 
 def send(addr: str, topic: str, body: bytes, *, queue_id: int = 0, tags: str = "") -> RemotingCommand:
@@ -62,7 +62,8 @@ def test_pull_result_codes_follow_java(txmsg_broker):
     addr, topic = txmsg_broker.broker_addr, unique("CodesT")
     unknown = call(addr, PULL_MESSAGE, pull_fields(topic, 0))
     assert unknown.code == TOPIC_NOT_EXIST and "txmsg topic create" in (unknown.remark or "")
-    assert call(txmsg_broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == 0  # auto-creates
+    assert call(txmsg_broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == TOPIC_NOT_EXIST
+    create_topic(txmsg_broker.namesrv_addr, topic)  # a route query creates nothing (as 4.9.8)
     empty = call(addr, PULL_MESSAGE, pull_fields(topic, 0))
     assert (empty.code, empty.ext_fields["nextBeginOffset"]) == (PULL_NOT_FOUND, "0")
     moved = call(addr, PULL_MESSAGE, pull_fields(topic, 5))
@@ -94,7 +95,7 @@ def test_offsets_update_query_and_commit_flag(txmsg_broker):
         answer = read_command(sock)
     assert answer.opaque == 2 and answer.ext_fields["offset"] == "7"
     # a pull with the commit-offset flag stores the client's committed offset too
-    call(txmsg_broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})  # auto-creates the topic
+    create_topic(txmsg_broker.namesrv_addr, topic)
     call(addr, PULL_MESSAGE, {**pull_fields(topic, 0, sys_flag=1), "commitOffset": "9"})
     assert call(addr, QUERY_CONSUMER_OFFSET, q).ext_fields["offset"] == "9"
 
@@ -178,7 +179,7 @@ def test_held_pull_is_released_when_its_client_disconnects(tmp_path):
 
     with EmbeddedBroker(tmp_path / "data", tmp_path / "logs") as broker:
         topic = unique("GoneT")
-        call(broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        create_topic(broker.namesrv_addr, topic)
         held = lambda: broker.call(lambda b: b.consumers.long_polls.held())  # noqa: E731
         sock = connect(broker.broker_addr)
         sock.sendall(RemotingCommand.request(PULL_MESSAGE, pull_fields(topic, 0, sys_flag=2, suspend=20000),

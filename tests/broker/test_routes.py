@@ -1,4 +1,10 @@
-"""Name server: route queries as librocketmq parses them, auto-create on/off, unknown codes."""
+"""Name server: route queries as librocketmq parses them, auto-create on/off, unknown codes.
+
+Routes of topics that do not exist yet follow Apache RocketMQ 4.9.8 (``DefaultRequestProcessor
+.getRouteInfoByTopic``, ``AbstractSendMessageProcessor.msgCheck``, ``TopicConfigManager
+.createTopicInSendMessageMethod``, ``ClientManageProcessor.heartBeat``): a route query creates
+nothing; the producer falls back to TBW102's route and its first send creates the topic.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import json
 
 from txmsg_broker import codec
 from txmsg_broker.rawclient import call
-from txmsg_broker.testing import Clients, unique
+from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
 from txmsg_broker.topics import RETRY_PREFIX
 
 
@@ -14,22 +20,77 @@ def route(addr: str, topic: str) -> codec.RemotingCommand:
     return call(addr, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
 
 
-def test_route_for_auto_created_topic_points_at_the_broker(txmsg_broker):
+def send_ext(group: str, topic: str, default_queue_nums: int = 4) -> dict[str, object]:
+    """SEND_MESSAGE_V2 header as librocketmq fills it (defaultTopic TBW102, 4 default queues)."""
+    return {"a": group, "b": topic, "c": "TBW102", "d": default_queue_nums, "e": 0, "f": 0, "g": "1",
+            "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}
+
+
+def test_unknown_topic_has_no_route_until_the_first_send_creates_it(txmsg_broker):
     topic = unique("RouteT")
-    response = route(txmsg_broker.namesrv_addr, topic)
-    assert response.code == codec.SUCCESS
-    assert response.is_response
-    data = json.loads(response.body)
+    before = route(txmsg_broker.namesrv_addr, topic)
+    assert before.code == codec.TOPIC_NOT_EXIST
+    assert before.remark == (
+        f"No topic route info in name server for the topic: {topic}\n"
+        "See http://rocketmq.apache.org/docs/faq/ for further details."
+    )
+    assert route(txmsg_broker.namesrv_addr, topic).code == codec.TOPIC_NOT_EXIST  # asking creates nothing
+    sent = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic), b"x")
+    assert sent.code == codec.SUCCESS
+    after = route(txmsg_broker.namesrv_addr, topic)  # registered at once, as 4.9.8's registerBrokerAll
+    assert after.code == codec.SUCCESS
+    assert after.is_response
+    data = json.loads(after.body)
     (queue,) = data["queueDatas"]
     assert queue["writeQueueNums"] == 4 and queue["readQueueNums"] == 4
-    assert isinstance(queue["perm"], int) and queue["perm"] & 6 == 6
+    assert queue["perm"] == 6  # TBW102's permission without INHERIT
     (broker,) = data["brokerDatas"]
     assert broker["brokerName"] == queue["brokerName"]
     assert broker["brokerAddrs"] == {"0": txmsg_broker.broker_addr}
+    log = read_log(txmsg_broker.log_dir, "broker.log")
+    assert f"the topic {topic} not exist, producer: /" in log
+    assert f"Create new topic by default topic:[TBW102] config:[TopicConfig [topicName={topic}, " in log
 
 
-def test_retry_topic_route_has_one_queue(txmsg_broker):
-    response = route(txmsg_broker.namesrv_addr, RETRY_PREFIX + unique("CG"))
+def test_the_default_topic_is_what_producers_fall_back_to(txmsg_broker):
+    """TBW102: 8 queues, perm RWX (inherit); a created topic gets min(client's default, 8) queues."""
+    (queue,) = json.loads(route(txmsg_broker.namesrv_addr, "TBW102").body)["queueDatas"]
+    assert (queue["readQueueNums"], queue["writeQueueNums"], queue["perm"]) == (8, 8, 7)
+    topic = unique("TwoQ")
+    assert call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic, 2), b"x").code == 0
+    (created,) = json.loads(route(txmsg_broker.namesrv_addr, topic).body)["queueDatas"]
+    assert (created["readQueueNums"], created["writeQueueNums"]) == (2, 2)
+
+
+def test_a_consumer_of_a_topic_without_route_reaches_no_broker(txmsg_broker):
+    """No route, so librocketmq knows no broker: its start-up heartbeat goes nowhere (it retries with
+    its 30 s timer).  A consumer of an existing topic is registered at once."""
+    missing, existing = unique("NoRouteT"), unique("RouteT")
+    create_topic(txmsg_broker.namesrv_addr, existing)
+    deaf, heard = unique("DeafCG"), unique("HeardCG")
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        clients.consumer(deaf, missing)
+        clients.consumer(heard, existing)
+        wait_until(
+            lambda: f"new consumer connected, group: {heard} " in read_log(txmsg_broker.log_dir, "broker.log"),
+            timeout=10,
+        )
+        log = read_log(txmsg_broker.log_dir, "broker.log")
+        assert f"new consumer connected, group: {deaf} " not in log
+        assert route(txmsg_broker.namesrv_addr, missing).code == codec.TOPIC_NOT_EXIST
+        assert route(txmsg_broker.namesrv_addr, RETRY_PREFIX + deaf).code == codec.TOPIC_NOT_EXIST
+
+
+def test_retry_topic_is_created_by_the_heartbeat_not_by_the_route_query(txmsg_broker):
+    group = unique("CG")
+    assert route(txmsg_broker.namesrv_addr, RETRY_PREFIX + group).code == codec.TOPIC_NOT_EXIST
+    body = json.dumps(
+        {"clientID": "127.0.0.1@1#R", "consumerDataSet": [
+            {"groupName": group, "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,
+             "subscriptionDataSet": []}]}
+    ).encode()
+    assert call(txmsg_broker.broker_addr, codec.HEART_BEAT, {}, body).code == codec.SUCCESS
+    response = route(txmsg_broker.namesrv_addr, RETRY_PREFIX + group)
     assert response.code == codec.SUCCESS
     (queue,) = json.loads(response.body)["queueDatas"]
     assert queue["readQueueNums"] == 1
@@ -41,6 +102,15 @@ def test_no_auto_create_answers_topic_not_exist(txmsg_broker_factory):
     assert unknown.code == codec.TOPIC_NOT_EXIST
     assert "No topic route info" in (unknown.remark or "")
     assert route(broker.namesrv_addr, "TBW102").code == codec.TOPIC_NOT_EXIST
+    topic = unique("Nope")
+    refused = call(broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic), b"x")
+    assert refused.code == codec.TOPIC_NOT_EXIST
+    assert refused.remark == (
+        f"topic[{topic}] not exist, apply first please!\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+    )
+    log = read_log(broker.log_dir, "broker.log")
+    assert "Create new topic failed, because the default topic[TBW102] has no perm [6]" in log
+    assert f"Create it with `txmsg topic create {topic}`" in log  # what to do, in the rejection line
 
 
 def test_no_auto_create_rejects_sends_to_unknown_topics(txmsg_broker_factory):
@@ -123,7 +193,7 @@ def test_cli_runs_in_foreground_and_shuts_down_cleanly(tmp_path):
         match = READY_PATTERN.search(first)
         assert match, first
         namesrv = f"{match.group(1)}:{match.group(2)}"
-        assert call(namesrv, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": "CliT"}).code == codec.SUCCESS
+        assert call(namesrv, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == codec.SUCCESS
         proc.send_signal(signal.SIGINT)
         rest = proc.communicate(timeout=15)[0]
     finally:

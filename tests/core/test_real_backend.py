@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 import pytest
-from txmsg_broker.testing import wait_until
+from txmsg_broker.testing import create_topic, wait_until
 
 from txmsg import LocalTransactionState as S
 from txmsg import Message, TxMsg, TxMsgConfig
@@ -21,6 +21,8 @@ pytest.importorskip("txmsg_rocketmq")
 
 
 def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
+    # the consumer starts before the first send: create the topic first, as on a real cluster
+    create_topic(txmsg_broker.namesrv_addr, "CoreE2E")
     config = TxMsgConfig(
         name_server=txmsg_broker.namesrv_addr,
         client_log_dir=os.environ.get("ROCKETMQ_CLIENT_LOG_DIR", "var/rocketmq-client"),
