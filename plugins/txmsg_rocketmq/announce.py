@@ -1,28 +1,43 @@
-"""Making a new producer instance known to the brokers at once instead of after up to 30 s.
+"""Making a producer group known to every broker at once instead of after up to 30 s.
 
-Why: a broker sends check-backs only to channels it learned from a ``HEART_BEAT`` that listed
-the group (a real broker does not learn producers from sends).  librocketmq heartbeats right
-after ``start()``, but its broker table is still empty then (it fills it from topic routes), so
-that heartbeat goes nowhere; the next one is 30 s later (``MQClientFactory::startScheduledTask``).
-A producer that never sends never learns a route at all, so after a restart it would never get
-the check-backs of its predecessor's pending transactions.
+Why: a broker sends check-backs only to channels it learned from a ``HEART_BEAT`` that listed the
+group (Apache RocketMQ 4.9.8 ``ClientManageProcessor.heartBeat``; sends teach it nothing).
+librocketmq heartbeats 10 ms after ``start()`` - but its broker table is still empty then (it fills
+it from topic routes), so that heartbeat goes nowhere - and then every 30 s
+(``MQClientFactory::startScheduledTask``).  Until then every check-back of the group fails on the
+broker with ``Check transaction failed, channel table is empty`` and still counts towards
+``transactionCheckMax``: with a short check interval the half messages are discarded.  A producer
+that never sends never learns a route at all, so after a restart it would never get the check-backs
+of its predecessor's pending transactions.
 
-The C API has no "send heartbeat" call, but two client starts do heartbeat immediately, and a
-client created with the same instance name shares the producer's ``MQClientFactory`` (the
-factory is keyed by ``ip@pid#instanceName``), so that heartbeat carries our producer group too:
+The C API has no "send heartbeat" call, but two client starts heartbeat immediately, and a client
+created with the same instance name shares the producer's ``MQClientFactory`` (the factory is keyed
+by ``ip@pid#instanceName``), so that heartbeat carries our producer group too:
 
-* ``announce_now(instance, topics)`` - a short-lived push consumer on the same instance name,
-  subscribed to the group's topics with a tag no message carries.  Its start fetches the topics'
-  routes (filling the broker table) and calls ``sendHeartbeatToAllBroker``; it is shut down
-  right away (the shared factory stays up because our producer is still registered in it) and
-  destroyed only after the instance itself is shut down (see ``_via_consumer``).
-  Leaves a consumer group ``TXMSG_ANNOUNCE_<group>`` in the broker's tables.
-* ``announce_later(instance)`` - after a send has taught the instance its brokers, a plain
-  producer of group ``TXMSG_ANNOUNCE`` on the same instance name is started (start sends a
-  heartbeat to all known brokers) and shut down (unregistering only ``TXMSG_ANNOUNCE``).  Runs on
-  a background thread so the send that triggered it is not delayed.
+* at start, ``announce_now(instance, topics)`` - a short-lived push consumer on the same instance
+  name, subscribed with a tag no message carries to the topics whose route lists the brokers the
+  group will use: each declared topic that has a route, and ``TBW102`` for one that does not yet
+  (its first send goes through TBW102's route and creates it on those brokers, see
+  :mod:`.routes`).  Its start fetches those routes (filling the broker table) and calls
+  ``sendHeartbeatToAllBroker``; it is shut down right away (the shared factory stays up because our
+  producer is still registered in it) and destroyed only after the instance itself is shut down.
+  On a real cluster this leaves, per producer group, a subscription group
+  ``TXMSG_ANNOUNCE_<group>`` and a topic ``%RETRY%TXMSG_ANNOUNCE_<group>`` (1 queue) when the broker
+  has ``autoCreateSubscriptionGroup=true`` (the default), and possibly consumer offsets of that
+  group; ``txmsg_rocketmq/README`` and docs/backend-design.md give the mqadmin commands that remove
+  them.  With ``autoCreateSubscriptionGroup=false`` nothing is created and the heartbeat still
+  registers the producer group (4.9.8 registers producers whatever happens to the consumer part).
+* after the first send of each topic by an instance, ``announce_later(instance)`` - a plain
+  producer of group ``TXMSG_ANNOUNCE`` on the same instance name is started (start heartbeats to
+  all brokers the factory knows, which now include the broker the send went to) and shut down
+  (unregistering only ``TXMSG_ANNOUNCE``).  Producer groups are not persisted by a broker: this
+  leaves nothing behind.  Runs on a background thread so the send is not delayed.
+* when a broker joins later: a watcher thread asks the name server every ``watch_interval``
+  seconds for the routes of the announced topics (TBW102's for those without one); when a route
+  gains a master address, every instance using that topic is announced again as at start (the
+  consumer's start re-fetches the routes, so the factory learns the new broker at once).
 
-Both go through the instance's gate as a "send", so ``close()`` waits for them.
+All go through the instance's gate as a "send", so ``close()`` waits for them.
 """
 
 from __future__ import annotations
@@ -44,6 +59,7 @@ from .native import (
     release_push_consumer,
     start_push_consumer,
 )
+from .routes import DEFAULT_TOPIC, RouteQueryError, query_route
 
 if TYPE_CHECKING:
     from .pool import ProducerInstance
@@ -52,32 +68,142 @@ log = logging.getLogger("txmsg.rocketmq")
 
 ANNOUNCE_PRODUCER_GROUP = "TXMSG_ANNOUNCE"
 NO_MESSAGE_TAG = "TXMSG_ANNOUNCE_NO_MESSAGES"
+WATCH_INTERVAL_S = 10.0
+"""How often the watcher asks the name server whether a topic's route gained a broker."""
 
 
 class Announcer:
     """Sends first heartbeats for producer instances (see module docstring)."""
 
-    def __init__(self, native: Native, name_server: str) -> None:
+    def __init__(
+        self, native: Native, name_server: str, *, watch_interval: float = WATCH_INTERVAL_S
+    ) -> None:
         self.native = native
         self.name_server = name_server
+        self.watch_interval = watch_interval
         self._queue: queue.SimpleQueue[ProducerInstance | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
         # Keeps the consumer callback alive for the consumer's lifetime (it never gets messages).
         self._noop = MESSAGE_CALLBACK(guarded(E_CONSUME_SUCCESS, "announce consumer", lambda *_: 0))
+        # watcher: announced instances with their topics, and the masters last seen per topic
+        self._watched: list[tuple[ProducerInstance, tuple[str, ...]]] = []
+        self._masters: dict[str, frozenset[str]] = {}
+        self._watch_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     # ---- eager: topics known at start -------------------------------------------------------
     def announce_now(self, inst: ProducerInstance, topics: Sequence[str]) -> bool:
         if not topics or not inst.gate.enter_send():
             return False
         try:
-            ok = self._via_consumer(inst, topics)
+            ok = self._via_consumer(inst, self.route_topics(topics))
             inst.announced = inst.announced or ok
-            return ok
         finally:
             inst.gate.exit_send()
+        self._watch(inst, topics)
+        return ok
+
+    def route_topics(self, topics: Sequence[str]) -> list[str]:
+        """The topics whose routes list the brokers ``topics`` are (or will be) on.
+
+        A declared topic with a route stands for itself; one without a route yet is replaced by
+        ``TBW102``: with ``autoCreateTopicEnable`` its first send goes through TBW102's route and
+        creates the topic on those brokers.  If the name server cannot be asked from here, the
+        declared topics and TBW102 are all subscribed (routes that do not exist are skipped by
+        librocketmq).
+        """
+        chosen: list[str] = []
+        try:
+            for topic in topics:
+                if self._masters_of(topic):
+                    chosen.append(topic)
+                elif self._masters_of(DEFAULT_TOPIC):
+                    chosen.append(DEFAULT_TOPIC)
+                else:
+                    log.warning(
+                        "topic %s has no route and the cluster has no %s route "
+                        "(autoCreateTopicEnable=false?): sends to it will fail with 'No route info'; "
+                        "create it first, e.g. mqadmin updateTopic -n %s -c <cluster> -t %s",
+                        topic,
+                        DEFAULT_TOPIC,
+                        self.name_server,
+                        topic,
+                    )
+        except RouteQueryError as exc:
+            log.warning(
+                "cannot ask the name server for routes (%s); announcing through all topics", exc
+            )
+            return [*dict.fromkeys([*topics, DEFAULT_TOPIC])]
+        return [*dict.fromkeys(chosen)]
+
+    def _masters_of(self, topic: str) -> frozenset[str]:
+        """Masters of ``topic``'s own route (raises RouteQueryError), remembered for the watcher."""
+        masters = query_route(self.name_server, topic).masters
+        with self._watch_lock:
+            self._masters[topic] = masters
+        return masters
+
+    # ---- a broker joins later -------------------------------------------------------------------
+    def _watch(self, inst: ProducerInstance, topics: Sequence[str]) -> None:
+        with self._watch_lock:
+            self._watched.append((inst, tuple(topics)))
+            if self._watcher is None or not self._watcher.is_alive():
+                self._stop.clear()
+                self._watcher = threading.Thread(
+                    target=self._watch_loop, name="txmsg-rocketmq-routes", daemon=True
+                )
+                self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        while not self._stop.wait(self.watch_interval):
+            try:
+                self.check_routes()
+            except BaseException:  # noqa: BLE001 - a daemon thread must not die silently
+                log.exception("watching the routes of announced topics failed")
+
+    def check_routes(self) -> int:
+        """Announce again every instance whose topics gained a master since the last look.
+
+        Returns the number of instances announced.  A topic without a route is watched through
+        TBW102's route (where its first send will create it).
+        """
+        with self._watch_lock:
+            self._watched = [(i, t) for i, t in self._watched if not i.shut_down]
+            watched = list(self._watched)
+            before = dict(self._masters)
+        topics = {t for _, ts in watched for t in ts}
+        grown: set[str] = set()
+        try:
+            for topic in sorted(topics):
+                default = before.get(DEFAULT_TOPIC, frozenset())
+                own = self._masters_of(topic)
+                # a topic just created by its first send had TBW102's brokers before: no news
+                if own - (before.get(topic) or default):
+                    grown.add(topic)
+                elif not own and self._masters_of(DEFAULT_TOPIC) - default:
+                    grown.add(topic)
+        except RouteQueryError as exc:
+            log.debug("route watch skipped: %s", exc)
+            return 0
+        announced = 0
+        for inst, inst_topics in watched:
+            if grown & set(inst_topics) and inst.gate.enter_send():
+                try:
+                    log.info(
+                        "a broker joined the route of %s: announcing %s again",
+                        sorted(grown),
+                        inst.name,
+                    )
+                    announced += self._via_consumer(inst, self.route_topics(inst_topics))
+                finally:
+                    inst.gate.exit_send()
+        return announced
 
     def _via_consumer(self, inst: ProducerInstance, topics: Sequence[str]) -> bool:
+        if not topics:
+            return False
         started, handle = self.heartbeat_through_consumer(inst.group, inst.name, topics)
         if handle is not None:
             inst.defer_destroy_consumer(handle)
@@ -173,6 +299,12 @@ class Announcer:
         """Nothing to do: pending announcements pass the gate, which ``close`` drains."""
 
     def stop(self) -> None:
+        self._stop.set()
+        with self._watch_lock:
+            watcher, self._watcher = self._watcher, None
+            self._watched.clear()
+        if watcher is not None and watcher.is_alive():
+            watcher.join(timeout=5.0)
         with self._thread_lock:
             if self._thread is not None and self._thread.is_alive():
                 self._queue.put(None)
