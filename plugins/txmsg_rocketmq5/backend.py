@@ -1,0 +1,163 @@
+"""``RocketMQ5Backend``: txmsg's :class:`~txmsg.backend.Backend` over the official RocketMQ 5 client.
+
+Entry point ``txmsg.backends: rocketmq5``; chosen with ``backend = "rocketmq5"`` (or
+``TXMSG_BACKEND=rocketmq5``), connecting to ``endpoints`` (``TXMSG_ENDPOINTS``, gRPC
+``host:port[;host:port]``) with ``access_key``/``secret_key``, ``namespace`` and ``tls``.
+
+Differences from the ``rocketmq`` backend, and why:
+
+* One 5.x ``Producer`` per group, its check-backs run ``check_concurrency`` at once on the
+  sender's own pool (:mod:`.sender`): the 5.x client delivers commands on one stream, so more
+  client instances would not help; more threads do.
+* A RocketMQ 5 proxy routes check-backs **by topic** (the topic is the producer group of gRPC
+  producers), so two producer groups of one app must not send to the same topic: a check-back
+  could reach the other group's ``check_local``.  Declared topics are checked here
+  (``ValueError`` at start); listeners should declare every topic they send to, so check-backs
+  reach the producer from its start.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rocketmq import ClientConfiguration, Credentials
+
+from txmsg import defaults
+from txmsg.backend import CheckHandler, ConsumeHandler
+from txmsg.errors import BackendUnavailableError
+from txmsg.names import check_name, rocketmq_rule
+
+from .names import name_rule
+from .sender import Rocketmq5Sender
+
+log = logging.getLogger("txmsg.rocketmq5")
+
+_RULES = (rocketmq_rule, name_rule)
+DEFAULT_ENDPOINTS = "127.0.0.1:8081"
+
+
+def _cfg(config: Any, name: str, default: Any) -> Any:
+    value = getattr(config, name, None) if config is not None else None
+    return default if value is None else value
+
+
+class RocketMQ5Backend:
+    """Producers (and consumers) on ``rocketmq-python-client`` 5.x for one set of endpoints."""
+
+    name = "rocketmq5"
+    name_rule = staticmethod(name_rule)
+    """Names a RocketMQ 5 proxy accepts (also the ``txmsg.name_rules`` entry point)."""
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = config
+        self.endpoints: str = str(_cfg(config, "endpoints", DEFAULT_ENDPOINTS))
+        self.namespace: str = str(_cfg(config, "namespace", ""))
+        self.tls: bool = bool(_cfg(config, "tls", False))
+        send_timeout_ms = int(_cfg(config, "send_timeout_ms", 3000))
+        # the client puts it into an int64 protobuf field: whole seconds
+        self.request_timeout: int = max(1, math.ceil(send_timeout_ms / 1000))
+        self.credentials = Credentials(
+            _cfg(config, "access_key", "") or "", _cfg(config, "secret_key", "") or ""
+        )
+        self._lock = threading.Lock()
+        self._senders: list[Rocketmq5Sender] = []
+        self._topic_owner: dict[str, str] = {}
+        self._consumers: dict[str, Any] = {}
+        self._closed = False
+
+    def client_configuration(self) -> Any:
+        """A fresh ``ClientConfiguration`` (the client keeps per-instance state in it)."""
+        return ClientConfiguration(
+            self.endpoints,
+            self.credentials,
+            namespace=self.namespace,
+            request_timeout=self.request_timeout,
+        )
+
+    # ---- producers -----------------------------------------------------------------------------
+    def create_transactional_sender(
+        self,
+        group: str,
+        check_handler: CheckHandler,
+        *,
+        check_concurrency: int,
+        topics: Sequence[str] = (),
+    ) -> Rocketmq5Sender:
+        """Start one 5.x transactional ``Producer`` for ``group`` publishing ``topics``, its
+        check-backs running ``check_concurrency`` at once."""
+        self._ensure_open()
+        check_name("producer_group", group, owner="RocketMQ 5 backend", rules=_RULES)
+        for topic in topics:
+            check_name("topic", topic, owner=f"RocketMQ 5 backend, group {group}", rules=_RULES)
+        if int(check_concurrency) < 1:
+            raise ValueError(
+                f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
+                "listener's ExecutorConfig.concurrency"
+            )
+        with self._lock:
+            for topic in topics:
+                owner = self._topic_owner.get(topic)
+                if owner is not None and owner != group:
+                    raise ValueError(
+                        f"topic {topic!r} is declared by producer groups {owner!r} and {group!r}; "
+                        "a RocketMQ 5 proxy routes check-backs by topic (the topic is the producer "
+                        "group of gRPC producers), so one group's check_local could answer the "
+                        "other's transactions. Give each listener its own topics"
+                    )
+            for topic in topics:
+                self._topic_owner[topic] = group
+        sender = Rocketmq5Sender(
+            group,
+            check_handler,
+            configuration=self.client_configuration(),
+            topics=tuple(topics),
+            check_concurrency=int(check_concurrency),
+            tls=self.tls,
+        )
+        with self._lock:
+            self._senders.append(sender)
+        return sender
+
+    # ---- consumers -----------------------------------------------------------------------------
+    def subscribe(
+        self,
+        topic: str,
+        group: str,
+        handler: ConsumeHandler,
+        *,
+        tags: str = "*",
+        concurrency: int = defaults.CONSUMER_CONCURRENCY,
+        max_reconsume: int = defaults.MAX_RECONSUME,
+        consume_from: str = "first",
+    ) -> Callable[[float], None]:
+        self._ensure_open()
+        raise BackendUnavailableError(
+            "the rocketmq5 backend has no consumers yet (issue 14 point 4); use backend "
+            "'rocketmq' for @message_listener consumers"
+        )
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailableError("this RocketMQ5Backend is closed; create a new one")
+
+    def close(self, timeout: float = defaults.CLOSE_TIMEOUT) -> None:
+        """Stop consumers, then close every sender (each bounded by ``timeout``)."""
+        with self._lock:
+            self._closed = True
+            consumers = list(self._consumers.values())
+            self._consumers.clear()
+            senders = list(self._senders)
+            self._senders.clear()
+        for stop in consumers:
+            stop(timeout)
+        for sender in senders:
+            sender.close(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"producers": {s.group: s.stats() for s in self._senders}}

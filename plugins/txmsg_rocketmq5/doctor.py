@@ -1,0 +1,87 @@
+"""``txmsg doctor`` checks of the ``rocketmq5`` backend (entry point ``txmsg.doctor_checks: rocketmq5``).
+
+Each check is ``(label, detail, ok)``: the 5.x client is installed and its ``rocketmq`` package is
+the one that imports (``rocketmq-client-python`` 2.0.0 installs a ``rocketmq/__init__.py`` of its
+own; with that one on top the 5.x client cannot import itself), and every configured endpoint
+answers gRPC.  librocketmq and ``rocketmq-client-python`` are not needed and not checked.
+Imports run in a child interpreter so a broken combination leaves nothing half-imported here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+from typing import Any
+
+Check = tuple[str, str, bool]
+
+CLIENT5 = "rocketmq-python-client"
+PROBE = "import rocketmq.v5.producer, rocketmq.grpc_protocol; from rocketmq import Producer"
+
+
+def _fix(version: str) -> str:
+    return (
+        f"run `pip install --no-deps --force-reinstall {CLIENT5}=={version}` so the 5.x "
+        "rocketmq/__init__.py wins (`pip install 'txmsg[rocketmq5]'` in a fresh environment)"
+    )
+
+
+def _child_import() -> str | None:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60
+    )
+    if proc.returncode == 0:
+        return None
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {proc.returncode}"
+
+
+def _endpoint(address: str, tls: bool) -> Check:
+    label = f"endpoint {address} answers gRPC"
+    try:
+        import grpc  # noqa: PLC0415 - only with the client installed
+
+        channel = (
+            grpc.secure_channel(address, grpc.ssl_channel_credentials())
+            if tls
+            else grpc.insecure_channel(address)
+        )
+        try:
+            grpc.channel_ready_future(channel).result(timeout=3.0)
+        finally:
+            channel.close()
+    except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
+        detail = str(exc) or type(exc).__name__
+        return (label, f"{detail}; start the proxy (or `txmsg broker --grpc-port`) or fix "
+                "`endpoints` / TXMSG_ENDPOINTS", False)
+    return (label, "ready" + (" (TLS)" if tls else ""), True)
+
+
+def report(config: Any = None) -> list[Check]:
+    try:
+        version = importlib.metadata.version(CLIENT5)
+    except importlib.metadata.PackageNotFoundError:
+        return [
+            (
+                f"{CLIENT5} (rocketmq5 backend)",
+                "not installed: `pip install 'txmsg[rocketmq5]'`",
+                False,
+            )
+        ]
+    checks: list[Check] = [(f"{CLIENT5} (rocketmq5 backend)", version, True)]
+    error = _child_import()
+    checks.append(
+        (
+            "RocketMQ 5 client imports",
+            "ok" if error is None else f"{error}; {_fix(version)}",
+            error is None,
+        )
+    )
+    if error is not None:
+        return checks
+    endpoints = str(getattr(config, "endpoints", None) or "127.0.0.1:8081")
+    tls = bool(getattr(config, "tls", False))
+    for address in [a.strip() for a in endpoints.split(";") if a.strip()]:
+        checks.append(_endpoint(address, tls))
+    return checks
