@@ -39,6 +39,8 @@ BENCHES: tuple[Bench, ...] = (
           ("--lines", "300000", "--runs", "1"), ()),
     Bench("fuzz_broker", "decoders + live sockets: crashes=0 hangs=0, stored_ok ratio 1.0",
           ("--inputs", "100000", "--socket-inputs", "5000"), ("--inputs", "1000000")),
+    Bench("announce_latency", "new group known to the broker <= 1 s after start / first send "
+          "(ratio = 1 s / worst median)", ("--runs", "3"), ("--runs", "5", "--baseline")),
     Bench("chaos", "kill -9 chaos: every committed order processed exactly once (ratio 1.0, "
           "0 violations)", ("--mode", "short"), ("--mode", "long")),
 )
