@@ -24,8 +24,8 @@ by ``ip@pid#instanceName``), so that heartbeat carries our producer group too:
   On a real cluster this leaves, per producer group, a subscription group
   ``TXMSG_ANNOUNCE_<group>`` and a topic ``%RETRY%TXMSG_ANNOUNCE_<group>`` (1 queue) when the broker
   has ``autoCreateSubscriptionGroup=true`` (the default), and possibly consumer offsets of that
-  group; ``txmsg_rocketmq/README`` and docs/backend-design.md give the mqadmin commands that remove
-  them.  With ``autoCreateSubscriptionGroup=false`` nothing is created and the heartbeat still
+  group; docs/backend-design.md ("Being known to the broker") gives the mqadmin commands that
+  remove them.  With ``autoCreateSubscriptionGroup=false`` nothing is created and the heartbeat still
   registers the producer group (4.9.8 registers producers whatever happens to the consumer part).
 * after the first send of each topic by an instance, ``announce_later(instance)`` - a plain
   producer of group ``TXMSG_ANNOUNCE`` on the same instance name is started (start heartbeats to
