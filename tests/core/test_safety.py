@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import pytest
 
 from txmsg import LocalTransactionState as S
 from txmsg import Message
+from txmsg.listener import ListenerSpec
 from txmsg.message import UNIQ_KEY
 from txmsg.safety import run_check_local, run_execute_local
 
 
-@dataclass(frozen=True)
-class Spec:
-    group: str = "order-tx"
-    execute_exception_state: S = S.UNKNOW
+def make_spec(execute_exception_state: S | None = None) -> ListenerSpec:
+    """The spec of group ``order-tx``; ``None`` leaves the default rule (UNKNOW)."""
+    return ListenerSpec(
+        group="order-tx", target=Answers, execute_exception_state=execute_exception_state
+    )
 
 
 MSG = Message(topic="orders", body=b"{}", properties={UNIQ_KEY: "K-42"})
@@ -37,8 +38,8 @@ class Answers:
 
 @pytest.mark.parametrize("state", [S.COMMIT, S.ROLLBACK, S.UNKNOW, S.UNKNOWN])
 def test_valid_answers_pass_through(state: S) -> None:
-    assert run_execute_local(Answers(state), MSG, None, Spec()) is state
-    assert run_check_local(Answers(state), MSG, Spec()) is state
+    assert run_execute_local(Answers(state), MSG, None, make_spec()) is state
+    assert run_check_local(Answers(state), MSG, make_spec()) is state
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_exceptions_become_the_configured_state_and_are_logged(
     error: BaseException, configured: S, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
-    spec = Spec(execute_exception_state=configured)
+    spec = make_spec(execute_exception_state=configured)
     assert run_execute_local(Answers(error=error), MSG, None, spec) is configured
     record = caplog.records[-1]
     assert "group=order-tx key=K-42" in record.getMessage()
@@ -60,12 +61,17 @@ def test_exceptions_become_the_configured_state_and_are_logged(
 @pytest.mark.parametrize("configured", [S.UNKNOW, S.ROLLBACK])
 def test_invalid_returns_never_commit(value: object, configured: S, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
-    assert run_execute_local(Answers(value), MSG, None, Spec(execute_exception_state=configured)) is configured
+    assert run_execute_local(Answers(value), MSG, None, make_spec(execute_exception_state=configured)) is configured
     assert "not a LocalTransactionState" in caplog.text and "K-42" in caplog.text
 
 
+def test_without_execute_exception_state_an_exception_answers_unknow() -> None:
+    """The default rule (txmsg.defaults.EXECUTE_EXCEPTION_STATE): the check-back decides."""
+    assert run_execute_local(Answers(error=RuntimeError("db")), MSG, None, make_spec()) is S.UNKNOW
+
+
 def test_check_failures_are_always_unknow(caplog: pytest.LogCaptureFixture) -> None:
-    spec = Spec(execute_exception_state=S.ROLLBACK)  # ROLLBACK applies to execute_local only
+    spec = make_spec(execute_exception_state=S.ROLLBACK)  # ROLLBACK applies to execute_local only
     assert run_check_local(Answers(error=RuntimeError("db")), MSG, spec) is S.UNKNOW
     assert run_check_local(Answers("COMMIT"), MSG, spec) is S.UNKNOW
     assert "check_local raised RuntimeError" in caplog.text
@@ -80,7 +86,7 @@ def test_arg_reaches_execute_local() -> None:
             return S.COMMIT
 
     payload = {"order": object()}
-    run_execute_local(Listener(), MSG, payload, Spec())
+    run_execute_local(Listener(), MSG, payload, make_spec())
     assert seen == [payload] and seen[0] is payload
 
 
