@@ -15,6 +15,10 @@ ORDER_GROUP = "order-tx"
 OrderProducer = Annotated[TransactionalProducer, ProducerGroup(ORDER_GROUP)]
 """The producer of ``order-tx`` (bound by ``txmsg.TxMsgModule``)."""
 
+OrderTopic = Annotated[str, "order-topic"]
+"""The topic ``OrderService.pay`` publishes to (``events.TOPIC`` unless the wiring says otherwise:
+the demo uses its own topic on a shared cluster)."""
+
 OrdersDb = Annotated[sessionmaker[Session], "orders-db"]
 PointsDb = Annotated[sessionmaker[Session], "points-db"]
 LogisticsDb = Annotated[sessionmaker[Session], "logistics-db"]

@@ -16,7 +16,7 @@ from sqlalchemy import DateTime, ForeignKey, Integer, String, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from samples.order.events import TAG, TOPIC, OrderPaid
-from samples.order.keys import ORDER_GROUP, OrderProducer, OrdersDb
+from samples.order.keys import ORDER_GROUP, OrderProducer, OrdersDb, OrderTopic
 from txmsg.message import Message
 from txmsg.sqla import RecordBackedListener, born_properties
 
@@ -101,14 +101,17 @@ def mark_paid(session: Session, order_id: str, message_key: str | None) -> Order
 class OrderService:
     """Application service: ``pay(order_id)`` is all a controller calls.
 
-    Built by ``injector``: the producer of ``order-tx`` and the orders database are injected
-    (see wiring.py); tests pass any object with ``send_in_transaction``.
+    Built by ``injector``: the producer of ``order-tx``, the orders database and the topic are
+    injected (see wiring.py); tests pass any object with ``send_in_transaction``.
     """
 
     @inject
-    def __init__(self, producer: OrderProducer, sessions: OrdersDb) -> None:
+    def __init__(
+        self, producer: OrderProducer, sessions: OrdersDb, topic: OrderTopic = TOPIC
+    ) -> None:
         self.producer = producer
         self.sessions = sessions
+        self.topic = topic
 
     def pay(self, order_id: str) -> Any:
         """Mark the order paid and publish OrderPaid, atomically; returns the send result
@@ -121,7 +124,7 @@ class OrderService:
                 raise OrderNotPayable(f"order {order_id} is {order.status}, not {CREATED}")
             event = order_paid_event(order)
         return self.producer.send_in_transaction(
-            TOPIC,
+            self.topic,
             event.to_json(),
             arg=order_id,
             keys=order_id,

@@ -16,16 +16,25 @@ own database, so they could as well be four processes).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from injector import Injector, Module, provider, singleton
+from injector import Binder, CallableProvider, Injector, Module, provider, singleton
 from sqlalchemy import Engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from samples.order import cart, logistics, points
 from samples.order.events import TOPIC
-from samples.order.keys import CartDb, LogisticsDb, OrdersDb, PointsDb
-from samples.order.orders import ORDER_GROUP, OrderBase, OrderService, PaymentListener
+from samples.order.keys import (
+    ORDER_GROUP,
+    CartDb,
+    LogisticsDb,
+    OrderProducer,
+    OrdersDb,
+    OrderTopic,
+    PointsDb,
+)
+from samples.order.orders import OrderBase, OrderService, PaymentListener
 from samples.order.settings import OrderSampleSettings
 from txmsg import LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
 from txmsg.backend import Backend
@@ -42,12 +51,43 @@ CONSUMERS = (
 )
 
 
-class OrderSampleModule(Module):
-    """One engine and session factory per service database, tables created on first use."""
+@dataclass(frozen=True)
+class SampleNames:
+    """The sample's names on the broker.  The defaults are the sample's own; the demo passes
+    names of its own so that it never publishes to, or answers check-backs of, an application's
+    ``order-paid`` / ``order-tx`` on a shared cluster."""
 
-    def __init__(self, settings: OrderSampleSettings) -> None:
+    topic: str = TOPIC
+    producer_group: str = ORDER_GROUP
+    consumer_prefix: str = ""
+    """Put before each service's consumer group (``points-service`` ...) on the broker; the
+    dedup rows in the service's database keep the service's own name."""
+
+    def consumer_group(self, service_group: str) -> str:
+        return self.consumer_prefix + service_group
+
+
+class OrderSampleModule(Module):
+    """One engine and session factory per service database, tables created on first use; the
+    topic ``OrderService`` publishes to, and its producer when the names are not the default."""
+
+    def __init__(
+        self,
+        settings: OrderSampleSettings,
+        names: SampleNames | None = None,
+        app: TxMsg | None = None,
+    ) -> None:
         self.settings = settings
+        self.names = names or SampleNames()
+        self.app = app
         self.engines: list[Engine] = []
+
+    def configure(self, binder: Binder) -> None:
+        binder.bind(OrderTopic, to=self.names.topic)
+        app, group = self.app, self.names.producer_group
+        if app is not None and group != ORDER_GROUP:
+            # OrderProducer names ``order-tx``; TxMsgModule binds the other group's own key
+            binder.bind(OrderProducer, to=CallableProvider(lambda: app.producer(group)))
 
     def _sessions(self, url: str, base: type[DeclarativeBase]) -> sessionmaker[Session]:
         engine = create_engine(url)
@@ -93,11 +133,15 @@ class OrderSample:
         listener_factory: Callable[[sessionmaker[Session]], PaymentListener] | None = None,
         consumer_wrapper: ConsumerWrapper | None = None,
         backend: Backend | str | None = None,
+        names: SampleNames | None = None,
     ) -> None:
         self.settings = settings
+        self.names = names = names or SampleNames()
         self.app = TxMsg(config, backend=backend)
-        self.module = OrderSampleModule(settings)
-        self.injector = Injector([self.module, TxMsgModule(self.app, groups=[ORDER_GROUP])])
+        self.module = OrderSampleModule(settings, names, self.app)
+        self.injector = Injector(
+            [self.module, TxMsgModule(self.app, groups=[names.producer_group])]
+        )
         self.orders_db = self.injector.get(OrdersDb)
         self.points_db = self.injector.get(PointsDb)
         self.logistics_db = self.injector.get(LogisticsDb)
@@ -108,26 +152,29 @@ class OrderSample:
         self.listener = listener
         self.app.add_transactional_listener(
             listener,
-            group=ORDER_GROUP,
-            topics=[TOPIC],
+            group=names.producer_group,
+            topics=[names.topic],
             execute_exception_state=LocalTransactionState.ROLLBACK,
         )
         for group, fn, key in CONSUMERS:
             sessions = self.injector.get(key)
-            if consumer_wrapper is None:
+            broker_group = names.consumer_group(group)
+            if consumer_wrapper is None and broker_group == group:
                 self.app.add_message_listener(
-                    fn, topic=TOPIC, group=group, idempotent=True, session_factory=sessions
+                    fn, topic=names.topic, group=group, idempotent=True, session_factory=sessions
                 )
-            else:
-                consumer = wrap_idempotent(fn, sessions, group, TOPIC)
-                self.app.add_message_listener(
-                    consumer_wrapper(group, consumer), topic=TOPIC, group=group
+            else:  # dedup rows under the service's own name, whatever the broker group is
+                consumer = wrap_idempotent(fn, sessions, group, names.topic)
+                handler = (
+                    consumer if consumer_wrapper is None else consumer_wrapper(group, consumer)
                 )
+                self.app.add_message_listener(handler, topic=names.topic, group=broker_group)
         self._orders: OrderService | None = None
 
     def default_listener(self, sessions: sessionmaker[Session]) -> PaymentListener:
         return PaymentListener(
             sessions,
+            group=self.names.producer_group,
             answer_within=self.settings.answer_within,
             grace_period=self.settings.grace_period,
             in_flight_timeout=self.settings.in_flight_timeout,
