@@ -53,3 +53,12 @@ def test_setup_reinstalls_the_5x_client_last_and_keeps_librocketmq():
     assert script.index("pip install --quiet -e '.[dev]'") < reinstall
     assert reinstall < script.index("scripts/install_rocketmq_client.py")
     assert (Path(doctor.importlib.util.find_spec("rocketmq").origin).parent / "librocketmq.so").exists()
+
+
+def test_doctor_check_is_registered_under_a_name_that_is_no_backend():
+    import importlib.metadata
+
+    from txmsg.app import backend_entry_points
+
+    (ep,) = [e for e in importlib.metadata.entry_points(group="txmsg.doctor_checks") if e.value == "txmsg_broker.grpc.doctor:report"]
+    assert ep.name not in {b.name for b in backend_entry_points()}  # so it runs whatever the backend
