@@ -81,4 +81,4 @@ def test_bad_names(app: TxMsg, registry: ListenerRegistry, kw: dict[str, str], k
 
 def test_options_are_keyword_only(app: TxMsg) -> None:
     with pytest.raises(TypeError):
-        app.message_listener("t", "g")  # type: ignore[misc]
+        app.message_listener("t", "g")  # type: ignore[call-arg]

@@ -146,11 +146,11 @@ def test_bad_executor_settings_name_the_listener(app: TxMsg) -> None:
 
 def test_options_are_keyword_only_and_functions_are_explained(app: TxMsg) -> None:
     with pytest.raises(TypeError):
-        app.transactional_listener(_listener(execute_local=ok_execute, check_local=ok_check))  # type: ignore[call-arg]
+        app.transactional_listener(_listener(execute_local=ok_execute, check_local=ok_check))  # type: ignore[call-arg, arg-type]
     with pytest.raises(TypeError):
-        ListenerRegistry().transactional_listener("g")  # type: ignore[misc]
+        ListenerRegistry().transactional_listener("g")  # type: ignore[call-arg]
     with pytest.raises(ListenerDefinitionError, match="decorates a class"):
-        ListenerRegistry().transactional_listener(group="g")(ok_check)  # type: ignore[type-var]
+        ListenerRegistry().transactional_listener(group="g")(ok_check)  # type: ignore[arg-type]
 
 
 def test_a_module_level_registry_is_included_and_then_frozen(app: TxMsg, registry: ListenerRegistry) -> None:
