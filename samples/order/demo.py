@@ -1,9 +1,13 @@
-"""``txmsg demo``: the order sample end to end, with faults, on an embedded broker.
+"""``txmsg demo``: the order sample end to end, with faults, on an embedded broker or your cluster.
 
 What it does, in order:
 
-1. starts an embedded RocketMQ-compatible broker with short check timings (transaction timeout and
-   check interval of about a second) in a temporary directory;
+1. with a name server given (``--name-server``, ``TXMSG_NAME_SERVER`` or ``name_server`` in
+   ``txmsg.toml``) it runs against that cluster and creates its topic there the way ``txmsg topic
+   create`` does, or, when the cluster refuses, prints the commands that create it and exits 1
+   before sending anything; with none given it starts an embedded RocketMQ-compatible broker with
+   short check timings (transaction timeout and check interval of about a second) in a temporary
+   directory.  Its first line says which;
 2. creates four SQLite databases (orders, points, logistics, cart) and N orders;
 3. pays every order through ``OrderService.pay`` (a real transactional message through the real
    RocketMQ client), where a seeded fault plan makes some local transactions fail (-> ROLLBACK),
@@ -23,7 +27,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +36,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from samples.order.cluster import ClusterNotReady
 from samples.order.faults import FaultPlan, Tally
 from samples.order.verify import CONSUMER_GROUPS, Outcome, progress, verify
+from txmsg import ConfigError
+from txmsg.config import check_name_server, resolve_config
+
+EMBEDDED_TIMEOUT = 120.0
+CLUSTER_TIMEOUT = 300.0
+"""A real cluster checks back every transactionCheckInterval (60 s by default), not every second."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +66,64 @@ class DemoOptions:
     """Below the broker's check horizon (timeout + check_max x interval = 31 s): a transaction
     still in flight after this is fenced and rolled back before the broker would discard it."""
     background_workers: int = 32
+    name_server: str | None = None
+    """Run against this cluster (``host:port[;host:port]``); None: start an embedded broker."""
+    name_server_from: str = ""
+    """Where ``name_server`` came from (``--name-server``, ``TXMSG_NAME_SERVER``...), for the
+    first line of output."""
+    run_id: str | None = None
+    """Put in this run's order ids (default: random), so messages of other runs are skipped."""
+    client_settings: dict[str, Any] = field(default_factory=dict)
+    """Further txmsg settings from the user's configuration (``access_key``/``secret_key``)."""
+
+
+class DemoConfigError(click.ClickException):
+    """The user's txmsg configuration is invalid (exit code 2, like a bad option)."""
+
+    exit_code = 2
+
+
+def _check_name_server(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_name_server(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
+    """``(name server or None, where it came from, client settings)``: ``--name-server`` first,
+    then the configuration (``TXMSG_NAME_SERVER``, ``txmsg.toml`` / ``$TXMSG_CONFIG``).  Only a
+    name server that is *set* counts: the built-in default 127.0.0.1:9876 does not, so with
+    nothing set the demo starts its own broker."""
+    try:
+        config, sources = resolve_config()
+    except ConfigError as exc:
+        raise DemoConfigError(
+            f"{exc} (fix it, or unset it to run on the embedded broker)"
+        ) from None
+    client = {k: v for k in ("access_key", "secret_key") if (v := getattr(config, k)) is not None}
+    if name_server is not None:
+        return name_server, "--name-server", client
+    origin = sources.keys.get("name_server")
+    if origin is None:
+        return None, "", client
+    if origin.startswith("file "):
+        origin = f"name_server in {origin[len('file ') :]}"
+    return config.name_server, origin, client
 
 
 @click.command("demo")
+@click.option(
+    "--name-server",
+    "name_server",
+    default=None,
+    callback=_check_name_server,
+    metavar="HOST:PORT",
+    help="run against this RocketMQ cluster (host:port[;host:port]) instead of an embedded broker; "
+    "default: TXMSG_NAME_SERVER or name_server in txmsg.toml, else the embedded broker",
+)
 @click.option("--orders", "orders", default=200, show_default=True, type=click.IntRange(1, 20_000))
 @click.option(
     "--fail-rate",
@@ -84,10 +150,10 @@ class DemoOptions:
 @click.option("--threads", default=8, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--timeout",
-    default=120.0,
-    show_default=True,
+    default=None,
     type=click.FloatRange(5.0),
-    help="seconds to wait for everything to settle",
+    help=f"seconds to wait for everything to settle (default {EMBEDDED_TIMEOUT:.0f}, "
+    f"{CLUSTER_TIMEOUT:.0f} against a cluster)",
 )
 @click.option(
     "--workdir",
@@ -97,17 +163,23 @@ class DemoOptions:
 )
 @click.option("--keep", is_flag=True, help="keep the work directory afterwards")
 def demo(
+    name_server: str | None,
     orders: int,
     fail_rate: float,
     slow_rate: float,
     lose_ack_rate: float,
     seed: int | None,
     threads: int,
-    timeout: float,
+    timeout: float | None,
     workdir: Path | None,
     keep: bool,
 ) -> None:
-    """Run the order sample on an embedded broker with injected faults and check consistency."""
+    """Run the order sample with injected faults and check consistency: on your cluster when a
+    name server is set (--name-server, TXMSG_NAME_SERVER, txmsg.toml), else on an embedded
+    broker."""
+    name_server, origin, client = target(name_server)
+    if timeout is None:
+        timeout = CLUSTER_TIMEOUT if name_server else EMBEDDED_TIMEOUT
     options = DemoOptions(
         orders=orders,
         fail_rate=fail_rate,
@@ -118,6 +190,9 @@ def demo(
         timeout=timeout,
         workdir=workdir,
         keep=keep,
+        name_server=name_server,
+        name_server_from=origin,
+        client_settings=client,
     )
     code = run(options, Console())
     raise SystemExit(code)
@@ -133,6 +208,7 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
     assert workdir is not None
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", str(workdir / "rocketmq-client"))
+    console.print(_where_line(options, broker), soft_wrap=True)
     console.print(
         f"[bold]txmsg demo[/]: {options.orders} orders, fail-rate {options.fail_rate}, "
         f"slow-rate {options.slow_rate}, lose-ack-rate {options.lose_ack_rate}, "
@@ -143,13 +219,23 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
     demo_run = DemoRun(options, workdir, broker)
     outcome: Outcome | None = None
     errors: list[str] = []
+    not_ready: ClusterNotReady | None = None
     try:
-        with console.status("starting the embedded broker and the services..."):
-            demo_run.start()
-        console.print(
-            f"broker up at {demo_run.name_server}; transaction timeout "
-            f"{options.transaction_timeout_ms} ms, check interval {options.check_interval_ms} ms"
-        )
+        with console.status("starting the broker and the services..."):
+            topics = demo_run.start()
+        for line in topics:
+            console.print(line, markup=False, soft_wrap=True)
+        if demo_run.broker is not None:  # ours, or the caller's with the options' timings
+            console.print(
+                f"broker up at {demo_run.name_server}; transaction timeout "
+                f"{options.transaction_timeout_ms} ms, check interval {options.check_interval_ms} ms"
+            )
+        else:
+            console.print(
+                f"services up against {demo_run.name_server}; the cluster's transactionTimeOut "
+                "and transactionCheckInterval decide when check-backs come (RocketMQ's defaults: "
+                f"6 s, 60 s); waiting up to {options.timeout:.0f} s to settle"
+            )
         errors = _pay_all(demo_run, options, console)
         settled = _settle(demo_run, options, console)
         outcome = verify(demo_run.dbs, demo_run.order_ids, demo_run.plan, demo_run.tally)
@@ -158,6 +244,8 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
             outcome.mismatches.append(
                 f"did not settle within {options.timeout:.0f} s (see the counts above)"
             )
+    except ClusterNotReady as exc:  # nothing sent: say what to do, no table
+        not_ready = exc
     except Exception as exc:  # report it like a mismatch, with the logs kept for a look
         logging.getLogger("txmsg.demo").exception("demo failed")
         console.print(f"[bold red]demo failed[/]: {type(exc).__name__}: {exc}")
@@ -170,6 +258,12 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
                 console.print(f"[red]shutdown problem[/]: {type(exc).__name__}: {exc}")
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
+    if not_ready is not None:
+        console.print("[bold red]cannot run against this cluster yet[/]:")
+        console.print(str(not_ready), markup=False, soft_wrap=True)
+        if own_dir and not options.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return 1
     ok = outcome is not None and outcome.consistent
     _report(console, outcome, demo_run.plan, time.monotonic() - started)
     if own_dir and not options.keep and ok:
@@ -177,6 +271,25 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
     else:
         console.print(f"work dir kept: {workdir} (logs: demo.log, broker/logs, rocketmq-client)")
     return 0 if ok else 1
+
+
+def _where_line(options: DemoOptions, broker: Any) -> str:
+    """The first line: which broker the demo runs on, and how to choose the other."""
+    from samples.order.demo_run import DEMO_NAMES as names
+
+    if broker is not None:
+        return f"txmsg demo on the broker at {broker.namesrv_addr} (given by the caller)"
+    if options.name_server:
+        return (
+            f"txmsg demo against your cluster at {options.name_server} "
+            f"(from {options.name_server_from or 'the options'}): topic {names.topic}, "
+            f"producer group {names.producer_group}, consumer groups "
+            + ", ".join(names.consumer_group(g) for g in CONSUMER_GROUPS)
+        )
+    return (
+        "txmsg demo on its own embedded broker (no name server set; --name-server HOST:PORT, "
+        "TXMSG_NAME_SERVER or name_server in txmsg.toml runs it against your cluster)"
+    )
 
 
 def _log_to(path: Path) -> logging.Handler:
@@ -252,9 +365,10 @@ def _settle_line(o: Outcome) -> str:
     )
     dups = sum(o.duplicates.values())
     lost = sum(o.lost_acks.values())
+    foreign = f"  skipped {o.foreign} of other runs" if o.foreign else ""
     return (
         f"in flight {o.in_flight}  check-backs resolved {o.resolved_by_check}/{o.answered_unknow}"
-        f"  {applied}  duplicates absorbed {dups} (lost acks {lost})"
+        f"  {applied}  duplicates absorbed {dups} (lost acks {lost}){foreign}"
     )
 
 
@@ -280,6 +394,8 @@ def _report(console: Console, o: Outcome | None, plan: FaultPlan | None, seconds
     dups = sum(o.duplicates.values())
     lost = sum(o.lost_acks.values())
     table.add_row("duplicates absorbed", str(dups), f">= {lost}")
+    if o.foreign:
+        table.add_row("messages of other runs skipped", str(o.foreign), "-")
     console.print(table)
     if o.consistent:
         console.print("[bold green]CONSISTENT[/]")

@@ -1,22 +1,36 @@
-"""One demo run: embedded broker, the order sample with injected faults, seeded orders."""
+"""One demo run: a broker (its own embedded one, or the user's cluster), the order sample with
+injected faults, seeded orders.
+
+On a cluster that already holds messages of earlier runs the demo must not count them: its
+consumer groups are the same every run (so a re-run goes on from their stored offsets, and a
+cluster with ``autoCreateSubscriptionGroup=false`` needs them created once), and whatever is
+still unconsumed from an earlier, interrupted run is acknowledged and skipped: each run's order
+ids carry a run id, and only this run's orders are applied.  The databases are new every run.
+"""
 
 from __future__ import annotations
 
+import logging
 import random
+import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from samples.order import cart
-from samples.order.events import TOPIC
+from samples.order.cluster import ensure_topics
+from samples.order.events import OrderPaid
 from samples.order.faults import FaultPlan, FaultyPaymentListener, Tally, lose_first_ack
-from samples.order.orders import ORDER_GROUP, PaymentListener, create_order
+from samples.order.orders import PaymentListener, create_order
 from samples.order.settings import OrderSampleSettings
 from samples.order.verify import Databases
+from samples.order.wiring import SampleNames
 from txmsg import LocalTransactionState, TxMsgConfig
+from txmsg.message import Message
 
 if TYPE_CHECKING:
     from samples.order.demo import DemoOptions
@@ -37,16 +51,53 @@ def create_transaction_topic(name_server: str, topic: str, queues: int = 4) -> N
         raise RuntimeError(f"could not create topic {topic}: {done.stderr or done.stdout}")
 
 
+DEMO_NAMES = SampleNames(
+    topic="txmsg-demo-order-paid",
+    producer_group="txmsg-demo-order-tx",
+    consumer_prefix="txmsg-demo-",
+)
+"""The demo's own names: on a shared cluster it never publishes to an application's
+``order-paid`` nor answers check-backs of its ``order-tx``."""
+
+log = logging.getLogger("txmsg.demo")
+
+
+def only_orders(
+    handler: Callable[[Message], Any], order_ids: set[str], tally: Tally
+) -> Callable[[Message], Any]:
+    """Acknowledge and skip events of orders that are not this run's (messages an earlier,
+    interrupted run left unconsumed on the same cluster), so they are neither applied nor
+    counted."""
+
+    def this_run_only(message: Message) -> Any:
+        try:
+            order_id = OrderPaid.from_message(message).order_id
+        except ValueError:
+            order_id = None
+        if order_id not in order_ids:
+            with tally.lock:
+                tally.foreign += 1
+            log.info("skipped a message of another run: %s", message.message_id or message.keys)
+            return None
+        return handler(message)
+
+    this_run_only.__name__ = getattr(handler, "__name__", "this_run_only")
+    return this_run_only
+
+
 class DemoRun:
-    """Owns the broker process, the sample and the seeded data of one ``txmsg demo``."""
+    """Owns the broker process (if any), the sample and the seeded data of one ``txmsg demo``."""
 
     def __init__(self, options: DemoOptions, workdir: Path, broker: Any = None) -> None:
         """``broker``: an already running broker (e.g. the ``txmsg_broker`` test fixture) with
-        check timings like the options'; None starts one for this run."""
+        check timings like the options'; None runs against ``options.name_server`` when set,
+        else starts one for this run."""
         self.options = options
-        self._own_broker = broker is None
+        self.own_broker = broker is None and not options.name_server
         self.workdir = workdir
-        self.order_ids = [f"order-{i:05d}" for i in range(options.orders)]
+        self.run_id = options.run_id or secrets.token_hex(3)
+        self.names = DEMO_NAMES
+        self.order_ids = [f"order-{self.run_id}-{i:05d}" for i in range(options.orders)]
         self.plan = FaultPlan.draw(
             self.order_ids,
             fail_rate=options.fail_rate,
@@ -70,11 +121,19 @@ class DemoRun:
         assert self._dbs is not None, "start() first"
         return self._dbs
 
-    def start(self) -> None:
-        if self.broker is None:
-            self.broker = self._spawn_broker()
-        self.name_server = self.broker.namesrv_addr
+    def start(self) -> list[str]:
+        """Start the broker (when it is ours), make sure the topic exists, start the services.
+        Returns what was done about the topic; raises ClusterNotReady before anything is sent
+        when the cluster refuses to create it."""
+        if self.broker is None and self.options.name_server:
+            self.name_server = self.options.name_server
+        else:
+            if self.broker is None:
+                self.broker = self._spawn_broker()
+            self.name_server = self.broker.namesrv_addr
+        done = ensure_topics(self.name_server, [self.names.topic])
         self._start_services()
+        return done
 
     def _spawn_broker(self) -> Any:
         from txmsg_broker.app import EmbeddedBroker
@@ -93,14 +152,15 @@ class DemoRun:
         from samples.order.wiring import OrderSample
 
         opts = self.options
-        create_transaction_topic(self.name_server, TOPIC)
+        names = self.names
         config = TxMsgConfig.model_validate(
             {
                 "name_server": self.name_server,
                 "client_log_dir": str(self.workdir / "rocketmq-client"),
-                "producer": {"group": ORDER_GROUP},
-                "listeners": {ORDER_GROUP: {"concurrency": 4}},
+                "producer": {"group": names.producer_group},
+                "listeners": {names.producer_group: {"concurrency": 4}},
                 "close_timeout": 20.0,
+                **opts.client_settings,
             }
         )
         db = self.workdir / "db"
@@ -116,6 +176,7 @@ class DemoRun:
         def listener(sessions: sessionmaker[Session]) -> PaymentListener:
             return FaultyPaymentListener(
                 sessions,
+                group=names.producer_group,
                 plan=plan,
                 tally=tally,
                 answer_within=opts.answer_within,
@@ -123,11 +184,15 @@ class DemoRun:
                 background_workers=opts.background_workers,
             )
 
+        ours = set(self.order_ids)
         self.sample = OrderSample(
             config,
             settings,
             listener_factory=listener,
-            consumer_wrapper=lambda group, consumer: lose_first_ack(consumer, group, plan, tally),
+            consumer_wrapper=lambda group, consumer: only_orders(
+                lose_first_ack(consumer, group, plan, tally), ours, tally
+            ),
+            names=names,
         )
         self._dbs = Databases(
             self.sample.orders_db,
@@ -164,5 +229,5 @@ class DemoRun:
             if self.sample is not None:
                 self.sample.close(20.0)
         finally:
-            if self.broker is not None and self._own_broker:
+            if self.broker is not None and self.own_broker:
                 self.broker.stop()

@@ -80,6 +80,8 @@ class Tally:
     checks: dict[str, list[LocalTransactionState]] = field(default_factory=dict)
     order_of_key: dict[str, str] = field(default_factory=dict)
     crashes: Counter[str] = field(default_factory=Counter)
+    foreign: int = 0
+    """Consumed messages of other runs, acknowledged and skipped (see demo_run.only_orders)."""
 
     def executed(self, key: str, order_id: str, state: LocalTransactionState) -> None:
         with self.lock:

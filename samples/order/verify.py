@@ -57,6 +57,8 @@ class Outcome:
     applied: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
     lost_acks: dict[str, int] = field(default_factory=dict)
+    foreign: int = 0
+    """Messages of other runs the consumers skipped (on a cluster that already held some)."""
     mismatches: list[str] = field(default_factory=list)
 
     @property
@@ -94,6 +96,7 @@ def progress(dbs: Databases, tally: Tally) -> Outcome:
             1 for s in tally.execute.values() if s is LocalTransactionState.UNKNOW
         )
         out.lost_acks = dict(tally.crashes)
+        out.foreign = tally.foreign
     out.resolved_by_check = len(tally.resolved_by_check())
     for group in CONSUMER_GROUPS:
         out.applied[group] = consumed_count(dbs.of_group(group), group)
@@ -143,8 +146,8 @@ def verify(dbs: Databases, order_ids: list[str], plan: FaultPlan, tally: Tally) 
             bad.append(f"order {oid}: PAID by message {key} which has no COMMITTED record")
     for key in sorted(committed - set(paid_by)):
         bad.append(f"record {key}: COMMITTED but no PAID order points at it")
-    for key, state in sorted(records.items()):
-        if state == RecordState.IN_FLIGHT.value:
+    for key, record_state in sorted(records.items()):
+        if record_state == RecordState.IN_FLIGHT.value:
             bad.append(f"record {key}: still IN_FLIGHT after the run settled")
 
     # what the listener answered agrees with the database

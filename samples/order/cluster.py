@@ -1,0 +1,189 @@
+"""The demo's topics on a cluster: create them the way ``txmsg topic create`` does, or say how.
+
+``ensure_topics`` asks a name server for the cluster info (GET_BROKER_CLUSTER_INFO) and sends
+UPDATE_AND_CREATE_TOPIC to every master it lists, exactly as ``txmsg topic create`` and
+``mqadmin updateTopic -c CLUSTER`` do.  A cluster may refuse (ACL without admin rights, a
+locked-down production cluster): then nothing has been sent yet, and :class:`ClusterNotReady`
+carries the command lines an operator runs, so the demo can print them and stop.
+
+A refusal is not fatal when the topic already exists on every master (an operator created it
+after the last refusal): the demo then uses it as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_QUEUES = 4
+MESSAGE_TYPE = "TRANSACTION"
+"""RocketMQ 5 brokers take transactional messages only on TRANSACTION topics (4.x ignores it)."""
+
+_BARE_KEY = re.compile(r"([{,])\s*(-?\d+)\s*:")
+"""fastjson (a real name server) writes map keys that are numbers unquoted: ``{0:"host:port"}``."""
+
+
+class ClusterNotReady(RuntimeError):
+    """The demo cannot run against this cluster yet; ``str()`` says what to do."""
+
+
+@dataclass
+class Cluster:
+    """What a name server says about its brokers (masters only)."""
+
+    name_server: str
+    """The address that answered."""
+    masters: dict[str, str] = field(default_factory=dict)
+    """broker name -> master address"""
+    clusters: dict[str, list[str]] = field(default_factory=dict)
+    """cluster name -> broker names"""
+
+
+def _loads(body: bytes) -> Any:
+    return json.loads(_BARE_KEY.sub(r'\1"\2":', body.decode("utf-8")))
+
+
+def _call(addr: str, code: int, ext: dict[str, str], timeout: float) -> tuple[int, str, bytes]:
+    from txmsg_broker.rawclient import call  # the broker plugin's tiny remoting client
+
+    response = call(addr, code, ext, timeout=timeout)
+    return response.code, response.remark or "", response.body
+
+
+def cluster_info(name_server: str, *, timeout: float = 5.0) -> Cluster:
+    """Brokers of the first name server in ``host:port[;host:port]`` that answers; raises
+    ClusterNotReady naming every address tried when none does."""
+    from txmsg_broker.codec import GET_BROKER_CLUSTER_INFO, SUCCESS
+
+    problems: list[str] = []
+    for addr in [a.strip() for a in name_server.split(";") if a.strip()]:
+        try:
+            code, remark, body = _call(addr, GET_BROKER_CLUSTER_INFO, {}, timeout)
+        except OSError as exc:
+            problems.append(f"cannot reach {addr}: {exc}")
+            continue
+        if code != SUCCESS:
+            problems.append(f"{addr} refused the cluster info (code {code}): {remark}")
+            continue
+        try:
+            data = _loads(body)
+            info = Cluster(addr)
+            for name, broker in (data.get("brokerAddrTable") or {}).items():
+                master = (broker.get("brokerAddrs") or {}).get("0")
+                if master:
+                    info.masters[str(name)] = str(master)
+            for cluster, names in (data.get("clusterAddrTable") or {}).items():
+                info.clusters[str(cluster)] = sorted(str(n) for n in names)
+        except (ValueError, AttributeError, TypeError) as exc:
+            problems.append(f"{addr} answered cluster info that is not JSON as expected: {exc}")
+            continue
+        if not info.masters:
+            problems.append(f"{addr} lists no master broker (is a broker registered?)")
+            continue
+        return info
+    raise ClusterNotReady(
+        f"cannot use the name server {name_server}: {'; '.join(problems)}.\n"
+        "Check that the name server runs and the address is right "
+        "(--name-server, TXMSG_NAME_SERVER or name_server in txmsg.toml); "
+        "leave all three unset and `txmsg demo` starts its own embedded broker."
+    )
+
+
+def topic_masters(name_server: str, topic: str, *, timeout: float = 5.0) -> set[str]:
+    """Names of the brokers that have ``topic`` writable, per the name server (empty: no route)."""
+    from txmsg_broker.codec import GET_ROUTEINFO_BY_TOPIC, SUCCESS
+
+    try:
+        code, _, body = _call(name_server, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout)
+    except OSError:
+        return set()
+    if code != SUCCESS:
+        return set()
+    try:
+        data = _loads(body)
+        return {
+            str(q.get("brokerName"))
+            for q in data.get("queueDatas") or []
+            if int(q.get("perm", 0)) & 2
+        }
+    except (ValueError, AttributeError, TypeError):
+        return set()
+
+
+def create_commands(name_server: str, cluster: Cluster | None, topics: Sequence[str]) -> list[str]:
+    """The command lines that create ``topics`` (mqadmin for any cluster, txmsg's equivalent)."""
+    names = sorted(cluster.clusters) if cluster and cluster.clusters else ["<cluster name>"]
+    lines: list[str] = []
+    for topic in topics:
+        for name in names:
+            lines.append(
+                f"mqadmin updateTopic -n {name_server} -c {name} -t {topic} "
+                f"-r {DEFAULT_QUEUES} -w {DEFAULT_QUEUES}"
+                f"   # RocketMQ 5: add  -a +message.type={MESSAGE_TYPE}"
+            )
+    for topic in topics:
+        lines.append(
+            f"txmsg topic create {topic} --namesrv {name_server} --type {MESSAGE_TYPE} "
+            f"--queues {DEFAULT_QUEUES}"
+        )
+    return lines
+
+
+def ensure_topics(
+    name_server: str, topics: Sequence[str], *, queues: int = DEFAULT_QUEUES, timeout: float = 5.0
+) -> list[str]:
+    """Create (or update) ``topics`` as TRANSACTION topics on every master of the cluster.
+
+    Returns one line per topic saying what was done.  Raises :class:`ClusterNotReady` when the
+    name server cannot be used, or when a broker refuses and the topic is not already on every
+    master; its message lists the commands that create the topics.
+    """
+    from txmsg_broker.codec import SUCCESS, UPDATE_AND_CREATE_TOPIC
+
+    cluster = cluster_info(name_server, timeout=timeout)
+    done: list[str] = []
+    refused: dict[str, list[str]] = {}
+    for topic in topics:
+        ext = {
+            "topic": topic,
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(queues),
+            "writeQueueNums": str(queues),
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "false",
+            "attributes": f"+message.type={MESSAGE_TYPE}",
+        }
+        problems: list[str] = []
+        for broker, addr in sorted(cluster.masters.items()):
+            try:
+                code, remark, _ = _call(addr, UPDATE_AND_CREATE_TOPIC, ext, timeout)
+            except OSError as exc:
+                problems.append(f"{broker} ({addr}) unreachable: {exc}")
+                continue
+            if code != SUCCESS:
+                problems.append(f"{broker} ({addr}) refused (code {code}): {remark}")
+        if not problems:
+            done.append(f"topic {topic}: created/updated on {', '.join(sorted(cluster.masters))}")
+            continue
+        present = topic_masters(cluster.name_server, topic, timeout=timeout)
+        if set(cluster.masters) <= present:
+            done.append(
+                f"topic {topic}: exists on every broker; used as it is ({'; '.join(problems)})"
+            )
+            continue
+        refused[topic] = problems
+    if refused:
+        lines = [f"  {topic}: {'; '.join(why)}" for topic, why in refused.items()]
+        commands = [f"  {c}" for c in create_commands(cluster.name_server, cluster, list(refused))]
+        raise ClusterNotReady(
+            "the cluster did not let the demo create its topics, and nothing has been sent:\n"
+            + "\n".join(lines)
+            + "\nCreate them (one of the two forms below, as an operator with the rights to), "
+            "then run the demo again:\n" + "\n".join(commands)
+        )
+    return done
