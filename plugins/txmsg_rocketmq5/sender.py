@@ -62,10 +62,13 @@ class Rocketmq5Sender:
         self._closed = False
         self._sends = 0
         self._checks_running = 0
+        self._answers_pending = 0
         self.checks_received = 0
         self.checks_answered = 0
         self.checks_failed = 0
         self.checks_not_run = 0
+        self.checks_coalesced = 0
+        self._outstanding: set[str] = set()
         self._pool = ThreadPoolExecutor(
             max_workers=check_concurrency, thread_name_prefix=f"txmsg5-check-{group}"
         )
@@ -164,14 +167,25 @@ class Rocketmq5Sender:
 
     # ---- check-backs ---------------------------------------------------------------------------
     def _on_check_command(self, endpoints: Any, msg: Any, transaction_id: str) -> None:
-        """From the client's I/O thread: queue the check on this group's pool (never blocks)."""
+        """From the client's I/O thread: queue the check on this group's pool (never blocks).
+
+        A command for a transaction that already has one queued or running is coalesced into it:
+        the broker re-sends checks of a transaction still unresolved (every check interval), and
+        its answer - sent by transaction id - resolves the newest copy.  Without this, re-checks
+        would queue behind slow checks and hold pool threads that only wait for the same answer.
+        """
         with self._lock:
             self.checks_received += 1
+            if transaction_id in self._outstanding:
+                self.checks_coalesced += 1
+                return
+            self._outstanding.add(transaction_id)
         try:
             self._pool.submit(self._run_check, endpoints, msg, transaction_id)
         except RuntimeError:  # pool shut down: closing
             with self._lock:
                 self.checks_not_run += 1
+                self._outstanding.discard(transaction_id)
             log.warning(
                 "group=%s transaction=%s: check-back not run: the producer is closing; no answer "
                 "sent, the broker will check again",
@@ -180,50 +194,68 @@ class Rocketmq5Sender:
             )
 
     def _run_check(self, endpoints: Any, msg: Any, transaction_id: str) -> None:
+        """On a pool thread: run the check, send the answer (its reply is handled by
+        :meth:`_replied`; the transaction stays outstanding until then, so a re-check that
+        arrives meanwhile is coalesced instead of running ``check_local`` again)."""
         with self._lock:
             self._checks_running += 1
+        answered = False
         try:
-            self._answer(endpoints, msg, transaction_id)
+            answered = self._answer(endpoints, msg, transaction_id)
         except BaseException as exc:  # noqa: BLE001 - a lost check must at least be logged
-            with self._lock:
-                self.checks_failed += 1
-            log.error(
-                "group=%s transaction=%s: check-back failed, no answer sent (the broker will "
-                "check again): %s: %s",
-                self.group,
-                transaction_id,
-                type(exc).__name__,
-                exc,
-                exc_info=True,
-            )
+            self._failed(transaction_id, f"{type(exc).__name__}: {exc}", exc_info=True)
         finally:
             with self._lock:
                 self._checks_running -= 1
+                if not answered:
+                    self._outstanding.discard(transaction_id)
                 self._lock.notify_all()
 
-    def _answer(self, endpoints: Any, msg: Any, transaction_id: str) -> None:
+    def _answer(self, endpoints: Any, msg: Any, transaction_id: str) -> bool:
         message = messages.from_client(ClientMessage().fromProtobuf(msg))
         state = self._check_handler(message)
         coerced = LocalTransactionState.coerce(state) or LocalTransactionState.UNKNOW
-        reply = self.producer.end_checked(
+        future = self.producer.end_checked(
             endpoints, message.topic, message.message_id or transaction_id, transaction_id,
             RESOLUTION[coerced],
         )
-        code = getattr(getattr(reply, "status", None), "code", None)
-        if code is not None and int(code) != 20000:  # apache.rocketmq.v2.Code.OK
-            with self._lock:
-                self.checks_failed += 1
-            log.error(
-                "group=%s key=%s: the broker refused the check-back answer %s: %s %s",
-                self.group,
-                message.transaction_key,
-                coerced.name,
-                code,
-                getattr(reply.status, "message", ""),
-            )
-            return
         with self._lock:
-            self.checks_answered += 1
+            self._answers_pending += 1
+        future.add_done_callback(lambda done: self._replied(done, transaction_id, coerced))
+        return True
+
+    def _replied(self, done: Any, transaction_id: str, state: LocalTransactionState) -> None:
+        """The broker's reply to a check-back answer (on the client's I/O thread)."""
+        try:
+            problem = None
+            try:
+                reply = done.result()
+                code = getattr(getattr(reply, "status", None), "code", None)
+                if code is not None and int(code) != 20000:  # apache.rocketmq.v2.Code.OK
+                    problem = f"the broker refused it: {code} {getattr(reply.status, 'message', '')}"
+            except BaseException as exc:  # noqa: BLE001 - the RPC failed
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem is None:
+                with self._lock:
+                    self.checks_answered += 1
+            else:
+                self._failed(transaction_id, f"answer {state.name} not delivered: {problem}")
+        finally:
+            with self._lock:
+                self._answers_pending -= 1
+                self._outstanding.discard(transaction_id)
+                self._lock.notify_all()
+
+    def _failed(self, transaction_id: str, why: str, *, exc_info: bool = False) -> None:
+        with self._lock:
+            self.checks_failed += 1
+        log.error(
+            "group=%s transaction=%s: check-back failed (the broker will check again): %s",
+            self.group,
+            transaction_id,
+            why,
+            exc_info=exc_info,
+        )
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def close(self, timeout: float | None = None) -> None:
@@ -241,9 +273,11 @@ class Rocketmq5Sender:
                 pass
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
-            while self._checks_running and self._lock.wait(max(0.0, deadline - time.monotonic())):
+            while (self._checks_running or self._answers_pending) and self._lock.wait(
+                max(0.0, deadline - time.monotonic())
+            ):
                 pass
-            sends, checks = self._sends, self._checks_running
+            sends, checks = self._sends, self._checks_running + self._answers_pending
         if sends or checks:
             log.error(
                 "producer group %s: %d send(s) and %d check-back(s) still running after the close "
@@ -266,6 +300,8 @@ class Rocketmq5Sender:
                 "checks_answered": self.checks_answered,
                 "checks_failed": self.checks_failed,
                 "checks_not_run": self.checks_not_run,
+                "checks_coalesced": self.checks_coalesced,
                 "checks_running": self._checks_running,
+                "answers_pending": self._answers_pending,
                 "sends_in_flight": self._sends,
             }
