@@ -42,7 +42,7 @@ from txmsg.errors import (
 )
 from txmsg.executor import ExecutorConfig
 from txmsg.listener import ListenerSpec, spec_of
-from txmsg.names import NameRule, check_name, rules_for_backend
+from txmsg.names import NameRule, rules_for_backend
 from txmsg.producer import ProducerStats, TransactionalProducer
 from txmsg.registry import ListenerRegistry
 from txmsg.states import LocalTransactionState
@@ -131,7 +131,7 @@ class TxMsg:
         self.name_rules: tuple[NameRule, ...] = rules_for_backend(
             backend if backend is not None else self.config.backend
         )
-        self.registry = ListenerRegistry()
+        self.registry = ListenerRegistry(name_rules=self.name_rules)
         """This app's listeners and consumers (frozen at :meth:`start`)."""
         self._backend: Backend | None = None
         self._owns_backend = False
@@ -164,6 +164,11 @@ class TxMsg:
         """
 
         def decorate(cls: type[T]) -> type[T]:
+            if not isinstance(cls, type):
+                raise ListenerDefinitionError(
+                    "@app.transactional_listener decorates a class with execute_local/check_local "
+                    f"methods, not {cls!r}; for an instance use app.add_transactional_listener()"
+                )
             self.add_transactional_listener(
                 cls,
                 group=group,
@@ -186,7 +191,6 @@ class TxMsg:
     ) -> ListenerSpec:
         """The decorator's imperative twin; ``target`` is a listener class or a ready instance."""
         self._setup(f"add the transactional listener of group {group!r}")
-        self._check_listener_names(group, topics, owner=_owner(target))
         return self.registry.add_transactional_listener(
             target,
             group=group,
@@ -241,7 +245,6 @@ class TxMsg:
     ) -> ConsumerSpec:
         """The consumer decorator's imperative twin."""
         self._setup(f"add the message listener of group {group!r}")
-        self._check_consumer_names(group, topic, owner=_owner(fn))
         return self.registry.add_message_listener(
             fn,
             topic=topic,
@@ -266,9 +269,9 @@ class TxMsg:
         self._setup("include a registry")
         listeners, consumers = registry.listeners, registry.consumers
         for spec in listeners.values():
-            self._check_listener_names(spec.group, spec.topics, owner=spec.name)
+            self.registry.check_spec_names(spec)
         for cspec in consumers.values():
-            self._check_consumer_names(cspec.group, cspec.topic, owner=cspec.name)
+            self.registry.check_spec_names(cspec)
         for group, spec in listeners.items():
             if self.registry.listener(group) is not None:
                 raise ListenerDefinitionError(
@@ -301,16 +304,6 @@ class TxMsg:
                 "group=...)"
             )
         self._instances[spec.group] = instance
-
-    def _check_listener_names(self, group: str, topics: Sequence[str], *, owner: str) -> None:
-        check_name("producer_group", group, owner=owner, rules=self.name_rules)
-        if not isinstance(topics, str):
-            for topic in topics:
-                check_name("topic", topic, owner=owner, rules=self.name_rules)
-
-    def _check_consumer_names(self, group: str, topic: str, *, owner: str) -> None:
-        check_name("consumer_group", group, owner=owner, rules=self.name_rules)
-        check_name("topic", topic, owner=owner, rules=self.name_rules)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     @property
@@ -487,13 +480,6 @@ class TxMsg:
 
     def __repr__(self) -> str:
         return f"<TxMsg {self._state} groups={sorted(self.registry.listeners)}>"
-
-
-def _owner(target: Any) -> str:
-    cls = target if isinstance(target, type) else type(target)
-    if callable(target) and not isinstance(target, type):
-        return str(getattr(target, "__qualname__", cls.__qualname__))
-    return cls.__qualname__
 
 
 def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:

@@ -144,6 +144,7 @@ def check_endpoints(value: str) -> str:
         return check_name_server(value)
     except ValueError as exc:
         text = str(exc).replace("name server", "endpoints", 1).replace(NAME_SERVER_FORM, ENDPOINTS_FORM)
+        # pydantic turns a ValueError into the ConfigError the user sees
         raise ValueError(text) from None
 
 

@@ -16,7 +16,9 @@ import the app (Flask's blueprints), make a registry there and hand it to the ap
 
 Decorators only record (pluggy's "mark, then an explicit object collects"); nothing connects to
 a broker at import time.  A registry is frozen when it is included into an app and when that app
-starts, so a listener declared too late fails loudly instead of silently never running.
+starts, so a listener declared too late fails loudly instead of silently never running.  A frozen
+registry can still be included into further apps (each takes a copy of the declarations), which
+is how tests and several apps in one process share one module's listeners.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.errors import LifecycleError, ListenerDefinitionError
 from txmsg.executor import ExecutorConfig
 from txmsg.listener import SPEC_ATTRIBUTE, ListenerSpec, build_spec
+from txmsg.names import NameKind, NameRule, check_name, rocketmq_rule
 from txmsg.states import LocalTransactionState
 
 T = TypeVar("T")
@@ -39,7 +42,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 class ListenerRegistry:
     """Transactional listeners by producer group, and message consumers by consumer group."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, name_rules: tuple[NameRule, ...] = (rocketmq_rule,)) -> None:
+        self.name_rules = name_rules
+        """Rules every group and topic name must pass (an app's registry has its backend's too)."""
         self._lock = threading.Lock()
         self._listeners: dict[str, ListenerSpec] = {}
         self._consumers: dict[str, ConsumerSpec] = {}
@@ -76,9 +81,6 @@ class ListenerRegistry:
             ListenerDefinitionError, InvalidNameError: at decoration time, saying what to fix.
             LifecycleError: the registry is already frozen (its app started).
         """
-        if isinstance(group, type):  # pragma: no cover - keyword-only makes this a TypeError
-            raise ListenerDefinitionError("write @transactional_listener(group=...)")
-
         def decorate(cls: type[T]) -> type[T]:
             if not isinstance(cls, type):
                 raise ListenerDefinitionError(
@@ -197,6 +199,7 @@ class ListenerRegistry:
         """Record ``spec``; one listener per producer group (RocketMQ routes a group's
         check-backs to whichever producer of the group it picks, so two listeners would each
         answer for the other's transactions)."""
+        self._check_names(spec.group, spec.topics, spec.name, kind="producer_group")
         with self._lock:
             self._check_open_locked(f"add the transactional listener of group {spec.group!r}")
             bound = self._listeners.get(spec.group)
@@ -211,6 +214,7 @@ class ListenerRegistry:
     def add_consumer(self, spec: ConsumerSpec) -> None:
         """Record ``spec``; one subscription per consumer group (RocketMQ requires every
         consumer of a group to subscribe identically)."""
+        self._check_names(spec.group, (spec.topic,), spec.name, kind="consumer_group")
         with self._lock:
             self._check_open_locked(f"add the message listener of group {spec.group!r}")
             bound = self._consumers.get(spec.group)
@@ -221,6 +225,21 @@ class ListenerRegistry:
                     "Give each message listener its own group=..."
                 )
             self._consumers[spec.group] = spec
+
+    def _check_names(
+        self, group: str, topics: Sequence[str], owner: str, *, kind: NameKind
+    ) -> None:
+        check_name(kind, group, owner=owner, rules=self.name_rules)
+        for topic in topics:
+            check_name("topic", topic, owner=owner, rules=self.name_rules)
+
+    def check_spec_names(self, spec: ListenerSpec | ConsumerSpec) -> None:
+        """Raise :class:`~txmsg.InvalidNameError` if this registry's rules refuse a name of
+        ``spec`` (used by :meth:`txmsg.TxMsg.include` before it takes anything)."""
+        if isinstance(spec, ListenerSpec):
+            self._check_names(spec.group, spec.topics, spec.name, kind="producer_group")
+        else:
+            self._check_names(spec.group, (spec.topic,), spec.name, kind="consumer_group")
 
     # ---- freezing ----------------------------------------------------------------------------------
     def freeze(self, reason: str) -> None:

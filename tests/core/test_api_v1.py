@@ -305,3 +305,15 @@ def test_exception_state_is_one_setting() -> None:
     from txmsg.sqla import RecordBackedListener
 
     assert "execute_exception_state" not in inspect.signature(RecordBackedListener).parameters
+
+
+def test_the_apps_own_registry_applies_the_backend_rules_too() -> None:
+    app = new_app(RuledBackend())
+    with pytest.raises(InvalidNameError):
+        app.registry.add_message_listener(lambda m: None, topic="orders", group="bad-direct")
+
+
+def test_app_decorator_refuses_a_function_with_the_registry_message() -> None:
+    app = new_app()
+    with pytest.raises(ListenerDefinitionError, match="decorates a class"):
+        app.transactional_listener(group="f-tx")(lambda: None)  # type: ignore[arg-type]

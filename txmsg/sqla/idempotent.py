@@ -27,7 +27,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from txmsg.errors import ListenerDefinitionError, TxMsgError
+from txmsg.errors import InvalidMessageError, ListenerDefinitionError, TxMsgError
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.models import ConsumedMessage, ConsumeStat, utcnow
@@ -76,7 +76,7 @@ class IdempotentConsumer:
     def __call__(self, message: Message) -> None:
         key = message_key(message)
         if not key:
-            raise TxMsgError(
+            raise InvalidMessageError(
                 f"group={self.group}: message without UNIQ_KEY or message id cannot be "
                 "de-duplicated; send it with the txmsg producer or the RocketMQ client"
             )

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from txmsg.listener import spec_of
+from txmsg.listener import SPEC_ATTRIBUTE, ListenerSpec
 from txmsg.message import Message
 from txmsg.sqla.check import RecordCheck
 from txmsg.sqla.engine import SessionFactory
@@ -98,8 +98,9 @@ class RecordBackedListener:
     def execute_exception_state(self) -> LocalTransactionState:
         """ROLLBACK (the database transaction was rolled back), unless the decorator said
         otherwise with ``execute_exception_state=``."""
-        spec = spec_of(self)
-        chosen = spec.execute_exception_state if spec is not None else None
+        # Like listener_group(): a subclass of a declared listener class inherits its spec.
+        spec = getattr(self, SPEC_ATTRIBUTE, None)
+        chosen = spec.execute_exception_state if isinstance(spec, ListenerSpec) else None
         return chosen or LocalTransactionState.ROLLBACK
 
     @property
