@@ -31,6 +31,7 @@ from txmsg.backend import CheckHandler, ConsumeHandler
 from txmsg.errors import BackendUnavailableError
 from txmsg.names import check_name, rocketmq_rule
 
+from .consumer import LoopConsumer
 from .names import name_rule
 from .sender import Rocketmq5Sender
 
@@ -134,11 +135,38 @@ class RocketMQ5Backend:
         max_reconsume: int = defaults.MAX_RECONSUME,
         consume_from: str = "first",
     ) -> Callable[[float], None]:
+        """Start a :class:`~.consumer.LoopConsumer` (``SimpleConsumer`` + txmsg's loop; see
+        there for why not the 5.x ``PushConsumer``).  ``consume_from`` has no 5.x equivalent: a
+        new group starts where the proxy decides (a 5.x proxy: the queue's end)."""
         self._ensure_open()
-        raise BackendUnavailableError(
-            "the rocketmq5 backend has no consumers yet (issue 14 point 4); use backend "
-            "'rocketmq' for @message_listener consumers"
+        check_name("consumer_group", group, owner="RocketMQ 5 backend", rules=_RULES)
+        check_name("topic", topic, owner=f"RocketMQ 5 backend, consumer group {group}", rules=_RULES)
+        with self._lock:
+            if group in self._consumers:
+                raise ValueError(
+                    f"consumer group {group!r} already subscribes here; RocketMQ needs every "
+                    "consumer of a group to subscribe identically - give this listener its own group"
+                )
+        consumer = LoopConsumer(
+            self.client_configuration(),
+            group=group,
+            topic=topic,
+            tags=tags,
+            handler=handler,
+            concurrency=int(concurrency),
+            max_reconsume=int(max_reconsume),
+            tls=self.tls,
         )
+
+        def stop(timeout: float = defaults.CLOSE_TIMEOUT) -> None:
+            consumer.stop(timeout)
+            with self._lock:
+                if self._consumers.get(group) is stop:
+                    del self._consumers[group]
+
+        with self._lock:
+            self._consumers[group] = stop
+        return stop
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def _ensure_open(self) -> None:

@@ -27,6 +27,7 @@ SYSTEM_TOPICS: Final = frozenset(
 )
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 SYSTEM_GROUP_PREFIX: Final = "CID_RMQ_SYS_"
+GROUP_MAX_LENGTH: Final = 120  # the proxy's GrpcValidator.validateConsumerGroup
 
 
 def name_rule(kind: str, name: str) -> str | None:
@@ -41,6 +42,12 @@ def name_rule(kind: str, name: str) -> str | None:
             return "it is a RocketMQ system topic, which RocketMQ 5 proxies refuse; use your own topic"
         if name.startswith(("%RETRY%", "%DLQ%")):
             return "retry and dead-letter topics are the broker's; subscribe to your own topic"
-    elif kind == "consumer_group" and name.startswith(SYSTEM_GROUP_PREFIX):
-        return f"groups starting with {SYSTEM_GROUP_PREFIX!r} are RocketMQ system groups; rename it"
+    elif kind == "consumer_group":
+        if name.startswith(SYSTEM_GROUP_PREFIX):
+            return f"groups starting with {SYSTEM_GROUP_PREFIX!r} are RocketMQ system groups; rename it"
+        if len(name) > GROUP_MAX_LENGTH:
+            return (
+                f"RocketMQ 5 proxies accept consumer groups of at most {GROUP_MAX_LENGTH} "
+                f"characters (this one has {len(name)}); shorten it"
+            )
     return None
