@@ -15,7 +15,7 @@ Declare a listener per producer group on an app, start it, send with its produce
 Everything txmsg raises on purpose derives from :class:`TxMsgError` (see :mod:`txmsg.errors`).
 """
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by topic; the API reference follows this order
     "defaults",
     "errors",
     # states and messages
@@ -129,7 +129,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'txmsg' has no attribute {name!r}")
-    import importlib
+    import importlib  # noqa: PLC0415 - only when a lazy name is first used
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

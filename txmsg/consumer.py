@@ -54,7 +54,7 @@ class ConsumerSpec:
         def consume(message: Message) -> bool:
             try:
                 handler(message)
-            except BaseException as exc:  # noqa: BLE001 - never into a backend
+            except BaseException as exc:
                 log.error(
                     "group=%s topic=%s key=%s reconsume=%d: consumer raised %s: %s; "
                     "redelivering later",

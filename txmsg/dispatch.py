@@ -100,7 +100,7 @@ class CheckDispatcher:
         """Answer one check-back; called on the backend's threads; never raises."""
         try:
             return self._handle(message)
-        except BaseException as exc:  # noqa: BLE001 - never into ctypes
+        except BaseException as exc:
             log.error(
                 "group=%s key=%s: check dispatch failed: %s: %s; answering UNKNOW",
                 self.spec.group,

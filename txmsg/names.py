@@ -56,7 +56,7 @@ def rules_for_backend(backend: object) -> tuple[NameRule, ...]:
             if found:
                 try:
                     extra = found[0].load()
-                except Exception as exc:  # a broken plugin must not hide RocketMQ's rule
+                except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide RocketMQ's rule
                     log.warning("name rules of backend %r failed to load: %s", backend, exc)
     elif backend is not None:
         extra = getattr(backend, "name_rule", None)

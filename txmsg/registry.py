@@ -23,6 +23,7 @@ is how tests and several apps in one process share one module's listeners.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -117,10 +118,10 @@ class ListenerRegistry:
             execute_exception_state=execute_exception_state,
         )
         self.add_listener(spec)
-        try:  # lets txmsg.sqla find the group of the listener instance or class
+        # Lets txmsg.sqla find the group of the listener instance or class; an object with
+        # __slots__ or a frozen one must then say its group itself (producer_group).
+        with contextlib.suppress(AttributeError, TypeError):
             setattr(target, SPEC_ATTRIBUTE, spec)
-        except (AttributeError, TypeError):
-            pass  # __slots__ or a frozen object: it must then say its group itself
         return spec
 
     def message_listener(

@@ -64,7 +64,7 @@ def run_execute_local(
     fallback = spec.on_exception
     try:
         value = listener.execute_local(message, arg)
-    except BaseException as exc:  # noqa: BLE001 - nothing may escape into a backend
+    except BaseException as exc:
         log.error(
             "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
             spec.group,
@@ -85,7 +85,7 @@ def run_check_local(listener: Any, message: Message, spec: SpecLike) -> LocalTra
     fallback = LocalTransactionState.UNKNOW
     try:
         value = listener.check_local(message)
-    except BaseException as exc:  # noqa: BLE001 - nothing may escape into a backend
+    except BaseException as exc:
         log.error(
             "group=%s key=%s topic=%s: check_local raised %s: %s; answering UNKNOW",
             spec.group,

@@ -190,7 +190,7 @@ class SqlAlchemyLocalTransaction:
         except TransactionFencedError as exc:
             log.warning("group=%s key=%s: %s", self.group, key, exc)
             return self._after_failure(message, key, LocalTransactionState.ROLLBACK, None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any business failure rolls back; logged there
             return self._after_failure(message, key, self.on_error, exc)
 
     def _after_failure(

@@ -62,7 +62,8 @@ class UtcDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        assert isinstance(value, datetime)
+        if not isinstance(value, datetime):
+            raise TxMsgError(f"expected a datetime from the database, got {type(value).__name__}")
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -284,7 +284,6 @@ def purge_records(
 
 def count_records(session_factory: SessionFactory, *, group: str | None = None) -> dict[str, int]:
     """Records per state (optionally of one producer group): handy for dashboards and tests."""
-    from sqlalchemy import func
 
     with session_factory() as session, session.begin():
         read_only(session)
