@@ -1,6 +1,7 @@
 """Check-back throughput of one producer group: txmsg over N client instances vs the raw client.
 
     python -m benchmarks.check_scaling [--transactions 200] [--ns default,1,4,16,32] [--sleep 0.1]
+                                       [--backend rocketmq|rocketmq5]
 
 What it does, in one run against one embedded broker (child process, transactionTimeOut 1 s,
 check interval 3 s by default):
@@ -22,6 +23,11 @@ M / (ceil(M/N) * sleep) that whole rounds of N checks allow (200 on 32 threads =
 checks that overlapped, and - from a consumer on the topic - deliveries per message and how many
 messages were delivered more than once (a slow checker lets the broker re-check re-put copies of
 half messages still queued in the client; each COMMIT answer commits a copy).
+
+``--backend rocketmq5`` runs the same scenario over the embedded broker's RocketMQ 5 gRPC endpoint:
+txmsg on the ``rocketmq5`` backend (one 5.x producer per group, checks on ``concurrency`` threads),
+and as **raw** the official 5.x client's ``Producer`` with a ``TransactionChecker`` doing the same
+(its checks run on one thread: ideal 1/sleep).  Deliveries are counted by a remoting consumer.
 
 Final line: ``RESULT check_scaling raw=<rate> n<N>=<rate> ... dup_raw=<k> dup_max=<k>
 bound_ratio=<min> ratio=<min txmsg ratio to N/sleep>``.
@@ -54,8 +60,11 @@ def _name(prefix: str) -> str:
     return f"{prefix}_{os.getpid()}_{next(_seq)}"
 
 
-def run_txmsg(backend: Any, namesrv: str, n: int | None, args: argparse.Namespace) -> dict[str, Any]:
-    """One txmsg variant: ``ExecutorConfig(concurrency=n)``, or the defaults when ``n`` is None."""
+def run_txmsg(
+    backend: Any, namesrv: str, n: int | None, args: argparse.Namespace, consumers: Any = None
+) -> dict[str, Any]:
+    """One txmsg variant: ``ExecutorConfig(concurrency=n)``, or the defaults when ``n`` is None.
+    ``consumers``: the backend that counts deliveries (default ``backend``)."""
     from txmsg import ExecutorConfig, LocalTransactionState
     from txmsg.listener import ListenerSpec
     from txmsg.producer import TransactionalProducer
@@ -75,7 +84,7 @@ def run_txmsg(backend: Any, namesrv: str, n: int | None, args: argparse.Namespac
             recorder.check(message.transaction_key)
             return LocalTransactionState.COMMIT
 
-    stop_consumer = backend.subscribe(
+    stop_consumer = (consumers or backend).subscribe(
         topic, _name(f"cg_scale_{label}"), lambda m: deliveries.add(m.transaction_key), concurrency=4
     )
     spec = ListenerSpec(group=group, target=Slow, topics=(topic,), executor=config)
@@ -87,7 +96,7 @@ def run_txmsg(backend: Any, namesrv: str, n: int | None, args: argparse.Namespac
             deliveries,
             ideal=config.concurrency / args.sleep,
             args=args,
-            extra={"instances": len(getattr(producer.sender, "instances", ()))},
+            extra={"instances": len(getattr(producer.sender, "instances", ())) or 1},
         )
     finally:
         producer.close(timeout=60)
@@ -146,6 +155,45 @@ def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, A
         stop_consumer()
 
 
+def run_raw5(consumers: Any, endpoint: str, namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The official 5.x client alone: its checker runs on the producer's one check thread."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
+    from rocketmq.grpc_protocol import TransactionResolution
+
+    topic = _name("scale_raw5")
+    create_topic(namesrv, topic)
+    recorder = CheckRecorder(args.sleep)
+    deliveries = DeliveryCounter()
+    gate = _RawGate()
+
+    class Checker(TransactionChecker):  # type: ignore[misc]
+        def check(self, message: Any) -> Any:
+            with gate:
+                if not gate.draining:
+                    recorder.check(str(message.message_id))
+                return TransactionResolution.COMMIT
+
+    raw = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,), Checker())
+    raw.startup()
+    stop_consumer = consumers.subscribe(
+        topic, _name("cg_scale_raw5"), lambda m: deliveries.add(m.transaction_key), concurrency=4
+    )
+
+    def send(i: int) -> str:
+        msg = Message()
+        msg.topic = topic
+        msg.body = f"order-{i}".encode()
+        receipt = raw.send(msg, raw.begin_transaction())  # left UNKNOW: no commit/rollback
+        return str(receipt.message_id)
+
+    try:
+        return _drive(send, recorder, deliveries, ideal=1 / args.sleep, args=args, extra={"instances": 1})
+    finally:
+        gate.drain(quiet=1.0, timeout=120)
+        raw.shutdown()
+        stop_consumer()
+
+
 class _RawGate:
     """In-flight count for the raw checker (what txmsg's pool does for its instances)."""
 
@@ -183,13 +231,16 @@ def _drive(
     args: argparse.Namespace,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
+    started = time.monotonic()
     keys = [send(i) for i in range(args.transactions)]
+    send_s = time.monotonic() - started  # sends older than transactionTimeOut at a check pass are
+    # checked in that pass; the rest wait a whole check interval (a split costs N>=16 most)
     answered = reached(lambda: recorder.answered(keys), timeout=args.max_wait)
     # Let re-checks of re-put copies (if any) run and their deliveries arrive: every message
     # delivered and no delivery for two check intervals.
     quiet = args.check_interval_ms / 1000 * 2
     reached(lambda: deliveries.settled(keys, quiet=quiet), timeout=args.max_wait)
-    result = {**recorder.summary(keys), **deliveries.summary(keys), **extra}
+    result = {**recorder.summary(keys), **deliveries.summary(keys), **extra, "send_s": send_s}
     result["ideal"] = ideal
     result["ratio"] = result["rate"] / ideal
     # M checks of `sleep` s on n serial threads need ceil(M/n) rounds at least: the best any
@@ -213,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transaction-timeout-ms", type=int, default=1000)
     parser.add_argument("--max-wait", type=float, default=180.0)
     parser.add_argument("--no-raw", action="store_true", help="skip the raw-client baseline")
+    parser.add_argument(
+        "--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq",
+        help="rocketmq: librocketmq over remoting; rocketmq5: the official 5.x client over gRPC",
+    )
     args = parser.parse_args(argv)
     ns = [None if x.strip() == "default" else int(x) for x in args.ns.split(",") if x.strip()]
     logging.basicConfig(level=logging.WARNING)
@@ -221,14 +276,16 @@ def main(argv: list[str] | None = None) -> int:
     from txmsg_broker.app import BrokerProcess
     from txmsg_rocketmq.backend import RocketMQBackend
 
+    grpc = {"grpc_port": 0} if args.backend == "rocketmq5" else {}
     broker = BrokerProcess(
         transaction_timeout_ms=args.transaction_timeout_ms,
         check_interval_ms=args.check_interval_ms,
         check_max=15,
         delay_scale=0.001,
+        **grpc,
     ).start()
     print(
-        f"broker {broker.namesrv_addr}: transactionTimeOut={args.transaction_timeout_ms} ms, "
+        f"backend {args.backend}; broker {broker.namesrv_addr}: transactionTimeOut={args.transaction_timeout_ms} ms, "
         f"checkInterval={args.check_interval_ms} ms; {args.transactions} transactions per run, "
         f"check_local {args.sleep * 1000:.0f} ms",
         flush=True,
@@ -238,16 +295,31 @@ def main(argv: list[str] | None = None) -> int:
         name_server = broker.namesrv_addr
         instance_prefix = "bench"
 
-    backend = RocketMQBackend(Config())
+    backend = RocketMQBackend(Config())  # the rocketmq5 run counts deliveries with it
+    tx_backend: Any = backend
+    if args.backend == "rocketmq5":
+        from txmsg_rocketmq5.backend import RocketMQ5Backend
+
+        class Config5:
+            endpoints = broker.grpc_endpoint
+
+        tx_backend = RocketMQ5Backend(Config5())
     rows: list[tuple[str, dict[str, Any]]] = []
     try:
         if not args.no_raw:
-            rows.append(("raw", run_raw(backend, broker.namesrv_addr, args)))
+            if args.backend == "rocketmq5":
+                raw_row = run_raw5(backend, broker.grpc_endpoint, broker.namesrv_addr, args)
+            else:
+                raw_row = run_raw(backend, broker.namesrv_addr, args)
+            rows.append(("raw", raw_row))
             _print_row(*rows[-1])
         for n in ns:
-            rows.append(("default" if n is None else f"n{n}", run_txmsg(backend, broker.namesrv_addr, n, args)))
+            row = run_txmsg(tx_backend, broker.namesrv_addr, n, args, consumers=backend)
+            rows.append(("default" if n is None else f"n{n}", row))
             _print_row(*rows[-1])
     finally:
+        if tx_backend is not backend:
+            tx_backend.close(timeout=60)
         backend.close(timeout=60)
         broker.stop()
     txmsg_rows = [r for name, r in rows if name != "raw"]
@@ -272,7 +344,7 @@ def _print_row(name: str, r: dict[str, Any]) -> None:
         f"instances {r['instances']:>2}  threads {r['threads']:>2}  overlap {r['overlap']:>2}  "
         f"check calls {r['calls']:>4} for {r['answered']} tx  "
         f"deliveries/msg {r['per_message']:.2f} ({r['duplicated']} duplicated, "
-        f"{r['delivered']} delivered){'' if r['complete'] else '  INCOMPLETE'}",
+        f"{r['delivered']} delivered)  sends {r['send_s']:.2f}s{'' if r['complete'] else '  INCOMPLETE'}",
         flush=True,
     )
 
