@@ -143,7 +143,7 @@ def to_proto(msg: StoredMessage, *, topic: str | None = None, namespace: str = "
     }.get("TRANSACTION" if tran else kind, pb.MessageType.NORMAL)
     sp = pb.SystemProperties(
         message_id=msg.uniq_key,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(msg.body) & 0xFFFFFFFF, "X")),
+        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(msg.body) & 0xFFFFFFFF, "08X")),
         body_encoding=pb.Encoding.GZIP if msg.sys_flag & SYSFLAG_COMPRESSED else pb.Encoding.IDENTITY,
         message_type=message_type,
         born_timestamp=_timestamp(msg.born_timestamp),
