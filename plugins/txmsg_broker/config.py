@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Literal
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+#: ``transaction.log`` formats: RocketMQ 4.9.x and 5.x (``BrokerConfig.log_format``)
+LOG_FORMATS = (4, 5)
 
 
 @dataclass
@@ -26,12 +28,20 @@ class BrokerConfig:
     #: broker, which learns check-back channels from HEART_BEAT only; on = a non-standard shortcut
     learn_producers_from_sends: bool = False
     transaction_log_level: str = "INFO"
+    #: transaction.log format of remoting traffic: 4 = the 4.9.8 broker's (quoted header, bname,
+    #: check-backs at DEBUG), 5 = a 5.1+ broker's (unquoted, no bname, an INFO line per check-back)
+    log_format: int = 4
     #: multiplies RocketMQ's delay levels (1s 5s 10s ... 2h); e.g. 0.01 makes level 3 (10 s) take 0.1 s
     delay_scale: float = 1.0
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     #: RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``) port; None = off, 0 = any free port
     grpc_port: int | None = None
     broker_name: str = "broker-a"
+    #: external name server(s) ``host:port[;host:port]`` (several brokers, ``txmsg broker --brokers N``):
+    #: the broker then serves no name server of its own and registers with these (REGISTER_BROKER)
+    namesrv_addr: str | None = None
+    #: how often a broker with external name servers re-registers (4.9.8 ``registerNameServerPeriod``)
+    register_interval_ms: int = 30000
     cluster_name: str = "DefaultCluster"
     default_queue_nums: int = 4
     flush_interval_ms: int = 500
@@ -41,9 +51,14 @@ class BrokerConfig:
         self.log_dir = Path(self.log_dir)
         if self.flush not in ("sync", "async"):
             raise ValueError(f"flush must be 'sync' or 'async', got {self.flush!r}")
-        for name in ("transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size"):
+        for name in (
+            "transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size", "register_interval_ms"
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if str(self.log_format) not in {str(f) for f in LOG_FORMATS}:
+            raise ValueError(f"log_format must be 4 (RocketMQ 4.9) or 5 (RocketMQ 5.x), got {self.log_format!r}")
+        self.log_format = int(self.log_format)
         if self.delay_scale <= 0:
             raise ValueError(f"delay_scale must be positive, got {self.delay_scale}")
 

@@ -7,7 +7,13 @@ Fixtures:
   ``.restart()``, ``.kill()`` (SIGKILL), ``.start()``, ``.stop()``.
 * ``txmsg_grpc_broker`` - the same with the RocketMQ 5 gRPC endpoint on (``.grpc_endpoint``).
 * ``txmsg_broker_factory`` - ``factory(**settings)`` for custom settings (any ``txmsg broker`` option,
-  e.g. ``flush="sync"``, ``check_max=5``, ``transaction_log_level="DEBUG"``). All are stopped at teardown.
+  e.g. ``flush="sync"``, ``check_max=5``, ``transaction_log_level="DEBUG"``, ``log_format=5``). All are
+  stopped at teardown.
+
+Option ``--txmsg-log-format 4|5`` (default 4): the transaction.log format of every fixture's broker for
+remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransactionRequestHeader``, no
+``bname``, an INFO ``Check transaction. real_topic=...`` line per check-back). Run the same tests with
+``--txmsg-log-format 5`` to get 5.x-format logs from live runs; ``log_format=`` in the factory wins.
 
 The broker runs as a child process so a test can ``kill -9`` it and so librocketmq's threads never share
 an interpreter with the broker's event loop. ``ROCKETMQ_CLIENT_LOG_DIR`` is pointed at a temp dir unless
@@ -36,18 +42,29 @@ TEST_SETTINGS: dict[str, Any] = {
 BrokerFactory = Callable[..., BrokerProcess]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("txmsg_broker").addoption(
+        "--txmsg-log-format", choices=("4", "5"), default="4",
+        help="transaction.log format of the txmsg_broker fixtures' remoting traffic: "
+             "4 = RocketMQ 4.9.8 (default), 5 = RocketMQ 5.1+",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if "ROCKETMQ_CLIENT_LOG_DIR" not in os.environ:
         os.environ["ROCKETMQ_CLIENT_LOG_DIR"] = tempfile.mkdtemp(prefix="rocketmq-client-logs-")
 
 
 @pytest.fixture
-def txmsg_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
+def txmsg_broker_factory(
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[BrokerFactory]:
     started: list[BrokerProcess] = []
+    log_format = int(pytestconfig.getoption("--txmsg-log-format", default="4") or 4)
 
     def factory(**settings: Any) -> BrokerProcess:
         base = tmp_path_factory.mktemp("txmsg-broker")
-        merged = {**TEST_SETTINGS, **settings}
+        merged = {**TEST_SETTINGS, "log_format": log_format, **settings}
         proc = BrokerProcess(base / "data", base / "logs", **merged)
         started.append(proc)
         return proc.start()

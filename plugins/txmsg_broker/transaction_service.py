@@ -13,6 +13,10 @@ Modelled on the Java 4.9 broker so outcomes *and* pitfalls match a real one:
   with the count + 1 and CHECK_TRANSACTION_STATE (oneway) is sent for that new copy to a live channel of its
   producer group, round-robin over all the group's channels. Like Java, each copy is an independent entry: a
   slow checker that answers COMMIT for several copies commits several times (the duplicate-delivery pitfall).
+* transaction.log lines are the 4.9.8 broker's by default; ``log_format`` 5 (``txmsg broker --log-format 5``)
+  writes END_TRANSACTION headers and check-backs as a 5.1+ broker does (see :func:`end_transaction_header`;
+  one INFO ``Check transaction. real_topic=...`` line per check-back), so log analysers can be tested on
+  both formats from live remoting runs. The gRPC endpoint always writes the 5.x format.
 * ``fromTransactionCheck`` is parsed like Java's ``Boolean.parseBoolean``: librocketmq's ``"1"`` is *false*,
   so check answers from C++/Python clients are logged as send-phase lines, exactly as a real broker does.
 """
@@ -41,7 +45,7 @@ from .message_codec import (
     encode_message,
     encoded_size,
 )
-from .store import now_ms
+from .store import NotWritableError, now_ms
 from .topics import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from .transport import Connection
 from .txlog import ThreadNames
@@ -63,6 +67,28 @@ def java_bool(raw: str | None) -> bool:
 
 def java_date(ms: int) -> str:
     return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(ms / 1000))
+
+
+def end_transaction_header(
+    log_format: int, group: str, tsto: int, clo: int, state: int, from_check: bool, msg_id: str, tx_id: str
+) -> str:
+    """``EndTransactionRequestHeader.toString()`` as the broker of ``log_format`` logs it.
+
+    4 (4.9.5+): strings quoted, ``bname`` last; 5 (5.0+, Guava ``toStringHelper``): nothing quoted, no
+    ``bname``. The field order is the same, and a missing string prints as ``null`` in both.
+    """
+    ftc = "true" if from_check else "false"
+    if log_format == 5:
+        return (
+            f"EndTransactionRequestHeader{{producerGroup={group}, tranStateTableOffset={tsto}, "
+            f"commitLogOffset={clo}, commitOrRollback={state}, fromTransactionCheck={ftc}, "
+            f"msgId={msg_id}, transactionId={tx_id}}}"
+        )
+    return (
+        f"EndTransactionRequestHeader{{producerGroup='{group}', tranStateTableOffset={tsto}, "
+        f"commitLogOffset={clo}, commitOrRollback={state}, fromTransactionCheck={ftc}, "
+        f"msgId='{msg_id}', transactionId='{tx_id}', bname='null'}}"
+    )
 
 
 def describe_message(msg: StoredMessage) -> str:
@@ -152,12 +178,9 @@ class TransactionService:
             self.broker.logs.broker.warn(thread, f"invalid END_TRANSACTION from {conn.remote_addr}: {exc}")
             return None
         from_check = java_bool(cmd.ext_fields.get("fromTransactionCheck"))
-        header = (
-            f"EndTransactionRequestHeader{{producerGroup='{group}', tranStateTableOffset={tsto}, "
-            f"commitLogOffset={clo}, commitOrRollback={state}, "
-            f"fromTransactionCheck={'true' if from_check else 'false'}, "
-            f"msgId='{cmd.ext_fields.get('msgId', 'null')}', "
-            f"transactionId='{cmd.ext_fields.get('transactionId', 'null')}', bname='null'}}"
+        header = end_transaction_header(
+            self.broker.config.log_format, group, tsto, clo, state, from_check,
+            cmd.ext_fields.get("msgId", "null"), cmd.ext_fields.get("transactionId", "null"),
         )
         remark = "null" if cmd.remark is None else cmd.remark
         tx = self.tx
@@ -212,10 +235,17 @@ class TransactionService:
         if tsto in self.resolved:
             tx.debug(thread, f"Half offset {tsto} has been committed/rolled back, request ignored: {header}")
             return None
-        if state == COMMIT:
-            _real, op = self.commit(half)
-        else:
-            op = self.write_op(half)
+        try:
+            if state == COMMIT:
+                _real, op = self.commit(half)
+            else:
+                op = self.write_op(half)
+        except NotWritableError as exc:  # full disk: the half stays and is checked back later
+            self.broker.logs.broker.warn(
+                thread, f"END_TRANSACTION not applied, the store is not writable ({exc}); the half "
+                f"message stays and will be checked back: {header}"
+            )
+            return None
         if debug:
             tx.debug(
                 thread,
@@ -418,7 +448,9 @@ class TransactionService:
             "transactionId": uniq,
             "offsetMsgId": msg.msg_id,
         }
-        self.tx.debug(
+        # 4.9 logs each check-back at DEBUG only; 5.1+ at INFO (countable at the default level)
+        self.tx.log(
+            "INFO" if self.broker.config.log_format == 5 else "DEBUG",
             CHECK_SEND_THREAD,
             f"Check transaction. real_topic={real_topic},uniqKey={uniq},offset={msg.queue_offset},"
             f"commitLogOffset={msg.commit_log_offset}",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..message_codec import PROPERTY_PGROUP, PROPERTY_UNIQ_KEY, StoredMessage
 from ..send_service import PROTECTED_TOPICS
 from ..topics import HALF_TOPIC, PERM_WRITE, SYSTEM_TOPICS, TopicConfig, validate_topic_name
-from ..transaction_service import COMMIT, ROLLBACK, UNKNOWN
+from ..transaction_service import COMMIT, ROLLBACK, UNKNOWN, end_transaction_header
 from ..txlog import ThreadNames
 from .convert import SYSTEM_PROPERTIES, to_stored, topic_message_type
 from .sessions import ClientSession, Sessions
@@ -69,11 +69,7 @@ def accepted_types(cfg: TopicConfig) -> list[int]:
 
 def end_tx_header(group: str, tsto: int, clo: int, state: int, from_check: bool, msg_id: str, tx_id: str) -> str:
     """5.x ``EndTransactionRequestHeader.toString`` (Guava ``toStringHelper``: no quotes, no bname)."""
-    return (
-        f"EndTransactionRequestHeader{{producerGroup={group}, tranStateTableOffset={tsto}, "
-        f"commitLogOffset={clo}, commitOrRollback={state}, fromTransactionCheck={str(from_check).lower()}, "
-        f"msgId={msg_id}, transactionId={tx_id}}}"
-    )
+    return end_transaction_header(5, group, tsto, clo, state, from_check, msg_id, tx_id)
 
 
 class ProducerRpcs:
@@ -247,9 +243,15 @@ class ProducerRpcs:
     ) -> None:
         """``EndTransactionProcessor`` as a 5.x broker runs it for a proxy request (shared state)."""
         thread = self._end_threads.next()
-        header = end_tx_header(group, tsto, clo, state, from_check, msg_id, tx_id)
         tx = self.broker.logs.transaction
-        tx.debug(thread, f"Transaction request:{header}")
+        # a first-phase COMMIT at INFO logs nothing: the header is built only when a line needs it
+        header = (
+            end_tx_header(group, tsto, clo, state, from_check, msg_id, tx_id)
+            if from_check or state != COMMIT or tx.enabled("DEBUG")
+            else ""
+        )
+        if header:
+            tx.debug(thread, f"Transaction request:{header}")
         addr = session.peer
         tail = f"RequestHeader: {header} Remark: {END_TX_REMARK}"
         if from_check:
@@ -275,10 +277,12 @@ class ProducerRpcs:
         elif half.properties.get(PROPERTY_PGROUP, "") != group:
             problem = "The producer group wrong"
         if problem is not None or half is None:
+            header = header or end_tx_header(group, tsto, clo, state, from_check, msg_id, tx_id)
             self.broker.logs.broker.warn(thread, f"{problem}, request from {addr}: {header}")
             return
         if tsto in service.resolved:
-            tx.debug(thread, f"Half offset {tsto} has been committed/rolled back, request ignored: {header}")
+            if header:
+                tx.debug(thread, f"Half offset {tsto} has been committed/rolled back, request ignored: {header}")
             return
         if state == COMMIT:
             service.commit(half)
