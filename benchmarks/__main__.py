@@ -31,6 +31,8 @@ BENCHES: tuple[Bench, ...] = (
           ("--runs", "10"), ("--runs", "30")),
     Bench("broker_throughput", "ours/real RocketMQ 4.9.8 msgs/s >= 1.0",
           ("--seconds", "2"), ("--seconds", "5")),
+    Bench("grpc_throughput", "official 5.x client over gRPC / C++ client over remoting msgs/s >= 0.7 "
+          "(ratio = worst of plain/tx x 1/4 threads)", ("--seconds", "2"), ("--seconds", "5")),
     Bench("send_overhead", "txmsg/raw send_in_transaction >= 0.9",
           ("--seconds", "1", "--rounds", "2"), ()),
     Bench("check_scaling", "check-backs/s / (N/0.1 s) >= 0.9, no duplicates",

@@ -70,9 +70,20 @@ class _LenientHandler(grpc.GenericRpcHandler):  # type: ignore[misc]
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        #: method -> wrapped handler: grpcio asks for the handler on every call (hot path)
+        self._wrapped: dict[str, Any] = {}
 
     def service(self, details: Any) -> Any:
-        handler = self.inner.service(details)
+        method = details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            wrapped = self._wrap(self.inner.service(details))
+            if wrapped is not None:
+                self._wrapped[method] = wrapped
+        return wrapped
+
+    @staticmethod
+    def _wrap(handler: Any) -> Any:
         if handler is None or handler.request_deserializer is None:
             return handler
         changes: dict[str, Any] = {"request_deserializer": _lenient(handler.request_deserializer)}

@@ -77,6 +77,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
         client_id = header(context, CLIENT_ID_HEADER)
         if not client_id.strip():
             raise client_id_required()
+        known = self.sessions.by_id.get(client_id)  # hot path: peer and language only for a new client
+        if known is not None:
+            return known
         return self.sessions.get(client_id, peer_address(context), header(context, LANGUAGE_HEADER))
 
     async def _unary(
