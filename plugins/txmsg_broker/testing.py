@@ -280,20 +280,11 @@ class Clients:
         self.close()
 
 
-#: librocketmq client timers fire ~0.01 s and 3 s after start, then every 30 s (route refresh,
-#: heartbeat, offline-broker cleanup); shutting down during one of them can abort the process
-_TIMER_PHASES = (0.0, 3.0, 30.0)
-_WINDOW_BEFORE, _WINDOW_AFTER = 0.3, 0.6
-
-
 def _avoid_timer_window(started: float | None) -> None:
-    if started is None:
-        return
-    phase = (time.monotonic() - started) % 30.0
-    for instant in _TIMER_PHASES:
-        if instant - _WINDOW_BEFORE <= phase <= instant + _WINDOW_AFTER:
-            time.sleep(instant + _WINDOW_AFTER - phase)
-            return
+    """The backend's guard (txmsg_rocketmq.timers), for the raw clients these helpers make."""
+    from txmsg_rocketmq.timers import wait_until_quiet  # noqa: PLC0415 - only with the real client
+
+    wait_until_quiet(started)
 
 
 def create_topic(namesrv_addr: str, topic: str, *, queues: int = 4, message_type: str | None = None) -> None:

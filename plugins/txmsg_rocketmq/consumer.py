@@ -49,6 +49,7 @@ from .native import (
     start_push_consumer,
     use_sync_pull,
 )
+from .timers import wait_until_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -116,6 +117,7 @@ class PushConsumer:
         self._dlq_lock = threading.Lock()
         self._handler = handler
         self._stopped = False
+        self._started_at: float | None = None
         self._stop_lock = threading.Lock()
         self._callback = MESSAGE_CALLBACK(
             guarded(E_RECONSUME_LATER, f"consumer callback of {group}", self._on_message)
@@ -140,6 +142,7 @@ class PushConsumer:
                 use_sync_pull(native, handle, pull_threads)
                 set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
+                self._started_at = time.monotonic()  # its factory's timers run from here
                 started = True
             finally:
                 if not started:
@@ -232,6 +235,7 @@ class PushConsumer:
                 )
                 _STILL_RUNNING.add(self)  # the native consumer may still call our ctypes callback
                 return
+            wait_until_quiet(self._started_at)
             with NATIVE_LOCK:
                 release_push_consumer(self.native, self.handle, started=True)
             self._stopped = True

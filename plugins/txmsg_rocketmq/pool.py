@@ -41,6 +41,7 @@ from .native import (
     SEND_STATUS_NAMES,
     Native,
 )
+from .timers import wait_until_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -116,6 +117,7 @@ class ProducerInstance:
             guarded(E_UNKNOWN_TRANSACTION, f"local-transaction callback of {group}", self._on_execute)
         )
         self._keeper: int | None = None
+        self.started_at: float | None = None
         self.settings = settings
         self._topics_seen: set[str] = set()
         self._topics_lock = threading.Lock()
@@ -164,6 +166,7 @@ class ProducerInstance:
         dll = self.native.dll
         with NATIVE_LOCK:
             self._check(dll.StartProducer(self.handle), "start the producer")
+            self.started_at = time.monotonic()  # the factory's timers run from here
             # The keeper: a plain producer on the same instance name, i.e. registered in the
             # same MQClientFactory.  librocketmq's TransactionMQProducerImpl::shutdown deletes
             # the factory (when nothing else is registered in it) *before* it stops the check
@@ -297,6 +300,7 @@ class ProducerInstance:
         # Order matters (see start()): transaction producer first - the broker is told to
         # forget this channel for the group, the check thread is joined while the keeper holds
         # the factory - then the keeper, which tears the factory down, then what depended on it.
+        wait_until_quiet(self.started_at)  # the keeper's shutdown below ends the factory
         dll.ShutdownProducer(self.handle)
         with NATIVE_LOCK:
             dll.DestroyProducer(self.handle)

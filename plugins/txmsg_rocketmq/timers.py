@@ -1,0 +1,39 @@
+"""Shut a librocketmq client factory down only between its timers.
+
+librocketmq 2.1.0 runs a client factory's periodic work (route refresh, heartbeat, offline-broker
+clean-up) on timers that fire about 0.01 s and 3 s after the factory starts and then every 30 s.
+Shutting the factory down while one of them runs can abort the whole process ("Fatal Python
+error: Aborted" inside ``shutdown``; seen with raw clients in the test helpers and with a txmsg
+app closed about 3 s after start, docs/librocketmq-hazards.md).  The factory goes away with the
+last client registered on an instance name, so every place that shuts such a client down first
+waits, at most :data:`WINDOW_BEFORE` + :data:`WINDOW_AFTER` seconds, until no timer is near.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+TIMER_PHASES: Final = (0.0, 3.0, 30.0)
+"""Seconds after the factory's start (modulo the 30 s period) at which its timers fire."""
+PERIOD: Final = 30.0
+WINDOW_BEFORE: Final = 0.3
+WINDOW_AFTER: Final = 0.6
+
+
+def delay_until_quiet(started: float, now: float) -> float:
+    """Seconds to wait at monotonic ``now`` so that a factory started at ``started`` is not
+    within a timer window (0.0 when it is quiet already)."""
+    phase = (now - started) % PERIOD
+    for instant in TIMER_PHASES:
+        if instant - WINDOW_BEFORE <= phase <= instant + WINDOW_AFTER:
+            return instant + WINDOW_AFTER - phase
+    return 0.0
+
+
+def wait_until_quiet(started: float | None) -> None:
+    """Sleep until the factory started at monotonic ``started`` has no timer near (None: no-op)."""
+    if started is not None:
+        delay = delay_until_quiet(started, time.monotonic())
+        if delay > 0:
+            time.sleep(delay)
