@@ -9,7 +9,9 @@ What a 5.x broker does with ``PopMessageProcessor`` / ``AckMessageProcessor`` /
   ``delivery_attempt + 1`` (the broker's revive + retry topic, kept here as in-flight state: the
   message id, body and queue offset stay the same);
 * a message whose ``reconsumeTimes`` reached the group's max attempts goes to ``%DLQ%<group>`` instead
-  of being delivered (``PopMessageResultFilterImpl`` -> TO_DLQ), like a remoting send-back would;
+  of being delivered (``PopMessageResultFilterImpl`` -> TO_DLQ), like a remoting send-back would; not
+  when the topic read is itself a DLQ (its copies carry that many reconsume times: a real broker would
+  forward them to yet another DLQ, which helps nobody who reads a DLQ to inspect or replay it);
 * FIFO (orderly pop): a queue with an invisible delivery delivers nothing else, so the next message of a
   message group (always one queue) comes only after the previous one was acked or its time ran out;
 * progress is the group's ordinary consumer offset (``store.commit_offset``): the first offset not yet
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 POP_THREAD = "PopServiceThread"
 #: how often a held receive re-checks push-consumer deliveries whose client may have gone
 RENEW_CHECK_S = 1.0
+NEVER = 1 << 62
 
 
 @dataclass
@@ -193,6 +196,8 @@ class PopService:
         """Up to ``batch`` deliveries from ``queue_ids`` (rotating the start queue per call)."""
         if not queue_ids:
             return []
+        if topic.startswith(DLQ_PREFIX):
+            max_attempts = NEVER  # whoever reads a DLQ gets its messages; there is no DLQ of a DLQ
         now = now_ms()
         rr = self._rr.setdefault((group, topic), itertools.count())
         start = next(rr) % len(queue_ids)
