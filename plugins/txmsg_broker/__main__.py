@@ -1,10 +1,11 @@
-"""``python -m txmsg_broker broker ...`` / ``topic create ...`` (used by ``BrokerProcess``)."""
+"""``python -m txmsg_broker broker ...`` / ``namesrv ...`` / ``topic create ...`` (used by ``BrokerProcess``
+and ``cluster.BrokerCluster``)."""
 
 from __future__ import annotations
 
 import click
 
-from .cli import broker, topic
+from .cli import broker, namesrv, topic
 
 
 @click.group()
@@ -13,6 +14,7 @@ def main() -> None:
 
 
 main.add_command(broker)
+main.add_command(namesrv)
 main.add_command(topic)
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def install(broker: Broker) -> None:
             attributes=merged,
         )
         broker.topics.put(cfg)
+        await broker.publish_routes()  # Java's registerIncrementBrokerData: routed before we answer
         broker.logs.broker.info(
             "AdminBrokerThread_1",
             f"updateAndCreateTopic called by {conn.remote_addr}, {cfg.describe()}",

@@ -46,6 +46,7 @@ from .txlog import BrokerLogs
 if TYPE_CHECKING:
     from .consumer_service import ConsumerService
     from .grpc.server import GrpcEndpoint
+    from .registration import Registrar
 
 log = logging.getLogger("txmsg_broker.broker")
 
@@ -68,9 +69,13 @@ class Broker:
         self.topics = TopicManager(config.data_dir, default_queue_nums=config.default_queue_nums)
         self.clients = ClientRegistry()
         self.server = RemotingServer("broker", config.host, config.broker_port)
-        self.namesrv_server = RemotingServer("namesrv", config.host, config.namesrv_port)
+        #: the in-process name server; None with external ones (``config.namesrv_addr``, several brokers)
+        self.namesrv_server: RemotingServer | None = None
+        if config.namesrv_addr is None:
+            self.namesrv_server = RemotingServer("namesrv", config.host, config.namesrv_port)
         self.server.on_error = lambda text: self.logs.broker.error("NettyServerCodecThread_1", text)
-        self.namesrv_server.on_error = self.server.on_error
+        if self.namesrv_server is not None:
+            self.namesrv_server.on_error = self.server.on_error
         self.server.on_connection_closed.append(self._connection_closed)
         self.put_filters: list[PutFilter] = []
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -81,9 +86,22 @@ class Broker:
         self._sync_waiters: list[asyncio.Future[None]] = []
         self._sync_running = False
 
-        from . import admin_service, client_service, namesrv, send_service, transaction_service
+        from . import (
+            admin_service,
+            client_service,
+            namesrv,
+            send_service,
+            transaction_service,
+        )
 
-        namesrv.install(self)
+        #: registration with external name servers (``registration.py``); None with the in-process one
+        self.registrar: Registrar | None = None
+        if self.namesrv_server is not None:
+            namesrv.install(self)
+        else:
+            from .registration import Registrar
+
+            self.registrar = Registrar(self)
         client_service.install(self)
         admin_service.install(self)
         send_service.install(self)
@@ -103,7 +121,15 @@ class Broker:
 
     @property
     def namesrv_addr(self) -> str:
+        if self.config.namesrv_addr is not None:
+            return self.config.namesrv_addr
         return f"{self.config.advertised_ip}:{self.config.namesrv_port}"
+
+    async def publish_routes(self) -> None:
+        """Wait until the name servers route the current topic table (external ones: re-register;
+        the in-process one reads the table directly)."""
+        if self.registrar is not None:
+            await self.registrar.register_now()
 
     # -- extension API --------------------------------------------------------------------------
     def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
@@ -200,14 +226,17 @@ class Broker:
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        await self.namesrv_server.start()
+        if self.namesrv_server is not None:
+            await self.namesrv_server.start()
+            self.config.namesrv_port = self.namesrv_server.port
         await self.server.start()
-        self.config.namesrv_port = self.namesrv_server.port
         self.config.broker_port = self.server.port
         self.store.store_host = self.broker_addr
         if self.grpc is not None:
             await self.grpc.start()
         self._log_startup()
+        if self.registrar is not None:
+            await self.registrar.start()
         self.spawn(self._flush_loop())
         self.transactions.start()
         for fn in self._start_callbacks:
@@ -252,6 +281,8 @@ class Broker:
         """Stop serving, cancel background work, flush and close everything."""
         for stopping in self._stopping_callbacks:
             await stopping()
+        if self.registrar is not None:
+            await self.registrar.stop()
         if self.grpc is not None:
             await self.grpc.stop()
         await self.transactions.stop()
@@ -261,7 +292,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.server.stop()
-        await self.namesrv_server.stop()
+        if self.namesrv_server is not None:
+            await self.namesrv_server.stop()
         for fn in self._stop_callbacks:
             try:
                 fn()

@@ -6,6 +6,7 @@ import asyncio
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,24 @@ from .config import BrokerConfig
 @click.option("--grpc-port", default=None, type=click.IntRange(0, 65535),
               help="Also serve RocketMQ 5's gRPC protocol (the proxy's) on this port (0 = any free); "
                    "needs the `grpc` extra.")
+@click.option("--brokers", default=1, show_default=True, type=click.IntRange(1, 26),
+              help="Several brokers (broker-a, broker-b, ...): one name server process and one process per "
+                   "broker, stores and logs under <data-dir>/<name>, <log-dir>/<name>; ports from --broker-port "
+                   "on (the next free one each); --grpc-port on broker-a only.")
+@click.option("--namesrv-addr", default=None,
+              help="Register with these name servers (host:port[;host:port]) instead of serving one "
+                   "(how --brokers runs each broker).")
+@click.option("--broker-name", default="broker-a", show_default=True)
+@click.option("--register-interval-ms", default=30000, show_default=True, type=click.IntRange(1000),
+              help="With --namesrv-addr: how often the broker registers again (registerNameServerPeriod).")
 def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
     options["transaction_log_level"] = str(options["transaction_log_level"]).upper()
     options["log_format"] = int(options["log_format"])
+    count = options.pop("brokers")
+    if count > 1:
+        _serve_cluster(count, options)
+        return
     try:
         config = BrokerConfig(**options)  # click has validated each option against its type
     except (TypeError, ValueError) as exc:
@@ -77,6 +92,78 @@ async def _serve(config: BrokerConfig) -> None:
     click.echo("txmsg broker shutting down (flushing)")
     await instance.stop()
     click.echo("txmsg broker stopped")
+
+
+def _serve_cluster(count: int, options: dict[str, Any]) -> None:
+    """``--brokers N``: start the cluster's processes, print every address, stop them on SIGINT/SIGTERM."""
+    from .cluster import BrokerCluster
+
+    if options.get("namesrv_addr"):
+        raise click.UsageError("--brokers starts its own name server; leave out --namesrv-addr")
+    fixed = {k: options.pop(k) for k in ("data_dir", "log_dir", "host", "namesrv_port", "broker_port")}
+    options.pop("namesrv_addr", None)
+    options.pop("broker_name", None)
+    settings = {k: v for k, v in options.items() if v is not None}
+    cluster = BrokerCluster(
+        fixed["data_dir"], fixed["log_dir"], brokers=count, host=fixed["host"],
+        namesrv_port=fixed["namesrv_port"], broker_port=fixed["broker_port"], **settings,
+    )
+    stop = {"now": False}
+
+    def request_stop(*_: object) -> None:
+        stop["now"] = True
+
+    old = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            cluster.start(timeout=60)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            cluster.kill()
+            raise click.ClickException(
+                f"cannot start the brokers: {exc}. Are the ports in use? "
+                "Choose others with --namesrv-port/--broker-port (0 = any free port)."
+            ) from exc
+        click.echo(cluster.ready_line())
+        sys.stdout.flush()
+        reported: set[str] = set()
+        while not stop["now"]:
+            for name, proc in zip(cluster.broker_addrs, cluster.brokers, strict=True):
+                if not proc.running and name not in reported:
+                    reported.add(name)
+                    click.echo(f"txmsg broker: {name} is not running (see {proc.console_path})")
+            time.sleep(0.2)
+        click.echo("txmsg broker shutting down (flushing)")
+    finally:
+        cluster.stop()
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    click.echo("txmsg broker stopped")
+
+
+@click.command("namesrv")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=9876, show_default=True, type=int, help="0 = any free port.")
+@click.option("--log-dir", default="./txmsg-namesrv-logs", show_default=True, type=click.Path(path_type=Path))
+def namesrv(host: str, port: int, log_dir: Path) -> None:
+    """Run a stand-alone name server (brokers register with it; used by ``txmsg broker --brokers N``)."""
+    from .nameserver import NameServer
+
+    async def serve() -> None:
+        server = NameServer(host, port, log_dir)
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        click.echo(f"txmsg namesrv accepting connections: {server.addr} (logs {log_dir})")
+        sys.stdout.flush()
+        await stop.wait()
+        await server.stop()
+
+    try:
+        asyncio.run(serve())
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the name server: {exc}; choose another --port") from exc
 
 
 # --- topic admin ---------------------------------------------------------------------------------

@@ -37,6 +37,11 @@ class BrokerConfig:
     #: RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``) port; None = off, 0 = any free port
     grpc_port: int | None = None
     broker_name: str = "broker-a"
+    #: external name server(s) ``host:port[;host:port]`` (several brokers, ``txmsg broker --brokers N``):
+    #: the broker then serves no name server of its own and registers with these (REGISTER_BROKER)
+    namesrv_addr: str | None = None
+    #: how often a broker with external name servers re-registers (4.9.8 ``registerNameServerPeriod``)
+    register_interval_ms: int = 30000
     cluster_name: str = "DefaultCluster"
     default_queue_nums: int = 4
     flush_interval_ms: int = 500
@@ -46,7 +51,9 @@ class BrokerConfig:
         self.log_dir = Path(self.log_dir)
         if self.flush not in ("sync", "async"):
             raise ValueError(f"flush must be 'sync' or 'async', got {self.flush!r}")
-        for name in ("transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size"):
+        for name in (
+            "transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size", "register_interval_ms"
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if str(self.log_format) not in {str(f) for f in LOG_FORMATS}:

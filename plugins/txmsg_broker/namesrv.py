@@ -85,5 +85,8 @@ def install(broker: Broker) -> None:
         }
         return cmd.response(body=json.dumps(body, separators=(",", ":")).encode())
 
-    broker.namesrv_server.register(GET_ROUTEINFO_BY_TOPIC, get_route, inline=True)
-    broker.namesrv_server.register(GET_BROKER_CLUSTER_INFO, get_cluster_info, inline=True)
+    server = broker.namesrv_server
+    if server is None:  # external name servers (several brokers: nameserver.py) route this broker
+        return
+    server.register(GET_ROUTEINFO_BY_TOPIC, get_route, inline=True)
+    server.register(GET_BROKER_CLUSTER_INFO, get_cluster_info, inline=True)

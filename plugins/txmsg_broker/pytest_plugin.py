@@ -8,7 +8,10 @@ Fixtures:
 * ``txmsg_grpc_broker`` - the same with the RocketMQ 5 gRPC endpoint on (``.grpc_endpoint``).
 * ``txmsg_broker_factory`` - ``factory(**settings)`` for custom settings (any ``txmsg broker`` option,
   e.g. ``flush="sync"``, ``check_max=5``, ``transaction_log_level="DEBUG"``, ``log_format=5``). All are
-  stopped at teardown.
+  stopped at teardown.  ``factory(brokers=2, **settings)`` starts a
+  :class:`~txmsg_broker.cluster.BrokerCluster` instead: a name server process and one process per broker
+  (``.brokers``, ``.broker("broker-b")`` - each a ``BrokerProcess`` to ``kill()``/``start()`` alone;
+  ``.namesrv_addr``; the gRPC endpoint on broker-a only).
 
 Option ``--txmsg-log-format 4|5`` (default 4): the transaction.log format of every fixture's broker for
 remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransactionRequestHeader``, no
@@ -24,12 +27,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal, Protocol, cast, overload
 
 import pytest
 
 from .app import BrokerProcess
+from .cluster import BrokerCluster
 
 #: short timings so the whole transaction outcome table runs in seconds
 TEST_SETTINGS: dict[str, Any] = {
@@ -39,7 +43,17 @@ TEST_SETTINGS: dict[str, Any] = {
     "delay_scale": 0.001,
 }
 
-BrokerFactory = Callable[..., BrokerProcess]
+
+
+class BrokerFactory(Protocol):
+    """``factory(**settings)`` → a :class:`BrokerProcess`; ``factory(brokers=2, **settings)`` → a
+    :class:`~txmsg_broker.cluster.BrokerCluster` (name server process + broker-a, broker-b processes)."""
+
+    @overload
+    def __call__(self, *, brokers: Literal[1] = 1, **settings: Any) -> BrokerProcess: ...
+
+    @overload
+    def __call__(self, *, brokers: int, **settings: Any) -> BrokerCluster: ...
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,17 +73,21 @@ def pytest_configure(config: pytest.Config) -> None:
 def txmsg_broker_factory(
     tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
 ) -> Iterator[BrokerFactory]:
-    started: list[BrokerProcess] = []
+    started: list[BrokerProcess | BrokerCluster] = []
     log_format = int(pytestconfig.getoption("--txmsg-log-format", default="4") or 4)
 
-    def factory(**settings: Any) -> BrokerProcess:
+    def factory(*, brokers: int = 1, **settings: Any) -> Any:
         base = tmp_path_factory.mktemp("txmsg-broker")
         merged = {**TEST_SETTINGS, "log_format": log_format, **settings}
+        if brokers > 1:
+            cluster = BrokerCluster(base / "data", base / "logs", brokers=brokers, **merged)
+            started.append(cluster)
+            return cluster.start()
         proc = BrokerProcess(base / "data", base / "logs", **merged)
         started.append(proc)
         return proc.start()
 
-    yield factory
+    yield cast(BrokerFactory, factory)
     for proc in started:
         try:
             proc.stop(timeout=10)

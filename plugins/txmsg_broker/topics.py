@@ -11,6 +11,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,9 @@ class TopicManager:
         self.default_queue_nums = default_queue_nums
         self._lock = threading.RLock()
         self._topics: dict[str, TopicConfig] = {}
+        #: called with the config after a topic was created or changed (a broker with external name
+        #: servers registers again then: ``registration.py``)
+        self._listeners: list[Callable[[TopicConfig], None]] = []
         self._load()
         for name, queues in (
             (DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS),
@@ -131,6 +135,13 @@ class TopicManager:
             bad = self.path.with_suffix(".corrupt")
             os.replace(self.path, bad)
 
+    def add_listener(self, fn: Callable[[TopicConfig], None]) -> None:
+        self._listeners.append(fn)
+
+    def _changed(self, config: TopicConfig) -> None:
+        for fn in self._listeners:
+            fn(config)
+
     def _save(self) -> None:
         payload = json.dumps({"topics": [asdict(t) for t in self._topics.values()]}, indent=1)
         tmp = self.path.with_suffix(".tmp")
@@ -149,7 +160,8 @@ class TopicManager:
         with self._lock:
             self._topics[config.topic_name] = config
             self._save()
-            return config
+        self._changed(config)
+        return config
 
     def create_if_absent(
         self, topic: str, queue_nums: int | None = None, perm: int = DEFAULT_PERM
@@ -163,7 +175,8 @@ class TopicManager:
             cfg = TopicConfig(topic, n, n, perm)
             self._topics[topic] = cfg
             self._save()
-            return cfg, True
+        self._changed(cfg)
+        return cfg, True
 
     def create_in_send(
         self, topic: str, default_topic: str, client_default_queue_nums: int
@@ -187,4 +200,5 @@ class TopicManager:
             cfg = TopicConfig(topic, n, n, default.perm & ~PERM_INHERIT)
             self._topics[topic] = cfg
             self._save()
-            return cfg, True, ""
+        self._changed(cfg)
+        return cfg, True, ""
