@@ -14,10 +14,11 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from txmsg.backend import CheckHandler, ConsumeHandler
+from txmsg.backend import CheckHandler, ConsumeHandler, StopConsumer
+from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.names import check_name, rocketmq_rule
 
 from . import native as native_mod
@@ -94,7 +95,7 @@ class RocketMQBackend:
         for topic in topics:
             check_name("topic", topic, owner=f"RocketMQ backend, group {group}", rules=_RULES)
         if int(check_concurrency) < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
                 "listener's ExecutorConfig.concurrency"
             )
@@ -124,13 +125,13 @@ class RocketMQBackend:
         concurrency: int = 4,
         max_reconsume: int = 16,
         consume_from: str = "first",
-    ) -> Callable[[], None]:
+    ) -> StopConsumer:
         self._ensure_open()
         check_name("consumer_group", group, owner="RocketMQ backend", rules=_RULES)
         check_name("topic", topic, owner=f"RocketMQ backend, consumer group {group}", rules=_RULES)
         with self._lock:
             if group in self._consumers:
-                raise ValueError(
+                raise ListenerDefinitionError(
                     f"consumer group {group!r} already subscribes to "
                     f"{self._consumers[group].topic!r}; RocketMQ needs every consumer of a group "
                     "to subscribe identically - give this listener its own group"

@@ -29,6 +29,7 @@ import threading
 import time
 
 from txmsg.backend import ConsumeHandler
+from txmsg.errors import ConfigError
 from txmsg.message import Message, OutgoingMessage
 
 from . import messages
@@ -83,16 +84,16 @@ class PushConsumer:
         pull_threads: int = PULL_THREADS,
     ) -> None:
         if consume_from not in CONSUME_FROM:
-            raise ValueError(
+            raise ConfigError(
                 f"consume_from must be one of {sorted(CONSUME_FROM)} (got {consume_from!r}) for "
                 f"consumer group {group!r}"
             )
         if pull_threads < 1:
-            raise ValueError(f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}")
+            raise ConfigError(f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}")
         if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
+            raise ConfigError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
         if max_reconsume < 0:
-            raise ValueError(f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}")
+            raise ConfigError(f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}")
         if max_reconsume > BROKER_MAX_RECONSUME:
             log.warning(
                 "consumer group %s asks for max_reconsume=%d but librocketmq 2.1.0 always tells "

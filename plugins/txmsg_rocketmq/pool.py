@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from txmsg.backend import CheckHandler, LocalExecutor
+from txmsg.errors import ConfigError, InvalidNameError
 from txmsg.message import UNIQ_KEY, OutgoingMessage
 
 from . import messages
@@ -358,7 +359,7 @@ class ProducerPool:
         warmup_topics: Sequence[str] = (),
     ) -> None:
         if instances < 1:
-            raise ValueError(f"instances must be >= 1 (got {instances})")
+            raise ConfigError(f"instances must be >= 1 (got {instances})")
         self.group = group
         self.native = native
         self.settings = settings
@@ -392,9 +393,11 @@ class ProducerPool:
             )
         hazard = printf_hazard(message.topic)
         if hazard is not None:
-            raise ValueError(
+            raise InvalidNameError(
                 f"topic {message.topic!r} contains {hazard!r}, which librocketmq 2.1.0 would use "
-                "as a printf conversion in its log and crash; rename the topic"
+                "as a printf conversion in its log and crash; rename the topic",
+                kind="topic",
+                name=message.topic,
             )
         inst = self._pick(message.topic)
         result = inst.send(message, local_executor)
