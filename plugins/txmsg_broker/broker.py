@@ -89,6 +89,7 @@ class Broker:
         from . import (
             admin_service,
             client_service,
+            diskfull,
             namesrv,
             send_service,
             transaction_service,
@@ -106,6 +107,7 @@ class Broker:
         admin_service.install(self)
         send_service.install(self)
         self.transactions = transaction_service.install(self)
+        diskfull.install(self)
         self._install_extensions()
         #: the RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``), when ``config.grpc_port`` is set
         self.grpc: GrpcEndpoint | None = None

@@ -24,6 +24,7 @@ from .message_codec import (
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
+from .store import NotWritableError
 from .topics import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ MAX_DELAY_LEVEL = len(DELAY_LEVELS_S)
 SCHEDULE_GROUP = "SCHEDULE_GROUP"
 #: messages read from a level's queue at a time
 _BATCH = 32
+#: seconds before a delayed message the store could not append (full disk) is tried again
+_DISK_FULL_RETRY_S = 1.0
 
 
 def delay_ms(level: int, scale: float) -> float:
@@ -121,12 +124,17 @@ class DelayScheduler:
                 wait_s = (msg.store_timestamp + delay) / 1000.0 - time.time()
                 if wait_s > 0:
                     await asyncio.sleep(wait_s)
-                try:
-                    self._deliver(msg)
-                except Exception as exc:  # noqa: BLE001 - a bad record must not stop the level forever
-                    self.broker.logs.broker.error(
-                        "ScheduleMessageTimerThread", f"delayed delivery of {msg.msg_id} failed: {exc!r}"
-                    )
+                while True:  # a full disk: keep the message and retry it (4.9.8 retries later too)
+                    try:
+                        self._deliver(msg)
+                    except NotWritableError:
+                        await asyncio.sleep(_DISK_FULL_RETRY_S)
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - a bad record must not stop the level forever
+                        self.broker.logs.broker.error(
+                            "ScheduleMessageTimerThread", f"delayed delivery of {msg.msg_id} failed: {exc!r}"
+                        )
+                    break
                 offset = msg.queue_offset + 1
                 self.store.commit_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, queue_id, offset)
 

@@ -21,6 +21,7 @@ from .message_codec import (
     PROPERTY_WAIT,
     TRANSACTION_TYPE_MASK,
 )
+from .store import NotWritableError
 from .topics import DLQ_PREFIX, RETRY_PREFIX, validate_topic_name
 from .transport import Connection
 
@@ -79,5 +80,8 @@ class RetryHandler:
             reconsume_times=msg.reconsume_times + 1,
             sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK,
         )
-        self.broker.put_message(new)
+        try:
+            self.broker.put_message(new)
+        except NotWritableError:  # 4.9.8 answers a failed send-back put with the status name
+            return cmd.error(SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
         return cmd.response()

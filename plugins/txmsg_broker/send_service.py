@@ -4,7 +4,8 @@ Checks mirror the Java broker (topic exists or is auto-created, queue id in rang
 size limit (MESSAGE_ILLEGAL 13, like Java's ``maxMessageSize``) and RocketMQ 5 topic types: a
 transactional message to a topic typed NORMAL, or a plain one to a topic typed TRANSACTION, is rejected
 with MESSAGE_ILLEGAL and a remark that says what to do. Transactional (``TRAN_MSG=true``) messages are
-handed to the transaction service, which stores them as invisible half messages.
+handed to the transaction service, which stores them as invisible half messages. A send the store cannot
+append (full disk) is refused with SERVICE_NOT_AVAILABLE (14) and 4.9.8's remark (``diskfull``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from . import diskfull
 from .client_service import learn_producer_from_request
 from .codec import (
     MESSAGE_ILLEGAL,
@@ -31,6 +33,7 @@ from .message_codec import (
     decode_batch,
     string_to_properties,
 )
+from .store import NotWritableError
 from .topics import (
     DEFAULT_TOPIC,
     HALF_TOPIC,
@@ -228,8 +231,11 @@ def install(broker: Broker) -> None:
                         reconsume_times=reconsume,
                     )
                 )
-            stored = broker.put_messages(msgs, defer_sync=True)
-            await broker.durable()
+            try:
+                stored = broker.put_messages(msgs, defer_sync=True)
+                await broker.durable()
+            except NotWritableError:
+                return diskfull.refuse(broker, cmd)
             return cmd.response(
                 ext_fields={
                     "msgId": ",".join(m.msg_id for m in stored),
@@ -250,11 +256,14 @@ def install(broker: Broker) -> None:
             sys_flag=sys_flag,
             reconsume_times=reconsume,
         )
-        if transactional:
-            stored_msg = broker.transactions.prepare(msg, defer_sync=True)
-        else:
-            stored_msg = broker.put_message(msg, defer_sync=True)
-        await broker.durable()  # sync mode: group commit before the acknowledgement
+        try:
+            if transactional:
+                stored_msg = broker.transactions.prepare(msg, defer_sync=True)
+            else:
+                stored_msg = broker.put_message(msg, defer_sync=True)
+            await broker.durable()  # sync mode: group commit before the acknowledgement
+        except NotWritableError:  # full disk: 4.9.8's SERVICE_NOT_AVAILABLE, nothing acknowledged
+            return diskfull.refuse(broker, cmd)
         return cmd.response(
             ext_fields={
                 "msgId": stored_msg.msg_id,

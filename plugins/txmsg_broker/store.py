@@ -13,7 +13,13 @@ Durability (also in the README):
   can lose at most that unflushed tail.
 
 On start ``recover()`` scans the log, verifies every record (magic, size, body CRC), cuts off a torn
-tail and rebuilds the consume queues. Consumer offsets live in ``config/consumerOffset.json`` (written
+tail and rebuilds the consume queues.
+
+A full disk (``ENOSPC``) or any other ``OSError`` while appending raises :class:`NotWritableError`
+and stores nothing: the log is cut back to the end of the last complete record (if even that fails,
+the next append retries the cut before writing, and ``recover()`` drops the torn tail on restart), the
+consume queues are untouched, and the store is marked not writable until an append succeeds again.
+Reads never depend on it. ``on_writable_change`` tells the broker, which logs it in ``broker.log``. Consumer offsets live in ``config/consumerOffset.json`` (written
 atomically; on every commit in sync mode, from ``flush()`` in async mode).
 
 Stored messages returned by this class are shared with its cache: treat them as read-only and use
@@ -43,7 +49,7 @@ from .message_codec import (
     offset_msg_id,
 )
 
-__all__ = ["MessageStore", "StoredMessage", "PutListener"]
+__all__ = ["MessageStore", "NotWritableError", "PutListener", "StoredMessage", "disk_used_ratio"]
 
 log = logging.getLogger("txmsg_broker.store")
 
@@ -56,6 +62,44 @@ _RECOVER_CHUNK = 8 * 1024 * 1024
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class NotWritableError(OSError):
+    """The commit log could not be appended to (disk full, I/O error): nothing of the put was stored.
+
+    An ``OSError`` with the cause's errno, so code that handles I/O errors handles this one too.
+    """
+
+    def __init__(self, data_dir: Path, cause: OSError) -> None:
+        super().__init__(
+            cause.errno,
+            f"cannot append to the commit log in {data_dir}: {cause.strerror or cause}",
+        )
+        self.data_dir = data_dir
+        self.cause = cause
+
+
+def disk_used_ratio(path: str | os.PathLike[str]) -> float:
+    """Used fraction of the file system holding ``path`` as 4.9.8's
+    ``UtilAll.getDiskPartitionSpaceUsedPercent`` computes it (0..1, rounded up to 0.01); -1 if unknown."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = st.f_blocks * st.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - st.f_bfree * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if entire <= 0:
+        return -1.0
+    percent = used * 100 // entire + (1 if used * 100 % entire else 0)
+    return percent / 100.0
+
+
+#: ``writable, error`` - called when appends start failing (``False``, the error) and when one
+#: succeeds again (``True``, None); also on every later failure while not writable
+WritableListener = Callable[[bool, OSError | None], None]
 
 
 class MessageStore:
@@ -87,6 +131,13 @@ class MessageStore:
         self._log_dirty = False
         self._offsets_dirty = False
         self._closed = False
+        self._offsets_write_error: OSError | None = None
+        self._tail_dirty = False  # a failed append whose cut-back also failed: cut before writing
+        self.writable = True
+        """False from a failed append until the next one succeeds (reads are unaffected)."""
+        self.write_failures = 0
+        """Puts refused since the store last became not writable."""
+        self.on_writable_change: WritableListener | None = None
         self.listeners: list[PutListener] = []
         self.recover()
 
@@ -132,11 +183,20 @@ class MessageStore:
                 pos += len(record)
                 stored.append(new)
             data = b"".join(chunks)
-            self._write_all(data)
-            if self.flush_mode == "sync" and not defer_sync:
-                os.fdatasync(self._fd)
-            else:
+            try:
+                self._repair_tail()
+                self._write_all(data)
+                if self.flush_mode == "sync" and not defer_sync:
+                    os.fdatasync(self._fd)
+            except OSError as exc:
+                # nothing indexed, nothing acknowledged: cut the partial (or unsynced) records off
+                self._cut_back()
+                self._failed(exc)
+                raise NotWritableError(self.data_dir, exc) from exc
+            if not (self.flush_mode == "sync" and not defer_sync):
                 self._log_dirty = True
+            if not self.writable:
+                self._writable_again()
             offset = self._size
             for new, record in zip(stored, chunks, strict=True):
                 key = (new.topic, new.queue_id)
@@ -156,13 +216,49 @@ class MessageStore:
     def _write_all(self, data: bytes) -> None:
         view = memoryview(data)
         written = 0
+        while written < len(view):
+            written += os.write(self._fd, view[written:])
+
+    def _cut_back(self) -> None:
+        """Never leave a half record in the log: truncate to the end of the last complete one."""
         try:
-            while written < len(view):
-                written += os.write(self._fd, view[written:])
-        except OSError:
-            # never leave a half record in the middle of the log: cut back to the last good end
             os.ftruncate(self._fd, self._size)
-            raise
+            self._tail_dirty = False
+        except OSError as exc:
+            self._tail_dirty = True  # O_APPEND would write after the garbage: cut before the next write
+            log.error("commit log %s: cannot cut a failed append back to %d: %s", self._log_path, self._size, exc)
+
+    def _repair_tail(self) -> None:
+        if self._tail_dirty:
+            os.ftruncate(self._fd, self._size)
+            self._tail_dirty = False
+
+    def _failed(self, exc: OSError) -> None:
+        first = self.writable
+        self.writable = False
+        self.write_failures = 1 if first else self.write_failures + 1
+        if first:
+            log.error("commit log %s is not writable: %s", self._log_path, exc)
+        self._tell(False, exc)
+
+    def _writable_again(self) -> None:
+        self.writable = True
+        log.info("commit log %s is writable again after %d refused puts", self._log_path, self.write_failures)
+        self._tell(True, None)
+        self.write_failures = 0
+
+    def _tell(self, writable: bool, exc: OSError | None) -> None:
+        listener = self.on_writable_change
+        if listener is not None:
+            try:
+                listener(writable, exc)
+            except Exception:  # a broken listener must not turn a refused put into a crash
+                log.exception("writable listener %r failed", listener)
+
+    def disk_util(self) -> str:
+        """4.9.8's ``diskUtil()`` for this store: ``CL: 0.97 CQ: 0.97 INDEX: 0.97`` (one data dir here)."""
+        ratio = disk_used_ratio(self.data_dir)
+        return f"CL: {ratio:5.2f} CQ: {ratio:5.2f} INDEX: {ratio:5.2f}"
 
     def _notify(self, msg: StoredMessage) -> None:
         for listener in list(self.listeners):
@@ -256,7 +352,20 @@ class MessageStore:
             table[str(queue_id)] = int(offset)
             self._offsets_dirty = True
             if self.flush_mode == "sync":
-                self._write_offsets()
+                self._try_write_offsets()
+
+    def _try_write_offsets(self) -> None:
+        """Persist offsets; on a full disk keep them in memory (dirty) and retry at the next flush -
+        a consumer's offset commit is still served, a crash meanwhile only re-delivers."""
+        try:
+            self._write_offsets()
+        except OSError as exc:
+            self._offsets_path.with_suffix(".tmp").unlink(missing_ok=True)
+            if self._offsets_write_error is None:
+                log.error("cannot persist consumer offsets to %s (kept in memory): %s", self._offsets_path, exc)
+            self._offsets_write_error = exc
+        else:
+            self._offsets_write_error = None
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
@@ -377,7 +486,13 @@ class MessageStore:
                 return
             self._log_dirty = False
             fd = self._fd
-        os.fdatasync(fd)
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            # the records are written and indexed but may not be on disk: refuse their acknowledgement
+            with self._lock:
+                self._failed(exc)
+            raise NotWritableError(self.data_dir, exc) from exc
 
     def flush(self) -> None:
         """fsync the commit log and persist consumer offsets if anything changed."""
@@ -386,7 +501,7 @@ class MessageStore:
                 return
             log_dirty, self._log_dirty = self._log_dirty, False
             if self._offsets_dirty:
-                self._write_offsets()
+                self._try_write_offsets()
             fd = self._fd
         if log_dirty:
             os.fdatasync(fd)

@@ -45,7 +45,7 @@ from .message_codec import (
     encode_message,
     encoded_size,
 )
-from .store import now_ms
+from .store import NotWritableError, now_ms
 from .topics import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from .transport import Connection
 from .txlog import ThreadNames
@@ -235,10 +235,17 @@ class TransactionService:
         if tsto in self.resolved:
             tx.debug(thread, f"Half offset {tsto} has been committed/rolled back, request ignored: {header}")
             return None
-        if state == COMMIT:
-            _real, op = self.commit(half)
-        else:
-            op = self.write_op(half)
+        try:
+            if state == COMMIT:
+                _real, op = self.commit(half)
+            else:
+                op = self.write_op(half)
+        except NotWritableError as exc:  # full disk: the half stays and is checked back later
+            self.broker.logs.broker.warn(
+                thread, f"END_TRANSACTION not applied, the store is not writable ({exc}); the half "
+                f"message stays and will be checked back: {header}"
+            )
+            return None
         if debug:
             tx.debug(
                 thread,

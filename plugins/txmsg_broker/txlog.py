@@ -53,8 +53,11 @@ class RocketLog:
         with self._lock:
             if self._fh is None:
                 return
-            self._fh.write(f"{self._timestamp()} {level} {thread} - {message}\n")
-            self._fh.flush()
+            try:
+                self._fh.write(f"{self._timestamp()} {level} {thread} - {message}\n")
+                self._fh.flush()
+            except OSError:  # the log's own disk is full: lose the line, never the request
+                pass
 
     def debug(self, thread: str, message: str) -> None:
         self.log("DEBUG", thread, message)
