@@ -149,9 +149,9 @@ def test_send_errors_map_as_on_the_rocketmq_backend(make_app: Any, txmsg_grpc_br
 def test_names_and_config_select_the_backend(make_app: Any, txmsg_grpc_broker: Any) -> None:
     app = make_app()
     with pytest.raises(InvalidNameError, match="127"):
-        app.add_transactional_listener(object(), group="pg5_names", topics=["t" * 128])
+        app.add_transactional_listener(_Committer(), group="pg5_names", topics=["t" * 128])
     with pytest.raises(InvalidNameError, match="system topic"):
-        app.add_transactional_listener(object(), group="pg5_names", topics=["rmq_sys_x"])
+        app.add_transactional_listener(_Committer(), group="pg5_names", topics=["rmq_sys_x"])
     config = load_config(env={"TXMSG_BACKEND": "rocketmq5", "TXMSG_ENDPOINTS": txmsg_grpc_broker.grpc_endpoint})
     assert (config.backend, config.endpoints) == ("rocketmq5", txmsg_grpc_broker.grpc_endpoint)
 
