@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 from txmsg_broker import codec
@@ -38,7 +39,7 @@ def send_ext(topic: str) -> dict[str, object]:
             "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}
 
 
-def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory):
+def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory: Any) -> None:
     cluster = txmsg_broker_factory(brokers=2)
     a, b = cluster.brokers
     assert cluster.broker_addrs == {"broker-a": a.broker_addr, "broker-b": b.broker_addr}
@@ -63,11 +64,11 @@ def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory
         ("broker-a", 4), ("broker-b", 4)
     ]
     for proc in cluster.brokers:
-        assert f"updateAndCreateTopic called by" in read_log(proc.log_dir, "broker.log")
+        assert "updateAndCreateTopic called by" in read_log(proc.log_dir, "broker.log")
     assert "new broker registered" in read_log(cluster.log_dir / "namesrv", "namesrv.log")
 
 
-def test_a_topic_created_by_a_send_is_routed_to_that_broker_only(txmsg_broker_factory):
+def test_a_topic_created_by_a_send_is_routed_to_that_broker_only(txmsg_broker_factory: Any) -> None:
     cluster = txmsg_broker_factory(brokers=2)
     b = cluster.broker("broker-b")
     topic = unique("SentToB")
@@ -77,7 +78,7 @@ def test_a_topic_created_by_a_send_is_routed_to_that_broker_only(txmsg_broker_fa
     assert brokers_of(cluster.namesrv_addr, topic) == {"broker-b": b.broker_addr}
 
 
-def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(txmsg_broker_factory):
+def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(txmsg_broker_factory: Any) -> None:
     cluster = txmsg_broker_factory(brokers=2)
     topic = unique("KillT")
     CliRunner().invoke(topic_command, ["create", topic, "--namesrv", cluster.namesrv_addr])
@@ -97,7 +98,7 @@ def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(txmsg_brok
     assert brokers_of(cluster.namesrv_addr, topic) == cluster.broker_addrs  # its topics survived
 
 
-def test_a_clean_stop_unregisters(txmsg_broker_factory):
+def test_a_clean_stop_unregisters(txmsg_broker_factory: Any) -> None:
     cluster = txmsg_broker_factory(brokers=2)
     cluster.broker("broker-a").stop()
     assert brokers_of(cluster.namesrv_addr, "TBW102") == {"broker-b": cluster.broker("broker-b").broker_addr}
@@ -106,7 +107,7 @@ def test_a_clean_stop_unregisters(txmsg_broker_factory):
     )
 
 
-def test_the_route_table_forgets_closed_channels_and_silent_brokers():
+def test_the_route_table_forgets_closed_channels_and_silent_brokers() -> None:
     table = RouteTable(expired_ms=1000)
     ch_a, ch_b = object(), object()
     table.register("C", "broker-a", "h:1", {"t": QueueData("broker-a", 4, 4, 6)}, ch_a, now_ms=0)
@@ -118,7 +119,7 @@ def test_the_route_table_forgets_closed_channels_and_silent_brokers():
     assert table.route("t") is None
 
 
-def test_the_cli_starts_a_name_server_and_two_brokers_on_consecutive_ports(tmp_path: Path):
+def test_the_cli_starts_a_name_server_and_two_brokers_on_consecutive_ports(tmp_path: Path) -> None:
     base = next_free_port("127.0.0.1", 20000 + (hash(str(tmp_path)) % 20000))
     cmd = [
         sys.executable, "-m", "txmsg_broker", "broker", "--brokers", "2", "--namesrv-port", "0",
@@ -128,9 +129,10 @@ def test_the_cli_starts_a_name_server_and_two_brokers_on_consecutive_ports(tmp_p
     with open(out, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
     try:
-        line = wait_until(
+        ready = wait_until(
             lambda: re.search(r"accepting connections: .*", out.read_text()), timeout=60, message="the ready line"
-        ).group(0)
+        )
+        line = ready.group(0) if ready else ""
         match = re.search(r"namesrv (\S+) broker (\S+) brokers broker-a=(\S+),broker-b=(\S+) ", line)
         assert match, line
         namesrv, first, addr_a, addr_b = match.groups()
