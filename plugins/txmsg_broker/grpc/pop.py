@@ -319,7 +319,3 @@ class PopService:
             sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK,
         )
         return self.broker.put_message(copy)
-
-    def forget(self, group: str, topic: str, handle: ReceiptHandle) -> None:
-        """Drop the delivery ``handle`` names without a DLQ copy (after an explicit forward)."""
-        self.ack(group, topic, handle)
