@@ -99,13 +99,18 @@ class ServiceProcess:
 
 
 class BrokerChild:
-    """The embedded broker process (``--flush sync``) on fixed ports across restarts."""
+    """One embedded broker process (``--flush sync``) on fixed ports across restarts.
+
+    With several brokers (``--brokers 2``) each broker (broker-a, broker-b) is its own child, so the
+    monkey kills them independently; their name server process is never a victim (what the run
+    tests is a broker dying under the clients, not the loss of every route).
+    """
 
     kind = "broker"
-    name = "broker"
 
-    def __init__(self, process: BrokerProcess) -> None:
+    def __init__(self, process: BrokerProcess, name: str = "broker") -> None:
         self.process = process
+        self.name = name
         self.kills = 0
         self.starts = 0
         self._lock = threading.Lock()
