@@ -28,14 +28,21 @@ _D = Thresholds()
 @click.option("--max-discards", type=int, default=_D.max_discards, show_default=True)
 @click.option("--max-checks-per-transaction", type=float, default=_D.max_checks_per_transaction,
               show_default=True)
-@click.option("--max-no-channel", type=int, default=None, help="Flag above this many no-channel failures (off by default).")
+@click.option("--max-undelivered-checks", "--max-no-channel", "max_undelivered_checks", type=int,
+              default=_D.max_undelivered_checks, show_default=True,
+              help="Flag a group above this many check-backs that never reached a producer "
+                   "(no channel / send failed); negative turns the rule off.")
 @click.option("--parquet-uri", default=None, help="Write the Parquet table to this URI instead of --out.")
+@click.option("--broker-regex", default=None,
+              help="Name each file's broker by this regex's group 1 in its path "
+                   "(default: the directory per broker, e.g. logs/broker-a/transaction.log -> broker-a).")
 @click.option("--no-dashboard", is_flag=True)
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration.")
 def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
            max_unknown_share: float, min_transactions: int, max_unknown_per_minute: float,
-           max_discards: int, max_checks_per_transaction: float, max_no_channel: int | None,
-           parquet_uri: str | None, no_dashboard: bool, confs: tuple[str, ...]) -> None:
+           max_discards: int, max_checks_per_transaction: float, max_undelivered_checks: int,
+           parquet_uri: str | None, broker_regex: str | None, no_dashboard: bool,
+           confs: tuple[str, ...]) -> None:
     """Score producer groups from RocketMQ broker logs and flag UNKNOW-heavy ones.
 
     PATH may be files (transaction.log, broker.log, rotated .gz), a broker's log directory, a
@@ -50,11 +57,15 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
             thresholds=Thresholds(
                 max_unknown_share=max_unknown_share, min_transactions=min_transactions,
                 max_unknown_per_minute=max_unknown_per_minute, max_discards=max_discards,
-                max_checks_per_transaction=max_checks_per_transaction, max_no_channel=max_no_channel,
+                max_checks_per_transaction=max_checks_per_transaction,
+                max_undelivered_checks=None if max_undelivered_checks < 0 else max_undelivered_checks,
             ),
-            dashboard=not no_dashboard, parquet_uri=parquet_uri,
+            dashboard=not no_dashboard, parquet_uri=parquet_uri, broker_regex=broker_regex,
         )
         resolve(cfg.inputs)
+        from txmsg_health import brokers
+
+        brokers.names([], [], broker_regex)
         bad = [c for c in confs if "=" not in c]
         if bad:
             raise HealthInputError(f"--conf {bad[0]!r}: use KEY=VALUE")

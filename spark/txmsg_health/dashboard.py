@@ -8,6 +8,7 @@ with no network, and a plotting bundle would add megabytes for two kinds of char
 from __future__ import annotations
 
 import os
+import tempfile
 from datetime import datetime
 from html import escape
 from typing import Any
@@ -87,12 +88,28 @@ def render(summary: dict[str, Any], series: dict[str, list[dict[str, Any]]]) -> 
     groups = summary["groups"]
     order = list(summary["flagged"]) + sorted(g for g in groups if not groups[g]["flagged"])
     charts = {g: _line_chart(series.get(g, []), groups[g]["commits_visible"]) for g in summary["flagged"]}
-    return tpl.render(s=summary, order=order, charts=charts,
+    never = [g for g in summary["flagged"] if _never_arrives(groups[g]["reasons"])]
+    return tpl.render(s=summary, order=order, charts=charts, never=never, rule_names=_rule_names,
                       histogram=_histogram(summary.get("checks_histogram", {})))
 
 
+def _never_arrives(reasons: list[str]) -> bool:
+    return any(r.startswith("check_never_arrives:") for r in reasons)
+
+
+def _rule_names(reasons: list[str]) -> str:
+    """"check_never_arrives: ..." -> "never arrives": the short names for a matrix cell."""
+    names = [r.split(":", 1)[0].replace("check_never_arrives", "never arrives").replace("_", " ")
+             for r in reasons if not r.startswith("broker_scope:")]
+    return ", ".join(names)
+
+
 def write(out: str, summary: dict[str, Any], series: dict[str, list[dict[str, Any]]]) -> str:
+    """Replace ``out/dashboard.html`` atomically: a browser reloading it never sees half a page."""
     path = os.path.join(out, "dashboard.html")
-    with open(path, "w", encoding="utf-8") as f:
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".dashboard.", suffix=".html")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(render(summary, series))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
     return path

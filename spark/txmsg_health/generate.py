@@ -9,7 +9,12 @@ maximum checks, and every event is written in the line format the real broker us
 vs the C++ client's filled ``transactionId``; COMMIT only at DEBUG). Around them: ~50 % noise
 (the check service's scan lines, broker.log chatter, stack traces), decoys that mention
 ``producerGroup=``/``PGROUP=`` but are not transaction events, no-channel failures, a few
-truncated and binary lines, and optional ``.gz`` rotation.
+truncated and binary lines, and optional ``.gz`` rotation. 5.x brokers also write their INFO
+per-check line (``Check transaction. real_topic=...,uniqKey=...``) before each check-back; a
+``no_producer`` group's check-backs find no producer connected ("channel is null" in
+transaction.log, "channel table is empty" in broker.log) or fail to send ("invoke producer
+exception"). With ``replicas`` > 1 every broker exists that many times (``-a``, ``-b``, ...), a
+group's transactions are spread over them, and a planted group misbehaves on ``-a`` only.
 
     python -m txmsg_health.generate OUT --lines 200000 [--layout brokers|single]
 """
@@ -26,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
-PROFILES = ("heavy_share", "heavy_rate", "discard", "checks")
+PROFILES = ("heavy_share", "heavy_rate", "discard", "checks", "no_producer")
 
 
 @dataclass
@@ -44,6 +49,9 @@ class Group:
     def broker(self) -> str:
         return f"broker-{self.fmt.replace('.', '')}-{'debug' if self.debug else 'info'}"
 
+    def broker_of(self, replica: int, replicas: int) -> str:
+        return self.broker if replicas <= 1 else f"{self.broker}-{chr(ord('a') + replica)}"
+
 
 @dataclass
 class Manifest:
@@ -54,6 +62,10 @@ class Manifest:
     files: list[str] = field(default_factory=list)
     seed: int = 0
     check_max: int = 5
+    never_arrives: list[str] = field(default_factory=list)  # no_producer + legacy groups
+    replicas: int = 1
+    brokers: dict[str, list[str]] = field(default_factory=dict)  # group -> brokers it wrote to
+    flagged_brokers: dict[str, list[str]] = field(default_factory=dict)  # planted -> where
 
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -100,7 +112,8 @@ class _Sim:
     """The broker simulation: a clock, pending check-backs, and line formatting."""
 
     def __init__(self, groups: list[Group], rng: random.Random, lines_per_minute: int,
-                 check_max: int, check_interval_s: float, timeout_s: float, bad_every: int) -> None:
+                 check_max: int, check_interval_s: float, timeout_s: float, bad_every: int,
+                 replicas: int = 1) -> None:
         self.g = groups
         self.rng = rng
         self.dt = 60.0 / lines_per_minute
@@ -110,7 +123,9 @@ class _Sim:
         self.interval = check_interval_s
         self.timeout = timeout_s
         self.bad_every = bad_every
-        self.pending: list[tuple[float, int, int, str, str, int, str]] = []
+        self.replicas = replicas
+        self.pending: list[tuple[float, int, int, str, str, int, str, int]] = []
+        self.seen: dict[str, set[str]] = {}
         self.seq = 0
         self.offset = 1000
         self.clo = 5_000_000
@@ -181,6 +196,27 @@ class _Sim:
             f"real topic=t_{g.name}",
         ]
 
+    def check_sent(self, g: Group, msg: str) -> str:
+        """5.1+: INFO, one per check-back, before it is sent (no group on the line)."""
+        return (f"{self.stamp()} INFO TransactionalMessageCheckService - Check transaction. "
+                f"real_topic=t_{g.name},uniqKey={msg},offset={self.offset},commitLogOffset={self.clo}")
+
+    def undelivered(self, g: Group) -> list[tuple[str, str]]:
+        """A check-back that never reaches the producer: no channel (both files), or send failed."""
+        ts = self.stamp()
+        thread = "Transaction-msg-check-thread" + ("1" if g.fmt == "5" else "")
+        if self.rng.random() < 0.8:
+            return [
+                ("broker", f"{ts} WARN {thread} - Check transaction failed, channel table is empty. "
+                           f"groupId={g.name}"),
+                ("tx", f"{ts} WARN {thread} - Check transaction failed, channel is null. groupId={g.name}"),
+            ]
+        return [("broker", f"{ts} ERROR {thread} - Check transaction failed because invoke producer "
+                           f"exception. group={g.name}, msgId=0A00000B00002A9F{self.clo:016X}, "
+                           f"error=org.apache.rocketmq.remoting.exception.RemotingTimeoutException: "
+                           f"invokeOnewayImpl tryAcquire semaphore timeout, 10ms, waiting thread nums: 0 "
+                           f"semaphoreOnewayValue: 0")]
+
     def noise(self) -> tuple[str, list[str]]:
         """One noise event: ("tx"|"broker", lines). Mostly one line; stack traces are several."""
         ts = self.stamp()
@@ -242,7 +278,8 @@ class _Sim:
             self.t += self.dt
             if noise <= txl:
                 kind, lines = self.noise()
-                broker = groups[rng.randrange(len(groups))].broker
+                broker = groups[rng.randrange(len(groups))].broker_of(
+                    rng.randrange(self.replicas), self.replicas)
                 if self.bad_every and (emitted + len(lines)) // self.bad_every != emitted // self.bad_every:
                     lines = [*lines, self._bad(rng)]
                     kind = "tx"
@@ -252,9 +289,9 @@ class _Sim:
                 emitted += len(lines)
                 continue
             if self.pending and self.pending[0][0] <= self.t:
-                _, _, gi, addr, msg, checks, plan = heapq.heappop(self.pending)
+                _, _, gi, addr, msg, checks, plan, rep = heapq.heappop(self.pending)
                 g = groups[gi]
-                lines = self._check(g, gi, addr, msg, checks, plan)
+                routed = self._check(g, gi, addr, msg, checks, plan, rep)
             else:
                 if not picks:
                     picks = rng.choices(groups, k=4096)
@@ -263,20 +300,28 @@ class _Sim:
                 n_msg += 1
                 addr = g.addrs[n_msg % len(g.addrs)]
                 msg = f"{_addr_hex(addr)}{gi:04X}{n_msg:012X}"
+                rep = n_msg % self.replicas
+                # with replicas, a planted group misbehaves on its first broker only
+                planted_here = rep == 0
+                unknown_p = g.unknown_p if planted_here else min(g.unknown_p, 0.01)
                 r = rng.random()
-                if r < g.unknown_p:
+                if r < unknown_p:
                     lines = self.answer(g, addr, 0, msg, False)
                     self.seq += 1
+                    plan = self._plan(g) if planted_here else self._plan_healthy()
                     heapq.heappush(self.pending,
-                                   (self.t + self.timeout, self.seq, gi, addr, msg, 0, self._plan(g)))
-                elif r < g.unknown_p + g.rollback_p:
+                                   (self.t + self.timeout, self.seq, gi, addr, msg, 0, plan, rep))
+                elif r < unknown_p + g.rollback_p:
                     lines = self.answer(g, addr, 12, msg, False)
                 else:
                     lines = self.answer(g, addr, 8, msg, False)
-            for ln in lines:
-                yield g.broker, "tx", ln
-            txl += len(lines)
-            emitted += len(lines)
+                routed = [("tx", ln) for ln in lines]
+            broker = g.broker_of(rep, self.replicas)
+            self.seen.setdefault(g.name, set()).add(broker)
+            for kind, ln in routed:
+                yield broker, kind, ln
+            txl += len(routed)
+            emitted += len(routed)
 
     def _plan(self, g: Group) -> str:
         """How the producer will answer this UNKNOW transaction's checks."""
@@ -285,15 +330,26 @@ class _Sim:
             return "stuck" if rng.random() < 0.5 else "commit1"
         if g.profile == "checks":
             return "unknown4"
-        r = rng.random()
+        if g.profile == "no_producer":
+            return "nochannel"
+        return self._plan_healthy()
+
+    def _plan_healthy(self) -> str:
+        r = self.rng.random()
         if r < 0.05:
             return "unknown1"
         return "rollback1" if r < 0.20 else "commit1"
 
-    def _check(self, g: Group, gi: int, addr: str, msg: str, checks: int, plan: str) -> list[str]:
-        if plan == "stuck" and checks >= self.check_max:
-            return self.discard(g, addr, msg, checks)
+    def _check(self, g: Group, gi: int, addr: str, msg: str, checks: int, plan: str,
+               rep: int) -> list[tuple[str, str]]:
+        if plan in ("stuck", "nochannel") and checks >= self.check_max:
+            return [("tx", ln) for ln in self.discard(g, addr, msg, checks)]
         checks += 1
+        sent = [("tx", self.check_sent(g, msg))] if g.fmt == "5" else []
+        if plan == "nochannel":
+            self.seq += 1
+            heapq.heappush(self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan, rep))
+            return sent + self.undelivered(g)
         if plan == "stuck" or (plan == "unknown1" and checks == 1) or (plan == "unknown4" and checks <= 4):
             state = 0
         elif plan == "rollback1":
@@ -303,8 +359,8 @@ class _Sim:
         lines = self.answer(g, addr, state, msg, True)
         if state == 0:
             self.seq += 1
-            heapq.heappush(self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan))
-        return lines
+            heapq.heappush(self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan, rep))
+        return sent + [("tx", ln) for ln in lines]
 
     def _bad(self, rng: random.Random) -> str:
         """A truncated transaction line (cut before transactionId) or a binary/foreign line."""
@@ -323,7 +379,7 @@ def _addr_hex(addr: str) -> str:
 def generate(out: str, lines: int = 200_000, *, groups: int = 200, planted: int = 6, seed: int = 7,
              layout: str = "brokers", gz: bool = True, lines_per_minute: int = 28_000,
              check_max: int = 5, check_interval_s: float = 10.0, timeout_s: float = 6.0,
-             bad_every: int = 20_000) -> Manifest:
+             bad_every: int = 20_000, replicas: int = 1) -> Manifest:
     """Write logs under ``out`` (a directory per broker, or one file ``out`` when single).
 
     ``layout="brokers"``: ``out/<broker>/transaction.log``, ``broker.log`` and, with ``gz``, the
@@ -332,10 +388,15 @@ def generate(out: str, lines: int = 200_000, *, groups: int = 200, planted: int 
     """
     rng = random.Random(seed)
     gs = make_groups(groups, planted, rng)
-    sim = _Sim(gs, rng, lines_per_minute, check_max, check_interval_s, timeout_s, bad_every)
+    sim = _Sim(gs, rng, lines_per_minute, check_max, check_interval_s, timeout_s, bad_every,
+               replicas=max(1, replicas))
     man = Manifest(lines=0, planted=sorted(g.name for g in gs if g.profile != "healthy"),
                    groups=sorted(g.name for g in gs), legacy_groups=sim.legacy, seed=seed,
-                   check_max=check_max)
+                   check_max=check_max, replicas=max(1, replicas),
+                   never_arrives=sorted([*(g.name for g in gs if g.profile == "no_producer"),
+                                         *sim.legacy]),
+                   flagged_brokers={g.name: [g.broker_of(0, max(1, replicas))]
+                                    for g in gs if g.profile != "healthy"})
     if layout == "single":
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         n = 0
@@ -351,6 +412,7 @@ def generate(out: str, lines: int = 200_000, *, groups: int = 200, planted: int 
                 f.write("\n".join(buf) + "\n")
                 n += len(buf)
         man.lines, man.files = n, [out]
+        man.brokers = {k: sorted(v) for k, v in sorted(sim.seen.items())}
         return man
     per: dict[tuple[str, str], list[str]] = {}
     for broker, kind, ln in _route(sim, lines):
@@ -371,6 +433,7 @@ def generate(out: str, lines: int = 200_000, *, groups: int = 200, planted: int 
             f.write("\n".join(lns[cut:]) + "\n")
         man.files.append(p)
         man.lines += len(lns)
+    man.brokers = {k: sorted(v) for k, v in sorted(sim.seen.items())}
     man.save(os.path.join(out, ".manifest.json"))  # hidden: Spark skips it
     return man
 
@@ -388,9 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--layout", choices=("brokers", "single"), default="brokers")
     p.add_argument("--no-gz", action="store_true")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="brokers per kind (-a, -b, ...); planted groups misbehave on -a only")
     a = p.parse_args(argv)
     m = generate(a.out, a.lines, groups=a.groups, planted=a.planted, seed=a.seed, layout=a.layout,
-                 gz=not a.no_gz)
+                 gz=not a.no_gz, replicas=a.replicas)
     print(json.dumps({"lines": m.lines, "planted": m.planted, "files": len(m.files)}))
     return 0
 

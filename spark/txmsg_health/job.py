@@ -7,9 +7,11 @@ Run it three ways with the same arguments::
     spark-submit spark/txmsg_health/job.py LOGS... --out DIR      # any master, any URI
 
 Why the shape: the file is read exactly once. Every line goes through a few cheap projections
-(``patterns.pipeline``) and one aggregation keyed by (kind, group, address, window, msgId-if-needed);
-that aggregate is small (bounded by groups x windows, plus one row per UNKNOW/checked
-transaction), is cached, and every output is derived from it. Executors need nothing but Spark:
+(``patterns.pipeline``) and one aggregation keyed by (kind, group, address, window, msgId-if-needed,
+format, file); that aggregate is small (bounded by groups x windows x files, plus one row per
+UNKNOW/checked transaction), is cached, and every output is derived from it: the broker of each
+row is named from its file's path, and 5.x check-sent lines (no group on the line) get their
+group from the same broker's lines about that msgId (grouped together, no join). Executors need nothing but Spark:
 there are no Python UDFs, so ``spark-submit`` to a cluster ships no Python code to workers.
 """
 
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from txmsg_health import loopback  # noqa: E402
+from txmsg_health import brokers, loopback  # noqa: E402
 from txmsg_health import patterns as P  # noqa: E402
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve  # noqa: E402
 from txmsg_health.rules import Thresholds  # noqa: E402
@@ -46,6 +48,7 @@ class JobConfig:
     thresholds: Thresholds = field(default_factory=Thresholds)
     dashboard: bool = True
     parquet_uri: str | None = None  # default: <out>/metrics_by_window.parquet
+    broker_regex: str | None = None  # default: the directory per broker (txmsg_health.brokers)
 
 
 def build_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
@@ -94,7 +97,7 @@ def aggregate(lines: DataFrame) -> DataFrame:
     """The one shuffle over the input: counts per (kind, group, address, window, msgId)."""
     from pyspark.sql import functions as F
 
-    return lines.groupBy("kind", "grp", "addr", "win", "msg").agg(
+    return lines.groupBy("kind", "grp", "addr", "win", "msg", "v", "file").agg(
         F.count(F.lit(1)).alias("n"), F.min("ts").alias("tmin"), F.max("ts").alias("tmax")
     )
 
@@ -127,10 +130,12 @@ def windows_table(agg: DataFrame, window: str, tz: timezone) -> DataFrame:
         F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0)).cast("long").alias(name)
         for name, kinds in _metric_columns()
     ]
-    w = agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull()).groupBy("grp", "win").agg(*sums)
+    w = (agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull())
+         .groupBy("grp", "broker", "win").agg(*sums))
     start = F.to_timestamp(F.col("win"), fmt) - F.make_interval(secs=F.lit(offset))
     return w.select(
         F.col("grp").alias("group"),
+        F.col("broker"),
         start.alias("window_start"),
         F.lit(window).alias("window"),
         *[F.col(name) for name, _ in _metric_columns()],
@@ -147,9 +152,8 @@ class JobResult:
 def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     """Run the whole analysis in ``spark`` and write every output into ``cfg.out``."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
-    from txmsg_health import output, summary
+    from txmsg_health import output
 
     t0 = time.perf_counter()
     paths = resolve(cfg.inputs)
@@ -159,46 +163,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     except Exception as exc:  # AnalysisException for unreadable/missing remote paths
         raise HealthInputError(f"cannot read {', '.join(cfg.inputs)}: {_first_line(exc)}") from exc
     try:
-        # one small job for the per-group and per-address figures
-        rows = agg.groupBy("grp", "addr", "kind").agg(
-            F.sum("n").alias("n"), F.min(_stamp("tmin")).alias("wmin"),
-            F.max(_stamp("tmax")).alias("wmax"),
-        ).collect()
-        total_rows = [(r.grp, r.kind, int(r.n), r.wmin, r.wmax) for r in rows]
-        if sum(r[2] for r in total_rows) == 0:
-            raise HealthInputError(
-                f"the input is empty: {', '.join(cfg.inputs)} contain no lines; point at the broker's "
-                "log directory (~/logs/rocketmqlogs) or its transaction.log / broker.log files"
-            )
-        addr_rows = [(r.grp, r.addr, r.kind, int(r.n)) for r in rows
-                     if r.addr is not None and r.grp is not None]
-        per_tx = (
-            agg.where(F.col("msg").isNotNull())
-            .groupBy("grp", "msg")
-            .agg(
-                F.sum(F.when(F.col("kind").isin(*P.CHECK_KINDS), F.col("n")).otherwise(0)).alias("c"),
-                F.max(F.col("kind").isin(*P.UNKNOWN_KINDS).cast("int")).alias("u"),
-            )
-        )
-        hist_rows = [
-            (r.grp, int(r.c), int(r.ntx), int(r.nunk))
-            for r in per_tx.groupBy("grp", "c")
-            .agg(F.count(F.lit(1)).alias("ntx"), F.sum("u").alias("nunk")).collect()
-        ]
-        result = summary.build(total_rows, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
-                               thresholds=cfg.thresholds)
-        result["inputs"] = list(cfg.inputs)
-        wt = windows_table(agg, cfg.window, cfg.tz)
-        parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
-        os.makedirs(cfg.out, exist_ok=True)
-        # one file, sorted inside it; a global orderBy would cost an extra sampling job
-        (wt.coalesce(1).sortWithinPartitions("group", "window_start")
-         .write.mode("overwrite").parquet(parquet))
-        result["parquet"] = parquet
-        series: dict[str, list[dict[str, Any]]] = {}
-        if result["flagged"]:
-            for r in wt.where(F.col("group").isin(*result["flagged"])).orderBy("window_start").collect():
-                series.setdefault(r.group, []).append(r.asDict())
+        result, series = _outputs(agg, paths, cfg)
     finally:
         agg.unpersist()
     seconds = time.perf_counter() - t0
@@ -209,6 +174,92 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
 
         dashboard.write(cfg.out, result, series)
     return JobResult(result, series, seconds)
+
+
+def _outputs(agg: DataFrame, paths: list[str],
+             cfg: JobConfig) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Every output from the cached aggregate: summary, Parquet table, dashboard series.
+
+    Three small jobs, none of them a join: per-file totals (which also name the files, hence the
+    brokers), per-transaction figures, the window table. A 5.x check-sent line has no group; it
+    gets the group of its transaction, whose other rows are grouped with it by (broker, msgId).
+    """
+    from pyspark.sql import functions as F
+
+    from txmsg_health import brokers, summary
+
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    rows = agg.groupBy("grp", "file", "addr", "kind", "v").agg(
+        F.sum("n").alias("n"), F.min(_stamp("tmin")).alias("wmin"),
+        F.max(_stamp("tmax")).alias("wmax"),
+    ).collect()
+    timings["scan_and_totals"] = time.perf_counter() - t
+    if sum(int(r.n) for r in rows) == 0:
+        raise HealthInputError(
+            f"the input is empty: {', '.join(cfg.inputs)} contain no lines; point at the broker's "
+            "log directory (~/logs/rocketmqlogs) or its transaction.log / broker.log files"
+        )
+    names = brokers.names(sorted({r.file for r in rows}), paths, cfg.broker_regex)
+    totals = [(r.grp, names[r.file], r.kind, r.v, int(r.n), r.wmin, r.wmax) for r in rows]
+    addr_rows = [(r.grp, names[r.file], r.addr, r.kind, int(r.n)) for r in rows
+                 if r.addr is not None and r.grp is not None]
+    broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
+    t = time.perf_counter()
+    per_tx = (
+        agg.where(F.col("msg").isNotNull())
+        .groupBy(broker.alias("broker"), "msg")
+        .agg(
+            F.min("grp").alias("grp"),  # NULL only on check-sent rows: the transaction's group
+            F.sum(F.when(F.col("kind").isin(*P.CHECK_KINDS), F.col("n")).otherwise(0)).alias("a"),
+            F.sum(F.when(F.col("kind") == P.CHECK_SENT, F.col("n")).otherwise(0)).alias("s"),
+            F.max(F.col("kind").isin(*P.UNKNOWN_KINDS).cast("int")).alias("u"),
+        )
+        # check-backs of one transaction: the answers seen, or (5.x) the checks sent if more
+        .select("broker", "grp", F.greatest("a", "s").alias("c"), "u", "s")
+    )
+    hist_rows = [
+        (r.grp, r.broker, int(r.c), int(r.ntx), int(r.nunk), int(r.sent))
+        for r in per_tx.groupBy("broker", "grp", "c")
+        .agg(F.count(F.lit(1)).alias("ntx"), F.sum("u").alias("nunk"), F.sum("s").alias("sent"))
+        .collect()
+    ]
+    timings["transactions"] = time.perf_counter() - t
+    result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
+                           thresholds=cfg.thresholds)
+    result["inputs"] = list(cfg.inputs)
+    t = time.perf_counter()
+    wt = windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz).persist()
+    parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
+    os.makedirs(cfg.out, exist_ok=True)
+    try:
+        # one file, sorted inside it; a global orderBy would cost an extra sampling job
+        (wt.coalesce(1).sortWithinPartitions("group", "broker", "window_start")
+         .write.mode("overwrite").parquet(parquet))
+        result["parquet"] = parquet
+        series: dict[str, list[dict[str, Any]]] = {}
+        if result["flagged"]:
+            series = _series(wt.where(F.col("group").isin(*result["flagged"])).collect())
+    finally:
+        wt.unpersist()
+    timings["windows"] = time.perf_counter() - t
+    result["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    return result, series
+
+
+def _series(rows: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per flagged group, its windows summed over brokers, oldest first (the dashboard's chart)."""
+    names = [name for name, _ in _metric_columns()]
+    per: dict[tuple[str, Any], dict[str, Any]] = {}
+    for r in rows:
+        d = r.asDict()
+        cur = per.setdefault((d["group"], d["window_start"]), {**d, **{k: 0 for k in names}})
+        for k in names:
+            cur[k] += int(d[k])
+    series: dict[str, list[dict[str, Any]]] = {}
+    for (g, _), d in sorted(per.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        series.setdefault(g, []).append(d)
+    return series
 
 
 def _stamp(col: str) -> Column:
@@ -231,7 +282,10 @@ def add_threshold_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-unknown-per-minute", type=float, default=d.max_unknown_per_minute)
     p.add_argument("--max-discards", type=int, default=d.max_discards)
     p.add_argument("--max-checks-per-transaction", type=float, default=d.max_checks_per_transaction)
-    p.add_argument("--max-no-channel", type=int, default=d.max_no_channel)
+    p.add_argument("--max-undelivered-checks", "--max-no-channel", type=int,
+                   default=d.max_undelivered_checks,
+                   help="flag a group above this many check-backs that never reached a producer "
+                        "(default 0; negative turns the rule off)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -246,6 +300,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tz", default="+08:00", help="zone of the broker's timestamps (default +08:00)")
     p.add_argument("--window", choices=sorted(P.WINDOW_CHARS), default="minute")
     p.add_argument("--parquet-uri", default=None, help="write the Parquet table here instead")
+    p.add_argument("--broker-regex", default=None,
+                   help="name brokers by this regex's group 1 in each file's path "
+                        "(default: the directory per broker)")
     p.add_argument("--no-dashboard", action="store_true")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark configuration, repeatable")
@@ -265,10 +322,12 @@ def config_from_args(a: argparse.Namespace) -> JobConfig:
             max_unknown_per_minute=a.max_unknown_per_minute,
             max_discards=a.max_discards,
             max_checks_per_transaction=a.max_checks_per_transaction,
-            max_no_channel=a.max_no_channel,
+            max_undelivered_checks=(None if a.max_undelivered_checks < 0
+                                    else a.max_undelivered_checks),
         ),
         dashboard=not a.no_dashboard,
         parquet_uri=a.parquet_uri,
+        broker_regex=a.broker_regex,
     )
 
 
@@ -286,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(a)
         resolve(cfg.inputs)  # fail before the JVM starts
+        brokers.names([], [], cfg.broker_regex)
         conf = dict(kv.split("=", 1) for kv in a.conf)
         spark = build_session(a.master, conf)
         result = run(spark, cfg)

@@ -26,7 +26,14 @@ The formats (``docs/rocketmq-facts.md``, transaction log lines), all with the br
 * ERROR ``MsgExt:… PGROUP=g … UNIQ_KEY=id … has been checked too many times`` (discard);
 * WARN ``Check transaction failed, channel is null. groupId=g`` (transaction.log) and the same event
   as ``Check transaction failed, channel table is empty. groupId=g`` in broker.log;
-* ERROR ``Check transaction failed because invoke producer exception. group=g, msgId=…`` (broker.log).
+* ERROR ``Check transaction failed because invoke producer exception. group=g, msgId=…`` (broker.log);
+* INFO ``Check transaction. real_topic=t,uniqKey=id,offset=n,commitLogOffset=n`` (5.1+, one per
+  check-back the broker sends, ``TransactionalMessageCheckService``): no group on the line, so the
+  job joins ``uniqKey`` to the group of the same broker's lines with that ``msgId``.
+
+Every row also keeps the file it came from (the broker is derived from the path after the
+aggregation, so the per-line cost is one more hash key, not a regex) and the header's format:
+``4.9`` (quoted strings) or ``5`` (unquoted, or a 5.x per-check line).
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ DISCARD: Final = "D"
 NO_CHANNEL: Final = "N"  # transaction.log
 NO_CHANNEL_BROKER_LOG: Final = "Nb"  # broker.log twin of the same event
 CHECK_SEND_FAILED: Final = "F"
+CHECK_SENT: Final = "S"  # 5.x INFO "Check transaction. real_topic=...,uniqKey=..." (group joined later)
 BAD: Final = "bad"  # carries a transaction marker but a field is missing or malformed
 OTHER: Final = "other"  # a well-formed log line that is not about transactions
 UNSTAMPED: Final = "unstamped"  # no timestamp: stack traces, wrapped text, foreign or binary lines
@@ -54,15 +62,21 @@ CHECK_KINDS: Final = (CHECK_UNKNOWN, CHECK_ROLLBACK, CHECK_COMMIT, CHECK_COMMIT_
 DEBUG_KINDS: Final = (FIRST_COMMIT, CHECK_COMMIT_DEBUG, DEBUG_OTHER)
 UNKNOWN_KINDS: Final = (FIRST_UNKNOWN, CHECK_UNKNOWN)
 # Kinds whose msgId is kept for the per-transaction join (UNKNOW ever, checks per transaction).
-MSG_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD)
+MSG_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD, CHECK_SENT)
+# Kinds whose msgId names the transaction's group, for attributing 5.x check-sent lines.
+OWNER_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD)
 ALL_KINDS: Final = (
     FIRST_UNKNOWN, FIRST_ROLLBACK, FIRST_COMMIT, *CHECK_KINDS, DEBUG_OTHER, DISCARD,
-    NO_CHANNEL, NO_CHANNEL_BROKER_LOG, CHECK_SEND_FAILED, BAD, OTHER, UNSTAMPED,
+    NO_CHANNEL, NO_CHANNEL_BROKER_LOG, CHECK_SEND_FAILED, CHECK_SENT, BAD, OTHER, UNSTAMPED,
 )
+# Check-backs that never reached a producer (no channel, or the send failed).
+UNDELIVERED_KINDS: Final = (NO_CHANNEL, NO_CHANNEL_BROKER_LOG, CHECK_SEND_FAILED)
 
 HEADER: Final = "EndTransactionRequestHeader{"
 DISCARD_MARK: Final = "has been checked too many times"
 CHECK_FAILED: Final = "Check transaction failed"
+CHECK_LINE: Final = "Check transaction"  # common prefix of the failure and 5.x check-sent lines
+CHECK_SENT_MARK: Final = "Check transaction. real_topic="
 
 WINDOW_CHARS: Final = {"minute": 16, "hour": 13}  # "yyyy-MM-dd HH:mm" / "yyyy-MM-dd HH"
 
@@ -94,6 +108,7 @@ RX_UNIQ: Final = r"UNIQ_KEY=([^,}]+)"
 RX_BORN: Final = r"bornHost=/([^,]+)"
 RX_GROUP_ID: Final = r"groupId=(\S+)"
 RX_FAIL_GROUP: Final = r"exception\. group=([^,]+)"
+RX_UNIQ_KEY: Final = r"uniqKey=([^,]+)"
 
 
 def _offset(window: str) -> str:
@@ -117,8 +132,9 @@ def stage1() -> list[str]:
     """Classify every line with plain substring tests (``contains`` is a fast byte scan)."""
     cls = (
         f"CASE WHEN contains(value, {_sq(HEADER)}) THEN 'H' "
-        f"WHEN contains(value, {_sq(CHECK_FAILED)}) THEN "
-        f"  CASE WHEN contains(value, 'channel is null. groupId=') THEN '{NO_CHANNEL}' "
+        f"WHEN contains(value, {_sq(CHECK_LINE)}) THEN "
+        f"  CASE WHEN contains(value, {_sq(CHECK_SENT_MARK)}) THEN '{CHECK_SENT}' "
+        f"       WHEN contains(value, 'channel is null. groupId=') THEN '{NO_CHANNEL}' "
         f"       WHEN contains(value, 'channel table is empty. groupId=') THEN '{NO_CHANNEL_BROKER_LOG}' "
         f"       WHEN contains(value, 'invoke producer exception. group=') THEN '{CHECK_SEND_FAILED}' "
         f"       WHEN stamped THEN '{OTHER}' ELSE '{UNSTAMPED}' END "
@@ -146,7 +162,8 @@ def stage2(window: str) -> list[str]:
         f"WHEN cls = '{CHECK_SEND_FAILED}' THEN {_rx('value', RX_FAIL_GROUP)} END AS grp0",
         f"CASE WHEN cls = 'H' AND substr(value, 21, 6) <> 'DEBUG ' THEN {_rx('value', RX_ADDR)} "
         f"WHEN cls = '{DISCARD}' THEN {_rx('value', RX_BORN)} END AS addr",
-        f"CASE WHEN cls = '{DISCARD}' THEN {_rx('value', RX_UNIQ)} END AS msg0",
+        f"CASE WHEN cls = '{DISCARD}' THEN {_rx('value', RX_UNIQ)} "
+        f"WHEN cls = '{CHECK_SENT}' THEN {_rx('value', RX_UNIQ_KEY)} END AS msg0",
         f"CASE WHEN cls NOT IN ('{OTHER}', '{UNSTAMPED}') AND stamped "
         f"THEN substr(value, 1, {n}) END AS win",
         # seconds since the window's start: min/max of a small int keep Spark's hash
@@ -175,6 +192,9 @@ def stage2b() -> list[str]:
         f"CASE WHEN cls = 'H' AND {ok} THEN {field(6, ' transactionId=')} END AS tid",
         f"CASE WHEN cls = 'H' AND {ok} THEN 'x' ELSE '' END AS tidm",
         "dbg",
+        # 4.9.x quotes the group ("producerGroup='g'"), 5.x does not
+        f"CASE WHEN cls = 'H' AND {ok} THEN CASE WHEN substr(get(f, 0), 15, 1) = \"'\" THEN '4.9' "
+        f"ELSE '5' END WHEN cls = '{CHECK_SENT}' THEN '5' END AS v",
     ]
 
 
@@ -184,8 +204,8 @@ def stage3() -> list[str]:
     kind = (
         "CASE "
         f"WHEN cls IN ('{OTHER}', '{UNSTAMPED}') THEN cls "
-        f"WHEN win IS NULL OR grp IS NULL OR grp = '' THEN '{BAD}' "
-        f"WHEN cls <> 'H' THEN CASE WHEN cls = '{DISCARD}' AND (msg IS NULL OR msg = '') "
+        f"WHEN win IS NULL OR ((grp IS NULL OR grp = '') AND cls <> '{CHECK_SENT}') THEN '{BAD}' "
+        f"WHEN cls <> 'H' THEN CASE WHEN cls IN ('{DISCARD}', '{CHECK_SENT}') AND (msg IS NULL OR msg = '') "
         f"  THEN '{BAD}' ELSE cls END "
         f"WHEN st = '' OR msg = '' OR tidm = '' OR ftc NOT IN ('true', 'false') "
         f"  OR (NOT dbg AND addr = '') THEN '{BAD}' "
@@ -200,7 +220,7 @@ def stage3() -> list[str]:
         f"  WHEN '8' THEN '{FIRST_COMMIT}' ELSE '{BAD}' END "
         "END"
     )
-    return [f"{kind} AS kind", "grp", "addr", "win", "ts", "msg"]
+    return [f"{kind} AS kind", "grp", "addr", "win", "ts", "msg", "v"]
 
 
 def stage4() -> list[str]:
@@ -213,6 +233,10 @@ def stage4() -> list[str]:
         f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}') THEN win END AS win",
         f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') THEN ts END AS ts",
         f"CASE WHEN kind IN ({keep_msg}) THEN msg END AS msg",
+        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') THEN v END AS v",
+        # the file, not the broker: one hash key per row here, the broker name is derived from
+        # the few distinct paths after the aggregation (no regex per line)
+        "input_file_name() AS file",
     ]
 
 

@@ -1,6 +1,8 @@
 """Flagging rules: when a producer group's numbers mean someone should look at it.
 
-Why these four: a producer that leaves transactions UNKNOW makes the broker check back, delays
+Why these five: a check-back that never reaches the producer is the most common complaint about
+RocketMQ transactions, and the broker says so in its own words (no channel for the group, or the
+send failed), so any such line flags the group by default. Then: a producer that leaves transactions UNKNOW makes the broker check back, delays
 delivery and finally discards messages. The share of UNKNOW first-phase answers is the honest
 measure, but it needs the COMMIT count, which the broker logs only at DEBUG; without it an
 absolute rate (UNKNOW transactions per minute) is the fallback. Any discard is data that never
@@ -30,8 +32,9 @@ class Thresholds:
     """Messages discarded after the maximum number of checks."""
     max_checks_per_transaction: float = 3.0
     """Mean check answers per checked transaction."""
-    max_no_channel: int | None = None
-    """"No channel" check failures; None disables the rule (a group with no producer online)."""
+    max_undelivered_checks: int | None = 0
+    """Check-backs that never reached a producer of the group ("channel is null" / "channel table
+    is empty": none connected; "invoke producer exception": the send failed). None turns it off."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,12 +70,27 @@ def evaluate(g: dict[str, Any], t: Thresholds) -> list[str]:
     cpt = g.get("checks_per_transaction")
     if cpt is not None and cpt > t.max_checks_per_transaction:
         reasons.append(
-            f"checks_per_transaction: {cpt:.2f} check answers per checked transaction, "
+            f"checks_per_transaction: {cpt:.2f} check-backs per checked transaction, "
             f"max {g.get('max_checks_per_transaction')} (limit {t.max_checks_per_transaction:g})"
         )
-    if t.max_no_channel is not None and g.get("no_channel", 0) > t.max_no_channel:
-        reasons.append(
-            f"no_channel: {g['no_channel']} checks found no producer channel "
-            f"(limit {t.max_no_channel})"
-        )
+    undelivered = g.get("undelivered_checks", 0)
+    if t.max_undelivered_checks is not None and undelivered > t.max_undelivered_checks:
+        reasons.insert(0, never_arrives_reason(g, t.max_undelivered_checks))
     return reasons
+
+
+def never_arrives_reason(g: dict[str, Any], limit: int) -> str:
+    """The check-back-never-arrives finding in plain words."""
+    parts = []
+    if g.get("no_channel"):
+        parts.append(
+            f"no producer of this group was connected when the broker tried to check back "
+            f"{g['no_channel']} times (\"channel is null\" / \"channel table is empty\")")
+    if g.get("check_send_failed"):
+        parts.append(
+            f"{g['check_send_failed']} check-backs could not be sent to a connected producer "
+            f"(\"invoke producer exception\")")
+    return (
+        f"check_never_arrives: {'; '.join(parts)}; the transactions stay undecided, are checked "
+        f"again every check interval and are discarded after the check maximum (limit {limit})"
+    )

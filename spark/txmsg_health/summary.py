@@ -30,14 +30,18 @@ def stamp_to_utc(stamp: str, window: str, tz: timezone) -> datetime:
     return window_to_utc(win, window, tz) + timedelta(seconds=int(offset or 0))
 
 
-def _empty_counts() -> dict[str, int]:
+def _empty_counts() -> defaultdict[str, int]:
     return defaultdict(int)
 
 
+Totals = tuple[str | None, str, str, str | None, int, str | None, str | None]
+"""(group, broker, kind, format, lines, first and last "<window key>|<seconds into it>")."""
+
+
 def build(
-    totals: Iterable[tuple[str | None, str, int, str | None, str | None]],
-    by_address: Iterable[tuple[str, str, str, int]],
-    histogram: Iterable[tuple[str, int, int, int]],
+    totals: Iterable[Totals],
+    by_address: Iterable[tuple[str, str, str, str, int]],
+    histogram: Iterable[tuple[str | None, str, int, int, int, int]],
     *,
     window: str,
     tz: timezone,
@@ -45,46 +49,74 @@ def build(
 ) -> dict[str, Any]:
     """Assemble the summary.
 
-    ``totals``: (group, kind, lines, first and last time as "<window key>|<seconds into it>"
-    in broker time), group None for noise lines.
-    ``by_address``: (group, address, kind, lines).
-    ``histogram``: (group, check answers of one transaction, transactions, of them ever UNKNOW).
+    ``totals``: (group, broker, kind, format "4.9"/"5"/None, lines, first and last time as
+    "<window key>|<seconds into it>" in broker time); group None for noise lines and for 5.x
+    5.x check-sent lines (their group comes with ``histogram``).
+    ``by_address``: (group, broker, address, kind, lines).
+    ``histogram``: (group, broker, check-backs of one transaction, transactions, of them ever UNKNOW,
+    5.x check-sent lines of those transactions); group None: check-sent lines whose transaction
+    appears on no other line of that broker.
     """
-    kinds: dict[str, dict[str, int]] = defaultdict(_empty_counts)
-    spans: dict[str, list[str]] = {}
+    kinds: dict[str, dict[str, defaultdict[str, int]]] = defaultdict(lambda: defaultdict(_empty_counts))
+    spans: dict[tuple[str, str], list[str]] = {}
     lines: dict[str, int] = defaultdict(int)
-    for grp, kind, n, wmin, wmax in totals:
+    formats: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+    broker_lines: dict[str, int] = defaultdict(int)
+    broker_formats: dict[str, dict[str, int]] = defaultdict(dict)
+    unattributed = 0
+    for grp, broker, kind, fmt, n, wmin, wmax in totals:
         lines[kind] += n
+        broker_lines[broker] += n
+        if fmt:
+            broker_formats[broker][fmt] = broker_formats[broker].get(fmt, 0) + n
         if grp is None:
             continue
-        kinds[grp][kind] += n
+        kinds[grp][broker][kind] += n
+        if fmt:
+            formats[grp][broker][fmt] = formats[grp][broker].get(fmt, 0) + n
         if wmin is not None and wmax is not None:
-            span = spans.setdefault(grp, [wmin, wmax])
+            span = spans.setdefault((grp, broker), [wmin, wmax])
             span[0], span[1] = min(span[0], wmin), max(span[1], wmax)
 
     addrs: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(_empty_counts))
-    for grp, addr, kind, n in by_address:
+    for grp, _broker, addr, kind, n in by_address:
         addrs[grp][addr][kind] += n
 
-    hist: dict[str, dict[int, int]] = defaultdict(dict)
-    unknown_tx: dict[str, int] = defaultdict(int)
+    hist: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+    unknown_tx: dict[tuple[str, str], int] = defaultdict(int)
     overall_hist: dict[int, int] = defaultdict(int)
-    for grp, checks, ntx, nunk in histogram:
-        unknown_tx[grp] += nunk
+    for hgrp, broker, checks, ntx, nunk, sent in histogram:
+        if hgrp is None:
+            unattributed += sent
+            continue
+        if sent:
+            kinds[hgrp][broker][P.CHECK_SENT] += sent
+        unknown_tx[(hgrp, broker)] += nunk
         if checks > 0:
-            hist[grp][checks] = hist[grp].get(checks, 0) + ntx
+            h = hist[(hgrp, broker)]
+            h[checks] = h.get(checks, 0) + ntx
             overall_hist[checks] += ntx
 
     groups: dict[str, Any] = {}
     for grp in sorted(kinds):
-        groups[grp] = _group(grp, kinds[grp], spans.get(grp), addrs.get(grp, {}), hist.get(grp, {}),
-                             unknown_tx.get(grp, 0), window, tz, thresholds)
-    flagged = sorted((g for g, v in groups.items() if v["flagged"]),
-                     key=lambda g: (-len(groups[g]["reasons"]), -groups[g]["unknown"], g))
+        groups[grp] = _with_brokers(grp, kinds[grp], spans, addrs.get(grp, {}), hist, unknown_tx,
+                                    formats[grp], window, tz, thresholds)
+    flagged = sorted((g for g, v in groups.items() if v["flagged"]), key=lambda g: _rank(groups[g], g))
     total = sum(lines.values())
+    brokers = {
+        b: {
+            "lines": broker_lines[b],
+            "formats": dict(sorted(broker_formats[b].items())),
+            "format": _format_name(broker_formats[b]),
+            "groups": sum(1 for v in groups.values() if b in v["brokers"]),
+            "flagged": [g for g in flagged if b in groups[g]["flagged_brokers"]],
+        }
+        for b in sorted(broker_lines)
+    }
     return {
         "flagged": flagged,
         "groups": groups,
+        "brokers": brokers,
         "lines": {
             "total": total,
             "transaction": total - lines[P.OTHER] - lines[P.UNSTAMPED] - lines[P.BAD],
@@ -92,6 +124,7 @@ def build(
             "unstamped": lines[P.UNSTAMPED],
             "bad": lines[P.BAD],
             "bad_without_group": lines[P.BAD] - sum(g["bad_lines"] for g in groups.values()),
+            "checks_sent_unattributed": unattributed,
             "by_kind": {k: lines[k] for k in P.ALL_KINDS if lines.get(k)},
         },
         "checks_histogram": {str(k): overall_hist[k] for k in sorted(overall_hist)},
@@ -99,6 +132,18 @@ def build(
         "tz": _tz_text(tz),
         "thresholds": thresholds.as_dict(),
     }
+
+
+def _rank(g: dict[str, Any], name: str) -> tuple[int, int, int, str]:
+    """Check-backs that never arrive first, then the most rules tripped, then the most UNKNOW."""
+    never = any(r.startswith("check_never_arrives:") for r in g["reasons"])
+    return (0 if never else 1, -len(g["reasons"]), -g["unknown"], name)
+
+
+def _format_name(counts: dict[str, int]) -> str | None:
+    if not counts:
+        return None
+    return "+".join(sorted(counts)) if len(counts) > 1 else next(iter(counts))
 
 
 def _tz_text(tz: timezone) -> str:
@@ -120,9 +165,71 @@ def _addr_entry(c: dict[str, int]) -> dict[str, int]:
     }
 
 
-def _group(
+BROKER_FIELDS = ("unknown", "rollback", "commit", "checks", "checks_sent", "checks_per_transaction",
+                 "discarded", "no_channel", "check_send_failed", "undelivered_checks",
+                 "unknown_per_minute", "first_seen", "last_seen", "flagged", "reasons")
+
+
+def _with_brokers(
     grp: str,
-    c: dict[str, int],
+    per_broker: dict[str, defaultdict[str, int]],
+    spans: dict[tuple[str, str], list[str]],
+    addrs: dict[str, dict[str, int]],
+    hist: dict[tuple[str, str], dict[int, int]],
+    unknown_tx: dict[tuple[str, str], int],
+    formats: dict[str, dict[str, int]],
+    window: str,
+    tz: timezone,
+    t: Thresholds,
+) -> dict[str, Any]:
+    """The group over all brokers, plus the same figures and rules per broker."""
+    total: defaultdict[str, int] = defaultdict(int)
+    span: list[str] | None = None
+    ghist: dict[int, int] = defaultdict(int)
+    no_channel = 0
+    each: dict[str, Any] = {}
+    for b in sorted(per_broker):
+        c = per_broker[b]
+        for k, n in c.items():
+            total[k] += n
+        s = spans.get((grp, b))
+        if s:
+            span = [min(span[0], s[0]), max(span[1], s[1])] if span else list(s)
+        h = hist.get((grp, b), {})
+        for checks, ntx in h.items():
+            ghist[checks] += ntx
+        e = _group(c, s, {}, h, unknown_tx.get((grp, b), 0), window, tz, t)
+        no_channel += e["no_channel"]
+        e["formats"] = dict(sorted(formats.get(b, {}).items()))
+        each[b] = {k: e[k] for k in BROKER_FIELDS}
+        each[b]["format"] = _format_name(formats.get(b, {}))
+    fmts: dict[str, int] = defaultdict(int)
+    for f in formats.values():
+        for k, n in f.items():
+            fmts[k] += n
+    g = _group(total, span, addrs, dict(ghist),
+               sum(unknown_tx.get((grp, b), 0) for b in per_broker), window, tz, t,
+               no_channel=no_channel)
+    g["formats"] = dict(sorted(fmts.items()))
+    g["brokers"] = each
+    flagged_on = [b for b in each if each[b]["flagged"]]
+    g["flagged_brokers"] = flagged_on
+    if len(each) > 1 and flagged_on:
+        if not g["reasons"]:  # a rule trips on one broker although the totals stay below it
+            g["reasons"] = [f"{b}: {r}" for b in flagged_on for r in each[b]["reasons"]]
+        healthy = [b for b in each if b not in flagged_on]
+        if healthy:
+            g["reasons"].append(
+                f"broker_scope: flagged on {', '.join(flagged_on)} only; healthy on {', '.join(healthy)}")
+    elif len(each) > 1 and g["reasons"]:
+        g["reasons"].append(f"broker_scope: no single broker trips a rule; only the sum over "
+                            f"{', '.join(each)} does")
+    g["flagged"] = bool(g["reasons"])
+    return g
+
+
+def _group(
+    c: defaultdict[str, int],
     span: list[str] | None,
     addrs: dict[str, dict[str, int]],
     hist: dict[int, int],
@@ -130,6 +237,7 @@ def _group(
     window: str,
     tz: timezone,
     t: Thresholds,
+    no_channel: int | None = None,
 ) -> dict[str, Any]:
     commits_visible = any(c[k] for k in P.DEBUG_KINDS)
     unknown, rollback = c[P.FIRST_UNKNOWN], c[P.FIRST_ROLLBACK]
@@ -144,6 +252,10 @@ def _group(
         first, last = f.isoformat(), la.isoformat()
         # at least one minute, so a burst within a second is not read as a huge rate
         active = max(1.0, (la - f).total_seconds() / 60)
+    if no_channel is None:
+        # one failed check is logged twice when both files are read (transaction.log "channel is
+        # null", broker.log "channel table is empty"); per broker the larger count is the events
+        no_channel = max(c[P.NO_CHANNEL], c[P.NO_CHANNEL_BROKER_LOG])
     g: dict[str, Any] = {
         "unknown": unknown,
         "rollback": rollback,
@@ -155,14 +267,16 @@ def _group(
         "check_rollback": c[P.CHECK_ROLLBACK],
         "check_commit": c[P.CHECK_COMMIT] + c[P.CHECK_COMMIT_DEBUG],
         "checks": checks,
+        "checks_sent": c[P.CHECK_SENT],
         "checked_transactions": checked,
-        "checks_per_transaction": (checks / checked) if checked else None,
+        "checks_per_transaction": (sum(k * n for k, n in hist.items()) / checked) if checked else None,
         "max_checks_per_transaction": max(hist) if hist else 0,
         "checks_histogram": {str(k): hist[k] for k in sorted(hist)},
         "transactions_with_unknown": unknown_tx,
         "discarded": c[P.DISCARD],
-        "no_channel": max(c[P.NO_CHANNEL], c[P.NO_CHANNEL_BROKER_LOG]),
+        "no_channel": no_channel,
         "check_send_failed": c[P.CHECK_SEND_FAILED],
+        "undelivered_checks": no_channel + c[P.CHECK_SEND_FAILED],
         "bad_lines": c[P.BAD],
         "first_seen": first,
         "last_seen": last,

@@ -40,7 +40,8 @@ def real_logs() -> Path:
 @pytest.fixture(scope="session")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, generate.Manifest]:
     out = tmp_path_factory.mktemp("genlogs") / "logs"
-    man = generate.generate(str(out), 120_000, seed=11, layout="brokers", gz=True)
+    # two brokers of each kind (-a, -b): planted groups misbehave on -a only
+    man = generate.generate(str(out), 120_000, seed=11, layout="brokers", gz=True, replicas=2)
     return out, man
 
 

@@ -19,7 +19,7 @@ def test_cli_runs_in_the_shared_session(spark: object, real_logs: Path, tmp_path
     # spark fixture first: build_session's getOrCreate then reuses the test session
     r = CliRunner().invoke(main, ["health", str(real_logs / "info"), "--out", str(tmp_path),
                                   "--master", "local[2]", "--tz", "+08:00", "--window", "hour",
-                                  "--max-discards", "1000000"])
+                                  "--max-discards", "1000000", "--max-undelivered-checks", "-1"])
     assert r.exit_code == 0, r.output
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["window"] == "hour" and s["flagged"]

@@ -20,14 +20,34 @@ def test_flags_exactly_the_planted_groups(generated: tuple[Path, generate.Manife
                                           generated_result: job.JobResult) -> None:
     _, man = generated
     s = generated_result.summary
-    assert sorted(s["flagged"]) == man.planted
+    # planted UNKNOW-heavy groups, and the legacy groups whose check-backs never arrive
+    assert sorted(s["flagged"]) == sorted([*man.planted, *man.legacy_groups])
     assert len(s["groups"]) >= 200
     for g in man.planted:
         assert s["groups"][g]["reasons"], g
     # each planted profile trips the rule it was built for
     reasons = " ".join(r for g in man.planted for r in s["groups"][g]["reasons"])
-    for rule in ("unknown_share", "unknown_rate", "discards", "checks_per_transaction"):
+    for rule in ("unknown_share", "unknown_rate", "discards", "checks_per_transaction",
+                 "check_never_arrives"):
         assert rule + ":" in reasons
+
+
+def test_check_backs_that_never_arrive_come_first(generated: tuple[Path, generate.Manifest],
+                                                  generated_result: job.JobResult) -> None:
+    _, man = generated
+    s = generated_result.summary
+    n = len(man.never_arrives)
+    assert n >= 3 and set(s["flagged"][:n]) == set(man.never_arrives)
+    for g in man.never_arrives:
+        v = s["groups"][g]
+        first = v["reasons"][0]
+        assert first.startswith("check_never_arrives: no producer of this group was connected when "
+                                f"the broker tried to check back {v['no_channel']} times"), first
+        assert "discarded after the check maximum" in first
+        assert v["undelivered_checks"] == v["no_channel"] + v["check_send_failed"] > 0
+    # the no_producer group's failed sends ("invoke producer exception") are named too
+    assert any(s["groups"][g]["check_send_failed"] for g in man.never_arrives)
+    assert any("could not be sent" in s["groups"][g]["reasons"][0] for g in man.never_arrives)
 
 
 def test_counts_match_independent_scan(generated: tuple[Path, generate.Manifest],
@@ -37,16 +57,71 @@ def test_counts_match_independent_scan(generated: tuple[Path, generate.Manifest]
     ref = scan([str(logs)])
     assert s["lines"]["total"] == ref.total_lines == man.lines
     assert s["lines"]["bad"] == ref.bad > 0
+    assert s["lines"]["checks_sent_unattributed"] == ref.sent_unattributed
     for g, c in ref.groups.items():
         got = s["groups"][g]
         for k in ("unknown", "rollback", "check_unknown", "check_rollback", "check_commit",
-                  "checks", "discarded"):
+                  "checks", "discarded", "checks_sent", "check_send_failed"):
             assert got[k] == c[k], (g, k)
         assert got["commit"] == ref.commit(g), g
         assert got["transactions_with_unknown"] == len(ref.unknown_ids[g]), g
+        assert got["undelivered_checks"] == ref.undelivered(g), g
+        checked = [n for (gg, _), n in ref.checks_by_tx.items() if gg == g]
+        assert got["checked_transactions"] == len(checked), g
+        assert got["max_checks_per_transaction"] == (max(checked) if checked else 0), g
     for g in man.legacy_groups:
-        assert s["groups"][g]["no_channel"] == ref.groups[g]["no_channel_txlog"] > 0
-        assert not s["groups"][g]["flagged"]
+        assert s["groups"][g]["no_channel"] == ref.undelivered(g) > 0
+        assert s["groups"][g]["flagged"]
+
+
+def test_per_broker(generated: tuple[Path, generate.Manifest],
+                    generated_result: job.JobResult) -> None:
+    """Every broker directory is a broker; a group flagged on one of its brokers says so."""
+    logs, man = generated
+    s = generated_result.summary
+    ref = scan([str(logs)])
+    assert sorted(s["brokers"]) == sorted({b for bs in man.brokers.values() for b in bs})
+    assert len(s["brokers"]) == 8
+    for g, bs in man.brokers.items():
+        # a group also appears where one of its lines was cut short (a bad line, counted there)
+        assert set(bs) <= set(s["groups"][g]["brokers"]), g
+    for (g, b), c in ref.by_broker.items():
+        e = s["groups"][g]["brokers"][b]
+        for k in ("unknown", "rollback", "checks", "checks_sent", "discarded", "check_send_failed"):
+            assert e[k] == c[k], (g, b, k)
+    for g in man.planted:
+        v = s["groups"][g]
+        assert v["flagged_brokers"] == man.flagged_brokers[g], g
+        healthy = sorted(set(v["brokers"]) - set(man.flagged_brokers[g]))
+        assert healthy and v["reasons"][-1] == (
+            f"broker_scope: flagged on {man.flagged_brokers[g][0]} only; healthy on {', '.join(healthy)}")
+        assert g in s["brokers"][man.flagged_brokers[g][0]]["flagged"]
+    healthy_groups = set(man.groups) - set(man.planted)
+    assert not any(s["groups"][g]["flagged_brokers"] for g in healthy_groups)
+
+
+def test_49_and_5x_logs_apart_by_format(generated: tuple[Path, generate.Manifest],
+                                        generated_result: job.JobResult) -> None:
+    """One run over 4.9 and 5.x brokers: each broker's format is named; 5.x check-backs are
+    counted at INFO from the per-check line, 4.9 brokers have none."""
+    _, man = generated
+    s = generated_result.summary
+    for b, v in s["brokers"].items():
+        assert v["format"] == ("5" if b.startswith("broker-5-") else "4.9"), (b, v)
+    five_info = [g for g, v in s["groups"].items()
+                 if v["brokers"] and all(b.startswith("broker-5-info") for b in v["brokers"])]
+    four = [g for g, v in s["groups"].items() if all(b.startswith("broker-49-") for b in v["brokers"])]
+    assert five_info and four
+    assert all(s["groups"][g]["checks_sent"] == 0 for g in four)
+    # at INFO a C++ client's check COMMIT is not logged; the 5.x check line still counts it
+    sent = sum(s["groups"][g]["checks_sent"] for g in five_info)
+    answered = sum(s["groups"][g]["checks"] for g in five_info)
+    assert sent > answered > 0
+    for g in five_info:
+        v = s["groups"][g]
+        assert v["formats"] == {"5": v["formats"]["5"]}
+        if v["checks_sent"]:
+            assert v["checked_transactions"] > 0
 
 
 def test_parquet_windows_add_up(spark: object, generated_result: job.JobResult) -> None:
@@ -67,15 +142,17 @@ def test_thresholds_are_configurable(spark: object, generated: tuple[Path, gener
                                      tmp_path: Path) -> None:
     logs, man = generated
     lax = Thresholds(max_unknown_share=0.9, max_unknown_per_minute=1e9, max_discards=10**9,
-                     max_checks_per_transaction=100)
+                     max_checks_per_transaction=100, max_undelivered_checks=None)
+    # and the broker named by a regex over the path instead of the directory per broker
     r = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path), thresholds=lax,  # type: ignore[arg-type]
-                                     dashboard=False))
+                                     dashboard=False, broker_regex=r"/broker-(\d+)-"))
     assert r.summary["flagged"] == []
-    strict = Thresholds(max_no_channel=0, max_unknown_share=0.9, max_unknown_per_minute=1e9,
-                        max_discards=10**9, max_checks_per_transaction=100)
-    r = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path), thresholds=strict,  # type: ignore[arg-type]
+    assert sorted(r.summary["brokers"]) == ["49", "5"]
+    only_never = Thresholds(max_unknown_share=0.9, max_unknown_per_minute=1e9,
+                            max_discards=10**9, max_checks_per_transaction=100)
+    r = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path), thresholds=only_never,  # type: ignore[arg-type]
                                      dashboard=False))
-    assert sorted(r.summary["flagged"]) == sorted(man.legacy_groups)
+    assert sorted(r.summary["flagged"]) == man.never_arrives
 
 
 def test_defaults_flag_40_percent_and_not_1_percent() -> None:

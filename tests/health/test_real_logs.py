@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from txmsg_health import job
@@ -46,6 +47,51 @@ def test_counts_match_independent_scan(spark: object, real_logs: Path, tmp_path:
     assert set(s["flagged"]) == set(s["groups"])  # every run discarded messages
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["flagged"] == s["flagged"]
+    # the directory given is the broker; 4.9.8 quotes the header, writes no 5.x check lines, and
+    # every check-back of these runs reached the producer
+    assert sorted(s["brokers"]) == ["debug", "info"]
+    assert all(b["format"] == "4.9" for b in s["brokers"].values())
+    for g in s["groups"].values():
+        assert g["undelivered_checks"] == 0 and g["checks_sent"] == 0
+        assert not any(r.startswith("check_never_arrives") for r in g["reasons"])
+
+
+def test_check_back_never_arrives_on_real_logs(spark: object, real_logs: Path, tmp_path: Path) -> None:
+    """Two brokers' real logs; on broker-b the producer of RefTxProducerB_102008 went away.
+
+    The failure lines are the 4.9.8 broker's own texts (AbstractTransactionalMessageCheckListener
+    and ProducerManager; seen verbatim on the real broker, docs/rocketmq-facts.md): one failed
+    check writes "channel is null" to transaction.log and "channel table is empty" to broker.log,
+    so 3 events in both files count 3, not 6.
+    """
+    a, b = tmp_path / "logs" / "broker-a", tmp_path / "logs" / "broker-b"
+    shutil.copytree(real_logs / "info", a)
+    shutil.copytree(real_logs / "debug", b)
+    group = "RefTxProducerB_102008"
+    with open(b / "transaction.log", "a", encoding="utf-8") as tx, \
+            open(b / "broker.log", "a", encoding="utf-8") as br:
+        for sec in (30, 32, 34):
+            tx.write(f"2026-11-22 18:21:{sec} WARN Transaction-msg-check-thread - Check transaction "
+                     f"failed, channel is null. groupId={group}\n")
+            br.write(f"2026-11-22 18:21:{sec} WARN Transaction-msg-check-thread - Check transaction "
+                     f"failed, channel table is empty. groupId={group}\n")
+        br.write("2026-11-22 18:21:36 ERROR Transaction-msg-check-thread - Check transaction failed "
+                 f"because invoke producer exception. group={group}, msgId=7F00000100002A9F0000000000"
+                 "0A8C12, error=org.apache.rocketmq.remoting.exception.RemotingTimeoutException: "
+                 "invokeOnewayImpl tryAcquire semaphore timeout, 10ms, waiting thread nums: 0 "
+                 "semaphoreOnewayValue: 0\n")
+    s = _run(spark, [str(tmp_path / "logs")], tmp_path / "out")
+    v = s["groups"][group]
+    assert (v["no_channel"], v["check_send_failed"], v["undelivered_checks"]) == (3, 1, 4)
+    assert s["flagged"][0] == group
+    assert v["reasons"][0].startswith(
+        "check_never_arrives: no producer of this group was connected when the broker tried to "
+        "check back 3 times")
+    assert v["flagged_brokers"] == ["broker-b"] and list(v["brokers"]) == ["broker-b"]
+    assert sorted(s["brokers"]) == ["broker-a", "broker-b"]
+    assert group in s["brokers"]["broker-b"]["flagged"]
+    html = (tmp_path / "out" / "dashboard.html").read_text()
+    assert html.index(group) < html.index("Other flagged groups")
 
 
 def test_info_only_has_no_commit_count(spark: object, real_logs: Path, tmp_path: Path) -> None:
