@@ -4,7 +4,6 @@ the process when the shutdown meets the route refresh 3 s after start)."""
 from __future__ import annotations
 
 import pytest
-
 from txmsg_rocketmq.timers import WINDOW_AFTER, delay_until_quiet
 
 
