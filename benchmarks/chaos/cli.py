@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.chaos.faults import FAULT_CHOICES
 from benchmarks.chaos.run import ChaosResult, ChaosRun, RunOptions
 from benchmarks.chaos.settings import ChaosSettings
 
@@ -20,6 +21,20 @@ MODES = {
     "short": (20, (2.0, 5.0), (0.5, 2.0), 2, 2),
     "long": (100, (3.0, 8.0), (0.5, 3.0), 3, 2),
 }
+
+
+NETWORK_STRIKES = {"short": 8, "long": 24}
+"""Network strikes per mode (each of the four faults at least once)."""
+
+
+def parse_faults(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    kinds = tuple(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+    bad = [k for k in kinds if k not in FAULT_CHOICES]
+    if bad or not kinds:
+        raise click.BadParameter(
+            f"{', '.join(bad) or 'nothing'}: use kill, network or kill,network"
+        )
+    return kinds
 
 
 def _pair(value: str) -> tuple[float, float]:
@@ -59,6 +74,15 @@ def _pair(value: str) -> tuple[float, float]:
     type=click.IntRange(1, 26),
     help="broker processes (broker-a, broker-b, ... behind one name server); each is killed on its own",
 )
+@click.option(
+    "--faults",
+    "fault_kinds",
+    default="kill",
+    show_default=True,
+    callback=parse_faults,
+    help="kill (kill -9 strikes), network (fault-proxy strikes: latency, reset, half-open, "
+    "partition - see benchmarks/chaos/faults.py), or kill,network (both at once)",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--settle-timeout", default=240.0, show_default=True, type=float)
 @click.option("-v", "--verbose", is_flag=True, help="log every strike and settle poll")
@@ -74,6 +98,7 @@ def chaos_command(
     database_url: str | None,
     workdir: Path | None,
     brokers: int,
+    fault_kinds: tuple[str, ...],
     seed: int,
     settle_timeout: float,
     verbose: bool,
@@ -102,16 +127,24 @@ def chaos_command(
         settle_timeout=settle_timeout,
         database_url=database_url,
         brokers=brokers,
+        faults=fault_kinds,
+        network_strikes=NETWORK_STRIKES[mode],
     )
     console = Console()
     console.print(
-        f"chaos run ({mode}) in {workdir}: {options.strikes} strikes, "
-        f"{options.brokers} broker(s), {settings.producers} producers, "
+        f"chaos run ({mode}, faults {','.join(fault_kinds)}) in {workdir}: "
+        + (f"{options.strikes} kill strikes, " if "kill" in fault_kinds else "")
+        + (f"{options.network_strikes} network strikes, " if "network" in fault_kinds else "")
+        + f"{options.brokers} broker(s), {settings.producers} producers, "
         f"{settings.consumers_per_service} consumers "
         f"per service, database {'PostgreSQL' if database_url else 'SQLite'}"
     )
     result = ChaosRun(settings, options).run()
     console.print(table(result))
+    if result.network:
+        console.print(network_table(result))
+        for line in network_lines(result):
+            print(line)
     violations = result.violations
     for line in violations[:50]:
         console.print(f"[red]VIOLATION[/] {line}")
@@ -120,6 +153,47 @@ def chaos_command(
     print(result_line(result))
     if violations:
         raise SystemExit(1)
+
+
+def network_table(result: ChaosResult) -> Table:
+    """Per network fault: what it did to payment latency, outcomes and duplicate deliveries."""
+    out = Table(title="network faults (payments started while the fault was on, until the next)")
+    for column in (
+        "fault",
+        "strikes",
+        "s",
+        "payments",
+        "p50 ms",
+        "p95 ms",
+        "max ms",
+        "ERROR",
+        "UNKNOW",
+        "duplicates absorbed",
+    ):
+        out.add_column(column, justify="left" if column == "fault" else "right")
+    for fig in result.network:
+        out.add_row(
+            fig.kind,
+            str(fig.strikes),
+            f"{fig.seconds:.0f}",
+            str(fig.payments),
+            f"{fig.median * 1000:.0f}",
+            f"{fig.percentile(0.95) * 1000:.0f}",
+            f"{max(fig.latencies, default=0) * 1000:.0f}",
+            str(fig.errors),
+            str(fig.unknown),
+            str(fig.duplicates),
+        )
+    return out
+
+
+def network_lines(result: ChaosResult) -> list[str]:
+    return [
+        f"RESULT chaos-fault {fig.kind} strikes={fig.strikes} payments={fig.payments} "
+        f"p50_ms={fig.median * 1000:.0f} p95_ms={fig.percentile(0.95) * 1000:.0f} "
+        f"errors={fig.errors} unknown={fig.unknown} duplicates={fig.duplicates}"
+        for fig in result.network
+    ]
 
 
 def table(result: ChaosResult) -> Table:

@@ -40,6 +40,8 @@ class PaymentAttempt(JournalBase):
     outcome: Mapped[str | None] = mapped_column(String(16), default=None)
     """COMMIT / ROLLBACK / UNKNOW as ``pay`` returned it, ERROR if it raised, NULL if the process
     died before it returned."""
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), default=None)
+    """When ``pay`` returned (the network-fault figures' latency = finished_at - started_at)."""
 
 
 def start_attempt(sessions: sessionmaker[Session], order_id: str, producer: str) -> int:
@@ -53,7 +55,9 @@ def start_attempt(sessions: sessionmaker[Session], order_id: str, producer: str)
 def finish_attempt(sessions: sessionmaker[Session], attempt_id: int, outcome: str) -> None:
     with sessions() as session, session.begin():
         session.execute(
-            update(PaymentAttempt).where(PaymentAttempt.id == attempt_id).values(outcome=outcome)
+            update(PaymentAttempt)
+            .where(PaymentAttempt.id == attempt_id)
+            .values(outcome=outcome, finished_at=utcnow())
         )
 
 

@@ -14,8 +14,9 @@ from txmsg_broker.app import BrokerProcess
 from txmsg_broker.cluster import BrokerCluster
 from txmsg_broker.testing import wait_until
 
-from benchmarks.chaos import check
+from benchmarks.chaos import check, faults
 from benchmarks.chaos.databases import close_all, open_all, prepare
+from benchmarks.chaos.faults import FaultFigures, NetworkFaults, NetworkReport
 from benchmarks.chaos.monkey import Monkey, MonkeyReport
 from benchmarks.chaos.procs import BrokerChild, Child, ServiceProcess
 from benchmarks.chaos.roles import STOP_PAYING
@@ -45,6 +46,10 @@ class RunOptions:
     database_url: str | None = None
     brokers: int = 1
     """Broker processes (broker-a, broker-b, ... behind one name server process when > 1)."""
+    faults: tuple[str, ...] = ("kill",)
+    """``kill`` (the kill -9 monkey), ``network`` (fault-proxy strikes: benchmarks.chaos.faults)."""
+    network_strikes: int = 8
+    network_gap: tuple[float, float] = (2.0, 4.0)
 
 
 @dataclass
@@ -57,6 +62,8 @@ class ChaosResult:
     settle_seconds: float
     run_seconds: float
     process_counts: dict[str, int] = field(default_factory=dict)
+    network: list[FaultFigures] = field(default_factory=list)
+    """Per network-fault figures (``--faults network``)."""
 
     @property
     def violations(self) -> list[str]:
@@ -75,6 +82,13 @@ class ChaosRun:
         self.cluster: BrokerCluster | None = None
         self.producers: list[ServiceProcess] = []
         self.consumers: list[ServiceProcess] = []
+        self.network = (
+            NetworkFaults(
+                strikes=options.network_strikes, gap=options.network_gap, seed=settings.seed
+            )
+            if "network" in options.faults
+            else None
+        )
 
     def run(self) -> ChaosResult:
         started = time.monotonic()
@@ -82,6 +96,7 @@ class ChaosRun:
         (workdir / STOP_PAYING).unlink(missing_ok=True)
         urls = prepare(workdir, self.options.database_url)
         name_server = self._start_brokers(workdir)
+        self._start_proxy()
         self.settings = self.settings.model_copy(
             update={"name_server": name_server, "database_urls": urls}
         )
@@ -110,11 +125,14 @@ class ChaosRun:
         ]
         everything: list[Child] = [*self.brokers, *self.producers, *self.consumers]
         dbs = open_all(urls)
+        network: NetworkReport | None = None
         try:
             for child in [*self.consumers, *self.producers]:
                 child.start()
             self._wait_ready(120.0)
+            warmup_start = time.time()
             time.sleep(self.options.warmup)
+            self._start_network_monkey(dbs, warmup_start)
             monkey = Monkey(
                 everything,
                 strikes=self.options.strikes,
@@ -122,7 +140,8 @@ class ChaosRun:
                 pause=self.options.pause,
                 seed=self.settings.seed,
             )
-            report = monkey.run()
+            report = monkey.run() if "kill" in self.options.faults else MonkeyReport()
+            network = self.network.wait() if self.network is not None else None
             self._wait_ready(180.0)
             # stop paying, keep answering check-backs and consuming
             (workdir / STOP_PAYING).touch()
@@ -138,6 +157,9 @@ class ChaosRun:
                 broker.stop(15.0)
             if self.cluster is not None:
                 self.cluster.stop(15.0)
+            if self.network is not None:
+                self.network.stop()
+            figures = faults.figures(network, dbs["orders"]) if network is not None else []
             close_all(dbs)
         return ChaosResult(
             self.settings,
@@ -152,17 +174,44 @@ class ChaosRun:
                 "producer": len(self.producers),
                 "consumer": len(self.consumers),
             },
+            figures,
+        )
+
+    # -- network faults (benchmarks.chaos.faults) --------------------------------------------
+    @property
+    def broker_settings(self) -> dict[str, Any]:
+        extra = NetworkFaults.broker_settings() if self.network is not None else {}
+        return {**BROKER_SETTINGS, **extra}
+
+    def _start_proxy(self) -> None:
+        if self.network is None:
+            return
+        clients = lambda: [  # noqa: E731 - the proxy asks for the current pids
+            c.proc.pid for c in [*self.producers, *self.consumers] if c.proc is not None
+        ]
+        self.network.start_proxy([b.process.broker_port for b in self.brokers], clients)
+
+    def _start_network_monkey(
+        self, dbs: dict[str, sessionmaker[Session]], warmup_start: float
+    ) -> None:
+        if self.network is None:
+            return
+        self.network.start_monkey(
+            self.producers,
+            BROKER_SETTINGS["check_interval_ms"] / 1000,
+            lambda: faults.duplicates_total(dbs),
+            warmup_start,
         )
 
     def _start_brokers(self, workdir: Path) -> str:
         """Start the broker process(es); the name server address."""
         base = workdir / "broker"
         if self.options.brokers == 1:
-            self.brokers = [BrokerChild(BrokerProcess(base / "data", base / "logs", **BROKER_SETTINGS))]
+            self.brokers = [BrokerChild(BrokerProcess(base / "data", base / "logs", **self.broker_settings))]
             self.brokers[0].start()
             return self.brokers[0].process.namesrv_addr
         self.cluster = BrokerCluster(
-            base / "data", base / "logs", brokers=self.options.brokers, **BROKER_SETTINGS
+            base / "data", base / "logs", brokers=self.options.brokers, **self.broker_settings
         )
         self.cluster.start(timeout=60)
         self.brokers = [

@@ -83,7 +83,7 @@ class EmbeddedBroker:
     # -- addresses ------------------------------------------------------------------------------
     @property
     def namesrv_addr(self) -> str:
-        return f"{self.config.advertised_ip}:{self.config.namesrv_port}"
+        return f"{self.config.bind_ip}:{self.config.namesrv_port}"
 
     @property
     def broker_addr(self) -> str:

@@ -125,7 +125,7 @@ class Broker:
     def namesrv_addr(self) -> str:
         if self.config.namesrv_addr is not None:
             return self.config.namesrv_addr
-        return f"{self.config.advertised_ip}:{self.config.namesrv_port}"
+        return f"{self.config.bind_ip}:{self.config.namesrv_port}"
 
     async def publish_routes(self) -> None:
         """Wait until the name servers route the current topic table (external ones: re-register;

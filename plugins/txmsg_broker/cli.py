@@ -17,6 +17,8 @@ from .config import BrokerConfig
 
 @click.command("broker")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (routes publish it).")
+@click.option("--broker-ip1", default=None,
+              help="brokerIP1: publish this IP in routes instead of --host (NAT, a fault proxy).")
 @click.option("--namesrv-port", default=9876, show_default=True, type=int, help="Name server port (0 = any free).")
 @click.option("--broker-port", default=10911, show_default=True, type=int, help="Broker port (0 = any free).")
 @click.option("--data-dir", default="./txmsg-broker-data", show_default=True, type=click.Path(path_type=Path))

@@ -37,6 +37,9 @@ class BrokerConfig:
     #: RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``) port; None = off, 0 = any free port
     grpc_port: int | None = None
     broker_name: str = "broker-a"
+    #: 4.9.8 ``brokerIP1``: the IP published in routes and message ids when it is not the bound
+    #: ``host`` (a NAT/port-forward address, or the chaos run's fault proxy on another loopback IP)
+    broker_ip1: str | None = None
     #: external name server(s) ``host:port[;host:port]`` (several brokers, ``txmsg broker --brokers N``):
     #: the broker then serves no name server of its own and registers with these (REGISTER_BROKER)
     namesrv_addr: str | None = None
