@@ -66,6 +66,11 @@ class BrokerConfig:
             raise ValueError(f"delay_scale must be positive, got {self.delay_scale}")
 
     @property
-    def advertised_ip(self) -> str:
-        """The IPv4 literal published in routes (clients must reach it; 0.0.0.0 → loopback)."""
+    def bind_ip(self) -> str:
+        """The IPv4 literal this process serves on (0.0.0.0 → loopback): the name server's address."""
         return "127.0.0.1" if self.host in ("0.0.0.0", "", "localhost") else self.host
+
+    @property
+    def advertised_ip(self) -> str:
+        """The IPv4 literal published in routes (clients must reach it): ``broker_ip1`` or the bind IP."""
+        return self.broker_ip1 or self.bind_ip
