@@ -15,7 +15,7 @@ Declare a listener per producer group on an app, start it, send with its produce
 Everything txmsg raises on purpose derives from :class:`TxMsgError` (see :mod:`txmsg.errors`).
 """
 
-__all__ = [  # noqa: RUF022 - grouped by topic; the API reference follows this order
+__all__ = [
     "defaults",
     "errors",
     # states and messages
