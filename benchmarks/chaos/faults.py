@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks.chaos.check import SERVICE_GROUPS
 from benchmarks.chaos.databases import PaymentAttempt
 from benchmarks.chaos.proxy import PROXY_IP, FaultProxy
 from txmsg.sqla import duplicates_absorbed
@@ -168,8 +169,6 @@ class NetworkMonkey:
 
 def duplicates_total(dbs: dict[str, sessionmaker[Session]]) -> int:
     """Duplicate deliveries absorbed so far by the three idempotent services (cheap: one count each)."""
-    from benchmarks.chaos.check import SERVICE_GROUPS
-
     return sum(duplicates_absorbed(dbs[s], group) for s, group in SERVICE_GROUPS.items())
 
 
@@ -272,7 +271,8 @@ class NetworkFaults:
         duplicates: Callable[[], int],
         warmup_start: float,
     ) -> None:
-        assert self.proxy is not None, "start_proxy() first"
+        if self.proxy is None:
+            raise RuntimeError("start_proxy() before start_monkey()")
         self.monkey = NetworkMonkey(
             self.proxy,
             producers,

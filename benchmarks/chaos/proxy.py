@@ -99,7 +99,7 @@ class FaultProxy:
             self._loop = loop
             try:
                 loop.run_until_complete(self._listen())
-            except BaseException as exc:  # reported to start()'s caller
+            except OSError as exc:  # the address is taken: reported to start()'s caller
                 failure.append(exc)
                 ready.set()
                 return

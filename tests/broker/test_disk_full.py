@@ -92,7 +92,8 @@ class SmallDisk:
                     while True:
                         fh.write(b"\0" * size)
                 except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
+                    if exc.errno != errno.ENOSPC:
+                        raise
 
     def free(self) -> None:
         self.full = False
@@ -131,13 +132,16 @@ def test_a_refused_append_stores_nothing_keeps_reads_and_recovers(small_disk: Sm
 
     with pytest.raises(NotWritableError) as refused:
         store.put(_msg("T", 5))
-    assert refused.value.errno == errno.ENOSPC and str(data) in str(refused.value)
+    assert refused.value.errno == errno.ENOSPC
+    assert str(data) in str(refused.value)
     with pytest.raises(NotWritableError):
         store.put_many([_msg("T", 6), _msg("U", 7)])
     # cut back to the last complete record, nothing indexed; reads and offsets still served
     assert log_file.stat().st_size == size
-    assert store.max_offset("T", 0) == 5 and store.max_offset("U", 0) == 0
-    assert not store.writable and changes == [False, False]
+    assert store.max_offset("T", 0) == 5
+    assert store.max_offset("U", 0) == 0
+    assert not store.writable
+    assert changes == [False, False]
     assert [m.properties["UNIQ_KEY"] for m in store.get("T", 0, 0, 10)] == [
         f"k{i}" for i in range(5)
     ]
@@ -150,7 +154,9 @@ def test_a_refused_append_stores_nothing_keeps_reads_and_recovers(small_disk: Sm
 
     small_disk.free()
     again = store.put(_msg("T", 8))
-    assert again.queue_offset == 5 and store.writable and changes[-1] is True
+    assert again.queue_offset == 5
+    assert store.writable
+    assert changes[-1] is True
     store.close()
     with MessageStore(data) as reopened:
         keys = [m.properties["UNIQ_KEY"] for m in reopened.get("T", 0, 0, 10)]
@@ -274,7 +280,10 @@ def test_real_client_send_is_refused_nothing_stored_reads_go_on_then_recovers(
         )
         assert "ERROR SendMessageThread_1 - the message store is not writable: " in logged
         assert (
-            str(small_disk.path / "data") in logged and "Free space on that file system" in logged
+            str(small_disk.path / "data") in logged
+        )
+        assert (
+            "Free space on that file system" in logged
         )
         assert "(code 14): " + REMARK_START in logged
 
@@ -294,5 +303,7 @@ def test_real_client_send_is_refused_nothing_stored_reads_go_on_then_recovers(
     with MessageStore(small_disk.path / "data") as stored:
         bodies = [m.body[:8] for m in stored.get(topic, 0, 0, 100)]
         halves = [m.body[:8] for m in stored.get(HALF_TOPIC, 0, 0, 100)]
-    assert b"refused." not in bodies and b"refused." not in halves
-    assert len(bodies) == 7 and len(halves) == 7
+    assert b"refused." not in bodies
+    assert b"refused." not in halves
+    assert len(bodies) == 7
+    assert len(halves) == 7

@@ -74,11 +74,15 @@ def test_reset_sends_rst(proxy: FaultProxy) -> None:
         assert _echo(sock, b"x") == b"x"
         assert proxy.reset() == 1
         with pytest.raises(ConnectionResetError):
-            for _ in range(50):
-                sock.sendall(b"y")
-                if not sock.recv(10):
-                    raise ConnectionResetError("closed")
-                time.sleep(0.05)
+            _until_reset(sock)
+
+
+def _until_reset(sock: socket.socket) -> None:
+    for _ in range(50):
+        sock.sendall(b"y")
+        if not sock.recv(10):
+            raise ConnectionResetError("closed")
+        time.sleep(0.05)
 
 
 def test_half_open_loses_one_direction_and_partition_heals(proxy: FaultProxy) -> None:
@@ -108,4 +112,5 @@ def test_half_open_loses_one_direction_and_partition_heals(proxy: FaultProxy) ->
 
 def test_schedule_covers_every_fault() -> None:
     kinds = schedule(6, random.Random(1))
-    assert set(kinds) == set(FAULTS) and len(kinds) == 6
+    assert set(kinds) == set(FAULTS)
+    assert len(kinds) == 6
