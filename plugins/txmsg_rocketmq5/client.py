@@ -74,7 +74,7 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         """Called by the telemetry stream reader (I/O thread): hand over, never block or raise."""
         try:
             self._on_check(endpoints, msg, transaction_id)
-        except BaseException:  # noqa: BLE001 - this runs on the client's I/O loop
+        except BaseException:  # this runs on the client's I/O loop
             log.error(
                 "%s: could not take check-back of transaction %s; the broker will check again",
                 self,

@@ -29,6 +29,7 @@ from rocketmq import FilterExpression, SimpleConsumer
 from rocketmq.grpc_protocol import ForwardMessageToDeadLetterQueueRequest
 
 from txmsg.backend import ConsumeHandler
+from txmsg.errors import ConfigError, SendError
 
 from . import messages
 
@@ -58,7 +59,7 @@ class LoopConsumer:
         tls: bool = False,
     ) -> None:
         if concurrency < 1 or max_reconsume < 0:
-            raise ValueError(
+            raise ConfigError(
                 f"consumer group {group!r}: concurrency must be >= 1 and max_reconsume >= 0 "
                 f"(got {concurrency}, {max_reconsume})"
             )
@@ -170,7 +171,7 @@ class LoopConsumer:
         reply = future.result(timeout=config.request_timeout + 5)
         code = int(reply.status.code)
         if code != 20000:  # apache.rocketmq.v2.Code.OK
-            raise RuntimeError(f"forward to the DLQ refused: {code} {reply.status.message}")
+            raise SendError(f"forward to the DLQ refused: {code} {reply.status.message}")
         with self._lock:
             self.dead_lettered += 1
         log.warning(
@@ -209,7 +210,7 @@ class LoopConsumer:
         self._loop.join(max(0.0, deadline - time.monotonic()))
         try:
             self.client.shutdown()
-        except Exception:  # noqa: BLE001 - closing must finish
+        except Exception:  # closing must finish
             log.exception("consumer group %s: the 5.x client failed to shut down", self.group)
 
 

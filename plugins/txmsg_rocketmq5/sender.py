@@ -122,7 +122,7 @@ class Rocketmq5Sender:
         half = messages.half_view(message, message_id)
         try:
             state = local_executor(half)
-        except BaseException:  # noqa: BLE001 - the core's executor never raises; be sure
+        except BaseException:  # the core's executor never raises; be sure
             log.error(
                 "group=%s key=%s: local executor raised; leaving the transaction to the check-back",
                 self.group,
@@ -290,7 +290,7 @@ class Rocketmq5Sender:
             )
         try:
             self.producer.shutdown()
-        except Exception:  # noqa: BLE001 - closing must finish
+        except Exception:  # closing must finish
             log.exception("producer group %s: the 5.x client failed to shut down", self.group)
 
     def stats(self) -> dict[str, int]:
