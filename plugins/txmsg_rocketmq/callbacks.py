@@ -9,6 +9,7 @@ catches ``BaseException`` (``SystemExit`` from user code included) and returns a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +52,5 @@ def guarded(fallback: int, what: str, body: Callable[..., int]) -> Callable[...,
 
 def _safe_log(level: int, msg: str, *args: object, exc_info: bool = False) -> None:
     """Log from a native thread; a broken handler must not turn into an escaping exception."""
-    try:
+    with contextlib.suppress(BaseException):  # a logging failure cannot be reported anywhere
         log.log(level, msg, *args, exc_info=exc_info)
-    except BaseException:  # noqa: BLE001, S110 - logging failure cannot be reported anywhere
-        pass

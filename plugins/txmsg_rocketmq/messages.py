@@ -18,6 +18,7 @@ Why these rules:
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -148,10 +149,8 @@ def read(native: Native, handle: Any, *, origin: bool) -> Message:
                 properties[name] = value
     body = get_body(handle) or b""
     if prop(ENCODING) == "b64":
-        try:
+        with contextlib.suppress(ValueError):  # not ours after all: hand over what arrived
             body = base64.b64decode(body, validate=True)
-        except ValueError:
-            pass  # not ours after all: hand over what arrived
     message_id: str | None
     reconsume_times = 0
     if origin:
