@@ -109,6 +109,10 @@ class Broker:
         self.transactions = transaction_service.install(self)
         diskfull.install(self)
         self._install_extensions()
+        if config.acl is not None:  # last: it guards every code registered above
+            from . import acl  # noqa: PLC0415 - only with ACL
+
+            acl.install(self)
         #: the RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``), when ``config.grpc_port`` is set
         self.grpc: GrpcEndpoint | None = None
         if config.grpc_port is not None:

@@ -44,6 +44,9 @@ from .config import BrokerConfig
 @click.option("--delay-scale", default=1.0, show_default=True, type=click.FloatRange(min=0.0001),
               help="Multiply RocketMQ's delay levels (retry back-off), e.g. 0.01 for tests.")
 @click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1))
+@click.option("--acl", default=None, type=click.Path(path_type=Path, dir_okay=False),
+              help="Enforce RocketMQ 4.9 ACL from this plain_acl.yml (accounts, PUB/SUB permissions, admin, "
+                   "white addresses; HMAC-SHA1 signatures). Clients then need access_key/secret_key.")
 @click.option("--grpc-port", default=None, type=click.IntRange(0, 65535),
               help="Also serve RocketMQ 5's gRPC protocol (the proxy's) on this port (0 = any free); "
                    "needs the `grpc` extra.")
@@ -169,10 +172,12 @@ def namesrv(host: str, port: int, log_dir: Path) -> None:
 
 
 # --- topic admin ---------------------------------------------------------------------------------
-def _call(addr: str, code: int, ext: dict[str, str], timeout: float = 5.0) -> tuple[int, str, bytes]:
+def _call(
+    addr: str, code: int, ext: dict[str, str], timeout: float = 5.0, credentials: tuple[str, str] | None = None
+) -> tuple[int, str, bytes]:
     from .rawclient import call
 
-    response = call(addr, code, ext, timeout=timeout)
+    response = call(addr, code, ext, timeout=timeout, credentials=credentials)
     return response.code, response.remark or "", response.body
 
 
@@ -187,9 +192,17 @@ def topic() -> None:
               case_sensitive=False), default=None, help="RocketMQ 5 message.type attribute.")
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help="Name server address.")
 @click.option("--queues", default=4, show_default=True, type=click.IntRange(1, 1024))
-def create_topic(name: str, message_type: str | None, namesrv: str, queues: int) -> None:
+@click.option("--access-key", envvar="TXMSG_ACCESS_KEY", default=None,
+              help="ACL: an admin account's access key (default $TXMSG_ACCESS_KEY).")
+@click.option("--secret-key", envvar="TXMSG_SECRET_KEY", default=None, show_envvar=False,
+              help="ACL: its secret key (default $TXMSG_SECRET_KEY).")
+def create_topic(
+    name: str, message_type: str | None, namesrv: str, queues: int, access_key: str | None, secret_key: str | None
+) -> None:
     """Create or update topic NAME on every master broker (like ``mqadmin updateTopic``)."""
     from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS, UPDATE_AND_CREATE_TOPIC
+
+    keys = (access_key, secret_key) if access_key and secret_key else None
 
     try:
         code, remark, body = _call(namesrv, GET_BROKER_CLUSTER_INFO, {})
@@ -222,7 +235,7 @@ def create_topic(name: str, message_type: str | None, namesrv: str, queues: int)
         ext["attributes"] = f"+message.type={message_type.upper()}"
     for addr in masters:
         try:
-            code, remark, _ = _call(addr, UPDATE_AND_CREATE_TOPIC, ext)
+            code, remark, _ = _call(addr, UPDATE_AND_CREATE_TOPIC, ext, credentials=keys)
         except OSError as exc:
             raise click.ClickException(f"cannot reach broker {addr}: {exc}") from exc
         if code != SUCCESS:

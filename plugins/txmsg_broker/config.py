@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .acl_config import check_acl_setting
+
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 #: ``transaction.log`` formats: RocketMQ 4.9.x and 5.x (``BrokerConfig.log_format``)
 LOG_FORMATS = (4, 5)
@@ -36,6 +38,8 @@ class BrokerConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     #: RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``) port; None = off, 0 = any free port
     grpc_port: int | None = None
+    #: a RocketMQ 4.9 ``plain_acl.yml``: every broker request is checked against it (``acl.py``); None = off
+    acl: Path | None = None
     broker_name: str = "broker-a"
     #: 4.9.8 ``brokerIP1``: the IP published in routes and message ids when it is not the bound
     #: ``host`` (a NAT/port-forward address, or the chaos run's fault proxy on another loopback IP)
@@ -64,6 +68,8 @@ class BrokerConfig:
         self.log_format = int(self.log_format)
         if self.delay_scale <= 0:
             raise ValueError(f"delay_scale must be positive, got {self.delay_scale}")
+        if self.acl is not None:
+            self.acl = check_acl_setting(Path(self.acl), self.grpc_port)
 
     @property
     def bind_ip(self) -> str:

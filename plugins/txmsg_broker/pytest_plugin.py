@@ -11,7 +11,8 @@ Fixtures:
   stopped at teardown.  ``factory(brokers=2, **settings)`` starts a
   :class:`~txmsg_broker.cluster.BrokerCluster` instead: a name server process and one process per broker
   (``.brokers``, ``.broker("broker-b")`` - each a ``BrokerProcess`` to ``kill()``/``start()`` alone;
-  ``.namesrv_addr``; the gRPC endpoint on broker-a only).
+  ``.namesrv_addr``; the gRPC endpoint on broker-a only).  ``factory(acl=...)`` enforces RocketMQ 4.9
+  ACL: a plain_acl.yml path, or its content as a dict (``{"accounts": [{"accessKey": ...}]}``).
 
 Option ``--txmsg-log-format 4|5`` (default 4): the transaction.log format of every fixture's broker for
 remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransactionRequestHeader``, no
@@ -79,6 +80,10 @@ def txmsg_broker_factory(
     def factory(*, brokers: int = 1, **settings: Any) -> Any:
         base = tmp_path_factory.mktemp("txmsg-broker")
         merged = {**TEST_SETTINGS, "log_format": log_format, **settings}
+        if isinstance(merged.get("acl"), dict):  # acl={...}: the plain_acl.yml content
+            from .acl_config import write_acl  # noqa: PLC0415 - only with ACL
+
+            merged["acl"] = write_acl(base / "plain_acl.yml", merged["acl"])
         if brokers > 1:
             cluster = BrokerCluster(base / "data", base / "logs", brokers=brokers, **merged)
             started.append(cluster)

@@ -36,10 +36,16 @@ def call(
     body: bytes = b"",
     *,
     timeout: float = 5.0,
+    credentials: tuple[str, str] | None = None,
 ) -> RemotingCommand:
-    """Send one request on a fresh connection and return the response."""
+    """Send one request on a fresh connection and return the response; ``credentials``
+    (access key, secret key) sign it for a broker with ACL (``acl.sign_request``)."""
     request = RemotingCommand.request(code, ext_fields, body, opaque=1)
     request.language = "PYTHON"
+    if credentials is not None:
+        from .acl import sign_request  # noqa: PLC0415 - only with ACL
+
+        sign_request(request, *credentials)
     with connect(addr, timeout) as sock:
         sock.sendall(request.encode())
         while True:

@@ -144,8 +144,10 @@ HEARTBEAT_GROUP = "TXMSG_TEST_HEARTBEAT"
 class Clients:
     """Creates real clients against one name server and shuts them all down safely."""
 
-    def __init__(self, namesrv_addr: str) -> None:
+    def __init__(self, namesrv_addr: str, *, credentials: tuple[str, str] | None = None) -> None:
         self.namesrv_addr = namesrv_addr
+        #: (access key, secret key) every client signs with (a broker with ACL); None = unsigned
+        self.credentials = credentials
         self.producers: list[Any] = []
         self.consumers: list[Any] = []
         self.in_flight = InFlight()
@@ -160,6 +162,7 @@ class Clients:
         self.instance_names[id(p)] = instance = instance or unique("inst")
         set_producer_instance_name(p, instance)
         p.set_name_server_address(self.namesrv_addr)
+        self._sign(p)
         p.start()
         self.started_at[id(p)] = time.monotonic()
         self.producers.append(p)
@@ -188,6 +191,7 @@ class Clients:
         self.instance_names[id(p)] = instance = instance or unique("inst")
         set_producer_instance_name(p, instance)
         p.set_name_server_address(self.namesrv_addr)
+        self._sign(p)
         p.start()
         self.started_at[id(p)] = time.monotonic()
         self.producers.append(p)
@@ -253,12 +257,17 @@ class Clients:
         c = PushConsumer(group)
         c.set_instance_name(instance or unique("cinst"))
         c.set_name_server_address(self.namesrv_addr)
+        self._sign(c)
         c.subscribe(topic, callback, expression)
         enable_consumer_trace(c)
         c.start()
         enable_consumer_trace(c, on=False)
         self.consumers.append(c)
         return received
+
+    def _sign(self, client: Any) -> None:
+        if self.credentials is not None:
+            client.set_session_credentials(*self.credentials, "ALIYUN")
 
     # -- teardown -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -287,7 +296,14 @@ def _avoid_timer_window(started: float | None) -> None:
     wait_until_quiet(started)
 
 
-def create_topic(namesrv_addr: str, topic: str, *, queues: int = 4, message_type: str | None = None) -> None:
+def create_topic(
+    namesrv_addr: str,
+    topic: str,
+    *,
+    queues: int = 4,
+    message_type: str | None = None,
+    credentials: tuple[str, str] | None = None,
+) -> None:
     """Create ``topic`` on every master (``txmsg topic create``), like an operator before a deployment.
 
     Needed wherever a test starts a consumer before the first send: as on a real 4.9.8 cluster, a
@@ -299,6 +315,8 @@ def create_topic(namesrv_addr: str, topic: str, *, queues: int = 4, message_type
     args = [topic, "--namesrv", namesrv_addr, "--queues", str(queues)]
     if message_type:
         args += ["--type", message_type]
+    if credentials is not None:  # an admin account of a broker with ACL
+        args += ["--access-key", credentials[0], "--secret-key", credentials[1]]
     command.main(args, standalone_mode=False)
 
 

@@ -210,6 +210,9 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self.on_connection_closed: list[Callable[[Connection], None]] = []
         self.on_error: Callable[[str], None] | None = None
+        #: checked before every request's handler (the ACL, ``acl.py``): a command returned is the
+        #: refusal (sent unless the request is oneway) and the handler never runs
+        self.request_hook: Callable[[RemotingCommand, Connection], RemotingCommand | None] | None = None
         self._server: asyncio.base_events.Server | None = None
 
     def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
@@ -252,6 +255,12 @@ class RemotingServer:
         if conn.language == "UNKNOWN":
             conn.language = cmd.language
             conn.version = cmd.version
+        if self.request_hook is not None:
+            refusal = self.request_hook(cmd, conn)
+            if refusal is not None:
+                if not cmd.is_oneway:
+                    conn.send(refusal)
+                return
         entry = self.handlers.get(cmd.code)
         if entry is None:
             if not cmd.is_oneway:
