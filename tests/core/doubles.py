@@ -35,7 +35,7 @@ class DoubleSender:
         self.topics = tuple(topics)
         self.ended: list[Ended] = []
         self.half: dict[str, Message] = {}
-        self.closed_with: float | None | str = "open"
+        self.closed_with: float | str | None = "open"
         self.fail_with: Exception | None = None
 
     def send_in_transaction(

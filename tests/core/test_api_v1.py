@@ -34,6 +34,8 @@ from txmsg import (
     errors,
 )
 from txmsg.message import Message
+from txmsg.sqla import RecordBackedListener, RecordCheck
+from txmsg.sqla.local import listener_group
 
 from .doubles import DoubleBackend
 
@@ -71,15 +73,17 @@ def test_two_apps_in_one_process_do_not_share_listeners() -> None:
     def audit(message: Message) -> None:
         pass
 
-    assert set(first.registry.listeners) == {"first-tx"} and not first.registry.consumers
-    assert set(second.registry.consumers) == {"audit"} and not second.registry.listeners
+    assert set(first.registry.listeners) == {"first-tx"}
+    assert not first.registry.consumers
+    assert set(second.registry.consumers) == {"audit"}
+    assert not second.registry.listeners
 
 
 def test_registering_after_start_says_what_to_do() -> None:
     app = new_app()
     app.add_transactional_listener(Listener(), group="early-tx")
     with app:
-        with pytest.raises(LifecycleError, match="before app.start"):
+        with pytest.raises(LifecycleError, match=r"before app\.start"):
 
             @app.transactional_listener(group="late-tx")
             class Late(Listener):
@@ -100,7 +104,7 @@ def test_a_module_registry_is_included_and_then_frozen() -> None:
     app = new_app()
     app.include(registry)
     assert app.registry.listener("module-tx") is registry.listener("module-tx")
-    with pytest.raises(LifecycleError, match="before app.include"):
+    with pytest.raises(LifecycleError, match=r"before app\.include"):
 
         @registry.message_listener(topic="orders", group="too-late")
         def too_late(message: Message) -> None:
@@ -142,7 +146,8 @@ def test_every_decorator_option_is_keyword_only() -> None:
         ListenerRegistry.message_listener,
     ):
         params = list(inspect.signature(fn).parameters.values())[1:]
-        assert params and all(p.kind is p.KEYWORD_ONLY for p in params), fn
+        assert params, fn
+        assert all(p.kind is p.KEYWORD_ONLY for p in params), fn
 
 
 def test_consumer_defaults_come_from_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,7 +186,8 @@ def test_backend_name_rules_apply_when_registering() -> None:
     registry.add_transactional_listener(Listener(), group="bad-tx")
     with pytest.raises(InvalidNameError):
         app.include(registry)
-    assert not app.registry.listeners and not app.registry.consumers
+    assert not app.registry.listeners
+    assert not app.registry.consumers
 
 
 def test_backend_name_rules_apply_at_send() -> None:
@@ -212,7 +218,8 @@ def test_every_error_class_is_a_txmsg_error() -> None:
     assert all(issubclass(cls, TxMsgError) for cls in classes)
     assert issubclass(txmsg.TransactionFencedError, TxMsgError)
     assert issubclass(UnknownGroupError, LookupError)
-    assert issubclass(InvalidNameError, ValueError) and issubclass(InvalidMessageError, TypeError)
+    assert issubclass(InvalidNameError, ValueError)
+    assert issubclass(InvalidMessageError, TypeError)
 
 
 def test_nothing_in_txmsg_raises_a_bare_builtin_error() -> None:
@@ -248,15 +255,11 @@ def test_lifecycle_mistakes_have_their_own_errors() -> None:
         app.start()
     with pytest.raises(ClosedError):
         app.producer("a-tx")
-    assert issubclass(ClosedError, LifecycleError) and not issubclass(
-        LifecycleError, ListenerDefinitionError
-    )
+    assert issubclass(ClosedError, LifecycleError)
+    assert not issubclass(LifecycleError, ListenerDefinitionError)
 
 
 def test_sqla_errors_are_txmsg_errors() -> None:
-    from txmsg.sqla import RecordCheck
-    from txmsg.sqla.local import listener_group
-
     with pytest.raises(ConfigError, match="negative"):
         RecordCheck(lambda: None, group="g", grace_period=-1)  # type: ignore[arg-type]
     with pytest.raises(ListenerDefinitionError, match="producer group"):
@@ -300,10 +303,9 @@ def test_exception_state_is_one_setting() -> None:
     chosen = app.add_transactional_listener(
         Listener(), group="chosen-tx", execute_exception_state=S.ROLLBACK
     )
-    assert plain.execute_exception_state is None and plain.on_exception is S.UNKNOW
+    assert plain.execute_exception_state is None
+    assert plain.on_exception is S.UNKNOW
     assert chosen.on_exception is S.ROLLBACK
-    from txmsg.sqla import RecordBackedListener
-
     assert "execute_exception_state" not in inspect.signature(RecordBackedListener).parameters
 
 

@@ -71,10 +71,14 @@ def test_send_runs_execute_local_in_the_calling_thread_with_the_arg(
         "orders", {"id": 1}, arg=arg, keys=["o-1", "c-9"], tags="paid", properties={"n": 1}
     )
     message, seen_arg, thread = listener.executed[0]
-    assert seen_arg is arg and thread == threading.current_thread().name
-    assert message.json() == {"id": 1} and message.keys == "o-1 c-9" and message.tags == "paid"
+    assert seen_arg is arg
+    assert thread == threading.current_thread().name
+    assert message.json() == {"id": 1}
+    assert message.keys == "o-1 c-9"
+    assert message.tags == "paid"
     assert message.properties["n"] == "1"
-    assert result.local_state is S.COMMIT and result.send_status == "SEND_OK"
+    assert result.local_state is S.COMMIT
+    assert result.send_status == "SEND_OK"
     assert result.transaction_key == message.transaction_key
     assert backend.senders["order-tx"].ended[0].state is S.COMMIT
 
@@ -108,11 +112,13 @@ def test_check_backs_reach_check_local_on_the_executor(
     listener.answer = S.UNKNOW
     result = app.producer().send_in_transaction("orders", "pending")
     sender = backend.senders["order-tx"]
-    assert sender.check_concurrency == 6 and sender.topics == ("orders",)
+    assert sender.check_concurrency == 6
+    assert sender.topics == ("orders",)
     listener.check_answer = S.ROLLBACK
     assert sender.check(result.transaction_key) is S.ROLLBACK
     message, thread = listener.checked[0]
-    assert message.transaction_key == result.transaction_key and thread.startswith("txmsg-order-tx")
+    assert message.transaction_key == result.transaction_key
+    assert thread.startswith("txmsg-order-tx")
     listener.check_answer = ValueError("bug")
     assert sender.check(result.transaction_key) is S.UNKNOW
 
@@ -121,7 +127,8 @@ def test_async_send_runs_on_the_listener_executor(app: TxMsg, registry: Listener
     listener = started(app, registry)
     future = app.producer().send_in_transaction_async("orders", "x", arg=5)
     assert future.result(10).local_state is S.COMMIT
-    assert listener.executed[0][1] == 5 and listener.executed[0][2].startswith("txmsg-order-tx")
+    assert listener.executed[0][1] == 5
+    assert listener.executed[0][2].startswith("txmsg-order-tx")
 
 
 def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -> None:
@@ -147,18 +154,19 @@ def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -
 def test_send_failures_become_send_error(app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend) -> None:
     started(app, registry)
     backend.senders["order-tx"].fail_with = OSError("connection reset")
-    with pytest.raises(SendError, match="connection reset.*txmsg doctor"):
+    with pytest.raises(SendError, match=r"connection reset.*txmsg doctor"):
         app.producer().send_in_transaction("orders", "x")
     assert app.stats()["order-tx"].failed == 1
 
 
 def test_producer_lookup_errors(app: TxMsg, registry: ListenerRegistry) -> None:
-    with pytest.raises(NotStartedError, match="call app.start"):
+    with pytest.raises(NotStartedError, match=r"call app\.start"):
         app.producer()
     started(app, registry, group="a-tx")
     with pytest.raises(UnknownGroupError, match=r"no transactional listener for producer group 'b-tx' \(registered: a-tx\)") as info:
         app.producer("b-tx")
-    assert info.value.group == "b-tx" and isinstance(info.value, LookupError)
+    assert info.value.group == "b-tx"
+    assert isinstance(info.value, LookupError)
 
 
 def test_default_group_from_config(backend: DoubleBackend) -> None:
@@ -195,7 +203,7 @@ def test_decorated_classes_are_instantiated_by_the_factory(backend: DoubleBacken
 
     app = TxMsg(TxMsgConfig(), backend=backend)
     app.include(registry)
-    with pytest.raises(ListenerDefinitionError, match="listener_factory=.*use_listener"):
+    with pytest.raises(ListenerDefinitionError, match=r"listener_factory=.*use_listener"):
         app.start()
     assert backend.senders == {}
     made = TxMsg(TxMsgConfig(), backend=DoubleBackend(), listener_factory=lambda cls: cls("db"))
@@ -226,7 +234,8 @@ def test_consumers_are_subscribed_with_a_safe_handler(app: TxMsg, backend: Doubl
     assert sub.handler(Message(topic="orders", body=b"boom")) is False
     assert got == [b"ok"]
     app.close()
-    assert sub.stopped and backend.closed is False  # the app did not create this backend
+    assert sub.stopped
+    assert backend.closed is False  # the app did not create this backend
 
 
 def test_consume_from_defaults_to_first_and_is_configurable() -> None:
@@ -248,7 +257,7 @@ def test_registration_after_start_is_refused(app: TxMsg, registry: ListenerRegis
     app.start()
     with pytest.raises(LifecycleError, match=r"already started.*before app.start\(\)"):
         app.add_transactional_listener(Recorder(), group="late-tx")
-    with pytest.raises(LifecycleError, match="before app.start"):
+    with pytest.raises(LifecycleError, match=r"before app\.start"):
         app.message_listener(topic="orders", group="late")(lambda m: None)
     with pytest.raises(LifecycleError, match="frozen because"):
         registry.add_transactional_listener(Recorder(), group="late-tx")
@@ -296,16 +305,17 @@ def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> 
     ep = EntryPoint(name="double", value="txmsg_test_backend:Backend", group="txmsg.backends")
     monkeypatch.setattr(txmsg.app, "backend_entry_points", lambda: [ep])
     app = TxMsg(TxMsgConfig(backend="double"))
-    assert isinstance(app.backend, DoubleBackend) and app.backend.config is app.config
+    assert isinstance(app.backend, DoubleBackend)
+    assert app.backend.config is app.config
     app.close()
     assert app.backend.closed  # created by the app, so closed by it
 
 
 def test_missing_backend_says_run_make_setup() -> None:
     app = TxMsg(TxMsgConfig(backend="nope"))
-    with pytest.raises(BackendUnavailableError, match="no txmsg backend named 'nope'.*rocketmq.*make setup"):
+    with pytest.raises(BackendUnavailableError, match=r"no txmsg backend named 'nope'.*rocketmq.*make setup"):
         app.start()
-    with pytest.raises(BackendUnavailableError, match="cannot be imported.*make setup"):
+    with pytest.raises(BackendUnavailableError, match=r"cannot be imported.*make setup"):
         txmsg.app.load_backend_factory("no_such_module:Backend")
 
 

@@ -57,20 +57,24 @@ def test_a_command_that_cannot_be_imported_says_why_and_how_to_fix_it(
     monkeypatch.setattr(cli, "command_entry_points", lambda: {"ghost": missing})
     runner = CliRunner()
     listing = runner.invoke(cli.main, ["--help"])
-    assert listing.exit_code == 0 and "ghost" in listing.output and "unavailable" in listing.output
+    assert listing.exit_code == 0
+    assert "ghost" in listing.output
+    assert "unavailable" in listing.output
     result = runner.invoke(cli.main, ["ghost"])
     assert result.exit_code == 1
     assert "`txmsg ghost` is unavailable" in result.output
     assert "no_such_pkg_xyz.cmd:ghost cannot be imported" in result.output
     assert "No module named 'no_such_pkg_xyz'" in result.output
-    assert "Fix:" in result.output and "make setup" in result.output
+    assert "Fix:" in result.output
+    assert "make setup" in result.output
 
 
 def test_an_entry_point_that_is_no_click_command_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     wrong = importlib.metadata.EntryPoint("wrong", "txmsg.cli:summary", cli.COMMANDS_GROUP)
     monkeypatch.setattr(cli, "command_entry_points", lambda: {"wrong": wrong})
     result = CliRunner().invoke(cli.main, ["wrong"])
-    assert result.exit_code == 1 and "is not a click command" in result.output
+    assert result.exit_code == 1
+    assert "is not a click command" in result.output
 
 
 @pytest.mark.parametrize("name", ["demo", "chaos", "bench"])
@@ -81,4 +85,5 @@ def test_checkout_commands_work_in_the_dev_venv(name: str) -> None:
         capture_output=True, text=True, timeout=120, cwd="/",
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "unavailable" not in result.stdout and "Usage: " in result.stdout
+    assert "unavailable" not in result.stdout
+    assert "Usage: " in result.stdout

@@ -34,10 +34,12 @@ def test_defaults_without_file_or_env(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_file_values_are_typed(toml: Path) -> None:
     config = load_config(toml, env={})
-    assert config.name_server == "10.0.0.1:9876" and config.send_timeout_ms == 5000
+    assert config.name_server == "10.0.0.1:9876"
+    assert config.send_timeout_ms == 5000
     assert config.producer.group == "order-tx"
     settings = config.listener_settings("order-tx")
-    assert settings is not None and settings.rejection is RejectionPolicy.ABORT
+    assert settings is not None
+    assert settings.rejection is RejectionPolicy.ABORT
     merged = settings.apply(ExecutorConfig(concurrency=4, queue_capacity=9))
     assert merged == ExecutorConfig(concurrency=32, queue_capacity=9, rejection=RejectionPolicy.ABORT)
 
@@ -50,7 +52,8 @@ def test_env_overrides_file_and_is_reported(toml: Path) -> None:
         "TXMSG_SEND_TIMEOUT_MS": "1500",
     }
     config, sources = resolve_config(toml, env)
-    assert config.name_server == "10.9.9.9:9876" and config.send_timeout_ms == 1500
+    assert config.name_server == "10.9.9.9:9876"
+    assert config.send_timeout_ms == 1500
     assert config.producer.group == "pay-tx"
     settings = config.listener_settings("order-tx")  # '-' in the group matches '_' in env
     assert settings is not None
@@ -127,7 +130,7 @@ def test_bad_value_names_key_and_source(tmp_path: Path) -> None:
 
 def test_env_typo_is_an_error_but_tooling_variables_are_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="TXMSG_NAMESERVER .*did you mean TXMSG_NAME_SERVER"):
+    with pytest.raises(ConfigError, match=r"TXMSG_NAMESERVER .*did you mean TXMSG_NAME_SERVER"):
         load_config(env={"TXMSG_NAMESERVER": "x:1"})
     config = load_config(env={"TXMSG_ARTIFACTS": "/tmp/a", "TXMSG_TEST_PG_URL": "postgresql://"})
     assert config == TxMsgConfig()
@@ -135,7 +138,7 @@ def test_env_typo_is_an_error_but_tooling_variables_are_ignored(tmp_path: Path, 
 
 def test_env_unknown_key_inside_a_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="'producer.grup'.*TXMSG_PRODUCER__GRUP.*did you mean 'group'"):
+    with pytest.raises(ConfigError, match=r"'producer\.grup'.*TXMSG_PRODUCER__GRUP.*did you mean 'group'"):
         load_config(env={"TXMSG_PRODUCER__GRUP": "x"})
     with pytest.raises(ConfigError, match="TXMSG_LISTENERS__<GROUP>__<KEY>"):
         load_config(env={"TXMSG_LISTENERS__MAX_POOL_SIZE": "3"})
@@ -159,7 +162,8 @@ def test_broken_or_missing_file(tmp_path: Path) -> None:
 def test_a_malformed_name_server_is_refused_with_the_expected_form(value: str) -> None:
     with pytest.raises(ConfigError, match=r"name_server.*TXMSG_NAME_SERVER.*expected host:port\[;host:port\]") as info:
         load_config(env={"TXMSG_NAME_SERVER": value})
-    assert info.value.key == "name_server" and "1..65535" in str(info.value)
+    assert info.value.key == "name_server"
+    assert "1..65535" in str(info.value)
 
 
 def test_a_malformed_name_server_in_the_file_names_the_file(tmp_path: Path) -> None:

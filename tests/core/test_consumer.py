@@ -32,7 +32,9 @@ def test_safe_handler_maps_exceptions_to_redelivery(
     assert consume(Message(topic="orders", body=b"ok")) is True
     with caplog.at_level(logging.ERROR, logger="txmsg.consumer"):
         assert consume(Message(topic="orders", body=b"bad", properties={"UNIQ_KEY": "K9"})) is False
-    assert seen == [b"ok"] and "group=points" in caplog.text and "K9" in caplog.text
+    assert seen == [b"ok"]
+    assert "group=points" in caplog.text
+    assert "K9" in caplog.text
 
 
 def test_wrong_arity_and_async_are_rejected(app: TxMsg) -> None:
@@ -76,7 +78,8 @@ def test_bad_names(app: TxMsg, registry: ListenerRegistry, kw: dict[str, str], k
     args = {"topic": "t", "group": "g"} | kw
     with pytest.raises(InvalidNameError, match="is not accepted") as info:
         app.message_listener(**args)(lambda m: None)  # type: ignore[arg-type]
-    assert info.value.kind == kind and registry.consumers == {}
+    assert info.value.kind == kind
+    assert registry.consumers == {}
 
 
 def test_options_are_keyword_only(app: TxMsg) -> None:

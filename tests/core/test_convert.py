@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 from pydantic import BaseModel
 
-from txmsg import from_body, register_converter, to_body
+from txmsg import Message, from_body, register_converter, to_body
 from txmsg.convert import unregister_converter
 
 
@@ -53,7 +53,8 @@ def test_bytes_and_str_go_as_they_are() -> None:
 def test_dict_and_list_become_json() -> None:
     payload = {"id": 7, "tags": ["a", "ü"], "nested": {"ok": True}}
     body = to_body(payload)
-    assert json.loads(body) == payload and "ü" in body.decode()
+    assert json.loads(body) == payload
+    assert "ü" in body.decode()
     assert from_body(body, dict) == payload
     assert from_body(to_body([1, 2]), list) == [1, 2]
 
@@ -104,8 +105,7 @@ def test_converter_must_return_bytes() -> None:
 
 
 def test_message_decode_helper() -> None:
-    from txmsg import Message
-
     message = Message(topic="t", body=to_body(Order(4, ["x"])))
-    assert message.decode(Order) == Order(4, ["x"]) and message.json()["id"] == 4
+    assert message.decode(Order) == Order(4, ["x"])
+    assert message.json()["id"] == 4
     assert Message(topic="t", body="ü".encode()).text() == "ü"

@@ -80,15 +80,17 @@ def test_services_get_the_default_and_group_producers(wired: tuple[TxMsg, inject
     app, inj = wired
     with app:
         orders = inj.get(OrderService)
-        assert orders.producer is app.producer("order-tx") and orders.app is app
+        assert orders.producer is app.producer("order-tx")
+        assert orders.app is app
         fees = inj.get(FeeService)
-        assert fees.fees is app.producer("fee-tx") and fees.orders is app.producer("order-tx")
+        assert fees.fees is app.producer("fee-tx")
+        assert fees.orders is app.producer("order-tx")
         assert isinstance(app.producer("fee-tx").listener.clock, Clock)  # listener built by DI
         assert inj.get(TxMsgConfig) is app.config
 
 
 def test_resolving_before_start_says_so(wired: tuple[TxMsg, injector.Injector]) -> None:
-    app, inj = wired
+    _app, inj = wired
     with pytest.raises(NotStartedError, match="start"):
         inj.get(OrderService)
 

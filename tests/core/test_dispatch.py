@@ -78,12 +78,14 @@ def test_repeated_check_of_a_running_key_joins_it(slow: SlowCheck) -> None:
     for t in threads:
         t.join(10)
     assert answers == [S.COMMIT] * 4
-    assert len(slow.calls) == 1 and slow.calls[0][1].startswith("txmsg-test")
+    assert len(slow.calls) == 1
+    assert slow.calls[0][1].startswith("txmsg-test")
     s = d.stats()
     assert (s.checks, s.deduplicated, s.in_flight) == (4, 3, 0)
     # once finished, the same key is checked afresh
     slow.answer = S.ROLLBACK
-    assert d.handle(msg("K1")) is S.ROLLBACK and len(slow.calls) == 2
+    assert d.handle(msg("K1")) is S.ROLLBACK
+    assert len(slow.calls) == 2
     d.executor.shutdown(timeout=10)
 
 
@@ -149,8 +151,10 @@ def test_abort_on_a_full_pool_answers_unknow_with_a_warning(
     assert len(slow.calls) == 1  # check_local of K2 never ran
     (record,) = [r for r in caplog.records if "K2" in r.getMessage()]
     assert record.levelno == logging.WARNING
-    assert "answering UNKNOW" in record.getMessage() and "rejection='abort'" in record.getMessage()
-    assert d.stats().rejected == 1 and d.executor.stats().rejected == 1
+    assert "answering UNKNOW" in record.getMessage()
+    assert "rejection='abort'" in record.getMessage()
+    assert d.stats().rejected == 1
+    assert d.executor.stats().rejected == 1
     assert d.stats().in_flight == 1  # K2 is not left behind as "being checked"
     slow.release.set()
     busy.join(10)
@@ -169,7 +173,8 @@ def test_caller_runs_checks_on_the_native_thread(slow: SlowCheck) -> None:
     for t in (busy, second, joiner):
         t.join(10)
     assert slow.calls[1] == ("K2", "native")
-    assert answers.count(S.COMMIT) == 3 and len(slow.calls) == 2
+    assert answers.count(S.COMMIT) == 3
+    assert len(slow.calls) == 2
     assert d.executor.stats().caller_ran == 1
     assert d.stats().rejected == 0  # nothing answered UNKNOW: caller_runs ran the check
     d.executor.shutdown(timeout=10)
@@ -226,7 +231,8 @@ def test_a_full_pool_treats_checks_and_async_sends_alike(policy: RejectionPolicy
             assert producer.stats().sent == 0  # and nothing but the blocked send was started
         else:
             result = producer.send_in_transaction_async("orders", b"b")
-            assert result.done() and result.result().local_state is S.COMMIT
+            assert result.done()
+            assert result.result().local_state is S.COMMIT
             assert producer.dispatcher.handle(msg("K9")) is S.ROLLBACK
             assert listener.calls == [("K9", here)]  # both ran in the submitting thread
         s = producer.executor.stats()
@@ -242,7 +248,8 @@ def test_slow_check_answers_unknow_after_the_wait_timeout(slow: SlowCheck) -> No
     d = make(slow)
     d.wait_timeout = 0.05
     assert d.handle(msg("K1")) is S.UNKNOW  # still running: UNKNOW, the broker asks again
-    assert d.stats().timed_out == 1 and d.stats().in_flight == 1
+    assert d.stats().timed_out == 1
+    assert d.stats().in_flight == 1
     answers: list[S] = []
     again = ask(d, msg("K1"), answers)
     wait_until(lambda: d.stats().deduplicated == 1, timeout=10, message="the next check to join the running one")
@@ -298,16 +305,18 @@ def test_a_key_is_never_checked_twice_at_once_under_load() -> None:
 
     def native(n: int) -> None:
         start.wait()
-        for i in range(20):
-            answers.append(d.handle(msg(f"K{(n + i) % 5}")))
+        answers.extend(d.handle(msg(f"K{(n + i) % 5}")) for i in range(20))
 
     threads = [threading.Thread(target=native, args=(n,)) for n in range(10)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert len(answers) == 200 and set(answers) == {S.ROLLBACK}
+    assert len(answers) == 200
+    assert set(answers) == {S.ROLLBACK}
     assert listener.worst == 1
     s = d.stats()
-    assert s.checks == 200 and listener.calls + s.deduplicated == 200 and s.in_flight == 0
+    assert s.checks == 200
+    assert listener.calls + s.deduplicated == 200
+    assert s.in_flight == 0
     d.executor.shutdown(timeout=10)

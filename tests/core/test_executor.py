@@ -82,7 +82,8 @@ def test_threads_start_lazily_and_are_reused() -> None:
         names.add(ex.submit(lambda: threading.current_thread().name).result(10))
         wait_until(lambda: ex.stats().active == 0, timeout=10, message="the thread to go idle")
     # one task at a time never needs a second thread
-    assert len(names) == 1 and ex.stats().threads == 1
+    assert len(names) == 1
+    assert ex.stats().threads == 1
     assert ex.stats().completed == 20
     ex.shutdown(timeout=10)
 
@@ -108,7 +109,8 @@ def test_caller_runs_runs_in_the_submitting_thread(gate: Gate) -> None:
     busy = ex.submit(run)
     assert started.wait(10)
     future = ex.submit(lambda: threading.current_thread().name)
-    assert future.done() and future.result() == threading.current_thread().name
+    assert future.done()
+    assert future.result() == threading.current_thread().name
     s = ex.stats()
     assert (s.rejected, s.caller_ran) == (1, 1)
     gate.release.set()

@@ -30,8 +30,10 @@ def test_valid_listener_is_recorded_and_returned_unchanged(app: TxMsg, registry:
     )(Pay)
     assert decorated is Pay
     spec = spec_of(Pay)
-    assert spec is not None and registry.listener("pay-tx") is spec
-    assert spec.topics == ("payments",) and spec.executor == ExecutorConfig(concurrency=3)
+    assert spec is not None
+    assert registry.listener("pay-tx") is spec
+    assert spec.topics == ("payments",)
+    assert spec.executor == ExecutorConfig(concurrency=3)
     assert spec.on_exception is LocalTransactionState.UNKNOW
     assert spec.name.endswith("Pay")
 
@@ -72,7 +74,7 @@ def test_broken_listeners_are_rejected_with_the_fix(
 def test_async_methods_are_rejected(app: TxMsg) -> None:
     async def execute_local(self: object, message: object, arg: object) -> None: ...
 
-    with pytest.raises(ListenerDefinitionError, match="async def.*plain"):
+    with pytest.raises(ListenerDefinitionError, match=r"async def.*plain"):
         app.transactional_listener(group="g")(
             _listener(execute_local=execute_local, check_local=ok_check)
         )
@@ -93,7 +95,7 @@ def test_a_group_can_be_bound_once(app: TxMsg) -> None:
     app.transactional_listener(group="order-tx")(
         _listener(execute_local=ok_execute, check_local=ok_check)
     )
-    with pytest.raises(ListenerDefinitionError, match="'order-tx' is already bound to .*Broken.*own group"):
+    with pytest.raises(ListenerDefinitionError, match=r"'order-tx' is already bound to .*Broken.*own group"):
         app.transactional_listener(group="order-tx")(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )
@@ -134,11 +136,12 @@ def test_execute_exception_state_is_recorded(app: TxMsg) -> None:
     cls = _listener(execute_local=ok_execute, check_local=ok_check)
     app.transactional_listener(group="g", execute_exception_state=LocalTransactionState.ROLLBACK)(cls)
     spec = spec_of(cls)
-    assert spec is not None and spec.on_exception is LocalTransactionState.ROLLBACK
+    assert spec is not None
+    assert spec.on_exception is LocalTransactionState.ROLLBACK
 
 
 def test_bad_executor_settings_name_the_listener(app: TxMsg) -> None:
-    with pytest.raises(ListenerDefinitionError, match="Broken: invalid executor settings.*concurrency"):
+    with pytest.raises(ListenerDefinitionError, match=r"Broken: invalid executor settings.*concurrency"):
         app.transactional_listener(group="g", executor={"concurrency": 0})(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )

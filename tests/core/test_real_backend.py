@@ -57,5 +57,6 @@ def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
             lambda: len(consumed) >= 2, timeout=60, message=lambda: f"both messages; consumed {consumed}"
         )
     assert sorted(consumed) == sorted([(b"now", now.transaction_key), (b"later", later.transaction_key)])
-    assert checks and checks[0][0] == later.transaction_key
+    assert checks
+    assert checks[0][0] == later.transaction_key
     assert checks[0][1].startswith("txmsg-core-e2e-tx")

@@ -54,7 +54,8 @@ def test_exceptions_become_the_configured_state_and_are_logged(
     assert run_execute_local(Answers(error=error), MSG, None, spec) is configured
     record = caplog.records[-1]
     assert "group=order-tx key=K-42" in record.getMessage()
-    assert type(error).__name__ in record.getMessage() and record.exc_info is not None
+    assert type(error).__name__ in record.getMessage()
+    assert record.exc_info is not None
 
 
 @pytest.mark.parametrize("value", [None, True, 0, 1, "COMMIT", "commit", object()])
@@ -62,7 +63,8 @@ def test_exceptions_become_the_configured_state_and_are_logged(
 def test_invalid_returns_never_commit(value: object, configured: S, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
     assert run_execute_local(Answers(value), MSG, None, make_spec(execute_exception_state=configured)) is configured
-    assert "not a LocalTransactionState" in caplog.text and "K-42" in caplog.text
+    assert "not a LocalTransactionState" in caplog.text
+    assert "K-42" in caplog.text
 
 
 def test_without_execute_exception_state_an_exception_answers_unknow() -> None:
@@ -87,8 +89,10 @@ def test_arg_reaches_execute_local() -> None:
 
     payload = {"order": object()}
     run_execute_local(Listener(), MSG, payload, make_spec())
-    assert seen == [payload] and seen[0] is payload
+    assert seen == [payload]
+    assert seen[0] is payload
 
 
 def test_unknown_alias_is_the_same_member() -> None:
-    assert S.UNKNOWN is S.UNKNOW and S.UNKNOW.value == 2
+    assert S.UNKNOWN is S.UNKNOW
+    assert S.UNKNOW.value == 2
