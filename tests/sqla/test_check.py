@@ -11,6 +11,7 @@ from txmsg.sqla import (
     RecordCheck,
     RecordState,
     SqlAlchemyLocalTransaction,
+    born_properties,
     get_record,
     message_born_at,
 )
@@ -51,11 +52,13 @@ def test_in_flight_record_answers_unknow_until_stale(db: Db) -> None:
     assert RecordCheck(db.sessions, group=GROUP)(msg) is S.UNKNOW
     assert RecordCheck(db.sessions, group=GROUP, in_flight_timeout=None)(msg) is S.UNKNOW
     record = get_record(db.sessions, "c-3")
-    assert record is not None and record.state is RecordState.IN_FLIGHT
+    assert record is not None
+    assert record.state is RecordState.IN_FLIGHT
     # a check after the in-flight timeout gives up, and fences the key first
     assert RecordCheck(db.sessions, group=GROUP, in_flight_timeout=0)(msg) is S.ROLLBACK
     record = get_record(db.sessions, "c-3")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
 
 
 def test_missing_record_young_message_answers_unknow(db: Db) -> None:
@@ -68,8 +71,10 @@ def test_missing_record_old_message_answers_rollback_and_fences(db: Db) -> None:
     msg = message("c-5", **{BORN_PROPERTY: now_ms(-120)})
     assert RecordCheck(db.sessions, group=GROUP, grace_period=60)(msg) is S.ROLLBACK
     record = get_record(db.sessions, "c-5")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
-    assert record.producer_group == GROUP and record.topic == msg.topic
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
+    assert record.producer_group == GROUP
+    assert record.topic == msg.topic
     # the local transaction showing up late does nothing
     tx = SqlAlchemyLocalTransaction(db.sessions, group=GROUP)
     assert tx.execute(msg, lambda s: credit(s, "late", 1)) is S.ROLLBACK
@@ -98,8 +103,6 @@ def test_grace_accepts_timedelta(db: Db) -> None:
 
 
 def test_born_properties_make_a_fresh_message_young(db: Db) -> None:
-    from txmsg.sqla import born_properties
-
     msg = message("c-8", **born_properties())
     assert RecordCheck(db.sessions, group=GROUP, grace_period=60)(msg) is S.UNKNOW
     assert RecordCheck(db.sessions, group=GROUP, grace_period=0)(msg) is S.ROLLBACK

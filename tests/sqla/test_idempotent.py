@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timedelta
 
 import pytest
 from sqlalchemy.orm import Session
@@ -75,7 +76,7 @@ def test_concurrent_copies_apply_once(db: Db) -> None:
         barrier.wait(10)
         try:
             consumer(message("m-4"))
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # noqa: BLE001 - any failure in the thread is reported below  # pragma: no cover
             errors.append(exc)
 
     threads = [threading.Thread(target=deliver) for _ in range(4)]
@@ -105,8 +106,6 @@ def test_message_id_is_the_fallback_key(db: Db) -> None:
 
 
 def test_purge_consumed_forgets_old_rows(db: Db) -> None:
-    from datetime import timedelta
-
     consumer = wrap_idempotent(apply_ledger, db.sessions, "g", "t")
     consumer(message("m-5"))
     assert purge_consumed(db.sessions, timedelta(days=2)) == 0

@@ -33,7 +33,8 @@ def test_record_backed_listener_commits_and_checks(db: Db) -> None:
     assert listener.check_local(msg) is S.COMMIT
     assert balance(db.sessions, "zoe") == 4
     record = get_record(db.sessions, "l-1")
-    assert record is not None and record.producer_group == "transfer-tx"
+    assert record is not None
+    assert record.producer_group == "transfer-tx"
 
 
 def test_record_backed_listener_rolls_back(db: Db) -> None:
@@ -65,7 +66,8 @@ def test_base_class_requires_the_business_method(db: Db) -> None:
     # NotImplementedError inside the transaction is an ordinary failure: rolled back.
     assert Empty(db.sessions).execute_local(message("l-3"), None) is S.ROLLBACK
     record = get_record(db.sessions, "l-3")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
 
 
 def test_group_is_required() -> None:
@@ -100,7 +102,8 @@ def test_transactional_decorator_keeps_the_listener_signature(db: Db) -> None:
     assert listener.execute_local(message("d-2"), -1) is S.UNKNOW
     assert balance(db.sessions, "xia") == 3
     record = get_record(db.sessions, "d-2")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
     assert record.producer_group == "decorated-tx"
 
 
@@ -134,6 +137,7 @@ def test_base_class_and_decorator_pass_the_core_listener_validation(db: Db) -> N
     assert listener.group == "spec-group"
     assert listener.execute_local(message("s-1"), None) is S.COMMIT
     record = get_record(db.sessions, "s-1")
-    assert record is not None and record.producer_group == "spec-group"
+    assert record is not None
+    assert record.producer_group == "spec-group"
     assert ViaDecorator(db.sessions).execute_local(message("s-2"), 1) is S.COMMIT
     assert set(registry.listeners) == {"spec-group", "decorated-group"}

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 from txmsg_broker.testing import wait_until
 
 from txmsg import ConfigError
+from txmsg.message import Message
 from txmsg.sqla import (
     RecordCheck,
     RecordState,
@@ -57,7 +58,8 @@ def test_exception_rolls_back_change_and_leaves_no_committed_record(db: Db) -> N
     assert local(db).execute(message("k-fail"), fail) is S.ROLLBACK
     assert balance(db.sessions, "bob") is None
     record = get_record(db.sessions, "k-fail")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
 
 
 def test_exception_state_is_configurable_and_check_then_answers_rollback(db: Db) -> None:
@@ -82,7 +84,8 @@ def test_work_returning_rollback_rolls_back_without_exception(db: Db) -> None:
     assert local(db).execute(message("k-decline"), decline) is S.ROLLBACK
     assert balance(db.sessions, "carol") is None
     record = get_record(db.sessions, "k-decline")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
 
 
 @pytest.mark.parametrize("marker", [True, False])
@@ -95,11 +98,10 @@ def test_same_key_runs_the_business_change_once(db: Db, marker: bool) -> None:
 
 
 def test_message_without_key_is_rolled_back_untouched(db: Db) -> None:
-    from txmsg.message import Message
-
     ran: list[bool] = []
     state = local(db).execute(Message(topic="t", body=b""), lambda s: ran.append(True))
-    assert state is S.ROLLBACK and ran == []
+    assert state is S.ROLLBACK
+    assert ran == []
 
 
 def test_slow_transaction_answers_unknow_then_check_reads_the_record(db: Db) -> None:
@@ -153,7 +155,8 @@ def test_stale_in_flight_is_fenced_and_the_business_commit_rolls_back(db: Db) ->
     assert in_work.wait(10)
     check = RecordCheck(db.sessions, group=GROUP, in_flight_timeout=0)
     record = get_record(db.sessions, "k-stale")
-    assert record is not None and record.state is RecordState.IN_FLIGHT
+    assert record is not None
+    assert record.state is RecordState.IN_FLIGHT
     # in_flight_timeout=0 fences a record touched strictly before now: let the clock pass it
     wait_until(lambda: utcnow() > record.updated_at, timeout=5, interval=0.001, message="the clock to tick")
     assert check(msg) is S.ROLLBACK
@@ -162,7 +165,8 @@ def test_stale_in_flight_is_fenced_and_the_business_commit_rolls_back(db: Db) ->
     assert results == [S.ROLLBACK]
     assert balance(db.sessions, "gus") is None
     record = get_record(db.sessions, "k-stale")
-    assert record is not None and record.state is RecordState.ROLLED_BACK
+    assert record is not None
+    assert record.state is RecordState.ROLLED_BACK
 
 
 @pytest.mark.parametrize("marker", [True, False])
@@ -177,8 +181,6 @@ def test_fence_waits_for_a_committing_business_transaction(db: Db, marker: bool)
     results: list[S] = []
 
     # Pause just before COMMIT, after the record statement ran (it holds the row lock / key).
-    from sqlalchemy import event
-
     business_pid: list[int] = []
 
     def work(session: Session) -> None:

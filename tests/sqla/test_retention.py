@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select
 
 from txmsg import ConfigError
 from txmsg.sqla import (
@@ -45,7 +45,9 @@ def test_purge_can_archive(db: Db) -> None:
         archived = session.scalar(select(func.count()).select_from(TransactionRecordArchive))
         row = session.get(TransactionRecordArchive, "r-1")
     assert archived == 4
-    assert row is not None and row.state == "COMMITTED" and row.producer_group == "ret"
+    assert row is not None
+    assert row.state == "COMMITTED"
+    assert row.producer_group == "ret"
 
 
 def test_short_retention_is_refused_unless_allowed(db: Db) -> None:
@@ -56,8 +58,6 @@ def test_short_retention_is_refused_unless_allowed(db: Db) -> None:
 
 
 def test_check_query_is_a_primary_key_lookup_and_retention_has_an_index(db: Db) -> None:
-    from sqlalchemy import inspect
-
     insp = inspect(db.engine)
     assert insp.get_pk_constraint("txmsg_transaction_record")["constrained_columns"] == [
         "transaction_key"
