@@ -14,7 +14,8 @@ client does (``docs/rocketmq-facts.md``):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from txmsg import defaults
 from txmsg.message import Message, OutgoingMessage
@@ -32,6 +33,33 @@ ConsumeHandler = Callable[[Message], bool]
 StopConsumer = Callable[[float], None]
 """Returned by :meth:`Backend.subscribe`: stops the consumer, waiting at most the given seconds
 for messages being consumed."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Where backends may differ, stated by the backend (class attribute ``capabilities``).
+
+    The contract suite (``tests/contract``) runs every installed backend through the same
+    scenarios and checks each value here: a backend lacking something must show the documented
+    alternative (or the test is an expected failure), never a silent skip.  The defaults are
+    what RocketMQ's remoting protocol gives.
+    """
+
+    shared_topics: bool = True
+    """Two producer groups of one app may declare the same topic.  False where the broker routes
+    check-backs by topic (a RocketMQ 5 proxy): ``start()`` raises ``ValueError`` instead of letting
+    one group's ``check_local`` answer the other's transactions."""
+    dlq_listener: bool = True
+    """A ``@message_listener`` may consume ``%DLQ%<group>``.  False: that name is refused at
+    registration (``InvalidNameError``); dead letters stay readable with the broker's tools."""
+    max_topic_length: int = 255
+    """Longest topic name accepted (RocketMQ's remoting rule: 255; RocketMQ 5 proxies: 127)."""
+
+
+def capabilities_of(backend: Any) -> Capabilities:
+    """The capabilities a backend (class, instance or factory) declares; the defaults if none."""
+    declared = getattr(backend, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else Capabilities()
 
 
 @runtime_checkable

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from txmsg.backend import CheckHandler, ConsumeHandler, StopConsumer
-from txmsg.errors import ConfigError, ListenerDefinitionError
+from txmsg.backend import Capabilities, CheckHandler, ConsumeHandler, StopConsumer
+from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
 from txmsg.names import check_name, rocketmq_rule
 
 from . import native as native_mod
@@ -45,6 +45,9 @@ class RocketMQBackend:
     """Producers and consumers on librocketmq 2.1.0 for one name server."""
 
     name = "rocketmq"
+    capabilities = Capabilities()
+    """Everything remoting gives: check-backs routed by producer group (topics may be shared),
+    ``%DLQ%<group>`` readable by a message listener, topics up to 255 characters."""
     name_rule = staticmethod(name_rule)
     """Names librocketmq 2.1.0 can live with (also the ``txmsg.name_rules`` entry point)."""
 
@@ -59,14 +62,19 @@ class RocketMQBackend:
         self.send_timeout_ms: int = int(_cfg(config, "send_timeout_ms", 3000))
         self.pull_threads: int = int(_cfg(config, "pull_threads", native_mod.PULL_THREADS))
         self.instance_prefix: str = _SAFE.sub("_", str(_cfg(config, "instance_prefix", None) or "txmsg"))
-        self.native = native_mod.load(_cfg(config, "client_log_dir", "var/rocketmq-client"))
+        try:
+            self.native = native_mod.load(_cfg(config, "client_log_dir", "var/rocketmq-client"))
+        except ImportError as exc:  # an optional dependency: txmsg[rocketmq]
+            raise BackendUnavailableError(str(exc)) from exc
         self.settings = ClientSettings(
             name_server=self.name_server,
             send_timeout_ms=self.send_timeout_ms,
             access_key=_cfg(config, "access_key", None),
             secret_key=_cfg(config, "secret_key", None),
         )
-        self.announcer: Announcer | None = Announcer(self.native, self.name_server) if announce else None
+        self.announcer: Announcer | None = (
+            Announcer(self.native, self.name_server, credentials=self.settings.credentials) if announce else None
+        )
         self._lock = threading.Lock()
         self._pools: list[ProducerPool] = []
         self._consumers: dict[str, PushConsumer] = {}
@@ -148,6 +156,7 @@ class RocketMQBackend:
             max_reconsume=max_reconsume,
             consume_from=consume_from,
             pull_threads=self.pull_threads,
+            credentials=self.settings.credentials,
         )
         with self._lock:
             self._consumers[group] = consumer
@@ -163,8 +172,6 @@ class RocketMQBackend:
     # ---- lifecycle -----------------------------------------------------------------------------
     def _ensure_open(self) -> None:
         if self._closed:
-            from ._errors import BackendUnavailableError  # noqa: PLC0415
-
             raise BackendUnavailableError("this RocketMQBackend is closed; create a new one")
 
     def close(self, timeout: float = 30.0) -> None:

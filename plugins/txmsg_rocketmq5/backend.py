@@ -27,8 +27,8 @@ from typing import Any
 from rocketmq import ClientConfiguration, Credentials
 
 from txmsg import defaults
-from txmsg.backend import CheckHandler, ConsumeHandler
-from txmsg.errors import BackendUnavailableError
+from txmsg.backend import Capabilities, CheckHandler, ConsumeHandler
+from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
 from txmsg.names import check_name, rocketmq_rule
 
 from .consumer import LoopConsumer
@@ -50,6 +50,9 @@ class RocketMQ5Backend:
     """Producers (and consumers) on ``rocketmq-python-client`` 5.x for one set of endpoints."""
 
     name = "rocketmq5"
+    capabilities = Capabilities(shared_topics=False, dlq_listener=False, max_topic_length=127)
+    """What a 5.x proxy allows less of: check-backs routed by topic (no topic shared by two
+    groups), no subscription to ``%DLQ%`` topics, topics of at most 127 characters."""
     name_rule = staticmethod(name_rule)
     """Names a RocketMQ 5 proxy accepts (also the ``txmsg.name_rules`` entry point)."""
 
@@ -95,7 +98,7 @@ class RocketMQ5Backend:
         for topic in topics:
             check_name("topic", topic, owner=f"RocketMQ 5 backend, group {group}", rules=_RULES)
         if int(check_concurrency) < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
                 "listener's ExecutorConfig.concurrency"
             )
@@ -103,7 +106,7 @@ class RocketMQ5Backend:
             for topic in topics:
                 owner = self._topic_owner.get(topic)
                 if owner is not None and owner != group:
-                    raise ValueError(
+                    raise ListenerDefinitionError(
                         f"topic {topic!r} is declared by producer groups {owner!r} and {group!r}; "
                         "a RocketMQ 5 proxy routes check-backs by topic (the topic is the producer "
                         "group of gRPC producers), so one group's check_local could answer the "
@@ -143,7 +146,7 @@ class RocketMQ5Backend:
         check_name("topic", topic, owner=f"RocketMQ 5 backend, consumer group {group}", rules=_RULES)
         with self._lock:
             if group in self._consumers:
-                raise ValueError(
+                raise ListenerDefinitionError(
                     f"consumer group {group!r} already subscribes here; RocketMQ needs every "
                     "consumer of a group to subscribe identically - give this listener its own group"
                 )
