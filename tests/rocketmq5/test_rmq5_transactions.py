@@ -16,6 +16,7 @@ from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_u
 from txmsg import (
     InvalidMessageError,
     InvalidNameError,
+    ListenerDefinitionError,
     ListenerRegistry,
     LocalTransactionState,
     Message,
@@ -164,7 +165,7 @@ def test_two_groups_may_not_declare_one_topic(make_app: Any, txmsg_grpc_broker: 
     for name in ("pg5_a", "pg5_b"):
         registry.add_transactional_listener(_Committer(), group=unique(name), topics=[topic])
     app = make_app(registry)
-    with pytest.raises(ValueError, match="routes check-backs by topic"):
+    with pytest.raises(ListenerDefinitionError, match="routes check-backs by topic"):
         app.start()
 
 
