@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,5 +185,113 @@ def ensure_topics(
             + "\n".join(lines)
             + "\nCreate them (one of the two forms below, as an operator with the rights to), "
             "then run the demo again:\n" + "\n".join(commands)
+        )
+    return done
+
+
+def proxy_topic_types(
+    endpoint: str, topic: str, *, settings: Mapping[str, Any], timeout: float = 5.0
+) -> set[str] | None:
+    """Message types a RocketMQ 5 proxy accepts on ``topic`` (gRPC QueryRoute); None when the
+    topic does not exist.  Raises OSError when the endpoint cannot be used."""
+    # the 5.x client and grpcio only when the demo runs on rocketmq5 (extra `rocketmq5`)
+    import grpc  # noqa: PLC0415
+    from rocketmq import ClientConfiguration, Credentials  # noqa: PLC0415
+    from rocketmq.grpc_protocol import (  # noqa: PLC0415
+        Address,
+        AddressScheme,
+        Code,
+        Endpoints,
+        MessageType,
+        MessagingServiceStub,
+        QueryRouteRequest,
+        Resource,
+    )
+    from rocketmq.v5.util import ClientId  # noqa: PLC0415
+    from rocketmq.v5.util.signature import Signature  # noqa: PLC0415
+
+    host, _, port = endpoint.rpartition(":")
+    namespace = str(settings.get("namespace") or "")
+    config = ClientConfiguration(
+        endpoint,
+        Credentials(settings.get("access_key") or "", settings.get("secret_key") or ""),
+        namespace=namespace,
+    )
+    request = QueryRouteRequest(
+        topic=Resource(name=topic, resource_namespace=namespace),
+        endpoints=Endpoints(
+            scheme=AddressScheme.IPv4, addresses=[Address(host=host, port=int(port))]
+        ),
+    )
+    channel = (
+        grpc.secure_channel(endpoint, grpc.ssl_channel_credentials())
+        if settings.get("tls")
+        else grpc.insecure_channel(endpoint)
+    )
+    try:
+        response = MessagingServiceStub(channel).QueryRoute(
+            request, metadata=Signature.metadata(config, ClientId().client_id), timeout=timeout
+        )
+    except grpc.RpcError as exc:
+        raise OSError(f"{exc.code().name}: {exc.details()}") from None
+    finally:
+        channel.close()
+    if response.status.code == Code.TOPIC_NOT_FOUND:
+        return None
+    if response.status.code != Code.OK:
+        raise OSError(
+            f"QueryRoute refused ({Code.Name(response.status.code)}): {response.status.message}"
+        )
+    return {
+        MessageType.Name(kind)
+        for queue in response.message_queues
+        for kind in queue.accept_message_types
+    }
+
+
+def ensure_topics_via_proxy(
+    endpoints: str, topics: Sequence[str], *, settings: Mapping[str, Any], timeout: float = 5.0
+) -> list[str]:
+    """``rocketmq5`` against a 5.x proxy with no name server given: the gRPC protocol has no
+    call that creates a topic, so check that each topic exists and takes transactional
+    messages, else raise :class:`ClusterNotReady` (nothing sent) with the commands that create
+    it.  Give the cluster's name server too (``--name-server``) and the demo creates them."""
+    problems: list[str] = []
+    missing: list[str] = []
+    done: list[str] = []
+    for topic in topics:
+        for addr in [a.strip() for a in endpoints.split(";") if a.strip()]:
+            try:
+                types = proxy_topic_types(addr, topic, settings=settings, timeout=timeout)
+            except OSError as exc:
+                problems.append(f"cannot use the endpoint {addr}: {exc}")
+                continue
+            if types is None:
+                missing.append(topic)
+                problems.append(f"topic {topic} does not exist on {addr}")
+            elif MESSAGE_TYPE not in types:
+                missing.append(topic)
+                problems.append(
+                    f"topic {topic} on {addr} takes {', '.join(sorted(types)) or 'no'} messages, "
+                    f"not {MESSAGE_TYPE}"
+                )
+            else:
+                done.append(f"topic {topic}: exists on {addr} as {MESSAGE_TYPE}; used as it is")
+            break
+        else:
+            raise ClusterNotReady(
+                f"cannot use the endpoints {endpoints}: {'; '.join(problems)}.\n"
+                "Check that the RocketMQ 5 proxy runs and the address is right (--endpoints, "
+                "TXMSG_ENDPOINTS or endpoints in txmsg.toml); leave all three unset and "
+                "`txmsg demo --backend rocketmq5` starts its own embedded broker."
+            )
+    if missing:
+        commands = [f"  {c}" for c in create_commands("<name server>", None, missing)]
+        raise ClusterNotReady(
+            "the demo's topics are not ready on the proxy, and nothing has been sent:\n"
+            + "\n".join(f"  {p}" for p in problems)
+            + "\nA RocketMQ 5 proxy cannot create topics over gRPC. Create them (as an operator "
+            "with the rights to), or pass the cluster's name server (--name-server) and the "
+            "demo creates them; then run it again:\n" + "\n".join(commands)
         )
     return done

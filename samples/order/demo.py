@@ -40,7 +40,11 @@ from samples.order.cluster import ClusterNotReady
 from samples.order.faults import FaultPlan, Tally
 from samples.order.verify import CONSUMER_GROUPS, Outcome, progress, verify
 from txmsg import ConfigError
-from txmsg.config import check_name_server, resolve_config
+from txmsg.config import check_endpoints, check_name_server, resolve_config
+
+BACKENDS = ("rocketmq", "rocketmq5")
+"""The backends the demo runs on: ``rocketmq`` (librocketmq over remoting, via a name server)
+and ``rocketmq5`` (the official 5.x client over gRPC, via proxy endpoints)."""
 
 EMBEDDED_TIMEOUT = 120.0
 CLUSTER_TIMEOUT = 300.0
@@ -66,15 +70,25 @@ class DemoOptions:
     """Below the broker's check horizon (timeout + check_max x interval = 31 s): a transaction
     still in flight after this is fenced and rolled back before the broker would discard it."""
     background_workers: int = 32
+    backend: str = "rocketmq"
+    """The services' txmsg backend, one of :data:`BACKENDS`."""
+    backend_from: str = ""
+    """Where ``backend`` came from (``--backend``, ``TXMSG_BACKEND``...), for the first line."""
     name_server: str | None = None
-    """Run against this cluster (``host:port[;host:port]``); None: start an embedded broker."""
+    """Run against this cluster (``host:port[;host:port]``); None: start an embedded broker.
+    With ``rocketmq5`` it is only used to create the topic (the services use ``endpoints``)."""
+    endpoints: str | None = None
+    """``rocketmq5``: run against these 5.x proxy endpoints (``host:port[;host:port]``); None:
+    start an embedded broker with its gRPC endpoint on."""
+    endpoints_from: str = ""
     name_server_from: str = ""
     """Where ``name_server`` came from (``--name-server``, ``TXMSG_NAME_SERVER``...), for the
     first line of output."""
     run_id: str | None = None
     """Put in this run's order ids (default: random), so messages of other runs are skipped."""
     client_settings: dict[str, Any] = field(default_factory=dict)
-    """Further txmsg settings from the user's configuration (``access_key``/``secret_key``)."""
+    """Further txmsg settings from the user's configuration (``access_key``/``secret_key``,
+    for rocketmq5 also ``namespace``/``tls``)."""
 
 
 class DemoConfigError(click.ClickException):
@@ -92,6 +106,76 @@ def _check_name_server(ctx: click.Context, param: click.Parameter, value: str | 
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+def _check_endpoints(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_endpoints(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _origin(sources: Any, key: str) -> str | None:
+    origin: str | None = sources.keys.get(key)
+    if origin is not None and origin.startswith("file "):
+        origin = f"{key} in {origin[len('file ') :]}"
+    return origin
+
+
+@dataclass(frozen=True)
+class Backend5Target:
+    """Which backend the demo uses and, for rocketmq5, which endpoints (None: embedded)."""
+
+    backend: str
+    backend_from: str
+    endpoints: str | None
+    endpoints_from: str
+    settings: dict[str, Any]
+    """``namespace``/``tls`` of the user's configuration (rocketmq5 only)."""
+
+
+def backend_target(backend: str | None, endpoints: str | None) -> Backend5Target:
+    """The backend (``--backend``, else ``TXMSG_BACKEND`` / ``backend`` in txmsg.toml, else
+    rocketmq) and, for rocketmq5, the endpoints: ``--endpoints``, else ``TXMSG_ENDPOINTS`` /
+    ``endpoints`` in txmsg.toml; only endpoints that are *set* count (the built-in default
+    127.0.0.1:8081 does not).  ``--endpoints`` alone picks rocketmq5."""
+    try:
+        config, sources = resolve_config()
+    except ConfigError as exc:
+        raise DemoConfigError(
+            f"{exc} (fix it, or unset it to run on the embedded broker)"
+        ) from None
+    if backend is not None:
+        origin = "--backend"
+    elif (configured := _origin(sources, "backend")) is not None:
+        backend, origin = config.backend, configured
+    elif endpoints is not None:
+        backend, origin = "rocketmq5", "--endpoints"
+    else:
+        backend, origin = "rocketmq", ""
+    if backend not in BACKENDS:
+        raise DemoConfigError(
+            f"the demo runs on backend rocketmq or rocketmq5, not {backend!r} (from {origin}); "
+            "pass --backend rocketmq5 or --backend rocketmq"
+        )
+    if backend != "rocketmq5":
+        if endpoints is not None:
+            raise DemoConfigError(
+                f"--endpoints is for backend rocketmq5 (a RocketMQ 5 proxy), but the backend is "
+                f"rocketmq (from {origin}); add --backend rocketmq5, or use --name-server"
+            )
+        return Backend5Target(backend, origin, None, "", {})
+    settings: dict[str, Any] = {"tls": config.tls} if config.tls else {}
+    if config.namespace:
+        settings["namespace"] = config.namespace
+    if endpoints is not None:
+        return Backend5Target(backend, origin, endpoints, "--endpoints", settings)
+    where = _origin(sources, "endpoints")
+    if where is None:
+        return Backend5Target(backend, origin, None, "", settings)
+    return Backend5Target(backend, origin, config.endpoints, where, settings)
+
+
 def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
     """``(name server or None, where it came from, client settings)``: ``--name-server`` first,
     then the configuration (``TXMSG_NAME_SERVER``, ``txmsg.toml`` / ``$TXMSG_CONFIG``).  Only a
@@ -106,11 +190,9 @@ def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
     client = {k: v for k in ("access_key", "secret_key") if (v := getattr(config, k)) is not None}
     if name_server is not None:
         return name_server, "--name-server", client
-    origin = sources.keys.get("name_server")
+    origin = _origin(sources, "name_server")
     if origin is None:
         return None, "", client
-    if origin.startswith("file "):
-        origin = f"name_server in {origin[len('file ') :]}"
     return config.name_server, origin, client
 
 
@@ -123,6 +205,26 @@ def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
     metavar="HOST:PORT",
     help="run against this RocketMQ cluster (host:port[;host:port]) instead of an embedded broker; "
     "default: TXMSG_NAME_SERVER or name_server in txmsg.toml, else the embedded broker",
+)
+@click.option(
+    "--backend",
+    "backend",
+    default=None,
+    type=click.Choice(BACKENDS),
+    help="the services' txmsg backend: rocketmq (librocketmq, name server) or rocketmq5 (the "
+    "official 5.x client over gRPC, endpoints); default: TXMSG_BACKEND or backend in txmsg.toml, "
+    "else rocketmq (rocketmq5 when only --endpoints is given)",
+)
+@click.option(
+    "--endpoints",
+    "endpoints",
+    default=None,
+    callback=_check_endpoints,
+    metavar="HOST:PORT",
+    help="rocketmq5: run against this RocketMQ 5 proxy (host:port[;host:port]) instead of an "
+    "embedded broker; default: TXMSG_ENDPOINTS or endpoints in txmsg.toml, else the embedded "
+    "broker's gRPC endpoint.  A proxy cannot create topics: add --name-server and the demo "
+    "creates its topic, else it must exist (as TRANSACTION)",
 )
 @click.option("--orders", "orders", default=200, show_default=True, type=click.IntRange(1, 20_000))
 @click.option(
@@ -164,6 +266,8 @@ def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
 @click.option("--keep", is_flag=True, help="keep the work directory afterwards")
 def demo(
     name_server: str | None,
+    backend: str | None,
+    endpoints: str | None,
     orders: int,
     fail_rate: float,
     slow_rate: float,
@@ -175,11 +279,21 @@ def demo(
     keep: bool,
 ) -> None:
     """Run the order sample with injected faults and check consistency: on your cluster when a
-    name server is set (--name-server, TXMSG_NAME_SERVER, txmsg.toml), else on an embedded
-    broker."""
+    name server (rocketmq) or endpoints (rocketmq5) are set (--name-server / --endpoints,
+    TXMSG_NAME_SERVER / TXMSG_ENDPOINTS, txmsg.toml), else on an embedded broker."""
     name_server, origin, client = target(name_server)
+    chosen = backend_target(backend, endpoints)
+    if chosen.backend == "rocketmq5" and name_server and chosen.endpoints is None:
+        raise DemoConfigError(
+            f"backend rocketmq5 against your cluster needs its proxy's gRPC endpoints (name server "
+            f"{name_server} from {origin} is not enough): add --endpoints HOST:PORT "
+            "(TXMSG_ENDPOINTS), or unset the name server to run on the embedded broker"
+        )
+    if chosen.backend == "rocketmq5" and chosen.endpoints is None:
+        name_server, origin = None, ""  # the embedded broker's own name server
+    client |= chosen.settings
     if timeout is None:
-        timeout = CLUSTER_TIMEOUT if name_server else EMBEDDED_TIMEOUT
+        timeout = CLUSTER_TIMEOUT if (name_server or chosen.endpoints) else EMBEDDED_TIMEOUT
     options = DemoOptions(
         orders=orders,
         fail_rate=fail_rate,
@@ -190,8 +304,12 @@ def demo(
         timeout=timeout,
         workdir=workdir,
         keep=keep,
+        backend=chosen.backend,
+        backend_from=chosen.backend_from,
         name_server=name_server,
         name_server_from=origin,
+        endpoints=chosen.endpoints,
+        endpoints_from=chosen.endpoints_from,
         client_settings=client,
     )
     code = run(options, Console())
@@ -201,11 +319,10 @@ def demo(
 def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
     """Run the demo; returns the exit code (0 = CONSISTENT).  ``broker``: use this running
     broker (tests pass the fixture's) instead of starting one."""
-    from samples.order.demo_run import DemoRun  # imports the broker and the client lazily
+    from samples.order.demo_run import DemoRun  # noqa: PLC0415 - imports the broker and the client lazily
 
     own_dir = options.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="txmsg-demo-")) if own_dir else options.workdir
-    assert workdir is not None
+    workdir = Path(tempfile.mkdtemp(prefix="txmsg-demo-")) if options.workdir is None else options.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", str(workdir / "rocketmq-client"))
     console.print(_where_line(options, broker), soft_wrap=True)
@@ -226,13 +343,14 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
         for line in topics:
             console.print(line, markup=False, soft_wrap=True)
         if demo_run.broker is not None:  # ours, or the caller's with the options' timings
+            grpc = f", gRPC endpoint {demo_run.endpoints}" if demo_run.endpoints else ""
             console.print(
-                f"broker up at {demo_run.name_server}; transaction timeout "
+                f"broker up at {demo_run.name_server}{grpc}; transaction timeout "
                 f"{options.transaction_timeout_ms} ms, check interval {options.check_interval_ms} ms"
             )
         else:
             console.print(
-                f"services up against {demo_run.name_server}; the cluster's transactionTimeOut "
+                f"services up against {demo_run.endpoints or demo_run.name_server}; the cluster's transactionTimeOut "
                 "and transactionCheckInterval decide when check-backs come (RocketMQ's defaults: "
                 f"6 s, 60 s); waiting up to {options.timeout:.0f} s to settle"
             )
@@ -254,7 +372,7 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
         with console.status("shutting down..."):
             try:
                 demo_run.close()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported; the result still counts
                 console.print(f"[red]shutdown problem[/]: {type(exc).__name__}: {exc}")
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
@@ -275,10 +393,28 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
 
 def _where_line(options: DemoOptions, broker: Any) -> str:
     """The first line: which broker the demo runs on, and how to choose the other."""
-    from samples.order.demo_run import DEMO_NAMES as names
+    from samples.order.demo_run import DEMO_NAMES as names  # noqa: PLC0415 - lazily, as run()
 
+    backend = f"backend {options.backend}" + (
+        f" (from {options.backend_from})" if options.backend_from else ""
+    )
     if broker is not None:
-        return f"txmsg demo on the broker at {broker.namesrv_addr} (given by the caller)"
+        return (
+            f"txmsg demo on the broker at {broker.namesrv_addr} (given by the caller), {backend}"
+        )
+    if options.backend == "rocketmq5":
+        if options.endpoints:
+            return (
+                f"txmsg demo against your RocketMQ 5 proxy at {options.endpoints} "
+                f"(from {options.endpoints_from or 'the options'}), {backend}: "
+                f"topic {names.topic}, producer group {names.producer_group}, consumer groups "
+                + ", ".join(names.consumer_group(g) for g in CONSUMER_GROUPS)
+            )
+        return (
+            f"txmsg demo on its own embedded broker over its gRPC endpoint, {backend} (no "
+            "endpoints set; --endpoints HOST:PORT, TXMSG_ENDPOINTS or endpoints in txmsg.toml "
+            "runs it against your RocketMQ 5 proxy)"
+        )
     if options.name_server:
         return (
             f"txmsg demo against your cluster at {options.name_server} "
@@ -329,7 +465,7 @@ def _pay_all(demo_run: Any, options: DemoOptions, console: Console) -> list[str]
                     state = future.result()
                     name = getattr(state, "name", str(state))
                     counts[name] = counts.get(name, 0) + 1
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every failed payment is a finding
                     errors.append(f"order {oid}: pay() raised {type(exc).__name__}: {exc}")
                 detail = "  ".join(f"{k} {v}" for k, v in counts.items())
                 if errors:

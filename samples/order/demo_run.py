@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from samples.order import cart
-from samples.order.cluster import ensure_topics
+from samples.order.cluster import ensure_topics, ensure_topics_via_proxy
 from samples.order.events import OrderPaid
 from samples.order.faults import FaultPlan, FaultyPaymentListener, Tally, lose_first_ack
 from samples.order.orders import PaymentListener, create_order
@@ -93,7 +93,7 @@ class DemoRun:
         check timings like the options'; None runs against ``options.name_server`` when set,
         else starts one for this run."""
         self.options = options
-        self.own_broker = broker is None and not options.name_server
+        self.own_broker = broker is None and not (options.name_server or options.endpoints)
         self.workdir = workdir
         self.run_id = options.run_id or secrets.token_hex(3)
         self.names = DEMO_NAMES
@@ -114,6 +114,8 @@ class DemoRun:
         self.broker: Any = broker
         self.sample: OrderSample | None = None
         self.name_server = ""
+        self.endpoints = ""
+        """rocketmq5: the gRPC endpoint(s) the services use (the embedded broker's, or yours)."""
         self._dbs: Databases | None = None
 
     @property
@@ -125,13 +127,28 @@ class DemoRun:
         """Start the broker (when it is ours), make sure the topic exists, start the services.
         Returns what was done about the topic; raises ClusterNotReady before anything is sent
         when the cluster refuses to create it."""
-        if self.broker is None and self.options.name_server:
-            self.name_server = self.options.name_server
+        opts = self.options
+        rocketmq5 = opts.backend == "rocketmq5"
+        if self.broker is None and (opts.name_server or opts.endpoints):
+            self.name_server = opts.name_server or ""
+            self.endpoints = opts.endpoints or ""
         else:
             if self.broker is None:
                 self.broker = self._spawn_broker()
             self.name_server = self.broker.namesrv_addr
-        done = ensure_topics(self.name_server, [self.names.topic])
+            if rocketmq5:
+                self.endpoints = getattr(self.broker, "grpc_endpoint", None) or ""
+                if not self.endpoints:
+                    raise RuntimeError(
+                        "backend rocketmq5 needs the broker's gRPC endpoint: start it with "
+                        "grpc_port (the txmsg_grpc_broker fixture, `txmsg broker --grpc-port 0`)"
+                    )
+        if self.name_server:  # creates the topic as TRANSACTION (what 5.x needs for half messages)
+            done = ensure_topics(self.name_server, [self.names.topic])
+        else:  # a 5.x proxy alone: gRPC has no admin call, so the topic must be there already
+            done = ensure_topics_via_proxy(
+                self.endpoints, [self.names.topic], settings=opts.client_settings
+            )
         self._start_services()
         return done
 
@@ -146,6 +163,8 @@ class DemoRun:
             check_interval_ms=opts.check_interval_ms,
             check_max=opts.check_max,
             delay_scale=0.01,  # consumer retries after 0.1 s instead of 10 s
+            # rocketmq5 talks gRPC to the broker's 5.x endpoint (a free port)
+            **({"grpc_port": 0} if opts.backend == "rocketmq5" else {}),
         )
 
     def _start_services(self) -> None:
@@ -155,7 +174,9 @@ class DemoRun:
         names = self.names
         config = TxMsgConfig.model_validate(
             {
-                "name_server": self.name_server,
+                "backend": opts.backend,
+                **({"endpoints": self.endpoints} if self.endpoints else {}),
+                **({"name_server": self.name_server} if self.name_server else {}),
                 "client_log_dir": str(self.workdir / "rocketmq-client"),
                 "producer": {"group": names.producer_group},
                 "listeners": {names.producer_group: {"concurrency": 4}},
