@@ -1,6 +1,7 @@
 """What txmsg adds to a transactional send: ``send_in_transaction`` vs the raw client.
 
-    python -m benchmarks.send_overhead [--seconds 2] [--threads 1,4] [--rounds 6]
+    python -m benchmarks.send_overhead [--backend rocketmq|rocketmq5] [--seconds 2]
+                                       [--threads 1,4] [--rounds 6]
 
 Same embedded broker (child process), same run.  Each variant sends 128-byte messages whose local
 transaction answers COMMIT at once, from 1 and from 4 threads, for ``--seconds``:
@@ -10,6 +11,13 @@ transaction answers COMMIT at once, from 1 and from 4 threads, for ``--seconds``
 * **txmsg**: ``TransactionalProducer.send_in_transaction`` of a transactional listener
   (payload conversion, exception-safe local executor, result object, round-robin over the
   group's client instances; default ``ExecutorConfig()``, so 8 instances).
+
+With ``--backend rocketmq5`` both go over the broker's RocketMQ 5 gRPC endpoint instead:
+
+* **raw**: the official 5.x client's ``Producer``: ``begin_transaction()``, ``send(message,
+  transaction)``, ``transaction.commit()`` (one producer, the same request timeout as txmsg's).
+* **txmsg**: the same ``send_in_transaction`` on the ``rocketmq5`` backend (one 5.x ``Producer``
+  per group; its ``ExecutorConfig`` sizes the check-back pool, which this load never uses).
 
 Each round measures raw and txmsg back to back (alternating which goes first); the ratio per
 thread count is the median of the rounds' txmsg/raw ratios, which other load on the machine
@@ -75,8 +83,9 @@ def measure(send: Callable[[int], None], threads: int, seconds: float) -> dict[s
 
 
 def raw_sender(namesrv: str, topic: str) -> tuple[Callable[[int], None], Callable[[], None]]:
-    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
-    from txmsg_rocketmq import native
+    # each variant imports only its own client: --backend rocketmq5 runs without librocketmq
+    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus  # noqa: PLC0415
+    from txmsg_rocketmq import native  # noqa: PLC0415
 
     producer = TransactionMQProducer(f"overhead_raw_{os.getpid()}", lambda m: TransactionStatus.COMMIT)
     native.load().dll.SetProducerInstanceName(producer._handle, f"overhead-raw-{os.getpid()}".encode())
@@ -95,12 +104,46 @@ def raw_sender(namesrv: str, topic: str) -> tuple[Callable[[int], None], Callabl
     return send, producer.shutdown
 
 
+def raw5_sender(endpoint: str, topic: str) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """The official 5.x client alone, as an application would use it without txmsg."""
+    from rocketmq import (  # noqa: PLC0415 - only for --backend rocketmq5
+        ClientConfiguration,
+        Credentials,
+        Message,
+        Producer,
+        TransactionChecker,
+    )
+    from rocketmq.grpc_protocol import TransactionResolution  # noqa: PLC0415
+
+    class Commit(TransactionChecker):  # type: ignore[misc]
+        def check(self, message: Any) -> Any:
+            return TransactionResolution.COMMIT
+
+    # request_timeout 3 s: what txmsg's rocketmq5 backend derives from send_timeout_ms=3000
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=3)
+    producer = Producer(config, (topic,), Commit())
+    producer.startup()
+    body = BODY.encode()
+
+    def send(i: int) -> None:
+        msg = Message()
+        msg.topic = topic
+        msg.keys = f"k{i}"
+        msg.body = body
+        transaction = producer.begin_transaction()
+        producer.send(msg, transaction)
+        transaction.commit()
+
+    return send, producer.shutdown
+
+
 def txmsg_sender(
     backend: Any, topic: str, instances: int | None = None
 ) -> tuple[Callable[[int], None], Callable[[], None]]:
-    from txmsg import ExecutorConfig, LocalTransactionState
-    from txmsg.listener import ListenerSpec
-    from txmsg.producer import TransactionalProducer
+    # lazily, like the clients: `python -m benchmarks` lists the benchmarks without importing them
+    from txmsg import ExecutorConfig, LocalTransactionState  # noqa: PLC0415
+    from txmsg.listener import ListenerSpec  # noqa: PLC0415
+    from txmsg.producer import TransactionalProducer  # noqa: PLC0415
 
     executor = ExecutorConfig() if instances is None else ExecutorConfig(concurrency=instances)
 
@@ -129,34 +172,55 @@ def main(argv: list[str] | None = None) -> int:
         "--instances", type=int, default=None,
         help="client instances of the txmsg group (its ExecutorConfig.concurrency; default 8)",
     )
+    parser.add_argument(
+        "--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq",
+        help="rocketmq: librocketmq over remoting; rocketmq5: the official 5.x client over gRPC",
+    )
     args = parser.parse_args(argv)
     thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
     logging.basicConfig(level=logging.WARNING)
     ensure_client_log_dir()
 
-    from txmsg_broker.app import BrokerProcess
-    from txmsg_rocketmq.backend import RocketMQBackend
+    from txmsg_broker.app import BrokerProcess  # noqa: PLC0415
 
-    broker = BrokerProcess().start()
+    rocketmq5 = args.backend == "rocketmq5"
+    grpc: dict[str, Any] = {"grpc_port": 0} if rocketmq5 else {}
+    broker = BrokerProcess(**grpc).start()
     topic = f"overhead_{os.getpid()}"
     create_topic(broker.namesrv_addr, topic)
 
     class Config:
         name_server = broker.namesrv_addr
+        endpoints = broker.grpc_endpoint
         instance_prefix = "overhead"
 
-    backend = RocketMQBackend(Config())
+    backend: Any
+    if rocketmq5:  # imports nothing of librocketmq
+        from txmsg_rocketmq5.backend import RocketMQ5Backend  # noqa: PLC0415
+
+        backend = RocketMQ5Backend(Config())
+    else:
+        from txmsg_rocketmq.backend import RocketMQBackend  # noqa: PLC0415
+
+        backend = RocketMQBackend(Config())
     closers: list[Callable[[], None]] = []
     ratios: dict[int, float] = {}
     try:
-        raw_send, raw_close = raw_sender(broker.namesrv_addr, topic)
+        if rocketmq5:
+            raw_send, raw_close = raw5_sender(str(broker.grpc_endpoint), topic)
+        else:
+            raw_send, raw_close = raw_sender(broker.namesrv_addr, topic)
         closers.append(raw_close)
         tx_send, tx_close = txmsg_sender(backend, topic, args.instances)
         closers.append(tx_close)
         for fn in (raw_send, tx_send):  # warm both: routes, connections, code paths
             for i in range(50):
                 fn(i)
-        print(f"broker {broker.namesrv_addr}, {args.seconds:.0f} s per measurement, {args.rounds} rounds")
+        where = f"gRPC {broker.grpc_endpoint}" if rocketmq5 else broker.namesrv_addr
+        print(
+            f"backend {args.backend}; broker {where}, {args.seconds:.0f} s per measurement, "
+            f"{args.rounds} rounds"
+        )
         for threads in thread_counts:
             best: dict[str, dict[str, float]] = {}
             pair_ratios: list[float] = []
