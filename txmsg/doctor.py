@@ -37,25 +37,42 @@ CHECKS_GROUP = "txmsg.doctor_checks"
 SECRET_KEYS = frozenset({"secret_key", "access_key"})
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+(?P<tail>@)")
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
 def versions() -> list[Check]:
-    """Python, txmsg and every package txmsg requires (optional extras left out)."""
+    """Python, txmsg, every package txmsg requires, and the client packages of the extras named
+    like a backend (``txmsg[rocketmq]``, ``txmsg[rocketmq5]``): optional, so a missing one is
+    shown with its install command but is not a failure (the configured backend's own checks
+    say whether it is needed)."""
     rows: list[Check] = [("python", f"{platform.python_version()} ({sys.executable})", True)]
-    names = ["txmsg"]
+    names: list[tuple[str, str | None]] = [("txmsg", None)]
     try:
         requirements = importlib.metadata.requires("txmsg") or []
     except importlib.metadata.PackageNotFoundError:
         requirements = []
+    backends = {ep.name for ep in backend_entry_points()}
     for requirement in requirements:
         match = _REQUIREMENT_NAME.match(requirement)
-        if match and "extra" not in requirement.partition(";")[2]:
-            names.append(match.group(1))
-    for name in names:
+        marker = requirement.partition(";")[2]
+        extra = _EXTRA.search(marker)
+        if match and "extra" not in marker:
+            names.append((match.group(1), None))
+        elif match and extra and extra.group(1) in backends:
+            names.append((match.group(1), extra.group(1)))
+    seen: set[str] = set()
+    for name, extra_name in names:
+        if name in seen:
+            continue
+        seen.add(name)
+        label = name if extra_name is None else f"{name} (backend {extra_name})"
         try:
-            rows.append((name, importlib.metadata.version(name), True))
+            rows.append((label, importlib.metadata.version(name), True))
         except importlib.metadata.PackageNotFoundError:
-            rows.append((name, "not installed; run `make setup`", False))
+            if extra_name is None:
+                rows.append((label, "not installed; run `make setup`", False))
+            else:
+                rows.append((label, f"not installed (optional: `pip install 'txmsg[{extra_name}]'`)", True))
     return rows
 
 

@@ -20,6 +20,16 @@ Check = tuple[str, str, bool]
 
 def report(config: Any = None) -> list[Check]:
     checks: list[Check] = []
+    if not native_mod.client_installed():  # an optional dependency (extra `rocketmq`)
+        return [
+            (
+                f"{native_mod.CLIENT_DIST} (rocketmq backend)",
+                f"not installed: `{native_mod.INSTALL_HINT}`, then `python "
+                "scripts/install_rocketmq_client.py` (librocketmq 2.1.0, Linux x86-64); or "
+                'configure backend = "rocketmq5"',
+                False,
+            )
+        ]
     path = native_mod.library_path()
     if path is None:
         checks.append(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.metadata
 import os
 import sys
 import threading
@@ -104,6 +105,35 @@ def configure_log_dir(log_dir: str | os.PathLike[str] | None) -> Path | None:
     return path
 
 
+CLIENT_DIST = "rocketmq-client-python"
+INSTALL_HINT = "pip install 'txmsg[rocketmq]'"
+
+
+def client_installed() -> bool:
+    """Whether ``rocketmq-client-python`` (an optional dependency, extra ``rocketmq``) is installed."""
+    try:
+        importlib.metadata.version(CLIENT_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def missing_client_message(exc: BaseException) -> str:
+    """What to do when ``rocketmq.ffi`` does not import: the wrapper is an optional dependency
+    (``txmsg[rocketmq]``), so an install for the rocketmq5 backend alone does not have it."""
+    if isinstance(exc, ModuleNotFoundError) or not client_installed():
+        return (
+            f"the rocketmq backend needs {CLIENT_DIST} 2.0.0 and librocketmq 2.1.0 "
+            f"(Linux x86-64), which are not installed ({exc}): `{INSTALL_HINT}`, then "
+            "`python scripts/install_rocketmq_client.py` for librocketmq (`make setup` does both); "
+            'or use backend = "rocketmq5" (the pure-Python 5.x client, any platform)'
+        )
+    return (
+        f"cannot load librocketmq through {CLIENT_DIST}: {exc}. Run "
+        "`python scripts/install_rocketmq_client.py` (part of `make setup`)."
+    )
+
+
 def load(log_dir: str | os.PathLike[str] | None = None) -> Native:
     """Import ``rocketmq.ffi`` (loading librocketmq) after setting up its log directory.
 
@@ -116,11 +146,8 @@ def load(log_dir: str | os.PathLike[str] | None = None) -> Native:
         configure_log_dir(log_dir)
         try:
             import rocketmq.ffi as ffi  # noqa: PLC0415 - must happen after the env var is set
-        except ImportError as exc:  # pragma: no cover - depends on the installation
-            raise ImportError(
-                "cannot load librocketmq through rocketmq-client-python: "
-                f"{exc}. Run `python scripts/install_rocketmq_client.py` (part of `make setup`)."
-            ) from exc
+        except ImportError as exc:
+            raise ImportError(missing_client_message(exc)) from exc
         path = Path(getattr(ffi, "_DYLIB_PATH", "") or "")
         _declare(ffi.dll)
         _native = Native(dll=ffi.dll, path=path, wrapper=ffi)

@@ -70,6 +70,11 @@ def report(config: Any = None) -> list[Check]:
             error is None,
         )
     )
+    try:
+        importlib.metadata.version("rocketmq-client-python")
+    except importlib.metadata.PackageNotFoundError:  # a 5.x-only install: nothing to collide with
+        checks.append(("rocketmq.client (2.0.0)", "not installed (optional: txmsg[rocketmq])", True))
+        return checks
     error = _imports("rocketmq.client")
     checks.append(
         (
