@@ -64,7 +64,7 @@ class Consumed:
 
         return consume
 
-    def keys(self) -> set[str]:
+    def seen_keys(self) -> set[str]:
         with self.lock:
             return set(self.by_key)
 
@@ -126,9 +126,9 @@ def test_transactions_spread_over_both_brokers_which_both_check_back(
         for i in range(32):
             producer.send_in_transaction(topic, f"m{i}".encode(), keys=f"k{i}", arg="later" if i % 2 else "now")
         wait_until(
-            lambda: keys <= consumed.keys(),
+            lambda: keys <= consumed.seen_keys(),
             timeout=90,
-            message=lambda: f"all {len(keys)} messages consumed, missing {sorted(keys - consumed.keys())}",
+            message=lambda: f"all {len(keys)} messages consumed, missing {sorted(keys - consumed.seen_keys())}",
         )
         per_broker = messages_per_broker(cluster, topic)
         per_instance = dict(consumed.by_instance)
@@ -203,9 +203,9 @@ def test_a_broker_killed_and_restarted_mid_run_loses_nothing(
             payer.join(30)
         committed = {k for k in sent_ok if decision(k) is S.COMMIT}
         wait_until(
-            lambda: committed <= consumed.keys(),
+            lambda: committed <= consumed.seen_keys(),
             timeout=180,
-            message=lambda: f"every committed message consumed; missing {sorted(committed - consumed.keys())}",
+            message=lambda: f"every committed message consumed; missing {sorted(committed - consumed.seen_keys())}",
         )
         wait_until(
             lambda: checks_of(broker_b.log_dir, topic, since) > 0,
@@ -213,8 +213,8 @@ def test_a_broker_killed_and_restarted_mid_run_loses_nothing(
             message="broker-b checking its half messages after the restart",
         )
 
-    rolled_back = {k for k in consumed.keys() if decision(k) is S.ROLLBACK}
+    rolled_back = {k for k in consumed.seen_keys() if decision(k) is S.ROLLBACK}
     assert not rolled_back, f"rolled-back transactions delivered: {sorted(rolled_back)}"
     # a send that failed may still have left a half message that a check-back committed
-    assert consumed.keys() - committed <= set(failed)
+    assert consumed.seen_keys() - committed <= set(failed)
     assert messages_per_broker(cluster, topic)["broker-b"] > 0
