@@ -76,10 +76,17 @@ class Announcer:
     """Sends first heartbeats for producer instances (see module docstring)."""
 
     def __init__(
-        self, native: Native, name_server: str, *, watch_interval: float = WATCH_INTERVAL_S
+        self,
+        native: Native,
+        name_server: str,
+        *,
+        watch_interval: float = WATCH_INTERVAL_S,
+        credentials: tuple[bytes, bytes, bytes] | None = None,
     ) -> None:
         self.native = native
         self.name_server = name_server
+        #: access key, secret key, channel (a broker with ACL): the announcing clients sign too
+        self.credentials = credentials
         self.watch_interval = watch_interval
         self._queue: queue.SimpleQueue[ProducerInstance | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -238,6 +245,8 @@ class Announcer:
                 dll.SetPushConsumerNameServerAddress(handle, self.name_server.encode())
                 dll.SetPushConsumerInstanceName(handle, instance_name.encode())
                 dll.SetPushConsumerThreadCount(handle, 1)
+                if self.credentials is not None:
+                    dll.SetPushConsumerSessionCredentials(handle, *self.credentials)
                 for topic in topics:
                     dll.Subscribe(handle, topic.encode(), NO_MESSAGE_TAG.encode())
                 dll.RegisterMessageCallback(handle, self._noop)
@@ -289,6 +298,8 @@ class Announcer:
             try:
                 dll.SetProducerNameServerAddress(handle, self.name_server.encode())
                 dll.SetProducerInstanceName(handle, inst.name.encode())
+                if self.credentials is not None:
+                    dll.SetProducerSessionCredentials(handle, *self.credentials)
                 started = int(dll.StartProducer(handle)) == OK
                 dll.ShutdownProducer(handle)
                 return started

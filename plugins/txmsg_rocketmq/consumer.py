@@ -82,6 +82,7 @@ class PushConsumer:
         max_reconsume: int,
         consume_from: str = "first",
         pull_threads: int = PULL_THREADS,
+        credentials: tuple[bytes, bytes, bytes] | None = None,
     ) -> None:
         if consume_from not in CONSUME_FROM:
             raise ConfigError(
@@ -105,6 +106,7 @@ class PushConsumer:
                 BROKER_MAX_RECONSUME,
             )
         self.native = native
+        self.credentials = credentials
         self.group = group
         self.topic = topic
         self.max_reconsume = max_reconsume
@@ -136,6 +138,8 @@ class PushConsumer:
             try:
                 self._ok(dll.SetPushConsumerNameServerAddress(handle, name_server.encode()), "set name server")
                 self._ok(dll.SetPushConsumerInstanceName(handle, instance_name.encode()), "set instance name")
+                if credentials is not None:  # a broker with ACL (access_key/secret_key)
+                    self._ok(dll.SetPushConsumerSessionCredentials(handle, *credentials), "set session credentials")
                 self._ok(dll.SetPushConsumerThreadCount(handle, int(concurrency)), "set thread count")
                 self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
@@ -194,7 +198,8 @@ class PushConsumer:
             with self._dlq_lock:
                 if self._dlq_producer is None:
                     self._dlq_producer = _PlainProducer(
-                        self.native, f"{self.group}_TXMSG_DLQ", f"{self.instance_name}-dlq", self.name_server
+                        self.native, f"{self.group}_TXMSG_DLQ", f"{self.instance_name}-dlq", self.name_server,
+                        self.credentials,
                     )
                 self._dlq_producer.send(out)
         except Exception as exc:  # noqa: BLE001 - fall back to the broker's own DLQ
@@ -250,7 +255,14 @@ class PushConsumer:
 class _PlainProducer:
     """A started non-transactional producer (for dead letters)."""
 
-    def __init__(self, native: Native, group: str, instance_name: str, name_server: str) -> None:
+    def __init__(
+        self,
+        native: Native,
+        group: str,
+        instance_name: str,
+        name_server: str,
+        credentials: tuple[bytes, bytes, bytes] | None = None,
+    ) -> None:
         self.native = native
         dll = native.dll
         with NATIVE_LOCK:
@@ -260,6 +272,8 @@ class _PlainProducer:
             self.handle = int(handle)
             dll.SetProducerInstanceName(handle, instance_name.encode())
             dll.SetProducerNameServerAddress(handle, name_server.encode())
+            if credentials is not None:
+                dll.SetProducerSessionCredentials(handle, *credentials)
             if int(dll.StartProducer(handle)) != OK:
                 error = native.last_error()
                 dll.DestroyProducer(handle)

@@ -50,6 +50,10 @@ KEEPER_GROUP = "TXMSG_KEEPER"
 """Group of the plain producer that keeps each instance's client factory alive (see start())."""
 
 
+Credentials = tuple[bytes, bytes, bytes]
+"""access key, secret key, channel - as librocketmq's Set*SessionCredentials take them"""
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     """What every native client of this backend is configured with."""
@@ -60,11 +64,22 @@ class ClientSettings:
     secret_key: str | None = None
     ons_channel: str = "ALIYUN"
 
+    @property
+    def credentials(self) -> Credentials | None:
+        """``(access key, secret key, channel)`` for ``Set*SessionCredentials``; None without keys.
+
+        Every native client of the backend gets them (transaction producers, their keepers,
+        consumers, announcers): a client factory signs its heartbeats with the credentials of one
+        of its clients, so one unsigned client can get the factory's heartbeat refused by ACL."""
+        if not (self.access_key and self.secret_key):
+            return None
+        return (self.access_key.encode(), self.secret_key.encode(), self.ons_channel.encode())
+
 
 class _SendContext:
     """What the local-transaction callback of one send needs, and what it found out."""
 
-    __slots__ = ("message", "local_executor", "key", "state", "ran")
+    __slots__ = ("key", "local_executor", "message", "ran", "state")
 
     def __init__(self, message: OutgoingMessage, local_executor: LocalExecutor) -> None:
         self.message = message
@@ -145,14 +160,9 @@ class ProducerInstance:
                 dll.SetProducerSendMsgTimeout(handle, int(settings.send_timeout_ms)),
                 "set send timeout",
             )
-            if settings.access_key and settings.secret_key:
+            if settings.credentials is not None:
                 self._check(
-                    dll.SetProducerSessionCredentials(
-                        handle,
-                        settings.access_key.encode(),
-                        settings.secret_key.encode(),
-                        settings.ons_channel.encode(),
-                    ),
+                    dll.SetProducerSessionCredentials(handle, *settings.credentials),
                     "set session credentials",
                 )
 
@@ -187,6 +197,11 @@ class ProducerInstance:
                 dll.SetProducerNameServerAddress(keeper, self.settings.name_server.encode()),
                 "set the keeper's name server",
             )
+            if self.settings.credentials is not None:
+                self._check(
+                    dll.SetProducerSessionCredentials(keeper, *self.settings.credentials),
+                    "set the keeper's session credentials",
+                )
             self._check(dll.StartProducer(keeper), "start the keeper")
 
     # ---- check-backs (native check thread) --------------------------------------------------
@@ -247,7 +262,8 @@ class ProducerInstance:
                 raise SendError(
                     f"half message to topic {message.topic!r} (group {self.group!r}) failed: "
                     f"{native.last_error() or 'no detail from librocketmq'}.{ran} Check that the "
-                    "name server address is right and the topic exists."
+                    "name server address is right and the topic exists (on a cluster with ACL: that "
+                    "access_key/secret_key are right and may PUB to the topic; broker.log says)."
                 )
             message_id = result.msgId.decode("utf-8", "replace")
             key = ctx.key or _origin_property(native, handle, UNIQ_KEY) or message_id

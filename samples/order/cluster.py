@@ -46,10 +46,12 @@ def _loads(body: bytes) -> Any:
     return json.loads(_BARE_KEY.sub(r'\1"\2":', body.decode("utf-8")))
 
 
-def _call(addr: str, code: int, ext: dict[str, str], timeout: float) -> tuple[int, str, bytes]:
+def _call(
+    addr: str, code: int, ext: dict[str, str], timeout: float, credentials: tuple[str, str] | None = None
+) -> tuple[int, str, bytes]:
     from txmsg_broker.rawclient import call  # the broker plugin's tiny remoting client
 
-    response = call(addr, code, ext, timeout=timeout)
+    response = call(addr, code, ext, timeout=timeout, credentials=credentials)
     return response.code, response.remark or "", response.body
 
 
@@ -133,9 +135,16 @@ def create_commands(name_server: str, cluster: Cluster | None, topics: Sequence[
 
 
 def ensure_topics(
-    name_server: str, topics: Sequence[str], *, queues: int = DEFAULT_QUEUES, timeout: float = 5.0
+    name_server: str,
+    topics: Sequence[str],
+    *,
+    queues: int = DEFAULT_QUEUES,
+    timeout: float = 5.0,
+    credentials: tuple[str, str] | None = None,
 ) -> list[str]:
-    """Create (or update) ``topics`` as TRANSACTION topics on every master of the cluster.
+    """Create (or update) ``topics`` as TRANSACTION topics on every master of the cluster
+    (``credentials``: access and secret key, which sign the requests for a broker with ACL; it
+    takes an admin account to create topics there).
 
     Returns one line per topic saying what was done.  Raises :class:`ClusterNotReady` when the
     name server cannot be used, or when a broker refuses and the topic is not already on every
@@ -161,7 +170,7 @@ def ensure_topics(
         problems: list[str] = []
         for broker, addr in sorted(cluster.masters.items()):
             try:
-                code, remark, _ = _call(addr, UPDATE_AND_CREATE_TOPIC, ext, timeout)
+                code, remark, _ = _call(addr, UPDATE_AND_CREATE_TOPIC, ext, timeout, credentials)
             except OSError as exc:
                 problems.append(f"{broker} ({addr}) unreachable: {exc}")
                 continue
