@@ -57,10 +57,12 @@ def ask(addr: str, raw: bytes) -> RemotingCommand:
 def healthy(broker) -> None:
     """Both ports still answer well-formed requests."""
     route = ask(broker.namesrv_addr, frame(header(GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})))
-    assert route.is_response and route.code == 0
+    assert route.is_response
+    assert route.code == 0
     offset = ask(broker.broker_addr, frame(header(QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "TBW102",
                                                                           "queueId": "0"})))
-    assert offset.is_response and offset.code == 0
+    assert offset.is_response
+    assert offset.code == 0
 
 
 CLOSING_CASES = {
@@ -92,7 +94,8 @@ def test_malformed_frames_close_only_that_connection(txmsg_broker, port, case):
         bystander.sendall(frame(header(QUERY_CONSUMER_OFFSET if port == "broker" else GET_ROUTEINFO_BY_TOPIC,
                                        {"consumerGroup": "g", "topic": "TBW102", "queueId": "0"}, opaque=9)))
         answer = read_command(bystander)
-        assert answer.opaque == 9 and answer.code == 0
+        assert answer.opaque == 9
+        assert answer.code == 0
     healthy(txmsg_broker)
 
 
@@ -102,13 +105,15 @@ def test_unknown_request_codes_answer_code_3_and_keep_the_connection(txmsg_broke
             for i, code in enumerate((9999, -5, 0, 2**31 - 1, 106 if addr == txmsg_broker.broker_addr else 34)):
                 sock.sendall(frame(header(code, opaque=100 + i)))
                 answer = read_command(sock)
-                assert answer.is_response and answer.opaque == 100 + i
+                assert answer.is_response
+                assert answer.opaque == 100 + i
                 assert answer.code == REQUEST_CODE_NOT_SUPPORTED, (code, answer.code, answer.remark)
             # a oneway unknown request gets no answer; the next normal request still does
             sock.sendall(frame(header(9999, opaque=200, flag=2)))
             sock.sendall(frame(header(9998, opaque=201)))
             answer = read_command(sock)
-            assert answer.opaque == 201 and answer.code == REQUEST_CODE_NOT_SUPPORTED
+            assert answer.opaque == 201
+            assert answer.code == REQUEST_CODE_NOT_SUPPORTED
 
 
 WRONG_TYPES = {
@@ -141,7 +146,8 @@ def test_wrong_field_types_get_an_error_answer(txmsg_broker, case):
     with connect(txmsg_broker.broker_addr) as sock:
         sock.sendall(frame(header(code, ext, opaque=31), body))
         answer = read_command(sock)
-        assert answer.is_response and answer.opaque == 31
+        assert answer.is_response
+        assert answer.opaque == 31
         assert answer.code not in (0, REQUEST_CODE_NOT_SUPPORTED), (answer.code, answer.remark)
         assert answer.remark, "an error answer must say what is wrong"
         assert "internal error" not in answer.remark, answer.remark  # validated, not an unexpected crash

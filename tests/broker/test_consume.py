@@ -5,8 +5,17 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from rocketmq.client import Message
-from txmsg_broker.testing import Clients, create_topic, unique, wait_until
+from click.testing import CliRunner
+from rocketmq.client import ConsumeStatus, Message, Producer, PushConsumer
+from txmsg_broker.cli import topic as topic_cli
+from txmsg_broker.testing import (
+    Clients,
+    create_topic,
+    enable_consumer_trace,
+    set_producer_instance_name,
+    unique,
+    wait_until,
+)
 
 
 def _msg(topic: str, body: str, tags: str = "TagA", keys: str = "") -> Message:
@@ -97,9 +106,6 @@ def _send_and_check(producer, topic, bodies, seen, lock) -> bool:
 
 def test_orderly_consumer_gets_each_queue_in_order(txmsg_broker):
     """Orderly push consumers lock their queues (LOCK_BATCH_MQ) and see each sharding key's messages in order."""
-    from rocketmq.client import ConsumeStatus, Producer, PushConsumer
-    from txmsg_broker.testing import enable_consumer_trace, set_producer_instance_name
-
     topic, group = unique("OrderT"), unique("CG")
     lock = threading.Lock()
     seen: dict[str, list[int]] = {}
@@ -112,9 +118,6 @@ def test_orderly_consumer_gets_each_queue_in_order(txmsg_broker):
 
     # Create the topic up front: an orderly send does not retry route discovery, so a topic
     # that is only auto-created by the first send races the client's route cache.
-    from click.testing import CliRunner
-    from txmsg_broker.cli import topic as topic_cli
-
     created = CliRunner().invoke(topic_cli, ["create", topic, "--namesrv", txmsg_broker.namesrv_addr])
     assert created.exit_code == 0, created.output
 
@@ -155,8 +158,6 @@ def test_large_compressed_bodies_and_retry_of_them(txmsg_broker):
 
     def fail_once(item):
         attempts.append(item.reconsume_times)
-        from rocketmq.client import ConsumeStatus
-
         return ConsumeStatus.RECONSUME_LATER if len(attempts) == 1 else ConsumeStatus.CONSUME_SUCCESS
 
     with Clients(txmsg_broker.namesrv_addr) as clients:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
+from txmsg_broker.app import EmbeddedBroker
 from txmsg_broker.codec import (
     GET_CONSUMER_LIST_BY_GROUP,
     GET_MAX_OFFSET,
@@ -25,9 +27,10 @@ from txmsg_broker.codec import (
     UPDATE_CONSUMER_OFFSET,
     RemotingCommand,
 )
+from txmsg_broker.membership import CHANNEL_EXPIRED_MS
 from txmsg_broker.message_codec import decode_messages
 from txmsg_broker.rawclient import call, connect, read_command
-from txmsg_broker.testing import create_topic, unique
+from txmsg_broker.testing import create_topic, unique, wait_until
 
 
 def send(addr: str, topic: str, body: bytes, *, queue_id: int = 0, tags: str = "") -> RemotingCommand:
@@ -52,7 +55,8 @@ def test_held_pull_is_woken_by_a_new_message(txmsg_broker):
                                              opaque=3).encode())
         threading.Timer(0.5, send, args=(addr, topic, b"second")).start()
         answer = read_command(sock)
-    assert answer.code == 0 and answer.opaque == 3
+    assert answer.code == 0
+    assert answer.opaque == 3
     assert [m.plain_body() for m in decode_messages(answer.body)] == [b"second"]
     assert answer.ext_fields["nextBeginOffset"] == "2"
     assert all(isinstance(v, str) for v in answer.ext_fields.values())
@@ -61,7 +65,8 @@ def test_held_pull_is_woken_by_a_new_message(txmsg_broker):
 def test_pull_result_codes_follow_java(txmsg_broker):
     addr, topic = txmsg_broker.broker_addr, unique("CodesT")
     unknown = call(addr, PULL_MESSAGE, pull_fields(topic, 0))
-    assert unknown.code == TOPIC_NOT_EXIST and "txmsg topic create" in (unknown.remark or "")
+    assert unknown.code == TOPIC_NOT_EXIST
+    assert "txmsg topic create" in (unknown.remark or "")
     assert call(txmsg_broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == TOPIC_NOT_EXIST
     create_topic(txmsg_broker.namesrv_addr, topic)  # a route query creates nothing (as 4.9.8)
     empty = call(addr, PULL_MESSAGE, pull_fields(topic, 0))
@@ -71,7 +76,8 @@ def test_pull_result_codes_follow_java(txmsg_broker):
     for i, tag in enumerate(("TagA", "TagB", "TagB")):
         send(addr, topic, f"m{i}".encode(), tags=tag)
     found = call(addr, PULL_MESSAGE, pull_fields(topic, 0, sub="TagA"))
-    assert found.code == 0 and found.ext_fields["nextBeginOffset"] == "3"
+    assert found.code == 0
+    assert found.ext_fields["nextBeginOffset"] == "3"
     assert [m.plain_body() for m in decode_messages(found.body)] == [b"m0"]
     unmatched = call(addr, PULL_MESSAGE, pull_fields(topic, 1, sub="TagA || TagC"))
     assert (unmatched.code, unmatched.ext_fields["nextBeginOffset"]) == (PULL_RETRY_IMMEDIATELY, "3")
@@ -93,7 +99,8 @@ def test_offsets_update_query_and_commit_flag(txmsg_broker):
                                              oneway=True).encode())
         sock.sendall(RemotingCommand.request(QUERY_CONSUMER_OFFSET, q, opaque=2).encode())
         answer = read_command(sock)
-    assert answer.opaque == 2 and answer.ext_fields["offset"] == "7"
+    assert answer.opaque == 2
+    assert answer.ext_fields["offset"] == "7"
     # a pull with the commit-offset flag stores the client's committed offset too
     create_topic(txmsg_broker.namesrv_addr, topic)
     call(addr, PULL_MESSAGE, {**pull_fields(topic, 0, sys_flag=1), "commitOffset": "9"})
@@ -122,7 +129,8 @@ def test_group_changes_notify_members_and_update_the_list(txmsg_broker):
     _next(a, lambda c: c.is_response and c.opaque == 1)
     _heartbeat(b, "10.0.0.1@2#B", group, 1)
     notify = _next(a, lambda c: not c.is_response and c.code == NOTIFY_CONSUMER_IDS_CHANGED)
-    assert notify.ext_fields == {"consumerGroup": group} and notify.is_oneway
+    assert notify.ext_fields == {"consumerGroup": group}
+    assert notify.is_oneway
     listing = call(addr, GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
     assert json.loads(listing.body) == {"consumerIdList": ["10.0.0.1@1#A", "10.0.0.1@2#B"]}
     b.close()
@@ -151,11 +159,6 @@ def test_orderly_locks_are_exclusive_per_client(txmsg_broker):
 
 def test_silent_consumer_channels_expire(tmp_path):
     """A consumer without heartbeats for 120 s loses its membership and its connection (Java's scan)."""
-    import time
-
-    from txmsg_broker.app import EmbeddedBroker
-    from txmsg_broker.membership import CHANNEL_EXPIRED_MS
-
     with EmbeddedBroker(tmp_path / "data", tmp_path / "logs") as broker:
         group = unique("CG")
         sock = connect(broker.broker_addr)
@@ -174,9 +177,6 @@ def test_silent_consumer_channels_expire(tmp_path):
 
 
 def test_held_pull_is_released_when_its_client_disconnects(tmp_path):
-    from txmsg_broker.app import EmbeddedBroker
-    from txmsg_broker.testing import wait_until
-
     with EmbeddedBroker(tmp_path / "data", tmp_path / "logs") as broker:
         topic = unique("GoneT")
         create_topic(broker.namesrv_addr, topic)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rocketmq.client import Message, TransactionStatus
+from txmsg_broker.app import BrokerProcess
 from txmsg_broker.config import BrokerConfig
 from txmsg_broker.pytest_plugin import BrokerFactory
 from txmsg_broker.testing import Clients, read_log, unique, wait_until
@@ -74,7 +75,8 @@ def test_remoting_lines_in_the_chosen_format(
         for line in checks:
             assert " INFO Transaction-msg-check-thread - " in line
         uniq = re.search(getattr(patterns, "RX_UNIQ_KEY", r"uniqKey=([^,]+)"), checks[0])
-        assert uniq is not None and uniq.group(1) == pending
+        assert uniq is not None
+        assert uniq.group(1) == pending
     else:
         assert all(line.endswith("bname='null'} Remark: ") for line in headers if " WARN " in line)
         assert checks == []  # 4.9 logs check-backs at DEBUG only
@@ -85,7 +87,5 @@ def test_log_format_is_validated_and_passed_to_the_command() -> None:
     assert BrokerConfig(log_format="5").log_format == 5  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="log_format must be 4"):
         BrokerConfig(log_format=6)
-    from txmsg_broker.app import BrokerProcess
-
     command = BrokerProcess("d", "l", log_format=5).command()
     assert command[command.index("--log-format") + 1] == "5"

@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 from rocketmq.client import Message, TransactionStatus
+from txmsg_broker import codec
+from txmsg_broker.message_codec import parse_offset_msg_id, properties_to_string
+from txmsg_broker.rawclient import call, connect
+from txmsg_broker.store import MessageStore
 from txmsg_broker.testing import HEARTBEAT_GROUP, Clients, read_log, unique, wait_until
 
 REAL_LOGS = Path(__file__).resolve().parents[1] / "data" / "real-broker-4.9.8"
@@ -156,10 +160,6 @@ def test_debug_level_shows_commits_and_discards(txmsg_broker_factory):
 def test_java_style_check_answers_and_bad_end_transaction(txmsg_broker):
     """A Java client sends fromTransactionCheck="true": then the 'Check producer[...]' texts are used.
     END_TRANSACTION with offsets that do not match the half message changes nothing."""
-    from txmsg_broker import codec
-    from txmsg_broker.message_codec import parse_offset_msg_id, properties_to_string
-    from txmsg_broker.rawclient import call, connect
-
     group, topic = unique("JavaPG"), unique("JavaT")
 
     def half(key: str) -> tuple[str, str]:
@@ -191,12 +191,11 @@ def test_java_style_check_answers_and_bad_end_transaction(txmsg_broker):
     text = log()
     assert "Check producer[127.0.0.1:" in text
     assert "transaction state, the producer commit the message.RequestHeader: " in text
-    assert f"msgId='{key_rb}'" in text and "the producer rollback the message" in text
+    assert f"msgId='{key_rb}'" in text
+    assert "the producer rollback the message" in text
     assert "fromTransactionCheck=true" in text
     assert "The transaction state table offset wrong" in read_log(txmsg_broker.log_dir, "broker.log")
     txmsg_broker.stop()
-    from txmsg_broker.store import MessageStore
-
     with MessageStore(txmsg_broker.data_dir) as store:
         committed = [m.properties["UNIQ_KEY"] for q in range(4) for m in store.get(topic, q, 0, 10)]
     assert committed == [key_commit]  # exactly once despite the refused request

@@ -81,7 +81,8 @@ def test_always_failing_consumer_ends_in_dlq(txmsg_broker_factory):
             message=lambda: f"one message in the DLQ; deliveries so far: {seen}",
         )
         (dead,) = _pull_all(broker, dlq)
-        assert dead.plain_body() == b"dead-1" and dead.uniq_key == msg_id
+        assert dead.plain_body() == b"dead-1"
+        assert dead.uniq_key == msg_id
         assert dead.reconsume_times == 17
         assert dead.properties.get(PROPERTY_RETRY_TOPIC) == topic
         with lock:
@@ -136,10 +137,14 @@ def test_send_back_honours_max_reconsume_times_header(txmsg_broker):
     assert call(addr, CONSUMER_SEND_MSG_BACK, back).code == 0
     wait_until(lambda: len(_pull_all(txmsg_broker, RETRY_PREFIX + group)) == 1, timeout=20)
     retried = _pull_all(txmsg_broker, RETRY_PREFIX + group)[0]
-    assert retried.reconsume_times == 1 and retried.plain_body() == b"payload"
+    assert retried.reconsume_times == 1
+    assert retried.plain_body() == b"payload"
     assert call(addr, CONSUMER_SEND_MSG_BACK, {**back, "offset": str(retried.commit_log_offset)}).code == 0
     dead = _pull_all(txmsg_broker, DLQ_PREFIX + group)
-    assert len(dead) == 1 and dead[0].reconsume_times == 2 and dead[0].uniq_key == "ABC"
+    assert len(dead) == 1
+    assert dead[0].reconsume_times == 2
+    assert dead[0].uniq_key == "ABC"
     # an unknown commit-log offset is an error the client can read, not a crash
     bad = call(addr, CONSUMER_SEND_MSG_BACK, {**back, "offset": "999999999"})
-    assert bad.code == 1 and "offset" in (bad.remark or "")
+    assert bad.code == 1
+    assert "offset" in (bad.remark or "")

@@ -19,7 +19,9 @@ from collections import Counter
 
 import pytest
 from rocketmq.client import Message, TransactionStatus
-from txmsg_broker.message_codec import PROPERTY_CHECK_TIMES
+from txmsg_broker import codec
+from txmsg_broker.message_codec import PROPERTY_CHECK_TIMES, properties_to_string
+from txmsg_broker.rawclient import call
 from txmsg_broker.store import MessageStore
 from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
 from txmsg_broker.topics import CHECK_MAX_TIME_TOPIC
@@ -200,7 +202,8 @@ def test_pending_transactions_survive_restart(txmsg_broker):
         )
         time.sleep(1.5)
         assert Counter(r.keys for r in received) == Counter(["done", "pending", "after"])
-        assert checks["done"] == 0 and checks["after"] == 0
+        assert checks["done"] == 0
+        assert checks["after"] == 0
 
 
 def test_no_channel_is_logged_and_message_still_discarded(txmsg_broker):
@@ -262,10 +265,6 @@ def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends
 ):
     """By default the broker is a real one: a send on a connection that never sent HEART_BEAT does
     not make it a check-back channel.  ``learn_producers_from_sends=True`` is the opt-in shortcut."""
-    from txmsg_broker import codec
-    from txmsg_broker.message_codec import properties_to_string
-    from txmsg_broker.rawclient import call
-
     broker = txmsg_broker_factory(learn_producers_from_sends=learn)
     group, topic = unique("NoHbPG"), unique("NoHbT")
     props = {"UNIQ_KEY": "D" * 32, "TRAN_MSG": "true", "PGROUP": group, "WAIT": "true"}
