@@ -167,7 +167,7 @@ class Announcer:
         while not self._stop.wait(self.watch_interval):
             try:
                 self.check_routes()
-            except BaseException:  # noqa: BLE001 - a daemon thread must not die silently
+            except BaseException:  # a daemon thread must not die silently
                 log.exception("watching the routes of announced topics failed")
 
     def check_routes(self) -> int:
@@ -187,9 +187,7 @@ class Announcer:
                 default = before.get(DEFAULT_TOPIC, frozenset())
                 own = self._masters_of(topic)
                 # a topic just created by its first send had TBW102's brokers before: no news
-                if own - (before.get(topic) or default):
-                    grown.add(topic)
-                elif not own and self._masters_of(DEFAULT_TOPIC) - default:
+                if own - (before.get(topic) or default) or (not own and self._masters_of(DEFAULT_TOPIC) - default):
                     grown.add(topic)
         except RouteQueryError as exc:
             log.debug("route watch skipped: %s", exc)
@@ -284,7 +282,7 @@ class Announcer:
                 continue  # closing: nothing to announce any more
             try:
                 inst.announced = self._via_producer(inst) or inst.announced
-            except BaseException:  # noqa: BLE001 - a daemon thread must not die silently
+            except BaseException:  # a daemon thread must not die silently
                 log.exception("announcing %s failed", inst.name)
             finally:
                 inst.gate.exit_send()

@@ -79,7 +79,7 @@ def _writable(path: Path) -> bool:
 
 
 def _name_server(address: str) -> Check:
-    first = address.split(";")[0].strip()
+    first = address.split(";", maxsplit=1)[0].strip()
     host, _, port = first.rpartition(":")
     try:
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0):

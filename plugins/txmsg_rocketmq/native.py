@@ -16,8 +16,10 @@ Why a module of its own:
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import sys
 import threading
@@ -271,8 +273,6 @@ def set_consume_from(native: Native, handle: int, where: int) -> bool:
 
 def library_path() -> Path | None:
     """Where the wrapper will load librocketmq from, without loading it (for the doctor)."""
-    import importlib.util  # noqa: PLC0415
-
     spec = importlib.util.find_spec("rocketmq")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -280,8 +280,6 @@ def library_path() -> Path | None:
     packaged = folder / ("librocketmq.dylib" if sys.platform == "darwin" else "librocketmq.so")
     if packaged.exists():
         return packaged
-    import ctypes.util  # noqa: PLC0415
-
     found = ctypes.util.find_library("rocketmq")
     return Path(found) if found else None
 
