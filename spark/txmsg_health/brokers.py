@@ -18,6 +18,8 @@ import os
 import re
 from urllib.parse import unquote, urlparse
 
+from txmsg_health.inputs import HealthInputError
+
 ROTATION_DIRS = ("otherdays",)
 
 
@@ -67,8 +69,6 @@ def names(files: list[str], roots: list[str], regex: str | None = None) -> dict[
         try:
             re.compile(regex)
         except re.error as exc:
-            from txmsg_health.inputs import HealthInputError
-
             raise HealthInputError(f"--broker-regex {regex!r}: {exc}; give a Python regex whose "
                                    "group 1 is the broker name, e.g. 'logs/([^/]+)/'") from exc
     return {f: name_for(f, roots, regex) for f in files}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from txmsg_health import brokers, job
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
 
@@ -49,8 +50,6 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
     glob, or any Spark-readable URI (hdfs://, s3a://). The same job runs on a cluster with
     `spark-submit spark/txmsg_health/job.py PATH... --out DIR`.
     """
-    from txmsg_health import job
-
     try:
         cfg = job.JobConfig(
             inputs=list(paths), out=out, tz=parse_tz(tz), window=window,
@@ -63,8 +62,6 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
             dashboard=not no_dashboard, parquet_uri=parquet_uri, broker_regex=broker_regex,
         )
         resolve(cfg.inputs)
-        from txmsg_health import brokers
-
         brokers.names([], [], broker_regex)
         bad = [c for c in confs if "=" not in c]
         if bad:

@@ -40,7 +40,7 @@ def _line_chart(rows: list[dict[str, Any]], share_known: bool) -> str:
             line.append(f"{x + bw / 2:.1f},{y:.1f}")
     first, last = _fmt(pts[0][0]), _fmt(pts[-1][0])
     share = (f'<polyline points="{" ".join(line)}" fill="none" stroke="#2b59c3" stroke-width="1.5"/>'
-             f'<text x="{W - PAD}" y="{PAD - 8}" text-anchor="end">line: UNKNOW share (0–100 %)</text>'
+             f'<text x="{W - PAD}" y="{PAD - 8}" text-anchor="end">line: UNKNOW share (0–100 %)</text>'  # noqa: RUF001 - a range dash
              if line else "")
     return (
         f'<svg class="chart" width="{W}" height="{H}" viewBox="0 0 {W} {H}" role="img" '

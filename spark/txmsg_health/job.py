@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from txmsg_health import brokers, loopback  # noqa: E402
-from txmsg_health import patterns as P  # noqa: E402
-from txmsg_health.inputs import HealthInputError, parse_tz, resolve  # noqa: E402
-from txmsg_health.rules import Thresholds  # noqa: E402
+from txmsg_health import brokers, loopback, output, summary
+from txmsg_health import patterns as P
+from txmsg_health.inputs import HealthInputError, parse_tz, resolve
+from txmsg_health.rules import Thresholds
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -57,7 +57,7 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None)
     ``maxPartitionBytes`` is large on purpose: Spark then splits the input evenly over the cores
     (bytes / parallelism), which beat both the 128 MB default and small splits here.
     """
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - optional: the spark extra
 
     builder = SparkSession.builder.appName("txmsg-health")
     if master:
@@ -95,7 +95,7 @@ def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
 
 def aggregate(lines: DataFrame) -> DataFrame:
     """The one shuffle over the input: counts per (kind, group, address, window, msgId)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     return lines.groupBy("kind", "grp", "addr", "win", "msg", "v", "file").agg(
         F.count(F.lit(1)).alias("n"), F.min("ts").alias("tmin"), F.max("ts").alias("tmax")
@@ -122,7 +122,7 @@ def _metric_columns() -> list[tuple[str, tuple[str, ...]]]:
 
 def windows_table(agg: DataFrame, window: str, tz: timezone) -> DataFrame:
     """Per group per window metrics, with the window start converted to UTC."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     offset = int((tz.utcoffset(None) or UTC.utcoffset(None)).total_seconds())
     fmt = "yyyy-MM-dd HH:mm" if window == "minute" else "yyyy-MM-dd HH"
@@ -151,9 +151,7 @@ class JobResult:
 
 def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     """Run the whole analysis in ``spark`` and write every output into ``cfg.out``."""
-    from pyspark import StorageLevel
-
-    from txmsg_health import output
+    from pyspark import StorageLevel  # noqa: PLC0415 - optional: the spark extra
 
     t0 = time.perf_counter()
     paths = resolve(cfg.inputs)
@@ -170,7 +168,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     result["seconds"] = round(seconds, 3)
     output.write_summary(cfg.out, result)
     if cfg.dashboard:
-        from txmsg_health import dashboard
+        from txmsg_health import dashboard  # noqa: PLC0415 - jinja2 (the spark extra) only for a dashboard
 
         dashboard.write(cfg.out, result, series)
     return JobResult(result, series, seconds)
@@ -184,9 +182,7 @@ def _outputs(agg: DataFrame, paths: list[str],
     brokers), per-transaction figures, the window table. A 5.x check-sent line has no group; it
     gets the group of its transaction, whose other rows are grouped with it by (broker, msgId).
     """
-    from pyspark.sql import functions as F
-
-    from txmsg_health import brokers, summary
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     timings: dict[str, float] = {}
     t = time.perf_counter()
@@ -264,7 +260,7 @@ def _series(rows: list[Any]) -> dict[str, list[dict[str, Any]]]:
 
 def _stamp(col: str) -> Column:
     """``window + seconds offset`` as one sortable string: "2026-11-22 18:12|0004"."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     return F.when(F.col(col).isNotNull(),
                   F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast("string"), 4, "0")))

@@ -77,14 +77,14 @@ def launch_env(master: str | None, conf: Mapping[str, str]) -> Iterator[None]:
 
 def jvm_running() -> bool:
     """Whether a Spark JVM already exists for this process (spark-submit, or an earlier session)."""
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # noqa: PLC0415 - optional: the spark extra
 
     return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def running_jvm_conf() -> tuple[str | None, dict[str, str]]:
     """The running JVM's master and driver-address keys (from spark-submit / spark-defaults.conf)."""
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf, SparkContext  # noqa: PLC0415 - optional: the spark extra
 
     SparkContext._ensure_initialized()  # connects to spark-submit's JVM; launches nothing new
     jconf = SparkConf()  # loads the JVM's system properties
@@ -100,7 +100,7 @@ def session_conf(master: str | None, conf: Mapping[str, str]) -> dict[str, str]:
     """
     if not jvm_running():
         return {}
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # noqa: PLC0415 - optional: the spark extra
 
     if SparkContext._active_spark_context is not None:
         return {}
