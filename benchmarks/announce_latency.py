@@ -35,6 +35,13 @@ import time
 import uuid
 from typing import Any
 
+from txmsg_broker import EmbeddedBroker
+from txmsg_broker.testing import create_topic
+from txmsg_rocketmq.backend import RocketMQBackend
+
+from txmsg import ExecutorConfig, LocalTransactionState, TxMsg
+from txmsg.config import TxMsgConfig
+
 GOAL_MS = 1000.0
 
 
@@ -64,11 +71,6 @@ def _wait_channels(
 
 
 def _app(broker: Any, log_dir: str, *, announce: bool = True) -> Any:
-    from txmsg_rocketmq.backend import RocketMQBackend
-
-    from txmsg import TxMsg
-    from txmsg.config import TxMsgConfig
-
     config = TxMsgConfig(
         name_server=broker.namesrv_addr, client_log_dir=log_dir, instance_prefix="al"
     )
@@ -76,8 +78,6 @@ def _app(broker: Any, log_dir: str, *, announce: bool = True) -> Any:
 
 
 def _listener(app: Any, group: str, topics: list[str], concurrency: int) -> None:
-    from txmsg import ExecutorConfig, LocalTransactionState
-
     @app.transactional_listener(
         group=group, topics=topics, executor=ExecutorConfig(concurrency=concurrency)
     )
@@ -92,8 +92,6 @@ def _listener(app: Any, group: str, topics: list[str], concurrency: int) -> None
 def measure_start(
     broker: Any, log_dir: str, concurrency: int, *, existing: bool
 ) -> tuple[float, float]:
-    from txmsg_broker.testing import create_topic
-
     topic, group = _unique("al_topic"), _unique("al_pg")
     if existing:
         with contextlib.redirect_stdout(io.StringIO()):  # the admin command's echo
@@ -139,8 +137,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from txmsg_broker import EmbeddedBroker
-
     base = tempfile.mkdtemp(prefix="announce-latency-")
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", os.path.join(base, "rocketmq-client"))
     log_dir = os.path.join(base, "client-logs")

@@ -29,6 +29,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from txmsg_broker.app import BrokerProcess
+from txmsg_broker.testing import set_producer_instance_name, unique
+
 #: Apache RocketMQ 4.9.8, same client, 2-core machine, ~10 s runs, 128-byte bodies (msgs/s, p50 ms, p99 ms)
 REFERENCE: dict[tuple[str, int], tuple[float, float, float]] = {
     ("plain", 1): (2286, 0.28, 2.2),
@@ -59,14 +62,13 @@ class Run:
 
 
 def _run(mode: str, threads: int, seconds: float, body: bytes, namesrv: str, topic: str) -> Run:
-    from rocketmq.client import (
+    from rocketmq.client import (  # noqa: PLC0415 - loads librocketmq (native)
         Message,
         Producer,
         SendStatus,
         TransactionMQProducer,
         TransactionStatus,
     )
-    from txmsg_broker.testing import set_producer_instance_name, unique
 
     if mode == "tx":
         producer = TransactionMQProducer(unique("BenchTxPG"), lambda msg: TransactionStatus.COMMIT)
@@ -101,7 +103,7 @@ def _run(mode: str, threads: int, seconds: float, body: bytes, namesrv: str, top
                 t0 = time.perf_counter()
                 try:
                     ok = send_one()
-                except Exception:
+                except Exception:  # noqa: BLE001 - any failed send counts as an error in the figures
                     ok = False
                 if ok:
                     lat.append((time.perf_counter() - t0) * 1000.0)
@@ -133,9 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", tempfile.mkdtemp(prefix="rmq-bench-client-"))
-    from txmsg_broker.app import BrokerProcess
-    from txmsg_broker.testing import unique
-
     base = tempfile.mkdtemp(prefix="broker-throughput-")
     broker = BrokerProcess(os.path.join(base, "data"), os.path.join(base, "logs"), flush=args.flush)
     broker.start()

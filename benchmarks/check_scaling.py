@@ -45,6 +45,10 @@ import threading
 import time
 from typing import Any
 
+from txmsg_broker.app import BrokerProcess
+from txmsg_rocketmq import native
+from txmsg_rocketmq.backend import RocketMQBackend
+
 from benchmarks._rmq_bench import (
     CheckRecorder,
     DeliveryCounter,
@@ -52,6 +56,9 @@ from benchmarks._rmq_bench import (
     ensure_client_log_dir,
     reached,
 )
+from txmsg import ExecutorConfig, LocalTransactionState
+from txmsg.listener import ListenerSpec
+from txmsg.producer import TransactionalProducer
 
 _seq = itertools.count()
 
@@ -65,10 +72,6 @@ def run_txmsg(
 ) -> dict[str, Any]:
     """One txmsg variant: ``ExecutorConfig(concurrency=n)``, or the defaults when ``n`` is None.
     ``consumers``: the backend that counts deliveries (default ``backend``)."""
-    from txmsg import ExecutorConfig, LocalTransactionState
-    from txmsg.listener import ListenerSpec
-    from txmsg.producer import TransactionalProducer
-
     config = ExecutorConfig() if n is None else ExecutorConfig(concurrency=n)
     label = "default" if n is None else f"n{n}"
     topic, group = _name(f"scale_{label}"), _name(f"pg_scale_{label}")
@@ -104,8 +107,7 @@ def run_txmsg(
 
 
 def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
-    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus
-    from txmsg_rocketmq import native
+    from rocketmq.client import Message, TransactionMQProducer, TransactionStatus  # noqa: PLC0415 - loads librocketmq (native)
 
     topic, group = _name("scale_raw"), _name("pg_scale_raw")
     create_topic(namesrv, topic)
@@ -132,7 +134,8 @@ def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, A
     native.load().dll.SetProducerInstanceName(raw._handle, instance.encode())
     raw.set_name_server_address(namesrv)
     raw.start()
-    assert backend.announcer is not None
+    if backend.announcer is None:
+        raise RuntimeError("the raw run needs a RocketMQBackend with announce=True")
     _, announce_handle = backend.announcer.heartbeat_through_consumer(group, instance, [topic])
     stop_consumer = backend.subscribe(
         topic, _name("cg_scale_raw"), lambda m: deliveries.add(m.transaction_key), concurrency=4
@@ -157,8 +160,8 @@ def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, A
 
 def run_raw5(consumers: Any, endpoint: str, namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
     """The official 5.x client alone: its checker runs on the producer's one check thread."""
-    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
-    from rocketmq.grpc_protocol import TransactionResolution
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker  # noqa: PLC0415 - optional: 5.x client
+    from rocketmq.grpc_protocol import TransactionResolution  # noqa: PLC0415 - optional: 5.x client
 
     topic = _name("scale_raw5")
     create_topic(namesrv, topic)
@@ -273,9 +276,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     ensure_client_log_dir()
 
-    from txmsg_broker.app import BrokerProcess
-    from txmsg_rocketmq.backend import RocketMQBackend
-
     grpc = {"grpc_port": 0} if args.backend == "rocketmq5" else {}
     broker = BrokerProcess(
         transaction_timeout_ms=args.transaction_timeout_ms,
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = RocketMQBackend(Config())  # the rocketmq5 run counts deliveries with it
     tx_backend: Any = backend
     if args.backend == "rocketmq5":
-        from txmsg_rocketmq5.backend import RocketMQ5Backend
+        from txmsg_rocketmq5.backend import RocketMQ5Backend  # noqa: PLC0415 - optional: 5.x client
 
         class Config5:
             endpoints = broker.grpc_endpoint

@@ -43,6 +43,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from txmsg_broker.app import BrokerProcess
+from txmsg_broker.testing import set_producer_instance_name, unique
+
+from benchmarks._rmq_bench import create_topic, ensure_client_log_dir
+
 SIDES = ("grpc", "remoting")
 #: the same warm-up as benchmarks.broker_throughput: route, connection, broker caches
 WARMUP_SENDS = 50
@@ -117,7 +122,7 @@ def _drive(threads: int, seconds: float, send_one: Any, broker_pid: int) -> Wind
             t0 = time.perf_counter()
             try:
                 ok = send_one()
-            except Exception:
+            except Exception:  # noqa: BLE001 - any failed send counts as an error in the figures
                 ok = False
             if ok:
                 lat.append((time.perf_counter() - t0) * 1000.0)
@@ -145,8 +150,8 @@ def _cell(side: str, mode: str, threads: int, window: Window) -> Cell:
 
 
 def _grpc_worker(args: argparse.Namespace, body: bytes) -> Cell:
-    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
-    from rocketmq import TransactionResolution as Resolution
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker  # noqa: PLC0415 - optional: 5.x client
+    from rocketmq import TransactionResolution as Resolution  # noqa: PLC0415 - optional: 5.x client
 
     class CommitChecker(TransactionChecker):  # type: ignore[misc]
         """Never asked here (every transaction commits at once), but a transactional producer needs one."""
@@ -176,14 +181,13 @@ def _grpc_worker(args: argparse.Namespace, body: bytes) -> Cell:
 
 def _remoting_worker(args: argparse.Namespace, body: bytes) -> Cell:
     """``benchmarks.broker_throughput``'s loop: one librocketmq producer shared by the threads."""
-    from rocketmq.client import (
+    from rocketmq.client import (  # noqa: PLC0415 - loads librocketmq (native)
         Message,
         Producer,
         SendStatus,
         TransactionMQProducer,
         TransactionStatus,
     )
-    from txmsg_broker.testing import set_producer_instance_name, unique
 
     topic, mode = args.topic, args.mode
     if mode == "tx":
@@ -259,14 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    from benchmarks._rmq_bench import create_topic, ensure_client_log_dir
-
     ensure_client_log_dir()
     if args.worker:
         return worker_main(args)
-
-    from txmsg_broker.app import BrokerProcess
-    from txmsg_broker.testing import unique
 
     base = tempfile.mkdtemp(prefix="grpc-throughput-")
     broker = BrokerProcess(os.path.join(base, "data"), os.path.join(base, "logs"), flush=args.flush, grpc_port=0)
@@ -275,12 +274,14 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict[tuple[str, int], dict[str, Cell]] = {}
     try:
-        assert broker.grpc_endpoint is not None
+        if broker.grpc_endpoint is None:
+            raise RuntimeError("the broker started without its gRPC endpoint (grpc_port=0 was asked)")
         topics = {"plain": unique("BenchGrpcPlain"), "tx": unique("BenchGrpcTx")}
         create_topic(broker.namesrv_addr, topics["plain"], "NORMAL")
         create_topic(broker.namesrv_addr, topics["tx"], "TRANSACTION")
         targets = {"grpc": broker.grpc_endpoint, "remoting": broker.namesrv_addr}
-        assert broker.proc is not None
+        if broker.proc is None:
+            raise RuntimeError("the broker process is not running")
         broker_pid = broker.proc.pid
         print(f"embedded broker {broker.namesrv_addr} gRPC {broker.grpc_endpoint} (flush {args.flush}), "
               f"{args.seconds:g} s per run, {args.rounds} round(s), {args.body}-byte bodies")

@@ -18,7 +18,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "chaos_command":
-        from benchmarks.chaos.cli import chaos_command
+        from benchmarks.chaos.cli import chaos_command  # noqa: PLC0415 - lazy: `txmsg --help` stays fast
 
         return chaos_command
     raise AttributeError(name)

@@ -223,10 +223,9 @@ def table(result: ChaosResult) -> Table:
         ("in doubt after settling (records IN_FLIGHT)", final.in_flight_records),
         ("settle time (s)", f"{result.settle_seconds:.0f}"),
     ]
-    for service in ("points", "logistics", "cart"):
-        rows.append((f"processed by {service}", len(final.processed.get(service, ()))))
-    for service in ("points", "logistics", "cart"):
-        rows.append((f"duplicates absorbed by {service}", final.duplicates.get(service, 0)))
+    services = ("points", "logistics", "cart")
+    rows.extend((f"processed by {service}", len(final.processed.get(service, ()))) for service in services)
+    rows.extend((f"duplicates absorbed by {service}", final.duplicates.get(service, 0)) for service in services)
     rows.append(("violations", len(result.violations)))
     for what, value in rows:
         out.add_row(what, str(value))

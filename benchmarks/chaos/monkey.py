@@ -93,7 +93,7 @@ class Monkey:
         time.sleep(pause)
         try:
             child.start()
-        except Exception as exc:  # reported; the run's check then fails loudly
+        except Exception as exc:  # noqa: BLE001 - reported; the run's check then fails loudly
             self.report.restart_failures.append(f"{child.name}: {exc}")
             log.error("could not restart %s: %s", child.name, exc)
 

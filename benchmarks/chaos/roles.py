@@ -168,13 +168,14 @@ class Producer:
         return sorted(oid for oid, outcome in last.items() if outcome in (None, "ERROR", "UNKNOW"))
 
     def pay(self, order_id: str) -> str:
-        assert self.service is not None
+        if self.service is None:
+            raise RuntimeError(f"{self.name}: pay() before the payment service was started")
         attempt = start_attempt(self.orders_db, order_id, self.name)
         try:
             result = self.service.pay(order_id)
             state = result.local_state
             outcome = state.name if state is not None else "UNKNOW"
-        except Exception as exc:  # broker down, send timeout, database busy: journaled, retried
+        except Exception as exc:  # noqa: BLE001 - broker down, send timeout, database busy: journaled, retried
             log.warning("%s: paying %s failed: %s", self.name, order_id, exc)
             outcome = "ERROR"
         finish_attempt(self.orders_db, attempt, outcome)
@@ -198,7 +199,7 @@ class Producer:
             seq += 1
             try:
                 self.new_order(rng, order_id)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a paying thread keeps going until the run ends
                 log.warning("%s: could not create %s: %s", self.name, order_id, exc)
                 time.sleep(0.5)
                 continue
