@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txmsg_rocketmq.backend import RocketMQBackend
 
 
 @pytest.fixture
 def backend(txmsg_broker: Any, tmp_path: Path) -> Iterator[Any]:
-    from txmsg_rocketmq.backend import RocketMQBackend
-
     class Config:
         name_server = txmsg_broker.namesrv_addr
         client_log_dir = str(tmp_path / "client-logs")

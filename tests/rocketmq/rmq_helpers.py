@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from click.testing import CliRunner
+from txmsg_broker.cli import topic as topic_cli
 from txmsg_broker.testing import wait_until
 
 #: the tests import every helper from here; the polling one is the shared txmsg_broker.testing one
@@ -23,12 +24,10 @@ def unique(prefix: str) -> str:
 
 def create_topic(namesrv: str, name: str, message_type: str | None = None) -> None:
     """Create a topic through the broker's admin command (like ``mqadmin updateTopic``)."""
-    from txmsg_broker.cli import topic
-
     args = ["create", name, "--namesrv", namesrv]
     if message_type:
         args += ["--type", message_type]
-    result = CliRunner().invoke(topic, args)
+    result = CliRunner().invoke(topic_cli, args)
     assert result.exit_code == 0, result.output
 
 

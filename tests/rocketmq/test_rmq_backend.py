@@ -17,7 +17,10 @@ import pytest
 from rmq_helpers import Calls, create_topic, unique, wait_until
 from txmsg_rocketmq import pool as pool_module
 
+from txmsg.executor import ExecutorConfig
+from txmsg.listener import ListenerSpec
 from txmsg.message import Message, OutgoingMessage
+from txmsg.producer import TransactionalProducer
 from txmsg.states import LocalTransactionState as S
 
 
@@ -107,7 +110,8 @@ def test_keys_are_str_and_the_transaction_key_is_uniq_key(backend: Any, txmsg_br
     )
     wait_until(lambda: "check" in seen, timeout=20)
     for message in (seen["execute"], seen["check"]):
-        assert message.keys == "order-7" and isinstance(message.keys, str)
+        assert message.keys == "order-7"
+        assert isinstance(message.keys, str)
         assert message.tags == "t"
         assert message.properties["p"] == "v"
         assert message.properties["UNIQ_KEY"] == key == message.transaction_key
@@ -155,7 +159,8 @@ def test_close_waits_for_check_callbacks_in_flight(backend: Any, txmsg_broker: A
     assert started.wait(20)
     pool.close(timeout=20)
     closed_at = time.monotonic()
-    assert finished and max(finished) <= closed_at
+    assert finished
+    assert max(finished) <= closed_at
     assert all(s.shut_down and s.in_flight_checks == 0 for s in pool.stats())
     with pytest.raises(Exception, match="clos"):
         _send_unknown(pool, topic, 1)
@@ -225,7 +230,8 @@ def test_consumer_moves_a_message_to_the_dlq_after_max_reconsume(
     wait_until(lambda: bool(dead), timeout=60)
     assert attempts == [0, 1, 2]
     (letter,) = dead
-    assert letter.body == b"poison" and letter.keys == "p-1"
+    assert letter.body == b"poison"
+    assert letter.keys == "p-1"
     assert letter.properties["order"] == "9"
     assert letter.properties["RETRY_TOPIC"] == topic
 
@@ -310,10 +316,6 @@ def test_default_executor_opens_exactly_concurrency_instances_and_runs_that_many
     """The default ExecutorConfig (concurrency 8): the group opens exactly 8 client instances,
     8 check-backs run at once, none waits behind another and none is refused.  (Before 1.0 the
     defaults opened 16 instances and ran 8 checks at once.)"""
-    from txmsg.executor import ExecutorConfig
-    from txmsg.listener import ListenerSpec
-    from txmsg.producer import TransactionalProducer
-
     topic, group = unique("conc_topic"), unique("conc_group")
     create_topic(txmsg_broker.namesrv_addr, topic, "TRANSACTION")
     listener = _Blocking()

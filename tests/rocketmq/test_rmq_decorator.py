@@ -182,7 +182,8 @@ def test_close_with_checks_in_flight_waits_for_them(make_app: Any, txmsg_broker:
     assert started.wait(20)
     app.close(timeout=20)
     closed_at = time.monotonic()
-    assert finished and max(finished) <= closed_at
+    assert finished
+    assert max(finished) <= closed_at
     assert all(s.shut_down for s in producer.sender.stats())
 
 

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from txmsg_rocketmq import messages, native
+from txmsg_rocketmq.backend import RocketMQBackend
 from txmsg_rocketmq.callbacks import guarded, state_code
 from txmsg_rocketmq.consumer import PushConsumer
+from txmsg_rocketmq.doctor import report
 from txmsg_rocketmq.gate import Gate
 from txmsg_rocketmq.names import consumer_names_hazard, printf_hazard
 
+from txmsg import InvalidNameError, TxMsg, TxMsgConfig
 from txmsg.errors import BackendUnavailableError
 from txmsg.message import OutgoingMessage
 from txmsg.states import LocalTransactionState
@@ -82,7 +85,8 @@ def test_message_round_trip_through_a_native_handle(lib: native.Native) -> None:
     assert got.topic == "orders"
     assert got.body == body  # NUL bytes survive (base64 on the wire)
     assert got.tags == "created"
-    assert got.keys == "order-1" and isinstance(got.keys, str)
+    assert got.keys == "order-1"
+    assert isinstance(got.keys, str)
     assert got.properties["tenant"] == "acme"
     assert got.properties["trace"] == "t-1"
 
@@ -152,24 +156,18 @@ def test_printf_hazards_in_names_are_found(text: str, hazard: str | None) -> Non
 
 
 def test_consumer_groups_librocketmq_would_crash_on_are_refused(lib: native.Native) -> None:
-    from txmsg_rocketmq.backend import RocketMQBackend
-
-    from txmsg import InvalidNameError, TxMsg, TxMsgConfig
-
     backend = RocketMQBackend(None, announce=False)
-    with pytest.raises(InvalidNameError, match="librocketmq 2.1.0 uses as a printf conversion"):
+    with pytest.raises(InvalidNameError, match=r"librocketmq 2\.1\.0 uses as a printf conversion"):
         backend.subscribe("orders", "stock-events", lambda m: True)
     assert consumer_names_hazard("cg-stock-events", "orders") is None
     # the app applies the backend's rule at registration, long before start()
     app = TxMsg(TxMsgConfig(), backend="rocketmq")
-    with pytest.raises(InvalidNameError, match="'%RETRY%stock-events'.*prefix it with 'cg-'"):
+    with pytest.raises(InvalidNameError, match=r"'%RETRY%stock-events'.*prefix it with 'cg-'"):
         app.message_listener(topic="orders", group="stock-events")(lambda m: None)
     app.message_listener(topic="orders", group="cg-stock-events")(lambda m: None)
 
 
 def test_doctor_reports_the_library_and_a_producer_start(tmp_path: Any) -> None:
-    from txmsg_rocketmq.doctor import report
-
     class Config:
         name_server = "127.0.0.1:1"  # nothing listens: reported, but a producer still starts
         client_log_dir = str(tmp_path)
@@ -227,16 +225,13 @@ def test_a_consumer_that_fails_to_start_is_parked_not_destroyed(lib: native.Nati
             PushConsumer(lib, **settings)
         assert len(native._NEVER_STARTED) == parked_before + 1
         handle, kept = native._NEVER_STARTED[-1]
-        assert handle and isinstance(kept, native.MESSAGE_CALLBACK)  # its callback stays alive too
+        assert handle
+        assert isinstance(kept, native.MESSAGE_CALLBACK)  # its callback stays alive too
     finally:
         first.stop(timeout=5)
 
 
 def test_pull_threads_from_the_configuration_reach_the_client(lib: native.Native, tmp_path: Any) -> None:
-    from txmsg_rocketmq.backend import RocketMQBackend
-
-    from txmsg.config import TxMsgConfig
-
     with pytest.raises(ValidationError, match="pull_threads"):
         TxMsgConfig.model_validate({"pull_threads": 0})
     config = TxMsgConfig.model_validate(

@@ -3,7 +3,10 @@ the process when the shutdown meets the route refresh 3 s after start)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import txmsg_rocketmq
 from txmsg_rocketmq.timers import WINDOW_AFTER, delay_until_quiet
 
 
@@ -26,10 +29,6 @@ def test_delay_until_quiet(elapsed: float, wait: float) -> None:
 
 def test_product_clients_use_the_guard() -> None:
     """Every product path that can end a factory waits for a quiet moment first."""
-    from pathlib import Path
-
-    import txmsg_rocketmq
-
     root = Path(txmsg_rocketmq.__file__).parent
     for module in ("pool.py", "consumer.py"):
         assert "wait_until_quiet(" in (root / module).read_text(), module

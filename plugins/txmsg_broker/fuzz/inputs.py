@@ -15,6 +15,11 @@ truncation, splices, length-field edits), or are raw bytes. Targets and their *d
 * ``message`` - ``decode_messages`` / ``decode_message(verify_crc=True)``: only ``MessageDecodeError``;
 * ``batch``   - ``decode_batch``: only ``MessageDecodeError``;
 * ``props``   - ``string_to_properties`` on any text, and its round trip: never raises.
+* ``acl``     - the ACL check (``txmsg_broker.acl``) on a frame from a fuzzed address: never raises,
+  refuses only with SYSTEM_ERROR and an AclException remark; signed with the right secret a request is
+  never refused for its signature, and changed after signing it always is (``FUZZ_ACL``). Frames of
+  every target carry AccessKey/Signature/SecurityToken/OnsChannel fields, some signed correctly, and
+  half of the ``stream`` inputs go through a server with the ACL hook.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from txmsg_broker.acl import ACL_FIELDS, AccessValidator, sign_request
+from txmsg_broker.acl_config import parse_acl
 from txmsg_broker.codec import (
     MAX_FRAME_LENGTH,
     SEND_MESSAGE,
@@ -76,6 +83,7 @@ EXT_KEYS: tuple[str, ...] = (
     "attributes", "group", "offset", "delayLevel", "originMsgId", "originTopic", "tranStateTableOffset",
     "commitLogOffset", "commitOrRollback", "fromTransactionCheck", "msgId", "transactionId",
     "timestamp", "clientID", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n",
+    *ACL_FIELDS, "_UNIQUE_KEY_QUERY",
 )
 #: every code the broker or name server handles, plus neighbours and oddities
 CODES: tuple[int, ...] = (
@@ -84,6 +92,24 @@ CODES: tuple[int, ...] = (
 )
 FLOATS: tuple[float, ...] = (0.0, -0.0, 1.5, 1e308, -1e308, float("inf"), float("nan"), 2.0**63)
 BINARY_LANGUAGES = 12  # RocketMQ's LanguageCode ordinals 0..11
+
+
+# --- ACL ----------------------------------------------------------------------------------------
+FUZZ_ACCESS_KEY = "txmsg-fuzz-admin"
+#: (access key, secret key) of the admin account of FUZZ_ACL; the live harness signs with it
+FUZZ_CREDENTIALS = (FUZZ_ACCESS_KEY, "fuzz-admin-secret")
+FUZZ_LIMITED = ("txmsg-fuzz-limited", "fuzz-limited-secret")
+#: the plain_acl.yml of ``run.py --acl`` and of the in-process ``acl``/``stream`` checks
+FUZZ_ACL: dict[str, Any] = {
+    "globalWhiteRemoteAddresses": ["10.10.103.*", "192.168.0.{1,2,3}"],
+    "accounts": [
+        {"accessKey": FUZZ_CREDENTIALS[0], "secretKey": FUZZ_CREDENTIALS[1], "admin": True},
+        {"accessKey": FUZZ_LIMITED[0], "secretKey": FUZZ_LIMITED[1], "whiteRemoteAddress": "172.16.*.*",
+         "defaultTopicPerm": "SUB", "defaultGroupPerm": "SUB",
+         "topicPerms": ["FuzzT=PUB|SUB", "FuzzT_1=DENY"], "groupPerms": ["g=DENY", "FuzzGoodPG=PUB"]},
+    ],
+}
+FUZZ_ADDRESSES = ("127.0.0.1:40000", "10.10.103.9:1", "192.168.0.2:2", "172.16.5.5:3", "[::1]:4", "garbage", "")
 
 
 # --- choosers -----------------------------------------------------------------------------------
@@ -388,6 +414,8 @@ def good_frame(ch: Chooser) -> bytes:
         ext_fields=ext,
         body=body(ch),
     )
+    if chance(ch, 3):  # signed: past the ACL of a broker started with FUZZ_ACL (run.py --acl)
+        sign_request(cmd, *pick(ch, (FUZZ_CREDENTIALS, FUZZ_CREDENTIALS, FUZZ_LIMITED, (FUZZ_ACCESS_KEY, "wrong"))))
     encoded: bytes = cmd.encode()
     return encoded
 
@@ -470,7 +498,7 @@ def mutate(ch: Chooser, data: bytes, fields: Sequence[int] = ()) -> bytes:
 
 
 # --- in-process targets -------------------------------------------------------------------------
-TARGETS: tuple[str, ...] = ("frame", "stream", "message", "batch", "props")
+TARGETS: tuple[str, ...] = ("frame", "stream", "message", "batch", "props", "acl")
 #: the exceptions each target may raise (anything else is a finding)
 ALLOWED: dict[str, tuple[type[BaseException], ...]] = {
     "frame": (DecodeError,),
@@ -478,6 +506,7 @@ ALLOWED: dict[str, tuple[type[BaseException], ...]] = {
     "message": (MessageDecodeError,),
     "batch": (MessageDecodeError,),
     "props": (),
+    "acl": (),
 }
 
 
@@ -498,6 +527,9 @@ def generate(ch: Chooser) -> tuple[str, bytes]:
         return target, ch.raw(512) if raw_mode else message_records(ch)
     if target == "batch":
         return target, ch.raw(512) if raw_mode else batch_body(ch)
+    if target == "acl":  # first byte: the client's address (FUZZ_ADDRESSES), then a frame payload
+        data = frame(ch)
+        return target, bytes([ch.below(256)]) + (ch.raw(512) if raw_mode else data[4:])
     text = properties_to_string(stored_message(ch).properties).encode()
     return target, ch.raw(256) if raw_mode else mutate(ch, text) if ch.below(2) else text
 
@@ -518,6 +550,8 @@ def run_target(target: str, data: bytes) -> str:
             check_messages(data)
         elif target == "batch":
             decode_batch(data)
+        elif target == "acl":
+            check_acl(data)
         else:
             check_props(data)
     except ALLOWED[target] as exc:
@@ -551,6 +585,40 @@ def check_messages(data: bytes) -> None:
     decode_message(data, verify_crc=True)
     for msg in msgs:
         _ = msg.uniq_key, msg.tags, msg.store_size
+
+
+_VALIDATOR = AccessValidator(parse_acl(FUZZ_ACL))
+_ACL_PREFIX = "org.apache.rocketmq.acl.common.AclException"
+
+
+def check_acl(data: bytes) -> None:
+    """The ACL check on one request: a refusal is SYSTEM_ERROR with an AclException remark; the right
+    signature always passes the signature check, a change after signing never does."""
+    if not data:
+        return
+    addr = FUZZ_ADDRESSES[data[0] % len(FUZZ_ADDRESSES)]
+    try:
+        cmd = RemotingCommand.decode(data[1:])
+    except DecodeError:
+        return
+    _acl_answer(cmd, addr)
+    sign_request(cmd, *FUZZ_CREDENTIALS)
+    remark = _acl_answer(cmd, "127.0.0.1:1")  # not white-listed: the signature is checked
+    if remark is not None and "PlainAccessValidator.parse" not in remark:
+        raise FuzzFailure(f"a correctly signed admin request was refused: {remark}")
+    cmd.body += b"!"
+    if _acl_answer(cmd, "127.0.0.1:1") is None:
+        raise FuzzFailure("a request changed after signing was let through")
+
+
+def _acl_answer(cmd: RemotingCommand, addr: str) -> str | None:
+    answer = _VALIDATOR.refusal(cmd, addr)
+    if answer is None:
+        return None
+    if answer.code != 1 or not (answer.remark or "").startswith(_ACL_PREFIX) or not answer.is_response:
+        raise FuzzFailure(f"bad ACL refusal: code {answer.code} remark {answer.remark!r}")
+    answer.encode()  # the refusal can always be written
+    return answer.remark
 
 
 def check_props(data: bytes) -> None:
@@ -669,14 +737,18 @@ def _memory_server() -> RemotingServer:
 
 
 _SERVER = _memory_server()
+#: the same server with the ACL hook (``acl.py``), for half of the ``stream`` inputs
+_ACL_SERVER = _memory_server()
+_ACL_SERVER.request_hook = lambda cmd, conn: _VALIDATOR.refusal(cmd, conn.remote_addr)
 
 
 def check_stream(data: bytes, ch: Chooser | None = None) -> None:
     transport = _MemoryTransport()
-    protocol = FrameProtocol(_SERVER)
+    protocol = FrameProtocol(_ACL_SERVER if zlib.crc32(data) & 1 else _SERVER)
     protocol.connection_made(transport)
     conn = protocol.conn
-    assert conn is not None
+    if conn is None:
+        raise RuntimeError("FrameProtocol.connection_made() set no connection")
     pos = 0
     del _SERVER_ERRORS[:]
     while pos < len(data) and not conn.closed:

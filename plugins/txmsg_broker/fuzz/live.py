@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmsg_broker.acl import sign_request
 from txmsg_broker.codec import (
     GET_ROUTEINFO_BY_TOPIC,
     PULL_MESSAGE,
@@ -36,14 +37,22 @@ from txmsg_broker.rawclient import connect, read_command
 
 from .inputs import parse_frames, walk_frames
 
+#: (access key, secret key) of a broker with ACL (``run.py --acl``); None = unsigned requests
+Credentials = tuple[str, str] | None
 PROBE_CODE = 9999
 PROBE_OPAQUE = 1592597077  # 0x5EED1E55; fuzz inputs draw opaques at random, a clash only weakens a check
 GOOD_QUEUES = 4
 
 
-def probe_frame() -> bytes:
-    encoded: bytes = RemotingCommand.request(PROBE_CODE, opaque=PROBE_OPAQUE).encode()
+def probe_frame(credentials: Credentials = None) -> bytes:
+    """The probe; signed with ``credentials`` for a broker with ACL (which checks unknown codes too)."""
+    encoded: bytes = signed(RemotingCommand.request(PROBE_CODE, opaque=PROBE_OPAQUE), credentials).encode()
     return encoded
+
+
+def signed(cmd: RemotingCommand, credentials: Credentials) -> RemotingCommand:
+    """``cmd`` signed with (access key, secret key) when given (``run.py --acl``)."""
+    return cmd if credentials is None else sign_request(cmd, *credentials)
 
 
 @dataclass
@@ -63,13 +72,14 @@ class Exchange:
         )
 
 
-def exchange(addr: str, data: bytes, *, deadline: float = 10.0) -> Exchange:
-    """Write ``data`` + probe, half-close, read until EOF. Never blocks longer than ``deadline``."""
+def exchange(addr: str, data: bytes, *, deadline: float = 10.0, credentials: Credentials = None) -> Exchange:
+    """Write ``data`` + probe, half-close, read until EOF. Never blocks longer than ``deadline``.
+    ``credentials`` sign the probe (a broker with ACL)."""
     started = time.monotonic()
     host, _, port = addr.rpartition(":")
     sock = socket.create_connection((host, int(port)), timeout=deadline)
     sock.setblocking(False)
-    out = memoryview(data + probe_frame())
+    out = memoryview(data + probe_frame(credentials))
     received = bytearray()
     sent = 0
     eof = False
@@ -133,9 +143,10 @@ def problems(data: bytes, result: Exchange) -> list[str]:
 class GoodSender(threading.Thread):
     """Sends normal messages over one long-lived connection until stopped; every send must succeed."""
 
-    def __init__(self, broker_addr: str, interval: float = 0.005) -> None:
+    def __init__(self, broker_addr: str, interval: float = 0.005, *, credentials: Credentials = None) -> None:
         super().__init__(name="fuzz-good-sender", daemon=True)
         self.broker_addr = broker_addr
+        self.credentials = credentials
         self.interval = interval
         self.topic = f"FuzzGood_{uuid.uuid4().hex[:10]}"
         self.sent: dict[bytes, int] = {}  # body -> queue id, once acknowledged
@@ -155,7 +166,7 @@ class GoodSender(threading.Thread):
             opaque=i + 1,
         )
         request.language = "PYTHON"
-        sock.sendall(request.encode())
+        sock.sendall(signed(request, self.credentials).encode())
         while True:
             response = read_command(sock)
             if response.is_response and response.opaque == request.opaque:
@@ -182,7 +193,9 @@ class GoodSender(threading.Thread):
             self.join(30)
 
 
-def read_back(broker_addr: str, topic: str, queues: int = GOOD_QUEUES) -> dict[bytes, int]:
+def read_back(
+    broker_addr: str, topic: str, queues: int = GOOD_QUEUES, *, credentials: Credentials = None
+) -> dict[bytes, int]:
     """All messages of ``topic`` via PULL from offset 0 (CRC verified): body -> queue id."""
     found: dict[bytes, int] = {}
     with connect(broker_addr, timeout=10.0) as sock:
@@ -198,7 +211,7 @@ def read_back(broker_addr: str, topic: str, queues: int = GOOD_QUEUES) -> dict[b
                      "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0},
                     opaque=opaque,
                 )
-                sock.sendall(request.encode())
+                sock.sendall(signed(request, credentials).encode())
                 response = read_command(sock)
                 if response.code != SUCCESS:  # PULL_NOT_FOUND: end of the queue
                     break
@@ -210,7 +223,7 @@ def read_back(broker_addr: str, topic: str, queues: int = GOOD_QUEUES) -> dict[b
     return found
 
 
-def healthy(namesrv_addr: str, broker_addr: str) -> list[str]:
+def healthy(namesrv_addr: str, broker_addr: str, *, credentials: Credentials = None) -> list[str]:
     """Both ports answer a well-formed request on a fresh connection."""
     found: list[str] = []
     for addr, code, ext in (
@@ -219,7 +232,7 @@ def healthy(namesrv_addr: str, broker_addr: str) -> list[str]:
     ):
         try:
             with connect(addr, timeout=10.0) as sock:
-                sock.sendall(RemotingCommand.request(code, ext, opaque=7).encode())
+                sock.sendall(signed(RemotingCommand.request(code, ext, opaque=7), credentials).encode())
                 answer = read_command(sock)
             if answer.code != SUCCESS or answer.opaque != 7:
                 found.append(f"{addr} answered code {answer.code}: {answer.remark}")

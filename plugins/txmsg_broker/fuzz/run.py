@@ -46,9 +46,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txmsg_broker.acl_config import write_acl
 from txmsg_broker.app import BrokerProcess
 
-from .inputs import FdpChooser, RandomChooser, frame, generate, run_target
+from .inputs import (
+    FUZZ_ACL,
+    FUZZ_CREDENTIALS,
+    FdpChooser,
+    RandomChooser,
+    frame,
+    generate,
+    run_target,
+)
 from .live import GoodSender, exchange, healthy, log_findings, problems, read_back
 
 MAX_FINDINGS = 20  # distinct findings kept (by target, exception type and raising line)
@@ -166,7 +175,7 @@ ATHERIS_BOOT = """\
 import sys
 import atheris
 with atheris.instrument_imports(include=["txmsg_broker"], exclude=["txmsg_broker.fuzz"]):
-    import txmsg_broker.codec, txmsg_broker.message_codec, txmsg_broker.transport
+    import txmsg_broker.codec, txmsg_broker.message_codec, txmsg_broker.transport, txmsg_broker.acl
 from txmsg_broker.fuzz.run import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -247,16 +256,19 @@ class SocketStats:
 
 
 def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, deadline: float,
-                keep: bool) -> SocketStats:
+                keep: bool, acl: bool = False) -> SocketStats:
+    """``acl``: the broker enforces FUZZ_ACL; the good client, probes and checks sign with its admin keys."""
     base = Path(tempfile.mkdtemp(prefix="txmsg-fuzz-broker-"))
-    broker = BrokerProcess(base / "data", base / "logs").start()
+    settings: dict[str, Any] = {"acl": write_acl(base / "plain_acl.yml", FUZZ_ACL)} if acl else {}
+    credentials = FUZZ_CREDENTIALS if acl else None
+    broker = BrokerProcess(base / "data", base / "logs", **settings).start()
     result = SocketStats()
-    good = GoodSender(broker.broker_addr)
+    good = GoodSender(broker.broker_addr, credentials=credentials)
     try:
         good.start()
-        _fuzz_sockets(broker, good, result, inputs, seed, seconds, workers, deadline)
+        _fuzz_sockets(broker, good, result, inputs, seed, seconds, workers, deadline, credentials)
         good.stop()
-        _verify_store(broker, good, result)
+        _verify_store(broker, good, result, credentials)
     finally:
         good.stop()
         broker.kill()  # no-op after a clean stop; never leave a broker behind (it has its own session)
@@ -269,7 +281,8 @@ def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, dea
 
 
 def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed: int,
-                  seconds: float | None, workers: int, deadline: float) -> None:
+                  seconds: float | None, workers: int, deadline: float,
+                  credentials: tuple[str, str] | None = None) -> None:
     """``workers`` threads, one connection per input, each input reproducible from (seed, index)."""
     lock = threading.Lock()
     next_index = iter(range(inputs))
@@ -287,7 +300,7 @@ def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed
             data = frame(RandomChooser(rng))
             outcome = None
             try:
-                outcome = exchange(addr, data, deadline=deadline)
+                outcome = exchange(addr, data, deadline=deadline, credentials=credentials)
                 found = problems(data, outcome)
             except OSError as exc:  # cannot even connect: the broker is gone or refuses
                 found = [f"connect failed: {exc!r}"]
@@ -313,7 +326,7 @@ def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed
     result.seconds = time.monotonic() - started
 
 
-def _verify_store(broker: Any, good: Any, result: SocketStats) -> None:
+def _verify_store(broker: Any, good: Any, result: SocketStats, credentials: tuple[str, str] | None = None) -> None:
     """The well-behaved client's messages: all acknowledged, all read back, also after a restart."""
     result.good_sent, result.good_attempts = len(good.sent), good.attempts
     result.crashes += [f"well-behaved client: {text}" for text in good.failures]
@@ -321,13 +334,16 @@ def _verify_store(broker: Any, good: Any, result: SocketStats) -> None:
         result.crashes.append(f"the broker process died (exit {broker.proc.returncode if broker.proc else '?'})")
         return
     try:
-        result.crashes += [f"after the fuzzing: {text}" for text in healthy(broker.namesrv_addr, broker.broker_addr)]
-        before = read_back(broker.broker_addr, good.topic)
+        result.crashes += [
+            f"after the fuzzing: {text}"
+            for text in healthy(broker.namesrv_addr, broker.broker_addr, credentials=credentials)
+        ]
+        before = read_back(broker.broker_addr, good.topic, credentials=credentials)
         exit_code = broker.stop()
         if exit_code != 0:
             result.crashes.append(f"the broker's clean shutdown exited with {exit_code}")
         broker.start()  # recovery re-verifies every commit-log record (magic, size, CRC)
-        after = read_back(broker.broker_addr, good.topic)
+        after = read_back(broker.broker_addr, good.topic, credentials=credentials)
         result.stored_ok = sum(
             1 for body, queue_id in good.sent.items() if before.get(body) == queue_id and after.get(body) == queue_id
         )
@@ -359,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=10.0, help="seconds before a connection is a hang")
     parser.add_argument("--hang-seconds", type=float, default=20.0, help="in-process hang threshold")
     parser.add_argument("--keep", action="store_true", help="keep the broker's data and logs")
+    parser.add_argument("--acl", action="store_true",
+                        help="phase 2 against a broker with ACL on (inputs.FUZZ_ACL); the well-behaved "
+                             "client and the probes sign with its admin keys, a third of the inputs too")
     parser.add_argument("--atheris-child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -381,8 +400,10 @@ def main(argv: list[str] | None = None) -> int:
 
     sockets = SocketStats()
     if args.socket_inputs > 0:
-        print(f"phase 2: {args.socket_inputs} live socket inputs, {args.workers} workers", flush=True)
-        sockets = run_sockets(args.socket_inputs, args.seed, args.seconds, args.workers, args.deadline, args.keep)
+        print(f"phase 2: {args.socket_inputs} live socket inputs, {args.workers} workers"
+              + (", ACL on" if args.acl else ""), flush=True)
+        sockets = run_sockets(args.socket_inputs, args.seed, args.seconds, args.workers, args.deadline, args.keep,
+                              args.acl)
         srate = sockets.inputs / sockets.seconds if sockets.seconds else 0.0
         print(f"phase 2: {sockets.inputs} inputs in {sockets.seconds:.1f} s ({srate:.0f} inputs/s), "
               f"probe answered on {sockets.probes_answered}; well-behaved client: {sockets.good_sent} of "
