@@ -261,9 +261,12 @@ class ProducerInstance:
                 )
                 raise SendError(
                     f"half message to topic {message.topic!r} (group {self.group!r}) failed: "
-                    f"{native.last_error() or 'no detail from librocketmq'}.{ran} Check that the "
-                    "name server address is right and the topic exists (on a cluster with ACL: that "
-                    "access_key/secret_key are right and may PUB to the topic; broker.log says)."
+                    f"{native.last_error() or 'no detail from librocketmq'}.{ran} librocketmq "
+                    "2.1.0 reports most broker refusals as 'No route info', so check, in order: "
+                    "the name server address and that the topic exists; on a cluster with ACL, "
+                    "that access_key/secret_key are right and may PUB to the topic; that the "
+                    "broker can write (a full disk is refused with code 14). The broker's "
+                    "broker.log names the cause."
                 )
             message_id = result.msgId.decode("utf-8", "replace")
             key = ctx.key or _origin_property(native, handle, UNIQ_KEY) or message_id
