@@ -14,12 +14,14 @@ import json
 import os
 import sys
 import threading
+from pathlib import Path
+from typing import ClassVar
 
 BLOCKED = ("rocketmq.client", "rocketmq.ffi", "txmsg_rocketmq")
 
 
 class Block(importlib.abc.MetaPathFinder):
-    attempts: list[str] = []
+    attempts: ClassVar[list[str]] = []
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name in BLOCKED or name.startswith("txmsg_rocketmq."):
@@ -44,7 +46,7 @@ ctypes.CDLL = no_librocketmq  # type: ignore[misc,assignment]
 def main(endpoint: str, topic: str) -> int:
     os.environ["TXMSG_BACKEND"] = "rocketmq5"
     os.environ["TXMSG_ENDPOINTS"] = endpoint
-    from txmsg import ListenerRegistry, LocalTransactionState, TxMsg
+    from txmsg import ListenerRegistry, LocalTransactionState, TxMsg  # noqa: PLC0415 - only after the blocker and TXMSG_* are in place
 
     S = LocalTransactionState
     checked = threading.Event()
@@ -65,7 +67,8 @@ def main(endpoint: str, topic: str) -> int:
         producer = app.producer("pg5_isolated")
         states = [producer.send_in_transaction(topic, "x", arg=s).local_state.name for s in (S.COMMIT, S.UNKNOW)]
         got_check = checked.wait(20)
-    maps = open("/proc/self/maps").read() if os.path.exists("/proc/self/maps") else ""
+    proc_maps = Path("/proc/self/maps")
+    maps = proc_maps.read_text() if proc_maps.exists() else ""
     print(json.dumps({
         "backend": type(app.backend).__module__,
         "states": states,

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from txmsg_broker.testing import Clients, create_topic, unique, wait_until
+from txmsg_rocketmq5.backend import RocketMQ5Backend
 
 from txmsg import ExecutorConfig, ListenerRegistry, LocalTransactionState, Message
 from txmsg.message import OutgoingMessage
@@ -63,8 +64,6 @@ def test_a_failed_check_is_logged_and_never_answered_for_check_local(
 ) -> None:
     """The backend below the core: a handler that raises (the core's never does) is logged at
     ERROR and no answer is sent; the broker checks again and the next answer resolves it."""
-    from txmsg_rocketmq5.backend import RocketMQ5Backend
-
     caplog.set_level(logging.ERROR, logger="txmsg.rocketmq5")
     topic = unique("Tx5Fail")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
@@ -92,9 +91,12 @@ def test_a_failed_check_is_logged_and_never_answered_for_check_local(
             wait_until(lambda: len(delivered) == 1, timeout=20, message="the second check's COMMIT")
         assert calls[:2] == [key, key]
         stats = sender.stats()
-        assert stats["checks_failed"] == 1 and stats["checks_answered"] >= 1
+        assert stats["checks_failed"] == 1
+        assert stats["checks_answered"] >= 1
         failed = [r.getMessage() for r in caplog.records if "check-back failed" in r.getMessage()]
-        assert failed and key in failed[0] and "RuntimeError: handler broke" in failed[0]
+        assert failed
+        assert key in failed[0]
+        assert "RuntimeError: handler broke" in failed[0]
     finally:
         backend.close(timeout=10)
 
