@@ -21,7 +21,7 @@ from txmsg_broker.testing import unique
 
 def metadata(client_id: str | None = "bad-input-client") -> list[tuple[str, str]]:
     md = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2")]
-    return md + [("x-mq-client-id", client_id)] if client_id else md
+    return [*md, ("x-mq-client-id", client_id)] if client_id else md
 
 
 def message(topic: str, body: bytes = b"x", kind: int = pb.MessageType.NORMAL, **system: object) -> pb.Message:
@@ -108,7 +108,8 @@ def test_bad_requests_get_the_proxy_codes_and_store_nothing(grpc_stub):
                                   resolution=pb.TransactionResolution.COMMIT),
         metadata=metadata(), timeout=10,
     )
-    assert end.status.code == Code.INTERNAL_SERVER_ERROR and end.status.message == "cannot found transaction data"
+    assert end.status.code == Code.INTERNAL_SERVER_ERROR
+    assert end.status.message == "cannot found transaction data"
 
     # heartbeat / termination before any settings; consumer RPCs until the consumer half exists
     assert stub.Heartbeat(svc.HeartbeatRequest(), metadata=metadata("fresh"), timeout=10).status.code == (
@@ -117,9 +118,11 @@ def test_bad_requests_get_the_proxy_codes_and_store_nothing(grpc_stub):
 
     # still serving, and nothing was stored: the first good message on each 1-queue topic is offset 0
     ok = send(stub, message(normal))
-    assert ok.status.code == Code.OK and ok.entries[0].offset == 0
+    assert ok.status.code == Code.OK
+    assert ok.entries[0].offset == 0
     ok = send(stub, message(tx, kind=pb.MessageType.TRANSACTION))
-    assert ok.status.code == Code.OK and ok.entries[0].offset == 0
+    assert ok.status.code == Code.OK
+    assert ok.entries[0].offset == 0
     assert ok.entries[0].transaction_id == ok.entries[0].message_id
     time.sleep(0.2)
     assert broker.running
@@ -137,7 +140,8 @@ def test_routes_fifo_delay_and_unspecified_end(grpc_stub):
     assert route.status.code == Code.OK
     (queue,) = route.message_queues
     assert list(queue.accept_message_types) == [pb.MessageType.TRANSACTION]
-    assert queue.permission == pb.Permission.READ_WRITE and queue.broker.id == 0
+    assert queue.permission == pb.Permission.READ_WRITE
+    assert queue.broker.id == 0
     assert f"{queue.broker.endpoints.addresses[0].host}:{queue.broker.endpoints.addresses[0].port}" == (
         broker.grpc_endpoint
     )

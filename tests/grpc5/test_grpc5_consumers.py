@@ -255,7 +255,8 @@ def test_fifo_order_per_message_group_next_only_after_ack(txmsg_grpc_broker):
             p.send(message(topic, f"{g}{i}".encode(), group=g))
         got: list[bytes] = []
         (first,) = receive_until(c, 1, batch=1)
-        assert first.body == b"A1" and first.message_group == "A"
+        assert first.body == b"A1"
+        assert first.message_group == "A"
         assert c.receive(1, 30) == []  # the queue is blocked until A1 is acked
         c.ack(first)
         got.append(first.body)
@@ -298,7 +299,7 @@ def test_remoting_and_grpc_share_the_store_and_keep_their_own_progress(txmsg_grp
     broker = txmsg_grpc_broker
     topic = unique("G5Cross")
     create_topic(broker.namesrv_addr, topic, queues=2, message_type="NORMAL")
-    from rocketmq.client import Message as RemotingMessage
+    from rocketmq.client import Message as RemotingMessage  # noqa: PLC0415 - loads librocketmq: only this test needs the remoting client
 
     with Clients(broker.namesrv_addr) as clients:
         remoting_seen = clients.consumer(unique("G5CrossRemotingCG"), topic)

@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from pathlib import Path
 
 from txmsg_broker.grpc import doctor
+
+from txmsg.app import backend_entry_points
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,7 +31,8 @@ def test_both_rocketmq_clients_import_in_this_environment():
 
 def test_doctor_reports_the_combination_ok():
     rows = doctor.report()
-    assert rows and all(ok for _label, _detail, ok in rows), rows
+    assert rows, rows
+    assert all(ok for _label, _detail, ok in rows), rows
     assert any(label == "rocketmq.client (2.0.0) imports" for label, _d, _ok in rows)
 
 
@@ -56,9 +60,5 @@ def test_setup_reinstalls_the_5x_client_last_and_keeps_librocketmq():
 
 
 def test_doctor_check_is_registered_under_a_name_that_is_no_backend():
-    import importlib.metadata
-
-    from txmsg.app import backend_entry_points
-
     (ep,) = [e for e in importlib.metadata.entry_points(group="txmsg.doctor_checks") if e.value == "txmsg_broker.grpc.doctor:report"]
     assert ep.name not in {b.name for b in backend_entry_points()}  # so it runs whatever the backend
