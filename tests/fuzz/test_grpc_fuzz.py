@@ -20,8 +20,8 @@ from txmsg_broker.fuzz.live import LogWatcher
 from txmsg_broker.testing import create_topic, unique
 
 pytest.importorskip("rocketmq.grpc_protocol")
-from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
-from rocketmq.grpc_protocol import service_pb2 as svc  # noqa: E402
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as svc
 
 EXAMPLES = int(os.environ.get("TXMSG_FUZZ_EXAMPLES", "200"))
 LIVE = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
