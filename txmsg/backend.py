@@ -47,8 +47,8 @@ class Capabilities:
 
     shared_topics: bool = True
     """Two producer groups of one app may declare the same topic.  False where the broker routes
-    check-backs by topic (a RocketMQ 5 proxy): ``start()`` raises ``ValueError`` instead of letting
-    one group's ``check_local`` answer the other's transactions."""
+    check-backs by topic (a RocketMQ 5 proxy): ``start()`` raises ``ListenerDefinitionError``
+    instead of letting one group's ``check_local`` answer the other's transactions."""
     dlq_listener: bool = True
     """A ``@message_listener`` may consume ``%DLQ%<group>``.  False: that name is refused at
     registration (``InvalidNameError``); dead letters stay readable with the broker's tools."""

@@ -1,0 +1,94 @@
+"""Fixtures of the contract suite: every installed backend, on one embedded broker per test.
+
+``backend_name`` runs over every entry point of ``txmsg.backends``; each needs a way to reach the
+embedded broker (:data:`CONNECT`), and a backend installed without one fails loudly rather than
+being skipped.  The broker speaks remoting and (``grpc_port=0``) RocketMQ 5 gRPC over one store, so
+``rocketmq`` and ``rocketmq5`` meet the same broker with the same short timings (:data:`TIMINGS`).
+
+What a backend lacks is read from its declared :class:`~txmsg.backend.Capabilities`
+(``capabilities`` fixture); :func:`needs` turns a missing one into a strict expected failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from txmsg import TxMsg
+from txmsg.app import backend_entry_points, load_backend_factory
+from txmsg.backend import Capabilities, capabilities_of
+from txmsg.config import TxMsgConfig
+
+#: check every 0.5 s, transactions older than 0.5 s, discard after 3 checks: a check-back scenario
+#: resolves in about a second, "unknown until discarded" in about two
+TIMINGS: dict[str, Any] = {
+    "transaction_timeout_ms": 500,
+    "check_interval_ms": 500,
+    "check_max": 3,
+    "delay_scale": 0.001,
+}
+
+#: backend name -> its TxMsgConfig settings for a started broker fixture
+CONNECT: dict[str, Callable[[Any, Path], dict[str, Any]]] = {
+    "rocketmq": lambda broker, tmp: {
+        "name_server": broker.namesrv_addr,
+        "client_log_dir": str(tmp / "client-logs"),
+        "instance_prefix": "contract",
+    },
+    "rocketmq5": lambda broker, tmp: {"endpoints": broker.grpc_endpoint},
+}
+
+BACKENDS = [ep.name for ep in backend_entry_points()]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    if name not in CONNECT:
+        pytest.fail(
+            f"backend {name!r} is installed but the contract suite cannot reach the broker with "
+            "it: add its settings to CONNECT in tests/contract/conftest.py"
+        )
+    return name
+
+
+@pytest.fixture
+def capabilities(backend_name: str) -> Capabilities:
+    """What ``backend_name`` declares (its backend class's ``capabilities``)."""
+    return capabilities_of(load_backend_factory(backend_name))
+
+
+def needs(request: pytest.FixtureRequest, capabilities: Capabilities, name: str) -> None:
+    """Mark the running test a strict expected failure when the backend lacks ``name``."""
+    if not getattr(capabilities, name):
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason=f"declared: this backend's Capabilities.{name} is False",
+            )
+        )
+
+
+@pytest.fixture
+def broker(txmsg_broker_factory: Any) -> Any:
+    """The embedded broker, remoting and gRPC, with the contract's short timings."""
+    return txmsg_broker_factory(grpc_port=0, **TIMINGS)
+
+
+@pytest.fixture
+def make_app(backend_name: str, broker: Any, tmp_path: Path) -> Iterator[Callable[..., TxMsg]]:
+    """``make_app(**config)``: a new TxMsg on ``backend_name`` at ``broker``; all closed at the end."""
+    apps: list[TxMsg] = []
+
+    def make(**config: Any) -> TxMsg:
+        settings = {"backend": backend_name, **CONNECT[backend_name](broker, tmp_path), **config}
+        app = TxMsg(TxMsgConfig(**settings))
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close(timeout=20)

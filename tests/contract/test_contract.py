@@ -1,0 +1,580 @@
+"""Issue 14.5: one contract for every backend.
+
+Each test runs once per installed backend (``backend_name``, see conftest.py) through the public
+API only: ``TxMsg(config)``, ``@app.transactional_listener``, ``@app.message_listener``, producers.
+Deliveries are observed by message listeners of the same backend.  Where backends differ, the test
+reads the backend's declared :class:`~txmsg.backend.Capabilities` and either asserts the
+documented alternative or is a strict expected failure (:func:`~.conftest.needs`); nothing is
+skipped.  Waits are on observable events (a delivery, a counter, a log line, a barrier), bounded
+generously; none asserts a duration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import injector
+import pydantic
+import pytest
+from sqlalchemy import Integer, String, event, select
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from txmsg_broker.testing import create_topic, read_log, unique, wait_until
+
+from txmsg import (
+    ExecutorConfig,
+    InvalidNameError,
+    ListenerDefinitionError,
+    LocalTransactionState,
+    Message,
+    TransactionalProducer,
+    TxMsg,
+    TxMsgConfig,
+    TxMsgModule,
+    producer_for,
+)
+from txmsg.backend import Capabilities
+from txmsg.sqla import create_engine, create_tables, duplicates_absorbed, make_session_factory
+
+from .conftest import TIMINGS, needs
+
+S = LocalTransactionState
+CHECK_MAX = TIMINGS["check_max"]
+#: two check intervals and a little: after it, a settled transaction has no check in flight
+SETTLE_S = 2 * TIMINGS["check_interval_ms"] / 1000 + 0.3
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+class Deliveries:
+    """A message listener that records what it got (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.messages: list[Message] = []
+
+    def __call__(self, message: Message) -> None:
+        with self.lock:
+            self.messages.append(message)
+
+    def counts(self) -> Counter[str]:
+        with self.lock:
+            return Counter(m.keys or "" for m in self.messages)
+
+    def of(self, key: str) -> list[Message]:
+        with self.lock:
+            return [m for m in self.messages if m.keys == key]
+
+
+class Script:
+    """A transactional listener answering from a table: row -> (execute_local's answer,
+    check_local's successive answers); an Exception is raised instead of returned.  The row is
+    the send's ``arg`` and ``keys``."""
+
+    def __init__(self, table: dict[str, tuple[Any, list[Any]]]) -> None:
+        self.table = table
+        self.lock = threading.Lock()
+        self.checks: Counter[str] = Counter()
+
+    def execute_local(self, message: Message, row: str) -> Any:
+        answer = self.table[row][0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def check_local(self, message: Message) -> Any:
+        row = message.keys or ""
+        with self.lock:
+            index = self.checks[row]
+            self.checks[row] += 1
+        answers = self.table[row][1]
+        answer = answers[min(index, len(answers) - 1)]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def counted(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.checks)
+
+
+def _topic(broker: Any, prefix: str) -> str:
+    topic = unique(prefix)
+    create_topic(broker.namesrv_addr, topic, message_type="TRANSACTION")
+    return topic
+
+
+def _scripted_app(
+    make_app: Callable[..., TxMsg], broker: Any, table: dict[str, tuple[Any, list[Any]]], **listener: Any
+) -> tuple[TxMsg, str, str, Script, Deliveries]:
+    topic, group = _topic(broker, "ct"), unique("pg_ct")
+    app, script, got = make_app(), Script(table), Deliveries()
+    app.add_transactional_listener(script, group=group, topics=[topic], **listener)
+    app.add_message_listener(got, topic=topic, group=unique("cg_ct"))
+    return app, topic, group, script, got
+
+
+def _send_rows(app: TxMsg, group: str, topic: str, rows: dict[str, Any]) -> dict[str, str]:
+    """Send one message per row (arg = keys = row); assert the local state; row -> key."""
+    producer, keys = app.producer(group), {}
+    for row, state in rows.items():
+        result = producer.send_in_transaction(topic, f"body-{row}", arg=row, keys=row)
+        assert result.send_status == "SEND_OK", row
+        assert result.local_state == state, row
+        keys[row] = result.transaction_key
+    return keys
+
+
+def _discarded(broker: Any, topic: str) -> int:
+    """Half messages of ``topic`` the broker gave up on after check_max checks (transaction.log)."""
+    return sum(
+        1
+        for line in read_log(broker.log_dir).splitlines()
+        if "Put checked-too-many-time half message" in line and line.endswith(f"real topic={topic}")
+    )
+
+
+# ---- the transaction outcome table --------------------------------------------------------------
+OUTCOMES: dict[str, tuple[Any, list[Any]]] = {
+    "COMMIT": (S.COMMIT, []),
+    "ROLLBACK": (S.ROLLBACK, []),
+    "U_COMMIT": (S.UNKNOW, [S.COMMIT]),
+    "U_ROLLBACK": (S.UNKNOW, [S.ROLLBACK]),
+    "UU_COMMIT": (S.UNKNOW, [S.UNKNOW, S.COMMIT]),
+}
+
+
+def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    app, topic, group, script, got = _scripted_app(make_app, broker, OUTCOMES)
+    with app:
+        _send_rows(app, group, topic, {row: answers[0] for row, answers in OUTCOMES.items()})
+        wait_until(lambda: set(got.counts()) >= {"COMMIT", "U_COMMIT", "UU_COMMIT"}, timeout=20,
+                   message=lambda: f"the commits delivered (got {got.counts()}, checks {script.counted()})")
+        wait_until(lambda: script.counted().get("U_ROLLBACK") == 1, timeout=10, message="U_ROLLBACK checked")
+        threading.Event().wait(SETTLE_S)  # two more check passes: nothing else checked or delivered
+    assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
+    assert script.counted() == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
+    for row in got.counts():
+        assert got.of(row)[0].body == f"body-{row}".encode()
+
+
+def test_unknown_until_discarded(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    app, topic, group, script, got = _scripted_app(make_app, broker, {"U_FOREVER": (S.UNKNOW, [S.UNKNOW])})
+    with app:
+        _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})
+        wait_until(lambda: _discarded(broker, topic) == 1, timeout=20,
+                   message=lambda: f"the discard after {CHECK_MAX} checks (checks {script.counted()})")
+        threading.Event().wait(SETTLE_S)
+    assert script.counted() == {"U_FOREVER": CHECK_MAX}
+    assert got.counts() == Counter()
+
+
+# ---- exception safety of both callbacks ---------------------------------------------------------
+def test_execute_local_raising_maps_to_execute_exception_state(
+    make_app: Callable[..., TxMsg], broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="txmsg.transaction")
+    table: dict[str, tuple[Any, list[Any]]] = {
+        "RAISE": (RuntimeError("db down"), [S.COMMIT]),
+        "GARBAGE": ("yes please", [S.ROLLBACK]),
+    }
+    app, topic, group, script, got = _scripted_app(make_app, broker, table)  # default: UNKNOW
+    rb_topic, rb_group = _topic(broker, "ct_rb"), unique("pg_ct_rb")
+    rb_script, rb_got = Script({"RAISE_RB": (RuntimeError("disk full"), [S.COMMIT])}), Deliveries()
+    app.add_transactional_listener(
+        rb_script, group=rb_group, topics=[rb_topic], execute_exception_state=S.ROLLBACK
+    )
+    app.add_message_listener(rb_got, topic=rb_topic, group=unique("cg_ct_rb"))
+    with app:
+        _send_rows(app, group, topic, {"RAISE": S.UNKNOW, "GARBAGE": S.UNKNOW})
+        _send_rows(app, rb_group, rb_topic, {"RAISE_RB": S.ROLLBACK})
+        wait_until(lambda: got.counts() == Counter({"RAISE": 1}), timeout=20, message="RAISE committed by its check")
+        wait_until(lambda: script.counted().get("GARBAGE") == 1, timeout=10, message="GARBAGE checked")
+        threading.Event().wait(SETTLE_S)
+    assert got.counts() == Counter({"RAISE": 1})
+    assert rb_script.counted() == {}
+    assert rb_got.counts() == Counter()
+    errors = "\n".join(r.getMessage() for r in caplog.records)
+    assert "execute_local raised RuntimeError: db down" in errors
+    assert "execute_local raised RuntimeError: disk full" in errors
+    assert "execute_local returned 'yes please'" in errors
+
+
+def test_check_local_raising_is_logged_and_asked_again_never_committed(
+    make_app: Callable[..., TxMsg], broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="txmsg.transaction")
+    table: dict[str, tuple[Any, list[Any]]] = {
+        "RAISE_THEN_COMMIT": (S.UNKNOW, [ValueError("check broke"), S.COMMIT]),
+        "ALWAYS_RAISES": (S.UNKNOW, [RuntimeError("still broken")]),
+        "GARBAGE_THEN_COMMIT": (S.UNKNOW, [True, S.COMMIT]),
+    }
+    app, topic, group, script, got = _scripted_app(make_app, broker, table)
+    with app:
+        _send_rows(app, group, topic, dict.fromkeys(table, S.UNKNOW))
+        wait_until(lambda: _discarded(broker, topic) == 1, timeout=20, message="ALWAYS_RAISES discarded")
+        wait_until(lambda: set(got.counts()) == {"RAISE_THEN_COMMIT", "GARBAGE_THEN_COMMIT"}, timeout=10,
+                   message="the second answers committed")
+        threading.Event().wait(SETTLE_S)
+    assert script.counted() == {"RAISE_THEN_COMMIT": 2, "GARBAGE_THEN_COMMIT": 2, "ALWAYS_RAISES": CHECK_MAX}
+    assert got.counts() == Counter({"RAISE_THEN_COMMIT": 1, "GARBAGE_THEN_COMMIT": 1})
+    errors = "\n".join(r.getMessage() for r in caplog.records)
+    assert "check_local raised ValueError: check broke" in errors
+    assert errors.count("check_local raised RuntimeError: still broken") == CHECK_MAX
+    assert "check_local returned True" in errors
+
+
+# ---- check-backs in parallel, joined, and in flight at close ------------------------------------
+def test_check_backs_of_one_group_run_concurrently(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    """``concurrency`` checks inside check_local at once: a barrier of that size trips."""
+    n = 4
+    topic, group = _topic(broker, "ct_conc"), unique("pg_ct_conc")
+    barrier = threading.Barrier(n, timeout=15)
+    lock = threading.Lock()
+    passed: set[str] = set()
+    broken: list[str] = []
+    app = make_app()
+
+    @app.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
+    class AllTogether:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        def check_local(self, message: Message) -> S:
+            key = message.transaction_key or ""
+            with lock:
+                if key in passed:
+                    return S.COMMIT  # a re-check after the answer: nothing more to prove
+            try:
+                barrier.wait()  # returns only once n checks are inside check_local together
+            except threading.BrokenBarrierError:
+                with lock:
+                    broken.append(key)
+                return S.UNKNOW
+            with lock:
+                passed.add(key)
+            return S.COMMIT
+
+    with app:
+        producer = app.producer(group)
+        keys = {producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(n)}
+        wait_until(lambda: len(passed) + len(broken) >= n, timeout=30, message="n checks")
+    assert broken == []
+    assert passed == keys
+
+
+def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    """check_local outlives check_wait_timeout: UNKNOW is answered, the broker asks again, and
+    that check waits for the running check_local instead of starting a second one."""
+    topic, group = _topic(broker, "ct_join"), unique("pg_ct_join")
+    got, release = Deliveries(), threading.Event()
+    calls: list[str] = []
+    app = make_app(check_wait_timeout=0.3)
+
+    @app.transactional_listener(group=group, topics=[topic])
+    class Slow:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        def check_local(self, message: Message) -> S:
+            calls.append(message.transaction_key or "")
+            release.wait(20)
+            return S.COMMIT
+
+    app.add_message_listener(got, topic=topic, group=unique("cg_ct_join"))
+    with app:
+        producer = app.producer(group)
+        key = producer.send_in_transaction(topic, "slow", keys="JOIN").transaction_key
+        wait_until(lambda: producer.stats().checks.deduplicated >= 1, timeout=15,
+                   message=lambda: f"a check joining the running one ({producer.stats().checks})")
+        release.set()
+        wait_until(lambda: got.counts()["JOIN"] >= 1, timeout=15, message="the joined answer's COMMIT")
+        stats = producer.stats().checks
+    assert calls == [key]  # one check_local for every check-back of that transaction
+    assert stats.checks >= 2
+    assert stats.timed_out >= 1
+
+
+def test_close_waits_for_checks_in_flight(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    topic, group = _topic(broker, "ct_close"), unique("pg_ct_close")
+    inside, release = threading.Event(), threading.Event()
+    observer, got = make_app(), Deliveries()
+    observer.add_message_listener(got, topic=topic, group=unique("cg_ct_close"))
+    app = make_app()
+
+    @app.transactional_listener(group=group, topics=[topic])
+    class Slow:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        def check_local(self, message: Message) -> S:
+            inside.set()
+            release.wait(20)
+            return S.COMMIT
+
+    with observer:
+        app.start()
+        app.producer(group).send_in_transaction(topic, b"in-flight", keys="IN_FLIGHT")
+        assert inside.wait(15)
+        closing = threading.Thread(target=app.close, kwargs={"timeout": 20})
+        closing.start()
+        closing.join(0.5)
+        assert closing.is_alive()  # close waits for the running check ...
+        release.set()
+        closing.join(20)
+        assert not closing.is_alive()
+        # ... whose COMMIT reached the broker before the client shut down.  At least once: the
+        # broker may have re-checked a re-put copy meanwhile, which joined the running check and
+        # got its COMMIT too (a duplicate delivery, the one RocketMQ itself allows)
+        wait_until(lambda: got.counts()["IN_FLIGHT"] >= 1, timeout=15, message="the delivery")
+        assert set(got.counts()) == {"IN_FLIGHT"}
+
+
+# ---- consumers ----------------------------------------------------------------------------------
+def _committer(app: TxMsg, topic: str) -> str:
+    group = unique("pg_ct_commit")
+
+    @app.transactional_listener(group=group, topics=[topic])
+    class Commit:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    return group
+
+
+def test_consumer_retries_then_dead_letters(
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+) -> None:
+    topic, cg = _topic(broker, "ct_retry"), unique("cg_ct_retry")
+    dlq = f"%DLQ%{cg}"
+    attempts: list[int] = []
+    dead = Deliveries()
+    app = make_app()
+    group = _committer(app, topic)
+
+    @app.message_listener(topic=topic, group=cg, max_reconsume=1)
+    def always_fails(message: Message) -> None:
+        attempts.append(message.reconsume_times)
+        raise RuntimeError("poison")
+
+    if capabilities.dlq_listener:
+        create_topic(broker.namesrv_addr, dlq)
+        app.add_message_listener(dead, topic=dlq, group=unique("cg_ct_dlq"))
+    else:  # documented alternative: the DLQ is refused as a subscription; the broker keeps it
+        with pytest.raises(InvalidNameError, match="dead-letter"):
+            app.add_message_listener(dead, topic=dlq, group=unique("cg_ct_dlq"))
+    with app:
+        key = app.producer(group).send_in_transaction(topic, {"order": 1}, keys="POISON").transaction_key
+        if capabilities.dlq_listener:
+            wait_until(lambda: dead.counts() == Counter({"POISON": 1}), timeout=30, message="the DLQ copy")
+            assert dead.of("POISON")[0].json() == {"order": 1}
+        else:
+            line = f"send msg to DLQ {dlq}"
+            wait_until(lambda: line in read_log(broker.log_dir, "broker.log"), timeout=30, message=line)
+            assert key in read_log(broker.log_dir, "broker.log").split(line, 1)[1].splitlines()[0]
+    assert attempts == [0, 1]  # the first delivery + max_reconsume redeliveries, then the DLQ
+
+
+def test_a_message_listener_may_read_the_dlq(
+    request: pytest.FixtureRequest, backend_name: str, capabilities: Capabilities
+) -> None:
+    """Capability ``dlq_listener``: registering a listener on ``%DLQ%<group>`` is accepted."""
+    needs(request, capabilities, "dlq_listener")
+    app = TxMsg(TxMsgConfig(backend=backend_name))
+    app.add_message_listener(Deliveries(), topic="%DLQ%cg_orders", group="cg_dlq_reader")
+
+
+class Ledger(DeclarativeBase):
+    pass
+
+
+class LedgerRow(Ledger):
+    __tablename__ = "contract_ledger"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    message_key: Mapped[str] = mapped_column(String(128))
+
+
+def test_idempotent_consumption_applies_a_redelivered_message_once(
+    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Path
+) -> None:
+    """The first delivery's transaction commits but the acknowledgement is lost (the session
+    raises after commit): the broker redelivers, and the copy is absorbed, not applied again."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'contract.db'}")
+    create_tables(engine)
+    Ledger.metadata.create_all(engine)
+    sessions = make_session_factory(engine)
+    lose_ack = [True]
+
+    def session_factory() -> Session:
+        session = sessions()
+
+        @event.listens_for(session, "after_commit")
+        def ack_lost(committed: Session) -> None:
+            if lose_ack and applied:
+                lose_ack.clear()
+                raise ConnectionError("connection lost after commit")
+
+        return session
+
+    topic, cg = _topic(broker, "ct_idem"), unique("cg_ct_idem")
+    applied: list[int] = []
+    app = make_app()
+    group = _committer(app, topic)
+
+    @app.message_listener(topic=topic, group=cg, idempotent=True, session_factory=session_factory)
+    def apply(message: Message, session: Session) -> None:
+        session.add(LedgerRow(message_key=message.transaction_key or ""))
+        applied.append(message.reconsume_times)
+
+    try:
+        with app:
+            key = app.producer(group).send_in_transaction(topic, b"pay once").transaction_key
+            wait_until(lambda: duplicates_absorbed(sessions, cg) == 1, timeout=30,
+                       message=lambda: f"the redelivered copy absorbed (applied {applied})")
+        with sessions() as session:
+            rows = session.scalars(select(LedgerRow.message_key)).all()
+        assert rows == [key]
+        assert applied == [0]  # the redelivery never reached the handler
+    finally:
+        engine.dispose()
+
+
+# ---- payloads and injection ---------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class OrderPaid:
+    order_id: int
+    amount: str
+
+
+class OrderShipped(pydantic.BaseModel):
+    order_id: int
+    carrier: str
+
+
+def test_payload_conversion_round_trip(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    topic, cg = _topic(broker, "ct_payload"), unique("cg_ct_payload")
+    payloads: dict[str, Any] = {
+        "dict": {"order_id": 7, "items": ["a", "b"], "note": "café"},
+        "dataclass": OrderPaid(7, "12.50"),
+        "pydantic": OrderShipped(order_id=7, carrier="DHL"),
+        "bytes": b"\x00\xffraw",
+    }
+    decode: dict[str, Callable[[Message], Any]] = {
+        "dict": Message.json,
+        "dataclass": lambda m: m.decode(OrderPaid),
+        "pydantic": lambda m: m.decode(OrderShipped),
+        "bytes": lambda m: m.body,
+    }
+    seen_locally: dict[str, bytes] = {}
+    got = Deliveries()
+    app = make_app()
+    group = unique("pg_ct_payload")
+
+    @app.transactional_listener(group=group, topics=[topic])
+    class Commit:
+        def execute_local(self, message: Message, kind: str) -> S:
+            seen_locally[kind] = message.body
+            return S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    app.add_message_listener(got, topic=topic, group=cg)
+    with app:
+        producer = app.producer(group)
+        for kind, payload in payloads.items():
+            producer.send_in_transaction(topic, payload, arg=kind, keys=kind)
+        wait_until(lambda: set(got.counts()) == set(payloads), timeout=20, message="every payload")
+    for kind, payload in payloads.items():
+        message = got.of(kind)[0]
+        assert decode[kind](message) == payload, kind
+        assert message.body == seen_locally[kind], kind  # what execute_local saw is what arrived
+
+
+class Checkout:
+    """A service that gets its producer injected (module level: injector reads its hints)."""
+
+    @injector.inject
+    def __init__(self, producer: TransactionalProducer) -> None:
+        self.producer = producer
+
+
+def test_injected_producers(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    topic, group, got = _topic(broker, "ct_di"), unique("pg_ct_di"), Deliveries()
+    built: list[Any] = []
+    app = make_app()
+
+    @app.transactional_listener(group=group, topics=[topic])
+    class Commit:
+        @injector.inject
+        def __init__(self, config: TxMsgConfig) -> None:
+            built.append(config)
+
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    app.add_message_listener(got, topic=topic, group=unique("cg_ct_di"))
+    container = injector.Injector([TxMsgModule(app)])
+    app.listener_factory = container.get  # the listener is built by the injector too
+    with app:
+        checkout = container.get(Checkout)
+        assert checkout.producer is app.producer(group)
+        assert container.get(producer_for(group)) is app.producer(group)
+        checkout.producer.send_in_transaction(topic, {"order": 9}, keys="DI")
+        wait_until(lambda: got.counts() == Counter({"DI": 1}), timeout=20, message="the injected send")
+    assert built == [app.config]
+
+
+# ---- declared differences -----------------------------------------------------------------------
+def test_two_groups_sharing_a_topic(make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities) -> None:
+    """Capability ``shared_topics``: each group's check-backs reach its own check_local; where
+    the broker routes check-backs by topic, start() refuses instead (never a mixed-up answer)."""
+    topic = _topic(broker, "ct_shared")
+    app = make_app()
+    checked: dict[str, list[str]] = {}
+    groups = [unique("pg_ct_a"), unique("pg_ct_b")]
+    for group in groups:
+        seen = checked.setdefault(group, [])
+
+        class Own:
+            def __init__(self, seen: list[str] = seen) -> None:
+                self.seen = seen
+
+            def execute_local(self, message: Message, arg: Any) -> S:
+                return S.UNKNOW
+
+            def check_local(self, message: Message) -> S:
+                self.seen.append(message.transaction_key or "")
+                return S.ROLLBACK
+
+        app.add_transactional_listener(Own(), group=group, topics=[topic])
+    if not capabilities.shared_topics:
+        with pytest.raises(ListenerDefinitionError, match="routes check-backs by topic"):
+            app.start()
+        return
+    with app:
+        keys = {g: app.producer(g).send_in_transaction(topic, g).transaction_key for g in groups}
+        wait_until(lambda: all(checked[g] for g in groups), timeout=15, message="both groups checked")
+    for group in groups:
+        assert set(checked[group]) == {keys[group]}
+
+
+def test_topic_length_limit(backend_name: str, capabilities: Capabilities) -> None:
+    """Capability ``max_topic_length``: the longest topic is accepted, one more is refused at
+    registration with the limit in the message."""
+    app = TxMsg(TxMsgConfig(backend=backend_name))
+    longest = "t" * capabilities.max_topic_length
+    app.add_transactional_listener(Script({}), group="pg_ct_len", topics=[longest])
+    with pytest.raises(InvalidNameError, match=str(capabilities.max_topic_length)):
+        app.add_message_listener(Deliveries(), topic=longest + "t", group="cg_ct_len")
