@@ -35,9 +35,19 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from . import (
+    acl,
+    admin_service,
+    client_service,
+    diskfull,
+    namesrv,
+    send_service,
+    transaction_service,
+)
 from .clients import ClientRegistry
 from .config import BrokerConfig
 from .message_codec import StoredMessage
+from .registration import Registrar
 from .store import MessageStore
 from .topics import TopicManager
 from .transport import Connection, Handler, RemotingServer
@@ -46,7 +56,6 @@ from .txlog import BrokerLogs
 if TYPE_CHECKING:
     from .consumer_service import ConsumerService
     from .grpc.server import GrpcEndpoint
-    from .registration import Registrar
 
 log = logging.getLogger("txmsg_broker.broker")
 
@@ -85,23 +94,14 @@ class Broker:
         self._stop_callbacks: list[Callable[[], None]] = []
         self._sync_waiters: list[asyncio.Future[None]] = []
         self._sync_running = False
-
-        from . import (
-            admin_service,
-            client_service,
-            diskfull,
-            namesrv,
-            send_service,
-            transaction_service,
-        )
+        #: the running group commit (a reference, so the loop cannot drop the task)
+        self._sync_task: asyncio.Task[None] | None = None
 
         #: registration with external name servers (``registration.py``); None with the in-process one
         self.registrar: Registrar | None = None
         if self.namesrv_server is not None:
             namesrv.install(self)
         else:
-            from .registration import Registrar
-
             self.registrar = Registrar(self)
         client_service.install(self)
         admin_service.install(self)
@@ -110,13 +110,11 @@ class Broker:
         diskfull.install(self)
         self._install_extensions()
         if config.acl is not None:  # last: it guards every code registered above
-            from . import acl  # noqa: PLC0415 - only with ACL
-
             acl.install(self)
         #: the RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``), when ``config.grpc_port`` is set
         self.grpc: GrpcEndpoint | None = None
         if config.grpc_port is not None:
-            from .grpc.server import GrpcEndpoint
+            from .grpc.server import GrpcEndpoint  # noqa: PLC0415 - optional dependency (grpcio)
 
             self.grpc = GrpcEndpoint(self)
 
@@ -167,14 +165,14 @@ class Broker:
         self._sync_waiters.append(fut)
         if not self._sync_running:
             self._sync_running = True
-            loop.create_task(self._group_commit())
+            self._sync_task = loop.create_task(self._group_commit())
         await fut
 
     def request_sync(self) -> None:
         """Schedule a group commit without waiting for it (for writes nobody acknowledges)."""
         if self.config.flush == "sync" and self.loop is not None and not self._sync_running:
             self._sync_running = True
-            self.loop.create_task(self._group_commit())
+            self._sync_task = self.loop.create_task(self._group_commit())
 
     async def _group_commit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -185,7 +183,7 @@ class Broker:
                 batch, self._sync_waiters = self._sync_waiters, []
                 try:
                     await loop.run_in_executor(None, self.store.sync)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - every waiter gets the failure, whatever it is
                     for fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
@@ -280,7 +278,7 @@ class Broker:
             await asyncio.sleep(interval)
             try:
                 await loop.run_in_executor(None, self.store.flush)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the flush loop must keep running
                 self.logs.broker.error("FlushRealTimeService", f"flush failed: {exc!r}")
 
     async def stop(self) -> None:

@@ -12,7 +12,13 @@ from typing import Any
 
 import click
 
+from .app import ready_line
+from .broker import Broker
+from .cluster import BrokerCluster
+from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS, UPDATE_AND_CREATE_TOPIC
 from .config import BrokerConfig
+from .nameserver import NameServer
+from .rawclient import call
 
 
 @click.command("broker")
@@ -82,9 +88,6 @@ def broker(**options: Any) -> None:
 
 
 async def _serve(config: BrokerConfig) -> None:
-    from .app import ready_line
-    from .broker import Broker
-
     instance = Broker(config)
     await instance.start()
     stop = asyncio.Event()
@@ -101,8 +104,6 @@ async def _serve(config: BrokerConfig) -> None:
 
 def _serve_cluster(count: int, options: dict[str, Any]) -> None:
     """``--brokers N``: start the cluster's processes, print every address, stop them on SIGINT/SIGTERM."""
-    from .cluster import BrokerCluster
-
     if options.get("namesrv_addr"):
         raise click.UsageError("--brokers starts its own name server; leave out --namesrv-addr")
     fixed = {k: options.pop(k) for k in ("data_dir", "log_dir", "host", "namesrv_port", "broker_port")}
@@ -151,8 +152,6 @@ def _serve_cluster(count: int, options: dict[str, Any]) -> None:
 @click.option("--log-dir", default="./txmsg-namesrv-logs", show_default=True, type=click.Path(path_type=Path))
 def namesrv(host: str, port: int, log_dir: Path) -> None:
     """Run a stand-alone name server (brokers register with it; used by ``txmsg broker --brokers N``)."""
-    from .nameserver import NameServer
-
     async def serve() -> None:
         server = NameServer(host, port, log_dir)
         await server.start()
@@ -175,8 +174,6 @@ def namesrv(host: str, port: int, log_dir: Path) -> None:
 def _call(
     addr: str, code: int, ext: dict[str, str], timeout: float = 5.0, credentials: tuple[str, str] | None = None
 ) -> tuple[int, str, bytes]:
-    from .rawclient import call
-
     response = call(addr, code, ext, timeout=timeout, credentials=credentials)
     return response.code, response.remark or "", response.body
 
@@ -200,8 +197,6 @@ def create_topic(
     name: str, message_type: str | None, namesrv: str, queues: int, access_key: str | None, secret_key: str | None
 ) -> None:
     """Create or update topic NAME on every master broker (like ``mqadmin updateTopic``)."""
-    from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS, UPDATE_AND_CREATE_TOPIC
-
     keys = (access_key, secret_key) if access_key and secret_key else None
 
     try:

@@ -63,7 +63,7 @@ class NamesrvProcess:
 
     @property
     def addr(self) -> str:
-        return f"{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.port}"
+        return f"{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.port}"  # noqa: S104 - a comparison, not a bind
 
     @property
     def running(self) -> bool:
@@ -82,7 +82,7 @@ class NamesrvProcess:
         start_pos = self.console_path.stat().st_size if self.console_path.exists() else 0
         with open(self.console_path, "ab") as console:
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.proc = subprocess.Popen(
+            self.proc = subprocess.Popen(  # noqa: S603 - command(): this interpreter and our own options
                 self.command(), stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         deadline = time.monotonic() + timeout

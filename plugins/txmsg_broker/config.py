@@ -74,7 +74,7 @@ class BrokerConfig:
     @property
     def bind_ip(self) -> str:
         """The IPv4 literal this process serves on (0.0.0.0 → loopback): the name server's address."""
-        return "127.0.0.1" if self.host in ("0.0.0.0", "", "localhost") else self.host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "", "localhost") else self.host  # noqa: S104 - a comparison, not a bind
 
     @property
     def advertised_ip(self) -> str:

@@ -55,7 +55,7 @@ class NameServer:
 
     @property
     def addr(self) -> str:
-        ip = "127.0.0.1" if self.host in ("0.0.0.0", "", "localhost") else self.host
+        ip = "127.0.0.1" if self.host in ("0.0.0.0", "", "localhost") else self.host  # noqa: S104 - a comparison, not a bind
         return f"{ip}:{self.server.port}"
 
     async def start(self) -> None:

@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol, cast, overload
 
 import pytest
 
+from .acl_config import write_acl
 from .app import BrokerProcess
 from .cluster import BrokerCluster
 
@@ -81,8 +82,6 @@ def txmsg_broker_factory(
         base = tmp_path_factory.mktemp("txmsg-broker")
         merged = {**TEST_SETTINGS, "log_format": log_format, **settings}
         if isinstance(merged.get("acl"), dict):  # acl={...}: the plain_acl.yml content
-            from .acl_config import write_acl  # noqa: PLC0415 - only with ACL
-
             merged["acl"] = write_acl(base / "plain_acl.yml", merged["acl"])
         if brokers > 1:
             cluster = BrokerCluster(base / "data", base / "logs", brokers=brokers, **merged)
@@ -96,7 +95,7 @@ def txmsg_broker_factory(
     for proc in started:
         try:
             proc.stop(timeout=10)
-        except Exception:
+        except Exception:  # noqa: BLE001 - teardown: whatever went wrong, the process must go
             proc.kill()
 
 

@@ -6,6 +6,7 @@ import socket
 import struct
 from typing import Any
 
+from .acl import sign_request
 from .codec import RemotingCommand
 
 
@@ -43,8 +44,6 @@ def call(
     request = RemotingCommand.request(code, ext_fields, body, opaque=1)
     request.language = "PYTHON"
     if credentials is not None:
-        from .acl import sign_request  # noqa: PLC0415 - only with ACL
-
         sign_request(request, *credentials)
     with connect(addr, timeout) as sock:
         sock.sendall(request.encode())

@@ -174,7 +174,7 @@ def install(broker: Broker) -> None:
         queue_id = cmd.ext_int("queueId", 0)
         queue_nums = max(cfg.read_queue_nums, cfg.write_queue_nums)
         if queue_id < 0:
-            queue_id = random.randrange(cfg.write_queue_nums)
+            queue_id = random.randrange(cfg.write_queue_nums)  # noqa: S311 - spreads load, not a secret
         if queue_id >= queue_nums:
             return cmd.error(
                 SYSTEM_ERROR,

@@ -21,8 +21,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from ctypes import c_int, c_void_p
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from txmsg_rocketmq.names import consumer_names_hazard
+
+from . import cli
 
 T = TypeVar("T")
 
@@ -114,7 +119,7 @@ class InFlight:
 
 def set_producer_instance_name(producer: Any, name: str) -> None:
     """The Python wrapper has no method for it; call the C API on the producer's handle."""
-    from rocketmq.ffi import dll
+    from rocketmq.ffi import dll  # noqa: PLC0415 - loads librocketmq (native)
 
     status = dll.SetProducerInstanceName(producer._handle, name.encode())
     if status != 0:
@@ -126,9 +131,7 @@ def enable_consumer_trace(consumer: Any, on: bool = True) -> None:
     the consumer was started with trace off (apache/rocketmq-client-cpp#286). Switching it OFF again after
     ``start()`` keeps shutdown safe and stops trace messages (found by helper R). The wrapper does not
     declare this C function, so declare it (an undeclared 64-bit handle is truncated and crashes too)."""
-    from ctypes import c_int, c_void_p
-
-    from rocketmq.ffi import dll
+    from rocketmq.ffi import dll  # noqa: PLC0415 - loads librocketmq (native)
 
     dll.SetPushConsumerMessageTrace.argtypes = [c_void_p, c_int]
     dll.SetPushConsumerMessageTrace.restype = c_int
@@ -156,7 +159,7 @@ class Clients:
 
     # -- producers ------------------------------------------------------------------------------
     def producer(self, group: str | None = None, *, instance: str | None = None, **kwargs: Any) -> Any:
-        from rocketmq.client import Producer
+        from rocketmq.client import Producer  # noqa: PLC0415 - loads librocketmq (native)
 
         p = Producer(group or unique("PG"), **kwargs)
         self.instance_names[id(p)] = instance = instance or unique("inst")
@@ -176,7 +179,7 @@ class Clients:
         instance: str | None = None,
     ) -> Any:
         """A TransactionMQProducer whose checker never raises (errors → UNKNOWN) and is counted."""
-        from rocketmq.client import TransactionMQProducer, TransactionStatus
+        from rocketmq.client import TransactionMQProducer, TransactionStatus  # noqa: PLC0415 - loads librocketmq (native)
 
         in_flight = self.in_flight
 
@@ -225,8 +228,7 @@ class Clients:
         reads as ``%S``: a wide-string conversion of a garbage pointer - a segfault in ``start()``
         when the garbage is not a valid pointer, which happened in CI).
         """
-        from rocketmq.client import ConsumeStatus, PushConsumer
-        from txmsg_rocketmq.names import consumer_names_hazard
+        from rocketmq.client import ConsumeStatus, PushConsumer  # noqa: PLC0415 - loads librocketmq (native)
 
         hazard = consumer_names_hazard(group, topic)
         if hazard is not None:
@@ -310,14 +312,12 @@ def create_topic(
     topic that does not exist has no route, so such a consumer heartbeats to no broker and gets its
     queues only after librocketmq's next route refresh and heartbeat (up to 30 s).
     """
-    from .cli import create_topic as command
-
     args = [topic, "--namesrv", namesrv_addr, "--queues", str(queues)]
     if message_type:
         args += ["--type", message_type]
     if credentials is not None:  # an admin account of a broker with ACL
         args += ["--access-key", credentials[0], "--secret-key", credentials[1]]
-    command.main(args, standalone_mode=False)
+    cli.create_topic.main(args, standalone_mode=False)
 
 
 def read_log(log_dir: Any, name: str = "transaction.log") -> str:
@@ -329,12 +329,12 @@ def read_log(log_dir: Any, name: str = "transaction.log") -> str:
 
 
 __all__ = [
-    "Clients",
-    "create_topic",
-    "enable_consumer_trace",
     "HEARTBEAT_GROUP",
+    "Clients",
     "InFlight",
     "Received",
+    "create_topic",
+    "enable_consumer_trace",
     "read_log",
     "set_producer_instance_name",
     "unique",

@@ -24,6 +24,7 @@ Modelled on the Java 4.9 broker so outcomes *and* pitfalls match a real one:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import zlib
 from typing import TYPE_CHECKING
@@ -303,10 +304,9 @@ class TransactionService:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            # the loop logs its own failures; stopping only waits for it to end
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
             self._task = None
 
     async def _loop(self) -> None:
@@ -315,7 +315,7 @@ class TransactionService:
             await asyncio.sleep(interval)
             try:
                 self.check_once()
-            except Exception as exc:  # keep checking next interval, like the Java thread
+            except Exception as exc:  # noqa: BLE001 - keep checking next interval, like the Java thread
                 self.tx.error(CHECK_THREAD, f"Check error: {exc!r}")
 
     def _queue_name(self, topic: str) -> str:

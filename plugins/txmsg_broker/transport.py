@@ -11,6 +11,7 @@ Bad frames close only that one connection; a client that stops reading gets its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import socket
@@ -39,8 +40,9 @@ class Connection:
         self.transport = transport
         self.server = server
         self.id = next(_conn_ids) & 0xFFFFFFFF
-        peer = transport.get_extra_info("peername") or ("0.0.0.0", 0)
-        local = transport.get_extra_info("sockname") or ("0.0.0.0", 0)
+        # a socket already gone has no address: a placeholder for log lines, nothing binds to it
+        peer = transport.get_extra_info("peername") or ("0.0.0.0", 0)  # noqa: S104 - placeholder
+        local = transport.get_extra_info("sockname") or ("0.0.0.0", 0)  # noqa: S104 - placeholder
         self.remote_addr = f"{peer[0]}:{peer[1]}"
         self.local_addr = f"{local[0]}:{local[1]}"
         self.client_id: str | None = None
@@ -85,10 +87,8 @@ class Connection:
         if self.closed:
             return
         self.closed = True
-        try:
+        with contextlib.suppress(RuntimeError):  # the event loop is already closed
             self.transport.close()
-        except RuntimeError:
-            pass
         for cb in list(self.close_callbacks):
             try:
                 cb(self)
@@ -130,13 +130,12 @@ class FrameProtocol(asyncio.Protocol):
         self.conn: Connection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        if not isinstance(transport, asyncio.Transport):
+            raise TypeError(f"the remoting protocol needs a stream transport, got {type(transport).__name__}")
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):  # not a TCP socket, or already gone: nothing to tune
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
         transport.set_write_buffer_limits(high=8 * 1024 * 1024)
         self.conn = Connection(transport, self.server)
         self.server.connections.add(self.conn)
@@ -233,10 +232,8 @@ class RemotingServer:
                 task.cancel()
             conn.close()
         if self._server is not None:
-            try:
+            with contextlib.suppress(TimeoutError):  # stop anyway; the loop closes what is left
                 await asyncio.wait_for(self._server.wait_closed(), 2)
-            except TimeoutError:
-                pass
             self._server = None
         await asyncio.sleep(0)  # let connection_lost callbacks run
 
@@ -286,7 +283,7 @@ class RemotingServer:
             return
         except (ValueError, KeyError, TypeError) as exc:
             response = cmd.error(SYSTEM_ERROR, f"bad request (code {cmd.code}): {exc}")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one failed request must not stop the server
             self._report(
                 f"{self.name}: handler for code {cmd.code} failed: {exc!r}\n{traceback.format_exc()}"
             )

@@ -54,7 +54,7 @@ class Outcome:
 
 
 def svc() -> Any:
-    from rocketmq.grpc_protocol import service_pb2
+    from rocketmq.grpc_protocol import service_pb2  # noqa: PLC0415 - optional dependency (the grpc extra)
 
     return service_pb2
 
@@ -138,7 +138,7 @@ def random_request(method: str, rnd: random.Random, hints: list[str]) -> bytes:
 
 def call(channel: Any, method: str, body: bytes, client_id: str | None, deadline_s: float = DEADLINE_S) -> Outcome:
     """One raw call (``body`` is sent as is); never raises for an RPC error."""
-    import grpc
+    import grpc  # noqa: PLC0415 - optional dependency (the grpc extra)
 
     response_type = getattr(svc(), METHODS[method][1])
     streaming = METHODS[method][2]

@@ -161,7 +161,7 @@ class GrpcConsumer:
         return svc.HeartbeatResponse(status=ok())
 
     # -- ReceiveMessage --------------------------------------------------------------------------
-    async def ReceiveMessage(self, session: ClientSession, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+    async def ReceiveMessage(self, session: ClientSession, request: Any, context: Any) -> AsyncIterator[Any]:
         """Status, then the messages, then the delivery timestamp (``ReceiveMessageResponseStreamWriter``)."""
         try:
             async with contextlib.aclosing(self._receive(session, request, context)) as responses:
@@ -169,7 +169,7 @@ class GrpcConsumer:
                     yield response
         except ProxyError as exc:
             yield svc.ReceiveMessageResponse(status=status(exc.code, exc.message))
-        except Exception as exc:  # the proxy's "internal server error"; the broker keeps serving
+        except Exception as exc:  # noqa: BLE001 - the proxy's "internal server error"; the broker keeps serving
             self.broker.logs.broker.error("GrpcReceiveMessage", f"gRPC ReceiveMessage failed: {exc!r}")
             yield svc.ReceiveMessageResponse(
                 status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
@@ -292,7 +292,7 @@ class GrpcConsumer:
         return handle
 
     # -- AckMessage ------------------------------------------------------------------------------
-    def AckMessage(self, session: ClientSession, request: Any) -> Any:  # noqa: N802
+    def AckMessage(self, session: ClientSession, request: Any) -> Any:
         topic, group = self._validate(request.topic, request.group)
         response = svc.AckMessageResponse()
         codes: set[int] = set()
@@ -314,7 +314,7 @@ class GrpcConsumer:
         return response
 
     # -- ChangeInvisibleDuration -----------------------------------------------------------------
-    def ChangeInvisibleDuration(self, session: ClientSession, request: Any) -> Any:  # noqa: N802
+    def ChangeInvisibleDuration(self, session: ClientSession, request: Any) -> Any:
         topic, group = self._validate(request.topic, request.group)
         invisible_ms = to_ms(request.invisible_duration)
         self._validate_invisible(invisible_ms)
@@ -323,7 +323,7 @@ class GrpcConsumer:
         return svc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=new.encode())
 
     # -- ForwardMessageToDeadLetterQueue ---------------------------------------------------------
-    def ForwardMessageToDeadLetterQueue(self, session: ClientSession, request: Any) -> Any:  # noqa: N802
+    def ForwardMessageToDeadLetterQueue(self, session: ClientSession, request: Any) -> Any:
         """``ProducerProcessor.forwardMessageToDeadLetterQueue``: the copy by commit log offset, then an
         ack of the delivery (no expiry check on this path, as in the proxy)."""
         topic, group = self._validate(request.topic, request.group)
@@ -342,7 +342,7 @@ class GrpcConsumer:
         return svc.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
     # -- QueryAssignment -------------------------------------------------------------------------
-    def QueryAssignment(self, session: ClientSession, request: Any) -> Any:  # noqa: N802
+    def QueryAssignment(self, session: ClientSession, request: Any) -> Any:
         """One broker-wide queue (id -1) per broker, or every queue for a FIFO group."""
         topic, _group = self._validate(request.topic, request.group)
         cfg = self._topic(topic)

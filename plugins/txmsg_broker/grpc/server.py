@@ -113,7 +113,7 @@ class GrpcEndpoint:
         self.sessions = Sessions(broker)
         self.server: Any = None
         self.port = broker.config.grpc_port or 0
-        from .servicer import MessagingServicer
+        from .servicer import MessagingServicer  # noqa: PLC0415 - import cycle: servicer imports this module
 
         self.servicer = MessagingServicer(self)
 
@@ -138,7 +138,8 @@ class GrpcEndpoint:
         capture = _Capture()
         svc_grpc.add_MessagingServiceServicer_to_server(self.servicer, capture)
         server.add_generic_rpc_handlers([_LenientHandler(h) for h in capture.handlers])
-        host = self.broker.config.host or "0.0.0.0"
+        # an empty host is the user's explicit "all interfaces", as on the remoting port
+        host = self.broker.config.host or "0.0.0.0"  # noqa: S104 - see above; the default host is loopback
         port = server.add_insecure_port(f"{host}:{self.port}")
         if port == 0:
             raise OSError(f"cannot bind the gRPC endpoint to {host}:{self.port} (in use?)")

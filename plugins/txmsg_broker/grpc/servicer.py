@@ -37,11 +37,11 @@ THREAD = "GrpcClientManagerThreadPool_1"
 class ConsumerRpcs(Protocol):
     """What ``txmsg_broker.grpc.consumer.install(endpoint)`` returns (see the module docstring)."""
 
-    def ReceiveMessage(self, session: ClientSession, request: Any, context: Any) -> AsyncIterator[Any]: ...  # noqa: N802
-    async def AckMessage(self, session: ClientSession, request: Any) -> Any: ...  # noqa: N802
-    async def ChangeInvisibleDuration(self, session: ClientSession, request: Any) -> Any: ...  # noqa: N802
-    async def QueryAssignment(self, session: ClientSession, request: Any) -> Any: ...  # noqa: N802
-    async def ForwardMessageToDeadLetterQueue(self, session: ClientSession, request: Any) -> Any: ...  # noqa: N802
+    def ReceiveMessage(self, session: ClientSession, request: Any, context: Any) -> AsyncIterator[Any]: ...
+    async def AckMessage(self, session: ClientSession, request: Any) -> Any: ...
+    async def ChangeInvisibleDuration(self, session: ClientSession, request: Any) -> Any: ...
+    async def QueryAssignment(self, session: ClientSession, request: Any) -> Any: ...
+    async def ForwardMessageToDeadLetterQueue(self, session: ClientSession, request: Any) -> Any: ...
 
 
 def peer_address(context: Any) -> str:
@@ -92,7 +92,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
             return result
         except ProxyError as exc:
             return response_type(status=status(exc.code, exc.message))
-        except Exception as exc:  # the proxy's "internal server error" answer; the broker keeps serving
+        except Exception as exc:  # noqa: BLE001 - the proxy's "internal server error"; the broker keeps serving
             self.broker.logs.broker.error(THREAD, f"gRPC {rpc} failed: {exc!r}")
             return response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
 
@@ -103,13 +103,13 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
         return method  # type: ignore[no-any-return]
 
     # -- routes, clients -------------------------------------------------------------------------
-    async def QueryRoute(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "QueryRoute", context, svc.QueryRouteResponse,
             lambda s: routes.query_route(self.broker, request, self.endpoint.advertised_host, self.endpoint.port),
         )
 
-    async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
         return await self._unary("Heartbeat", context, svc.HeartbeatResponse, lambda s: self._heartbeat(s, request))
 
     def _heartbeat(self, session: ClientSession, request: Any) -> Any:
@@ -126,7 +126,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
             raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(settings.client_type))
         return svc.HeartbeatResponse(status=ok())
 
-    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "NotifyClientTermination", context, svc.NotifyClientTerminationResponse,
             lambda s: self._terminate(s),
@@ -138,41 +138,41 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
         return svc.NotifyClientTerminationResponse(status=ok())
 
     # -- producer --------------------------------------------------------------------------------
-    async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def SendMessage(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "SendMessage", context, svc.SendMessageResponse, lambda s: self.producer.send_message(s, request)
         )
 
-    async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "EndTransaction", context, svc.EndTransactionResponse, lambda s: self.producer.end_transaction(s, request)
         )
 
     # -- consumer (seam) -------------------------------------------------------------------------
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "QueryAssignment", context, svc.QueryAssignmentResponse,
             lambda s: self._consumer("QueryAssignment")(s, request),
         )
 
-    async def AckMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def AckMessage(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "AckMessage", context, svc.AckMessageResponse, lambda s: self._consumer("AckMessage")(s, request)
         )
 
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "ChangeInvisibleDuration", context, svc.ChangeInvisibleDurationResponse,
             lambda s: self._consumer("ChangeInvisibleDuration")(s, request),
         )
 
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         return await self._unary(
             "ForwardMessageToDeadLetterQueue", context, svc.ForwardMessageToDeadLetterQueueResponse,
             lambda s: self._consumer("ForwardMessageToDeadLetterQueue")(s, request),
         )
 
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             session = self.session(context)
             stream = self._consumer("ReceiveMessage")(session, request, context)
@@ -183,7 +183,7 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
             yield response
 
     # -- telemetry -------------------------------------------------------------------------------
-    async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> None:  # noqa: N802
+    async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> None:
         """Answer each Settings with the merged Settings (status OK); later commands pushed by the
         broker (check-backs) go down the same stream, which the client's startup waits for."""
         outbox: asyncio.Queue[Any] = asyncio.Queue()

@@ -49,7 +49,7 @@ class GrpcChannel(Connection):
     request it supports is the transaction check-back (:meth:`push_transaction_check`).
     """
 
-    def __init__(self, session: ClientSession, sessions: Sessions) -> None:  # noqa: D107
+    def __init__(self, session: ClientSession, sessions: Sessions) -> None:
         # deliberately not Connection.__init__: there is no transport
         self.session = session
         self.sessions = sessions
