@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from txmsg_health import generate, job  # noqa: E402
+from txmsg_health import generate, job
 
 REPO = Path(__file__).resolve().parents[2]
 # Logs of a real Apache RocketMQ 4.9.8 broker, kept in the repository (tests/data/README.md says

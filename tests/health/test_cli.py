@@ -22,9 +22,11 @@ def test_cli_runs_in_the_shared_session(spark: object, real_logs: Path, tmp_path
                                   "--max-discards", "1000000", "--max-undelivered-checks", "-1"])
     assert r.exit_code == 0, r.output
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["window"] == "hour" and s["flagged"]
+    assert s["window"] == "hour"
+    assert s["flagged"]
     assert all("discards" not in " ".join(g["reasons"]) for g in s["groups"].values())
-    assert "flagged" in r.output and (tmp_path / "dashboard.html").is_file()
+    assert "flagged" in r.output
+    assert (tmp_path / "dashboard.html").is_file()
 
 
 def test_cli_empty_input_fails_with_a_message(spark: object, tmp_path: Path) -> None:
@@ -32,7 +34,8 @@ def test_cli_empty_input_fails_with_a_message(spark: object, tmp_path: Path) -> 
     (tmp_path / "in" / "transaction.log").write_text("")
     r = CliRunner().invoke(main, ["health", str(tmp_path / "in"), "--out", str(tmp_path / "o")])
     assert r.exit_code != 0
-    assert "empty" in r.output and "log directory" in r.output
+    assert "empty" in r.output
+    assert "log directory" in r.output
 
 
 def test_job_module_rejects_missing_path_before_starting_spark(tmp_path: Path) -> None:
@@ -54,5 +57,6 @@ def test_spark_submit_runs_the_job_file(real_logs: Path, tmp_path: Path) -> None
     )
     assert p.returncode == 0, p.stderr[-2000:]
     s = json.loads((tmp_path / "summary.json").read_text())
-    assert s["groups"] and all(g["commit"] is not None for g in s["groups"].values())
+    assert s["groups"]
+    assert all(g["commit"] is not None for g in s["groups"].values())
     assert (tmp_path / "metrics_by_window.parquet").is_dir()

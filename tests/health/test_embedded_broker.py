@@ -26,7 +26,7 @@ def _send(producer: object, topic: str, key: str, state: object) -> str:
 
 def test_job_reads_the_embedded_brokers_logs(spark: object, txmsg_broker_factory: object,
                                               tmp_path: Path) -> None:
-    from txmsg_broker.testing import Clients, read_log, unique, wait_until
+    from txmsg_broker.testing import Clients, read_log, unique, wait_until  # noqa: PLC0415 - optional: importorskip above
 
     TS = rocketmq.TransactionStatus
     # learn_producers_from_sends: this test is about reading the logs, not about when a broker
@@ -51,15 +51,21 @@ def test_job_reads_the_embedded_brokers_logs(spark: object, txmsg_broker_factory
     ref = scan([logs])
 
     st, okg = s["groups"][stuck_group], s["groups"][ok_group]
-    assert st["unknown"] == 3 and st["transactions_with_unknown"] == 3
+    assert st["unknown"] == 3
+    assert st["transactions_with_unknown"] == 3
     assert st["discarded"] == ref.groups[stuck_group]["discarded"] >= 3
-    assert st["commit"] == 0 and st["unknown_share"] == 1.0
-    assert okg["commit"] == 6 and okg["rollback"] == 1 and okg["unknown"] == 1
+    assert st["commit"] == 0
+    assert st["unknown_share"] == 1.0
+    assert okg["commit"] == 6
+    assert okg["rollback"] == 1
+    assert okg["unknown"] == 1
     assert okg["check_commit"] == ref.groups[ok_group]["check_commit"] >= 1
     for g in (stuck_group, ok_group):
         for k in ("unknown", "rollback", "checks", "check_unknown", "discarded"):
             assert s["groups"][g][k] == ref.groups[g][k], (g, k)
-    assert stuck_group in s["flagged"] and ok_group not in s["flagged"]
-    assert set(s["groups"][stuck_group]["addresses"]) and all(
+    assert stuck_group in s["flagged"]
+    assert ok_group not in s["flagged"]
+    assert set(s["groups"][stuck_group]["addresses"])
+    assert all(
         a.startswith("127.0.0.1:") for a in st["addresses"])
     assert len(stuck_ids) == 3

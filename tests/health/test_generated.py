@@ -6,12 +6,13 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from txmsg_health import generate, job
-from txmsg_health.inputs import HealthInputError
-from txmsg_health.rules import Thresholds
+from txmsg_health.inputs import HealthInputError, parse_tz
+from txmsg_health.rules import Thresholds, evaluate
 
 from tests.health.reference import scan
 
@@ -37,7 +38,8 @@ def test_check_backs_that_never_arrive_come_first(generated: tuple[Path, generat
     _, man = generated
     s = generated_result.summary
     n = len(man.never_arrives)
-    assert n >= 3 and set(s["flagged"][:n]) == set(man.never_arrives)
+    assert n >= 3
+    assert set(s["flagged"][:n]) == set(man.never_arrives)
     for g in man.never_arrives:
         v = s["groups"][g]
         first = v["reasons"][0]
@@ -93,7 +95,8 @@ def test_per_broker(generated: tuple[Path, generate.Manifest],
         v = s["groups"][g]
         assert v["flagged_brokers"] == man.flagged_brokers[g], g
         healthy = sorted(set(v["brokers"]) - set(man.flagged_brokers[g]))
-        assert healthy and v["reasons"][-1] == (
+        assert healthy
+        assert v["reasons"][-1] == (
             f"broker_scope: flagged on {man.flagged_brokers[g][0]} only; healthy on {', '.join(healthy)}")
         assert g in s["brokers"][man.flagged_brokers[g][0]]["flagged"]
     healthy_groups = set(man.groups) - set(man.planted)
@@ -104,14 +107,14 @@ def test_49_and_5x_logs_apart_by_format(generated: tuple[Path, generate.Manifest
                                         generated_result: job.JobResult) -> None:
     """One run over 4.9 and 5.x brokers: each broker's format is named; 5.x check-backs are
     counted at INFO from the per-check line, 4.9 brokers have none."""
-    _, man = generated
     s = generated_result.summary
     for b, v in s["brokers"].items():
         assert v["format"] == ("5" if b.startswith("broker-5-") else "4.9"), (b, v)
     five_info = [g for g, v in s["groups"].items()
                  if v["brokers"] and all(b.startswith("broker-5-info") for b in v["brokers"])]
     four = [g for g, v in s["groups"].items() if all(b.startswith("broker-49-") for b in v["brokers"])]
-    assert five_info and four
+    assert five_info
+    assert four
     assert all(s["groups"][g]["checks_sent"] == 0 for g in four)
     # at INFO a C++ client's check COMMIT is not logged; the 5.x check line still counts it
     sent = sum(s["groups"][g]["checks_sent"] for g in five_info)
@@ -156,8 +159,6 @@ def test_thresholds_are_configurable(spark: object, generated: tuple[Path, gener
 
 
 def test_defaults_flag_40_percent_and_not_1_percent() -> None:
-    from txmsg_health.rules import evaluate
-
     t = Thresholds()
     base = {"unknown_per_minute": 0.0, "discarded": 0, "checks_per_transaction": 1.0}
     assert evaluate({**base, "unknown_share": 0.40, "transactions": 500}, t)
@@ -175,7 +176,12 @@ def test_globs_gz_and_mixed_inputs(spark: object, generated: tuple[Path, generat
     assert r.summary["lines"]["total"] == n_gz
     r = job.run(spark, job.JobConfig(inputs=[str(logs / "*" / "otherdays" / "*.log.gz")],  # type: ignore[arg-type]
                                      out=str(tmp_path / "b"), dashboard=False))
-    with_all = sum(sum(1 for _ in gzip.open(p, "rt")) for p in gz)
+
+    def lines_in(path: str) -> int:
+        with gzip.open(path, "rt") as f:
+            return sum(1 for _ in f)
+
+    with_all = sum(lines_in(p) for p in gz)
     assert r.summary["lines"]["total"] == with_all
 
 
@@ -217,10 +223,6 @@ def test_empty_and_missing_input_say_what_to_do(spark: object, tmp_path: Path) -
 
 
 def test_time_zone_option_parses_offsets() -> None:
-    from datetime import timedelta
-
-    from txmsg_health.inputs import parse_tz
-
     assert parse_tz("+08:00").utcoffset(None) == timedelta(hours=8)
     assert parse_tz("UTC+8").utcoffset(None) == timedelta(hours=8)
     assert parse_tz("-0530").utcoffset(None) == -timedelta(hours=5, minutes=30)

@@ -52,7 +52,8 @@ def test_counts_match_independent_scan(spark: object, real_logs: Path, tmp_path:
     assert sorted(s["brokers"]) == ["debug", "info"]
     assert all(b["format"] == "4.9" for b in s["brokers"].values())
     for g in s["groups"].values():
-        assert g["undelivered_checks"] == 0 and g["checks_sent"] == 0
+        assert g["undelivered_checks"] == 0
+        assert g["checks_sent"] == 0
         assert not any(r.startswith("check_never_arrives") for r in g["reasons"])
 
 
@@ -87,7 +88,8 @@ def test_check_back_never_arrives_on_real_logs(spark: object, real_logs: Path, t
     assert v["reasons"][0].startswith(
         "check_never_arrives: no producer of this group was connected when the broker tried to "
         "check back 3 times")
-    assert v["flagged_brokers"] == ["broker-b"] and list(v["brokers"]) == ["broker-b"]
+    assert v["flagged_brokers"] == ["broker-b"]
+    assert list(v["brokers"]) == ["broker-b"]
     assert sorted(s["brokers"]) == ["broker-a", "broker-b"]
     assert group in s["brokers"]["broker-b"]["flagged"]
     html = (tmp_path / "out" / "dashboard.html").read_text()
@@ -98,7 +100,8 @@ def test_info_only_has_no_commit_count(spark: object, real_logs: Path, tmp_path:
     s = _run(spark, [str(real_logs / "info" / "transaction.log")], tmp_path)
     assert s["groups"], "expected producer groups in the INFO log"
     for g in s["groups"].values():
-        assert g["commit"] is None and g["unknown_share"] is None
+        assert g["commit"] is None
+        assert g["unknown_share"] is None
         assert g["unknown_per_minute"] > 0
 
 
