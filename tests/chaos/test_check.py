@@ -107,7 +107,9 @@ def world(tmp_path: Path) -> Iterator[World]:
 def test_a_consistent_world_has_no_violations(world: World) -> None:
     assert world.verify() == []
     snap = check.snapshot(world.dbs)
-    assert snap.paid == {"o1", "o2"} and snap.acked == {"o1"} and snap.in_doubt == {"o2"}
+    assert snap.paid == {"o1", "o2"}
+    assert snap.acked == {"o1"}
+    assert snap.in_doubt == {"o2"}
     assert snap.rolled_back == {"o3"}
     assert snap.duplicates == {"points": 1, "logistics": 1, "cart": 1}
     assert snap.caught_up

@@ -18,13 +18,17 @@ def test_each_broker_is_a_child_the_monkey_kills_alone(tmp_path: Path) -> None:
     try:
         a, b = run.brokers
         assert (a.name, b.name, a.kind, b.kind) == ("broker-a", "broker-b", "broker", "broker")
-        assert run.cluster is not None and name_server == run.cluster.namesrv_addr
+        assert run.cluster is not None
+        assert name_server == run.cluster.namesrv_addr
         port = b.process.broker_port
         b.kill()
-        assert a.alive and not b.alive and b.kills == 1
+        assert a.alive
+        assert not b.alive
+        assert b.kills == 1
         b.start()
         wait_until(lambda: b.alive, timeout=30, message="broker-b back")
-        assert b.process.broker_port == port and b.starts == 1
+        assert b.process.broker_port == port
+        assert b.starts == 1
     finally:
         for child in run.brokers:
             child.stop(15.0)

@@ -46,7 +46,8 @@ def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory
     info = json.loads(call(cluster.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO, {}).body)
     assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}
     assert {n: v["brokerAddrs"]["0"] for n, v in info["brokerAddrTable"].items()} == cluster.broker_addrs
-    assert a.data_dir != b.data_dir and a.log_dir != b.log_dir
+    assert a.data_dir != b.data_dir
+    assert a.log_dir != b.log_dir
     # the producer's fallback route spans both brokers (autoCreateTopicEnable on each)
     assert brokers_of(cluster.namesrv_addr, "TBW102") == cluster.broker_addrs
 
@@ -139,7 +140,8 @@ def test_the_cli_starts_a_name_server_and_two_brokers_on_consecutive_ports(tmp_p
         assert first == addr_a == f"127.0.0.1:{base}"
         assert int(addr_b.rpartition(":")[2]) > base  # the next free port
         assert brokers_of(namesrv, "TBW102") == {"broker-a": addr_a, "broker-b": addr_b}
-        assert (tmp_path / "data" / "broker-b").is_dir() and (tmp_path / "logs" / "broker-b" / "broker.log").exists()
+        assert (tmp_path / "data" / "broker-b").is_dir()
+        assert (tmp_path / "logs" / "broker-b" / "broker.log").exists()
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

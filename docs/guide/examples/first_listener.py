@@ -19,9 +19,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from txmsg import ExecutorConfig, LocalTransactionState, Message, TxMsg, TxMsgConfig
 from txmsg_broker import EmbeddedBroker
 from txmsg_broker.testing import create_topic
+
+from txmsg import ExecutorConfig, LocalTransactionState, Message, TxMsg, TxMsgConfig
 
 WORK = Path(tempfile.mkdtemp(prefix="txmsg-first-"))
 

@@ -18,8 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from txmsg import LocalTransactionState, Message, TxMsg, TxMsgConfig
 from txmsg_broker.testing import create_topic
+
+from txmsg import LocalTransactionState, Message, TxMsg, TxMsgConfig
 
 
 def test_only_committed_orders_are_delivered(txmsg_broker: Any, tmp_path: Path) -> None:
