@@ -49,7 +49,8 @@ def _loads(body: bytes) -> Any:
 def _call(
     addr: str, code: int, ext: dict[str, str], timeout: float, credentials: tuple[str, str] | None = None
 ) -> tuple[int, str, bytes]:
-    from txmsg_broker.rawclient import call  # the broker plugin's tiny remoting client
+    # the broker plugin's tiny remoting client, on first use: `txmsg demo` loads this module
+    from txmsg_broker.rawclient import call  # noqa: PLC0415
 
     response = call(addr, code, ext, timeout=timeout, credentials=credentials)
     return response.code, response.remark or "", response.body
@@ -58,7 +59,7 @@ def _call(
 def cluster_info(name_server: str, *, timeout: float = 5.0) -> Cluster:
     """Brokers of the first name server in ``host:port[;host:port]`` that answers; raises
     ClusterNotReady naming every address tried when none does."""
-    from txmsg_broker.codec import GET_BROKER_CLUSTER_INFO, SUCCESS
+    from txmsg_broker.codec import GET_BROKER_CLUSTER_INFO, SUCCESS  # noqa: PLC0415 - the broker plugin on first use: `txmsg demo` loads this module
 
     problems: list[str] = []
     for addr in [a.strip() for a in name_server.split(";") if a.strip()]:
@@ -96,7 +97,7 @@ def cluster_info(name_server: str, *, timeout: float = 5.0) -> Cluster:
 
 def topic_masters(name_server: str, topic: str, *, timeout: float = 5.0) -> set[str]:
     """Names of the brokers that have ``topic`` writable, per the name server (empty: no route)."""
-    from txmsg_broker.codec import GET_ROUTEINFO_BY_TOPIC, SUCCESS
+    from txmsg_broker.codec import GET_ROUTEINFO_BY_TOPIC, SUCCESS  # noqa: PLC0415 - the broker plugin on first use: `txmsg demo` loads this module
 
     try:
         code, _, body = _call(name_server, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, timeout)
@@ -118,19 +119,18 @@ def topic_masters(name_server: str, topic: str, *, timeout: float = 5.0) -> set[
 def create_commands(name_server: str, cluster: Cluster | None, topics: Sequence[str]) -> list[str]:
     """The command lines that create ``topics`` (mqadmin for any cluster, txmsg's equivalent)."""
     names = sorted(cluster.clusters) if cluster and cluster.clusters else ["<cluster name>"]
-    lines: list[str] = []
-    for topic in topics:
-        for name in names:
-            lines.append(
-                f"mqadmin updateTopic -n {name_server} -c {name} -t {topic} "
-                f"-r {DEFAULT_QUEUES} -w {DEFAULT_QUEUES}"
-                f"   # RocketMQ 5: add  -a +message.type={MESSAGE_TYPE}"
-            )
-    for topic in topics:
-        lines.append(
-            f"txmsg topic create {topic} --namesrv {name_server} --type {MESSAGE_TYPE} "
-            f"--queues {DEFAULT_QUEUES}"
-        )
+    lines = [
+        f"mqadmin updateTopic -n {name_server} -c {name} -t {topic} "
+        f"-r {DEFAULT_QUEUES} -w {DEFAULT_QUEUES}"
+        f"   # RocketMQ 5: add  -a +message.type={MESSAGE_TYPE}"
+        for topic in topics
+        for name in names
+    ]
+    lines.extend(
+        f"txmsg topic create {topic} --namesrv {name_server} --type {MESSAGE_TYPE} "
+        f"--queues {DEFAULT_QUEUES}"
+        for topic in topics
+    )
     return lines
 
 
@@ -150,7 +150,7 @@ def ensure_topics(
     name server cannot be used, or when a broker refuses and the topic is not already on every
     master; its message lists the commands that create the topics.
     """
-    from txmsg_broker.codec import SUCCESS, UPDATE_AND_CREATE_TOPIC
+    from txmsg_broker.codec import SUCCESS, UPDATE_AND_CREATE_TOPIC  # noqa: PLC0415 - the broker plugin on first use: `txmsg demo` loads this module
 
     cluster = cluster_info(name_server, timeout=timeout)
     done: list[str] = []

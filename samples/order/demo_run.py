@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
+from txmsg_broker.app import EmbeddedBroker
 
 from samples.order import cart
 from samples.order.cluster import ensure_topics, ensure_topics_via_proxy
@@ -28,21 +29,20 @@ from samples.order.faults import FaultPlan, FaultyPaymentListener, Tally, lose_f
 from samples.order.orders import PaymentListener, create_order
 from samples.order.settings import OrderSampleSettings
 from samples.order.verify import Databases
-from samples.order.wiring import SampleNames
+from samples.order.wiring import OrderSample, SampleNames
 from txmsg import LocalTransactionState, TxMsgConfig
 from txmsg.message import Message
 
 if TYPE_CHECKING:
     from samples.order.demo import DemoOptions
-    from samples.order.wiring import OrderSample
 
 
 def create_transaction_topic(name_server: str, topic: str, queues: int = 4) -> None:
     """``txmsg topic create TOPIC --type TRANSACTION`` (``mqadmin updateTopic`` on a real
     cluster): RocketMQ 5 brokers only take transactional messages on TRANSACTION topics."""
-    done = subprocess.run(
-        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic]
-        + ["--namesrv", name_server, "--type", "TRANSACTION", "--queues", str(queues)],
+    done = subprocess.run(  # noqa: S603 - this interpreter, txmsg_broker and a fixed argument list
+        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic,
+         "--namesrv", name_server, "--type", "TRANSACTION", "--queues", str(queues)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -120,7 +120,8 @@ class DemoRun:
 
     @property
     def dbs(self) -> Databases:
-        assert self._dbs is not None, "start() first"
+        if self._dbs is None:
+            raise RuntimeError("DemoRun.dbs: call start() first")
         return self._dbs
 
     def start(self) -> list[str]:
@@ -156,8 +157,6 @@ class DemoRun:
         return done
 
     def _spawn_broker(self) -> Any:
-        from txmsg_broker.app import EmbeddedBroker
-
         opts = self.options
         return EmbeddedBroker.spawn(
             self.workdir / "broker" / "data",
@@ -171,8 +170,6 @@ class DemoRun:
         )
 
     def _start_services(self) -> None:
-        from samples.order.wiring import OrderSample
-
         opts = self.options
         names = self.names
         config = TxMsgConfig.model_validate(
@@ -230,7 +227,7 @@ class DemoRun:
     def _seed(self) -> None:
         """N orders of N/5 users, 1-3 unique SKUs each, all in the users' carts, plus one item
         per user that nobody orders (it must survive every checkout)."""
-        rng = random.Random(self.options.seed)
+        rng = random.Random(self.options.seed)  # noqa: S311 - seeded demo data, reproducible on purpose
         users = [f"user-{i:04d}" for i in range(max(1, len(self.order_ids) // 5))]
         with self.dbs.orders() as orders, orders.begin(), self.dbs.cart() as carts, carts.begin():
             for user in users:
@@ -243,7 +240,8 @@ class DemoRun:
                     cart.add_to_cart(carts, user, sku)
 
     def pay(self, order_id: str) -> LocalTransactionState | None:
-        assert self.sample is not None
+        if self.sample is None:
+            raise RuntimeError("DemoRun.pay: call start() first")
         result = self.sample.orders.pay(order_id)
         state: LocalTransactionState | None = result.local_state
         return state

@@ -58,7 +58,7 @@ class FaultPlan:
         ):
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"--{name} must be between 0 and 1, not {rate}")
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # noqa: S311 - seeded fault plan, reproducible on purpose
         fail = frozenset(o for o in order_ids if rng.random() < fail_rate)
         slow = frozenset(o for o in order_ids if rng.random() < slow_rate)
         lose_ack = frozenset(o for o in order_ids if o not in fail and rng.random() < lose_ack_rate)
@@ -68,7 +68,7 @@ class FaultPlan:
         if order_id not in self.slow:
             return 0.0
         low, high = self.slow_seconds
-        return random.Random(f"{self.seed}:{order_id}").uniform(low, high)
+        return random.Random(f"{self.seed}:{order_id}").uniform(low, high)  # noqa: S311 - seeded, reproducible
 
 
 @dataclass

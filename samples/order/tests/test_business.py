@@ -45,10 +45,12 @@ def test_pay_marks_paid_and_publishes_once(dbs: Dbs) -> None:
     assert msg.topic == TOPIC
     assert OrderPaid.from_message(msg) == OrderPaid("o-1", "u-1", 1250, ["o-1-a", "o-1-b"])
     record = get_record(dbs.orders, msg.transaction_key or "")
-    assert record is not None and record.state is RecordState.COMMITTED
+    assert record is not None
+    assert record.state is RecordState.COMMITTED
     with dbs.orders() as session:
         order = session.get(Order, "o-1")
-        assert order is not None and order.paid_by_message == msg.transaction_key
+        assert order is not None
+        assert order.paid_by_message == msg.transaction_key
     with pytest.raises(OrderNotPayable):
         service.pay("o-1")
     with pytest.raises(OrderNotFound):
@@ -121,5 +123,5 @@ def test_malformed_event_is_rejected_without_effects(dbs: Dbs) -> None:
 
 
 def test_create_order_validates_amount(dbs: Dbs) -> None:
-    with dbs.orders() as session, pytest.raises(ValueError):
+    with dbs.orders() as session, pytest.raises(ValueError, match="must be positive"):
         create_order(session, "o-x", "u", 0, [])

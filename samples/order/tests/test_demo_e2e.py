@@ -33,7 +33,8 @@ def test_demo_run_is_consistent(txmsg_broker_factory: Any, tmp_path: Path) -> No
     code = run(options, Console(file=out, width=120), broker=broker)
     text = out.getvalue()
     assert code == 0, text
-    assert "CONSISTENT" in text and "INCONSISTENT" not in text
+    assert "CONSISTENT" in text
+    assert "INCONSISTENT" not in text
     assert "resolved by check-back" in text
     assert (tmp_path / "demo" / "demo.log").is_file()
 

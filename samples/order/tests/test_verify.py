@@ -44,7 +44,9 @@ def simulate(dbs: Dbs) -> tuple[Databases, list[str], FaultPlan, Tally]:
         seed=7,
         slow_seconds=(0.05, 0.15),
     )
-    assert plan.fail and plan.slow and plan.lose_ack  # the seed exercises every path
+    assert plan.fail  # the seed exercises every path
+    assert plan.slow
+    assert plan.lose_ack
     tally = Tally()
     listener = FaultyPaymentListener(dbs.orders, plan=plan, tally=tally, answer_within=0.02)
     publisher = InlinePublisher(listener)
@@ -82,7 +84,8 @@ def test_simulated_run_is_consistent(dbs: Dbs) -> None:
     databases, order_ids, plan, tally = simulate(dbs)
     out = verify(databases, order_ids, plan, tally)
     assert out.mismatches == []
-    assert out.consistent and out.settled
+    assert out.consistent
+    assert out.settled
     assert out.paid == N - len(plan.fail) == out.points_entries == out.shipments
     # every slow one answered UNKNOW (others may too, on a loaded machine); all were resolved
     assert out.resolved_by_check == out.answered_unknow >= len(plan.slow)

@@ -14,6 +14,7 @@ from samples.order import cart, logistics, points
 from samples.order.events import TOPIC
 from samples.order.orders import PAID, create_order
 from samples.order.settings import DEFAULT_PATH, OrderSampleSettings, load
+from samples.order.wiring import OrderSample
 from txmsg import ConfigError, LocalTransactionState
 from txmsg.sqla import duplicates_absorbed
 
@@ -29,7 +30,7 @@ def test_shipped_config_file_loads() -> None:
 def test_config_errors_name_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "txmsg.toml"
     bad.write_text('name_server = "x:1"\n[order_sample]\norders_dbb = "sqlite://"\n')
-    with pytest.raises(ConfigError, match="order_sample.orders_dbb"):
+    with pytest.raises(ConfigError, match=r"order_sample\.orders_dbb"):
         load(bad, env={})
     bad.write_text('name_servr = "x:1"\n')
     with pytest.raises(ConfigError, match="name_servr"):
@@ -40,8 +41,6 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
 
 def test_sample_end_to_end(txmsg_broker: Any, tmp_path: Path) -> None:
     pytest.importorskip("txmsg_rocketmq.backend")
-    from samples.order.wiring import OrderSample
-
     subprocess.run(
         [
             sys.executable,

@@ -41,7 +41,7 @@ def test_fee_for(amount: int, fee: int) -> None:
 
 
 def test_fee_rejects_negative() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be negative"):
         fee_for(-1)
 
 
