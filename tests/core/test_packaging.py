@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-INSTALLED = {"txmsg", "txmsg_broker", "txmsg_rocketmq", "txmsg_health"}
+INSTALLED = {"txmsg", "txmsg_broker", "txmsg_rocketmq", "txmsg_rocketmq5", "txmsg_health"}
 CHECKOUT_ONLY = {"samples", "benchmarks"}
 
 
