@@ -416,11 +416,13 @@ class TxMsg:
             self._close_all(self.config.close_timeout if timeout is None else timeout)
 
     def _close_all(self, timeout: float) -> None:
-        for stop in reversed(self._stops):
-            _quietly("stop a consumer", stop, timeout)
+        # Consumers and then producers each stop in parallel, so `timeout` bounds every stage
+        # instead of adding up per group (a long-polling consumer may take its poll to notice).
+        _in_parallel("stop a consumer", [(stop, timeout) for stop in reversed(self._stops)])
         self._stops.clear()
-        for producer in self._producers.values():
-            _quietly(f"close producer {producer.group}", producer.close, timeout)
+        _in_parallel(
+            "close a producer", [(producer.close, timeout) for producer in self._producers.values()]
+        )
         for group, listener in self._instances.items():
             close = getattr(listener, "close", None)
             if callable(close):
@@ -480,6 +482,22 @@ class TxMsg:
 
     def __repr__(self) -> str:
         return f"<TxMsg {self._state} groups={sorted(self.registry.listeners)}>"
+
+
+def _in_parallel(what: str, calls: list[tuple[Callable[[float], None], float]]) -> None:
+    """Run each ``fn(timeout)`` on its own thread and wait for all of them; never raises."""
+    if len(calls) <= 1:
+        for fn, timeout in calls:
+            _quietly(what, fn, timeout)
+        return
+    threads = [
+        threading.Thread(target=_quietly, args=(what, fn, timeout), name=f"txmsg-close-{n}")
+        for n, (fn, timeout) in enumerate(calls)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +320,26 @@ def test_app_decorator_refuses_a_function_with_the_registry_message() -> None:
     app = new_app()
     with pytest.raises(ListenerDefinitionError, match="decorates a class"):
         app.transactional_listener(group="f-tx")(lambda: None)  # type: ignore[arg-type]
+
+
+def test_consumers_stop_in_parallel_so_the_timeout_does_not_add_up() -> None:
+    """Two consumers that each take their whole stop: close() must not wait for them in turn."""
+    backend = DoubleBackend()
+    app = new_app(backend)
+    app.add_message_listener(lambda m: None, topic="orders", group="points")
+    app.add_message_listener(lambda m: None, topic="orders", group="cart")
+    app.start()
+    both_stopping = threading.Barrier(2, timeout=10)
+    original = backend.subscriptions
+
+    def slow_stop_for(group: str) -> Any:
+        def stop(timeout: float) -> None:
+            both_stopping.wait()  # only passes if the other stop runs at the same time
+            original[group].stopped = True
+
+        return stop
+
+    app._stops = [slow_stop_for("points"), slow_stop_for("cart")]
+    app.close(timeout=1)
+    assert original["points"].stopped
+    assert original["cart"].stopped
