@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.chaos.faults import FAULT_CHOICES
-from benchmarks.chaos.run import ChaosResult, ChaosRun, RunOptions
+from benchmarks.chaos.run import BACKENDS, ChaosResult, ChaosRun, RunOptions, backend_problem
 from benchmarks.chaos.settings import ChaosSettings
 
 MODES = {
@@ -83,6 +83,15 @@ def _pair(value: str) -> tuple[float, float]:
     help="kill (kill -9 strikes), network (fault-proxy strikes: latency, reset, half-open, "
     "partition - see benchmarks/chaos/faults.py), or kill,network (both at once)",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="rocketmq",
+    show_default=True,
+    help="the services' txmsg backend: rocketmq (librocketmq over remoting) or rocketmq5 (the "
+    "5.x client over gRPC; the broker also serves gRPC on a port kept across restarts; "
+    "one broker, kill faults)",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--settle-timeout", default=240.0, show_default=True, type=float)
 @click.option("-v", "--verbose", is_flag=True, help="log every strike and settle poll")
@@ -99,6 +108,7 @@ def chaos_command(
     workdir: Path | None,
     brokers: int,
     fault_kinds: tuple[str, ...],
+    backend: str,
     seed: int,
     settle_timeout: float,
     verbose: bool,
@@ -109,6 +119,9 @@ def chaos_command(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    problem = backend_problem(backend, brokers, fault_kinds)
+    if problem:
+        raise click.UsageError(problem)
     m_strikes, m_interval, m_pause, m_producers, m_consumers = MODES[mode]
     workdir = workdir or Path(tempfile.mkdtemp(prefix="txmsg-chaos-"))
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", str(workdir / "rocketmq-client"))
@@ -129,10 +142,11 @@ def chaos_command(
         brokers=brokers,
         faults=fault_kinds,
         network_strikes=NETWORK_STRIKES[mode],
+        backend=backend,
     )
     console = Console()
     console.print(
-        f"chaos run ({mode}, faults {','.join(fault_kinds)}) in {workdir}: "
+        f"chaos run ({mode}, backend {backend}, faults {','.join(fault_kinds)}) in {workdir}: "
         + (f"{options.strikes} kill strikes, " if "kill" in fault_kinds else "")
         + (f"{options.network_strikes} network strikes, " if "network" in fault_kinds else "")
         + f"{options.brokers} broker(s), {settings.producers} producers, "

@@ -91,8 +91,14 @@ class ChaosPaymentListener(PaymentListener):
 
 
 def _client_config(settings: ChaosSettings, name: str, extra: dict[str, Any]) -> TxMsgConfig:
+    backend = (
+        {"backend": "rocketmq5", "endpoints": settings.endpoints}
+        if settings.backend == "rocketmq5"
+        else {"backend": settings.backend}
+    )
     return TxMsgConfig.model_validate(
         {
+            **backend,
             "name_server": settings.name_server,
             "client_log_dir": str(settings.workdir / "rocketmq-client" / name),
             "close_timeout": 5.0,

@@ -50,6 +50,36 @@ class RunOptions:
     """``kill`` (the kill -9 monkey), ``network`` (fault-proxy strikes: benchmarks.chaos.faults)."""
     network_strikes: int = 8
     network_gap: tuple[float, float] = (2.0, 4.0)
+    backend: str = "rocketmq"
+    """``rocketmq5``: the broker also serves gRPC (a fixed port across restarts) and the services
+    use the 5.x client against it; one broker, kill faults only (see :func:`backend_problem`)."""
+
+
+BACKENDS = ("rocketmq", "rocketmq5")
+
+
+def backend_problem(backend: str, brokers: int, fault_kinds: tuple[str, ...]) -> str | None:
+    """Why this combination cannot run (None: it can).
+
+    The embedded broker's gRPC endpoint is a local-mode proxy of one broker (broker-a of a
+    cluster), so rocketmq5 clients would never see broker-b; and the fault proxy relays the
+    remoting ports that brokers publish as ``brokerIP1``, which gRPC clients do not use.
+    """
+    if backend not in BACKENDS:
+        return f"backend {backend!r}: use one of {', '.join(BACKENDS)}"
+    if backend != "rocketmq5":
+        return None
+    if brokers != 1:
+        return (
+            "--backend rocketmq5 runs against one broker: its gRPC endpoint serves that broker "
+            "only (broker-a of a cluster); use --brokers 1"
+        )
+    if "network" in fault_kinds:
+        return (
+            "--backend rocketmq5 takes --faults kill only: the fault proxy relays the remoting "
+            "broker ports, not the gRPC endpoint the 5.x client talks to"
+        )
+    return None
 
 
 @dataclass
@@ -76,6 +106,9 @@ class ChaosResult:
 
 class ChaosRun:
     def __init__(self, settings: ChaosSettings, options: RunOptions) -> None:
+        problem = backend_problem(options.backend, options.brokers, options.faults)
+        if problem:
+            raise ValueError(problem)
         self.settings = settings
         self.options = options
         self.brokers: list[BrokerChild] = []
@@ -98,7 +131,12 @@ class ChaosRun:
         name_server = self._start_brokers(workdir)
         self._start_proxy()
         self.settings = self.settings.model_copy(
-            update={"name_server": name_server, "database_urls": urls}
+            update={
+                "name_server": name_server,
+                "database_urls": urls,
+                "backend": self.options.backend,
+                "endpoints": self.brokers[0].process.grpc_endpoint or "",
+            }
         )
         settings_file = str(self.settings.save())
         # 8 queues: enough for every consumer instance of a service to own some
@@ -181,7 +219,9 @@ class ChaosRun:
     @property
     def broker_settings(self) -> dict[str, Any]:
         extra = NetworkFaults.broker_settings() if self.network is not None else {}
-        return {**BROKER_SETTINGS, **extra}
+        # rocketmq5: a gRPC endpoint on a free port, which BrokerProcess keeps for restarts
+        grpc = {"grpc_port": 0} if self.options.backend == "rocketmq5" else {}
+        return {**BROKER_SETTINGS, **extra, **grpc}
 
     def _start_proxy(self) -> None:
         if self.network is None:

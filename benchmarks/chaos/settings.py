@@ -20,7 +20,12 @@ class ChaosSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workdir: Path
+    backend: str = "rocketmq"
+    """The services' txmsg backend: ``rocketmq`` (remoting, ``name_server``) or ``rocketmq5``
+    (the 5.x client over gRPC, ``endpoints``)."""
     name_server: str = ""
+    endpoints: str = ""
+    """``rocketmq5``: the broker's gRPC endpoint (fixed across restarts, as its other ports)."""
     database_urls: dict[str, str] = Field(default_factory=dict)
     """service -> SQLAlchemy URL (SQLite file, or PostgreSQL with a per-service search_path)."""
     producers: int = Field(default=3, ge=1)
