@@ -2,7 +2,9 @@
 order-service producers and two consumers per downstream service, then the database check.
 
 It runs the real command in a subprocess, exactly as ``txmsg chaos --mode short`` does, on
-PostgreSQL when the test command provides one (``TXMSG_TEST_PG_URL``), else on SQLite.
+PostgreSQL when the test command provides one (``TXMSG_TEST_PG_URL``), else on SQLite; once per
+backend (issue 14.6): ``rocketmq`` over remoting and ``rocketmq5`` over the broker's gRPC endpoint,
+with the same checker.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import pytest
 
 
 @pytest.mark.timeout(1200)
-def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["rocketmq", "rocketmq5"])
+def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend: str) -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -26,6 +29,8 @@ def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path) -> None:
         "short",
         "--workdir",
         str(tmp_path / "chaos"),
+        "--backend",
+        backend,
     ]
     pg = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
     if pg:
@@ -35,6 +40,7 @@ def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path) -> None:
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
+    assert f"backend {backend}," in output, output[:500]
     result = re.search(r"^RESULT chaos (.*)$", output, re.M)
     assert result, output[-3000:]
     fields = dict(item.split("=") for item in result.group(1).split())
