@@ -73,7 +73,7 @@ INTERESTING_STRINGS: tuple[str, ...] = (
     "k\x01v\x02", "TRAN_MSG\x01true\x02", "UNIQ_KEY\x01u1\x02TAGS\x01t\x02KEYS\x01k\x02",
     "DELAY\x013\x02", "\x01\x02\x01", "*", "a || b", "+message.type=TRANSACTION",
     "+message.type=bogus", "127.0.0.1:10911", "7F0000010000291F0000000000000000", "JAVA", "CPP",
-    "PYTHON", "JSON", "ROCKETMQ",
+    "PYTHON", "JSON", "ROCKETMQ", "txmsg-fuzz-admin", "ALIYUN", "2jmj7l5rSw0yVb/vlWAYkK/YBwk=",
 )
 EXT_KEYS: tuple[str, ...] = (
     "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset", "suspendTimeoutMillis",
