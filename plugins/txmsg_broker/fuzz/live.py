@@ -13,6 +13,7 @@ a huge declared length end the exchange instead of waiting forever.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import socket
@@ -111,10 +112,8 @@ def exchange(addr: str, data: bytes, *, deadline: float = 10.0, credentials: Cre
                     except OSError:  # the broker closed first (bad frame): stop writing, keep reading
                         sent = len(out)
                     if sent >= len(out):
-                        try:
+                        with contextlib.suppress(OSError):  # already closed by the broker
                             sock.shutdown(socket.SHUT_WR)
-                        except OSError:
-                            pass
                         sel.modify(sock, selectors.EVENT_READ)
     finally:
         sel.close()
@@ -130,9 +129,11 @@ def problems(data: bytes, result: Exchange) -> list[str]:
         found.append(f"hang: no close within {result.seconds:.1f} s after the client half-closed")
     if result.leftover:
         found.append(f"the broker wrote {len(result.leftover)} bytes that are not a whole valid frame")
-    for answer in result.answers:
-        if "internal error" in (answer.remark or ""):
-            found.append(f"undocumented exception in a handler: code {answer.code} {answer.remark!r}")
+    found.extend(
+        f"undocumented exception in a handler: code {answer.code} {answer.remark!r}"
+        for answer in result.answers
+        if "internal error" in (answer.remark or "")
+    )
     model = walk_frames(data)
     if model.clean_end and not model.uncertain and not result.probe_answered and not result.hung:
         found.append("the connection stopped serving: a clean frame sequence, but the probe got no answer")
