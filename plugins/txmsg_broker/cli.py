@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import sys
 import time
@@ -12,6 +11,7 @@ from typing import Any
 
 import click
 
+from . import fastjson
 from .app import ready_line
 from .broker import Broker
 from .cluster import BrokerCluster
@@ -206,7 +206,7 @@ def create_topic(
     if code != SUCCESS:
         raise click.ClickException(f"name server {namesrv} refused cluster info (code {code}): {remark}")
     try:
-        info = json.loads(body)
+        info = fastjson.loads(body)
         masters = [
             b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0)
             for b in info.get("brokerAddrTable", {}).values()

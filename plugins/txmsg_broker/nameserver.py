@@ -18,6 +18,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from . import fastjson
 from .codec import (
     GET_BROKER_CLUSTER_INFO,
     GET_ROUTEINFO_BY_TOPIC,
@@ -115,7 +116,7 @@ class NameServer:
         return cmd.response(body=body)
 
     async def _cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(body=json.dumps(self.routes.cluster_info(), separators=(",", ":")).encode())
+        return cmd.response(body=fastjson.dumps(self.routes.cluster_info()))
 
     def _channel_closed(self, conn: Connection) -> None:
         for entry in self.routes.remove_channel(conn):

@@ -15,9 +15,9 @@ next route refresh (librocketmq: 3 s after its start, then every 30 s).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
+from . import fastjson
 from .codec import GET_BROKER_CLUSTER_INFO, GET_ROUTEINFO_BY_TOPIC, TOPIC_NOT_EXIST, RemotingCommand
 from .topics import DEFAULT_TOPIC, SUGGEST_APPLY_TOPIC, TopicConfig, validate_topic_name
 from .transport import Connection
@@ -47,7 +47,7 @@ def route_body(broker: Broker, cfg: TopicConfig) -> bytes:
         ],
         "filterServerTable": {},
     }
-    return json.dumps(route, separators=(",", ":")).encode()
+    return fastjson.dumps(route)
 
 
 def resolve_topic(broker: Broker, topic: str) -> TopicConfig | None:
@@ -83,7 +83,7 @@ def install(broker: Broker) -> None:
             },
             "clusterAddrTable": {broker.config.cluster_name: [broker.broker_name]},
         }
-        return cmd.response(body=json.dumps(body, separators=(",", ":")).encode())
+        return cmd.response(body=fastjson.dumps(body))
 
     server = broker.namesrv_server
     if server is None:  # external name servers (several brokers: nameserver.py) route this broker

@@ -18,10 +18,11 @@ results are the same.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import fastjson
 
 #: 4.9.8 ``RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME``
 BROKER_EXPIRED_MS = 120_000
@@ -139,7 +140,7 @@ class RouteTable:
 
     def route_body(self, topic: str) -> bytes | None:
         route = self.route(topic)
-        return None if route is None else json.dumps(route, separators=(",", ":")).encode()
+        return None if route is None else fastjson.dumps(route)
 
     def cluster_info(self) -> dict[str, Any]:
         """GET_BROKER_CLUSTER_INFO's body: every master, and the brokers of every cluster."""

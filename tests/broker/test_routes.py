@@ -12,11 +12,12 @@ import json
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from rocketmq.client import Message
 from rocketmq.exceptions import ProducerSendSyncFailed
-from txmsg_broker import EmbeddedBroker, codec
+from txmsg_broker import EmbeddedBroker, codec, fastjson
 from txmsg_broker.app import READY_PATTERN
 from txmsg_broker.rawclient import call
 from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
@@ -47,7 +48,7 @@ def test_unknown_topic_has_no_route_until_the_first_send_creates_it(txmsg_broker
     after = route(txmsg_broker.namesrv_addr, topic)  # registered at once, as 4.9.8's registerBrokerAll
     assert after.code == codec.SUCCESS
     assert after.is_response
-    data = json.loads(after.body)
+    data = fastjson.loads(after.body)
     (queue,) = data["queueDatas"]
     assert queue["writeQueueNums"] == 4
     assert queue["readQueueNums"] == 4
@@ -62,11 +63,11 @@ def test_unknown_topic_has_no_route_until_the_first_send_creates_it(txmsg_broker
 
 def test_the_default_topic_is_what_producers_fall_back_to(txmsg_broker):
     """TBW102: 8 queues, perm RWX (inherit); a created topic gets min(client's default, 8) queues."""
-    (queue,) = json.loads(route(txmsg_broker.namesrv_addr, "TBW102").body)["queueDatas"]
+    (queue,) = fastjson.loads(route(txmsg_broker.namesrv_addr, "TBW102").body)["queueDatas"]
     assert (queue["readQueueNums"], queue["writeQueueNums"], queue["perm"]) == (8, 8, 7)
     topic = unique("TwoQ")
     assert call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic, 2), b"x").code == 0
-    (created,) = json.loads(route(txmsg_broker.namesrv_addr, topic).body)["queueDatas"]
+    (created,) = fastjson.loads(route(txmsg_broker.namesrv_addr, topic).body)["queueDatas"]
     assert (created["readQueueNums"], created["writeQueueNums"]) == (2, 2)
 
 
@@ -100,7 +101,7 @@ def test_retry_topic_is_created_by_the_heartbeat_not_by_the_route_query(txmsg_br
     assert call(txmsg_broker.broker_addr, codec.HEART_BEAT, {}, body).code == codec.SUCCESS
     response = route(txmsg_broker.namesrv_addr, RETRY_PREFIX + group)
     assert response.code == codec.SUCCESS
-    (queue,) = json.loads(response.body)["queueDatas"]
+    (queue,) = fastjson.loads(response.body)["queueDatas"]
     assert queue["readQueueNums"] == 1
 
 
@@ -145,7 +146,7 @@ def test_unknown_request_code_is_not_supported_on_both_ports(txmsg_broker):
 def test_cluster_info_lists_the_master(txmsg_broker):
     response = call(txmsg_broker.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO)
     assert response.code == codec.SUCCESS
-    table = json.loads(response.body)["brokerAddrTable"]
+    table = fastjson.loads(response.body)["brokerAddrTable"]
     assert [b["brokerAddrs"]["0"] for b in table.values()] == [txmsg_broker.broker_addr]
 
 
@@ -215,3 +216,17 @@ def test_embedded_broker_in_process_restart_keeps_ports_and_data(tmp_path):
     finally:
         broker.stop()
     assert not broker.running
+
+
+def test_name_server_answers_in_fastjsons_non_strict_form_like_4_9_8(txmsg_broker: Any) -> None:
+    """A real 4.9.8 name server leaves numeric map keys unquoted ({0:"host:port"}); a tool that
+    parses its answers strictly fails on a real cluster, so it must fail here too."""
+    create_topic(txmsg_broker.namesrv_addr, "FastjsonT")
+    for answer in (
+        route(txmsg_broker.namesrv_addr, "FastjsonT"),
+        call(txmsg_broker.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO),
+    ):
+        assert b'"brokerAddrs":{0:"' in answer.body
+        with pytest.raises(ValueError, match="property name"):
+            json.loads(answer.body)
+        assert fastjson.loads(answer.body)

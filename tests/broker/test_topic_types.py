@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from click.testing import CliRunner
 from rocketmq.client import Message, SendStatus, TransactionStatus
 from rocketmq.exceptions import RocketMQException
-from txmsg_broker import codec
+from txmsg_broker import codec, fastjson
 from txmsg_broker.cli import topic as topic_cli
 from txmsg_broker.message_codec import properties_to_string
 from txmsg_broker.rawclient import call
@@ -57,7 +55,7 @@ def test_typed_topics_reject_the_other_kind(txmsg_broker):
     create(txmsg_broker.namesrv_addr, tx_topic, "TRANSACTION")
     route = call(txmsg_broker.namesrv_addr, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": tx_topic})
     assert route.code == codec.SUCCESS
-    assert json.loads(route.body)["queueDatas"][0]["writeQueueNums"] == 4
+    assert fastjson.loads(route.body)["queueDatas"][0]["writeQueueNums"] == 4
 
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.producer()

@@ -4,7 +4,6 @@ a ``kill -9``'d broker dropped from the routes and back after its restart, ``txm
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from txmsg_broker import codec
+from txmsg_broker import codec, fastjson
 from txmsg_broker.cli import topic as topic_command
 from txmsg_broker.cluster import next_free_port
 from txmsg_broker.rawclient import call
@@ -30,7 +29,7 @@ def brokers_of(namesrv: str, topic: str) -> dict[str, str]:
     answer = route(namesrv, topic)
     if answer.code != codec.SUCCESS:
         return {}
-    return {b["brokerName"]: b["brokerAddrs"]["0"] for b in json.loads(answer.body)["brokerDatas"]}
+    return {b["brokerName"]: b["brokerAddrs"]["0"] for b in fastjson.loads(answer.body)["brokerDatas"]}
 
 
 def send_ext(topic: str) -> dict[str, object]:
@@ -43,7 +42,7 @@ def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory
     cluster = txmsg_broker_factory(brokers=2)
     a, b = cluster.brokers
     assert cluster.broker_addrs == {"broker-a": a.broker_addr, "broker-b": b.broker_addr}
-    info = json.loads(call(cluster.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO, {}).body)
+    info = fastjson.loads(call(cluster.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO, {}).body)
     assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}
     assert {n: v["brokerAddrs"]["0"] for n, v in info["brokerAddrTable"].items()} == cluster.broker_addrs
     assert a.data_dir != b.data_dir
@@ -60,7 +59,7 @@ def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory
     assert f"create topic to {a.broker_addr} success." in result.output
     assert f"create topic to {b.broker_addr} success." in result.output
     # routed as soon as the command returns (the brokers register before answering)
-    data = json.loads(route(cluster.namesrv_addr, topic).body)
+    data = fastjson.loads(route(cluster.namesrv_addr, topic).body)
     assert [(q["brokerName"], q["writeQueueNums"]) for q in data["queueDatas"]] == [
         ("broker-a", 4), ("broker-b", 4)
     ]

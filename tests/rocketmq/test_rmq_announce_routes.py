@@ -3,12 +3,11 @@ re-announcing when a route gains a broker, and the name-server query it relies o
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from txmsg_broker import codec
+from txmsg_broker import codec, fastjson
 from txmsg_broker.rawclient import call
 from txmsg_rocketmq import announce as announce_mod
 from txmsg_rocketmq.announce import Announcer
@@ -94,7 +93,7 @@ def test_route_query_against_the_embedded_broker(txmsg_broker: Any) -> None:
     assert query_route(ns, "NoSuchTopicYet").masters == frozenset()
     assert query_route(ns, DEFAULT_TOPIC).masters == {txmsg_broker.broker_addr}
     assert query_route(f"127.0.0.1:1;{ns}", DEFAULT_TOPIC).masters == {txmsg_broker.broker_addr}
-    direct = json.loads(call(ns, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": DEFAULT_TOPIC}).body)
+    direct = fastjson.loads(call(ns, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": DEFAULT_TOPIC}).body)
     assert direct["brokerDatas"][0]["brokerAddrs"]["0"] == txmsg_broker.broker_addr
 
 
