@@ -2,7 +2,7 @@
 
 Why: the health job reads both formats (``spark/txmsg_health/patterns.py``), and its 5.x path should be
 testable on logs of live remoting runs, not only on gRPC traffic. The check here is the job's own
-reading of a line, in Python: its header regex, its quote test for the version, and its 5.x
+reading of a line, in Python: its header cut, its quote test for the version, and its 5.x
 check-back marker.
 """
 
@@ -24,12 +24,17 @@ CHECK_SENT_MARK = getattr(patterns, "CHECK_SENT_MARK", "Check transaction. real_
 
 
 def header_version(line: str) -> str:
-    """How the health job reads a header line (stage2/stage2b): cut by ``RX_HEADER``, split at commas,
-    ``4.9`` when the group is quoted, else ``5``; a header it cannot cut fails the test."""
-    match = re.search(patterns.RX_HEADER, line)
-    assert match, f"the health job's header regex does not match: {line}"
-    fields = match.group(1).split(",")
-    assert len(fields) == 7, line
+    """How the health job reads a header line (``patterns.stage2``): cut after ``HEADER`` up to the
+    closing brace, split at commas, every field name in ``HEADER_FIELDS`` order (4.9.5+ adds a
+    trailing `` bname=``); ``4.9`` when the group is quoted, else ``5``.  A header the job could
+    not read fails the test."""
+    assert patterns.HEADER in line, f"no EndTransactionRequestHeader in: {line}"
+    rest = line.split(patterns.HEADER, 1)[1]
+    assert "}" in rest, f"the header is cut off: {line}"
+    fields = rest.split("}", 1)[0].split(",")
+    names = patterns.HEADER_FIELDS
+    assert len(fields) >= len(names), line
+    assert all(f.startswith(n) for f, n in zip(fields, names, strict=False)), line
     return "4.9" if fields[0][len("producerGroup="):].startswith("'") else "5"
 
 
