@@ -3,7 +3,7 @@
     python -m benchmarks.check_scaling [--transactions 200] [--ns default,1,4,16,32] [--sleep 0.1]
                                        [--backend rocketmq|rocketmq5]
 
-What it does, in one run against one embedded broker (child process, transactionTimeOut 1 s,
+What it does, in one run against one embedded broker (child process, transactionTimeOut 0.2 s,
 check interval 3 s by default):
 
 * **raw**: rocketmq-client-python's ``TransactionMQProducer`` (one instance: librocketmq checks
@@ -22,7 +22,9 @@ pass landing mid-burst would check only the first part and leave the rest for a 
 interval later, which measures the broker's timer rather than the checker (rocketmq5 N = 4 once
 gave bound_ratio 0.71 that way, 0.96-0.98 otherwise).  Aligned, every transaction sent before
 ``pass + interval - transactionTimeOut`` is checked by the next pass; a burst that overruns that
-window is flagged ``SPLIT`` in its row.  Both backends and the raw baselines run the same way.  It
+window is sent again (``--attempts``, default 3); one still split after that is flagged ``SPLIT``
+in its row.  transactionTimeOut is short (0.2 s) to make that window
+2.8 s: gRPC sends of 200 transactions took up to 2.6 s on the loaded 2-core machine.  Both backends and the raw baselines run the same way.  It
 reports check-backs/s (distinct transactions answered / time from the first check's start to
 the last transaction's first answer), the ideal N/sleep, their ratio, the bound
 M / (ceil(M/N) * sleep) that whole rounds of N checks allow (200 on 32 threads = 7 rounds, so
@@ -43,6 +45,7 @@ bound_ratio=<min> ratio=<min txmsg ratio to N/sleep>``.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import logging
 import math
@@ -275,20 +278,30 @@ def _drive(
     args: argparse.Namespace,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    # Start the burst just after a check pass began, so the next pass sees all of it (docstring).
-    pass_begin = args.passes.wait_next(timeout=args.check_interval_ms / 1000 * 3 + 10)
-    started = time.monotonic()
-    keys = [send(i) for i in range(args.transactions)]
-    send_s = time.monotonic() - started
-    window_end = pass_begin + (args.check_interval_ms - args.transaction_timeout_ms) / 1000
-    overrun = time.time() - window_end  # > 0: the next pass saw only part of the burst
-    answered = reached(lambda: recorder.answered(keys), timeout=args.max_wait)
-    # Let re-checks of re-put copies (if any) run and their deliveries arrive: every message
-    # delivered and no delivery for two check intervals.
-    quiet = args.check_interval_ms / 1000 * 2
-    reached(lambda: deliveries.settled(keys, quiet=quiet), timeout=args.max_wait)
+    # Start the burst just after a check pass began, so the next pass sees all of it (docstring);
+    # a burst that overran the window (a loaded machine) is measured again, up to --attempts.
+    for attempt in range(1, args.attempts + 1):
+        with recorder.lock:  # a new attempt: only its own checks count
+            recorder.calls.clear()
+            recorder.first_answer.clear()
+        pass_begin = args.passes.wait_next(timeout=args.check_interval_ms / 1000 * 3 + 10)
+        started = time.monotonic()
+        keys = [send(i) for i in range(args.transactions)]
+        send_s = time.monotonic() - started
+        window_end = pass_begin + (args.check_interval_ms - args.transaction_timeout_ms) / 1000
+        overrun = time.time() - window_end  # > 0: the next pass saw only part of the burst
+        answered = reached(functools.partial(recorder.answered, keys), timeout=args.max_wait)
+        # Let re-checks of re-put copies (if any) run and their deliveries arrive: every message
+        # delivered and no delivery for two check intervals.
+        quiet = args.check_interval_ms / 1000 * 2
+        reached(functools.partial(deliveries.settled, keys, quiet=quiet), timeout=args.max_wait)
+        if overrun <= 0 or attempt == args.attempts:
+            break
+        print(f"  (burst of {send_s:.2f}s overran the check-pass window by {overrun:.2f}s: again)",
+              flush=True)
     result = {**recorder.summary(keys), **deliveries.summary(keys), **extra, "send_s": send_s}
     result["overrun_s"] = overrun
+    result["attempt"] = attempt
     result["ideal"] = ideal
     result["ratio"] = result["rate"] / ideal
     # M checks of `sleep` s on n serial threads need ceil(M/n) rounds at least: the best any
@@ -309,8 +322,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sleep", type=float, default=0.1, help="check_local duration (s)")
     parser.add_argument("--check-interval-ms", type=int, default=3000)
-    parser.add_argument("--transaction-timeout-ms", type=int, default=1000)
+    parser.add_argument(
+        "--transaction-timeout-ms", type=int, default=200,
+        help="short, so a burst has interval - timeout (2.8 s) to fit into one check pass; "
+             "re-checks do not depend on it (a re-put copy keeps its birth time)",
+    )
     parser.add_argument("--max-wait", type=float, default=180.0)
+    parser.add_argument(
+        "--attempts", type=int, default=3,
+        help="bursts per variant until one fits into one check pass (the last one counts anyway)",
+    )
     parser.add_argument("--no-raw", action="store_true", help="skip the raw-client baseline")
     parser.add_argument(
         "--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq",
@@ -398,7 +419,7 @@ def _print_row(name: str, r: dict[str, Any]) -> None:
 
 def _alignment(r: dict[str, Any]) -> str:
     if r["overrun_s"] <= 0:
-        return "(one check pass)"
+        return "(one check pass)" + (f", attempt {r['attempt']}" if r["attempt"] > 1 else "")
     return f"SPLIT (the burst overran the pass window by {r['overrun_s']:.2f}s)"
 
 
