@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from txmsg_health import brokers, job
+from txmsg_health import follow as live
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
 
@@ -39,16 +40,23 @@ _D = Thresholds()
                    "(default: the directory per broker, e.g. logs/broker-a/transaction.log -> broker-a).")
 @click.option("--no-dashboard", is_flag=True)
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration.")
+@click.option("--follow", is_flag=True,
+              help="Live mode: keep reading new lines and rotated files of the PATH directories; "
+                   "outputs are replaced after every trigger; Ctrl-C / SIGTERM stops cleanly.")
+@click.option("--trigger", default="30s", show_default=True, help="With --follow: how often to update.")
+@click.option("--checkpoint", default=None,
+              help="With --follow: checkpoint directory (default OUT/_checkpoint); keep it to resume.")
 def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
            max_unknown_share: float, min_transactions: int, max_unknown_per_minute: float,
            max_discards: int, max_checks_per_transaction: float, max_undelivered_checks: int,
            parquet_uri: str | None, broker_regex: str | None, no_dashboard: bool,
-           confs: tuple[str, ...]) -> None:
+           confs: tuple[str, ...], follow: bool, trigger: str, checkpoint: str | None) -> None:
     """Score producer groups from RocketMQ broker logs and flag UNKNOW-heavy ones.
 
     PATH may be files (transaction.log, broker.log, rotated .gz), a broker's log directory, a
     glob, or any Spark-readable URI (hdfs://, s3a://). The same job runs on a cluster with
-    `spark-submit spark/txmsg_health/job.py PATH... --out DIR`.
+    `spark-submit spark/txmsg_health/job.py PATH... --out DIR`. With --follow it keeps running
+    on Spark Structured Streaming over the log directories (docs/health.md, live mode).
     """
     try:
         cfg = job.JobConfig(
@@ -66,7 +74,11 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
         bad = [c for c in confs if "=" not in c]
         if bad:
             raise HealthInputError(f"--conf {bad[0]!r}: use KEY=VALUE")
+        seconds = live.parse_trigger(trigger)
         spark = job.build_session(master, dict(c.split("=", 1) for c in confs))
+        if follow:
+            live.follow(spark, live.FollowConfig(cfg, seconds, checkpoint))
+            return
         result = job.run(spark, cfg)
     except HealthInputError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,133 @@
+"""`txmsg health --follow`: live mode on files appended, rotated and added while it runs.
+
+One scenario, two runs of the real command (its own JVM, a 1 s trigger): lines are appended
+(one of them in two writes), rotated files appear, one broker's live file is rotated into
+``otherdays/*.log.gz`` with lines it never showed live, the first run is stopped with SIGTERM,
+more lines are appended, and a restart from the checkpoint catches up. The final summary must
+equal the batch job's on the same files: every line counted once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from txmsg_broker.testing import wait_until
+from txmsg_health import follow, generate, job
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _total(out: Path) -> int:
+    try:
+        return int(json.loads((out / "summary.json").read_text())["lines"]["total"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return -1
+
+
+def _count(logs: Path) -> int:
+    n = 0
+    for p in logs.rglob("*"):
+        if p.is_file() and not p.name.startswith("."):
+            data = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+            n += len(data.splitlines())
+    return n
+
+
+def _wait_total(out: Path, logs: Path) -> None:
+    want = _count(logs)
+    wait_until(lambda: _total(out) == want, timeout=150, interval=0.3,
+               message=lambda: f"summary.json total {_total(out)} == {want} lines in {logs}")
+
+
+def _follow(spark: object, logs: Path, out: Path, drive: Callable[[], None]) -> None:
+    """Run the follower in this (main) thread while ``drive`` runs in another, then SIGTERM it.
+
+    The real signal goes to this process: the follower's handler must stop it cleanly.
+    """
+    failed: list[BaseException] = []
+
+    def driver() -> None:
+        try:
+            drive()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread below
+            failed.append(exc)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    t = threading.Thread(target=driver, daemon=True)
+    cfg = follow.FollowConfig(job.JobConfig(inputs=[str(logs)], out=str(out)), trigger_seconds=1.0)
+    t.start()
+    follow.follow(spark, cfg)  # type: ignore[arg-type]
+    t.join(timeout=30)
+    if failed:
+        raise failed[0]
+
+
+def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
+        spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "src"
+    generate.generate(str(src), 6_000, groups=20, planted=4, seed=5, layout="brokers", gz=True)
+    logs, out = tmp_path / "logs", tmp_path / "out"
+    brokers = sorted(d.name for d in src.iterdir() if d.is_dir())
+    assert len(brokers) >= 2
+    parts: dict[Path, list[bytes]] = {}
+    for b in brokers:
+        (logs / b).mkdir(parents=True)
+        for name in ("transaction.log", "broker.log"):
+            lines = _lines(src / b / name)
+            parts[logs / b / name] = lines
+            (logs / b / name).write_bytes(b"".join(lines[: len(lines) // 2]))
+
+    def first_run() -> None:
+        _wait_total(out, logs)
+        # appended while it runs, one line in two writes; rotated files appear once
+        for path, lines in parts.items():
+            half, three = len(lines) // 2, 3 * len(lines) // 4
+            with path.open("ab") as f:
+                f.write(b"".join(lines[half:three - 1]) + lines[three - 1][:10])
+                f.flush()
+                f.write(lines[three - 1][10:])
+        for b in brokers:
+            (logs / b / "otherdays").mkdir()
+            shutil.copy(src / b / "otherdays" / "transaction.1.log.gz", logs / b / "otherdays")
+        # one live file rotated away with lines it never showed live, and a fresh file begun
+        live = logs / brokers[0] / "transaction.log"
+        lines = parts.pop(live)
+        three, rest = 3 * len(lines) // 4, len(lines) - (len(lines) - 3 * len(lines) // 4) // 2
+        with gzip.open(logs / brokers[0] / "otherdays" / "transaction.2.log.gz", "wb") as g:
+            g.write(live.read_bytes() + b"".join(lines[three:rest]))
+        live.write_bytes(b"".join(lines[rest:]))
+        _wait_total(out, logs)
+
+    _follow(spark, logs, out, first_run)
+    for path, lines in parts.items():  # written while nothing runs
+        with path.open("ab") as f:
+            f.write(b"".join(lines[3 * len(lines) // 4:]))
+    _follow(spark, logs, out, lambda: _wait_total(out, logs))
+
+    live_summary = json.loads((out / "summary.json").read_text())
+    batch = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path / "batch"),  # type: ignore[arg-type]
+                                         dashboard=False)).summary
+    assert live_summary["lines"] == batch["lines"]
+    assert live_summary["groups"] == batch["groups"]
+    assert live_summary["flagged"] == batch["flagged"]
+    assert live_summary["flagged"], "the generated logs plant misbehaving groups"
+    text = capsys.readouterr().err
+    assert text.count("stopped after") == 2
+    for g in live_summary["flagged"]:
+        crossed = text.count(f"group {g} crossed a threshold")
+        assert crossed >= 1, text[-3000:]
+        assert crossed <= 1 + text.count(f"group {g} is back under"), "logged once per crossing"
+    assert os.path.islink(out / "metrics_by_window.parquet")
+    assert (out / "dashboard.html").is_file()
+    assert not [n for n in os.listdir(out) if n.startswith(".summary.")]
