@@ -19,8 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from txmsg_broker.testing import wait_until
 from txmsg_health import follow, generate, job
+
+from txmsg.cli import main
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -49,8 +52,8 @@ def _wait_total(out: Path, logs: Path) -> None:
                message=lambda: f"summary.json total {_total(out)} == {want} lines in {logs}")
 
 
-def _follow(spark: object, logs: Path, out: Path, drive: Callable[[], None]) -> None:
-    """Run the follower in this (main) thread while ``drive`` runs in another, then SIGTERM it.
+def _follow(run: Callable[[], object], drive: Callable[[], None]) -> object:
+    """``run`` the follower in this (main) thread while ``drive`` runs in another, then SIGTERM it.
 
     The real signal goes to this process: the follower's handler must stop it cleanly.
     """
@@ -65,12 +68,12 @@ def _follow(spark: object, logs: Path, out: Path, drive: Callable[[], None]) -> 
             os.kill(os.getpid(), signal.SIGTERM)
 
     t = threading.Thread(target=driver, daemon=True)
-    cfg = follow.FollowConfig(job.JobConfig(inputs=[str(logs)], out=str(out)), trigger_seconds=1.0)
     t.start()
-    follow.follow(spark, cfg)  # type: ignore[arg-type]
+    result = run()
     t.join(timeout=30)
     if failed:
         raise failed[0]
+    return result
 
 
 def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
@@ -109,11 +112,17 @@ def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
         live.write_bytes(b"".join(lines[rest:]))
         _wait_total(out, logs)
 
-    _follow(spark, logs, out, first_run)
+    cfg = follow.FollowConfig(job.JobConfig(inputs=[str(logs)], out=str(out)), trigger_seconds=1.0)
+    _follow(lambda: follow.follow(spark, cfg), first_run)  # type: ignore[arg-type]
     for path, lines in parts.items():  # written while nothing runs
         with path.open("ab") as f:
             f.write(b"".join(lines[3 * len(lines) // 4:]))
-    _follow(spark, logs, out, lambda: _wait_total(out, logs))
+    # the restart as an operator runs it: the command line (reusing the test session's Spark)
+    res = _follow(lambda: CliRunner().invoke(main, [
+        "health", "--follow", str(logs), "--out", str(out), "--trigger", "1s", "--master", "local[2]"]),
+        lambda: _wait_total(out, logs))
+    assert isinstance(res, Result)
+    assert res.exit_code == 0, res.output
 
     live_summary = json.loads((out / "summary.json").read_text())
     batch = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path / "batch"),  # type: ignore[arg-type]
@@ -122,12 +131,16 @@ def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
     assert live_summary["groups"] == batch["groups"]
     assert live_summary["flagged"] == batch["flagged"]
     assert live_summary["flagged"], "the generated logs plant misbehaving groups"
-    text = capsys.readouterr().err
+    text = capsys.readouterr().err + res.output
     assert text.count("stopped after") == 2
     for g in live_summary["flagged"]:
         crossed = text.count(f"group {g} crossed a threshold")
         assert crossed >= 1, text[-3000:]
         assert crossed <= 1 + text.count(f"group {g} is back under"), "logged once per crossing"
     assert os.path.islink(out / "metrics_by_window.parquet")
+    read = spark.read.parquet  # type: ignore[attr-defined]
+    key = ["group", "broker", "window_start"]
+    assert (read(str(out / "metrics_by_window.parquet")).orderBy(*key).collect()
+            == read(batch["parquet"]).orderBy(*key).collect())
     assert (out / "dashboard.html").is_file()
     assert not [n for n in os.listdir(out) if n.startswith(".summary.")]
