@@ -144,3 +144,37 @@ def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
             == read(batch["parquet"]).orderBy(*key).collect())
     assert (out / "dashboard.html").is_file()
     assert not [n for n in os.listdir(out) if n.startswith(".summary.")]
+
+
+def _staged(t: follow.Tailer) -> bytes:
+    names = sorted(os.listdir(t.staging), key=lambda n: (n.split("-")[0], n))
+    return b"".join((Path(t.staging) / n).read_bytes() for n in names if not n.startswith("."))
+
+
+def test_tailer_stages_complete_lines_once_through_rotation_and_a_lost_offsets_file(
+        tmp_path: Path) -> None:
+    """No Spark: the tailer alone, including a crash that lost offsets.json's last update."""
+    logs, ckpt = tmp_path / "logs" / "broker-a", tmp_path / "ckpt"
+    logs.mkdir(parents=True)
+    live = logs / "transaction.log"
+    live.write_bytes(b"line 1\nline 2\nli")
+    t = follow.Tailer([str(logs.parent)], str(ckpt))
+    t.poll()
+    assert _staged(t) == b"line 1\nline 2\n"  # the half line waits for its newline
+    saved = (ckpt / "offsets.json").read_bytes()
+    with live.open("ab") as f:
+        f.write(b"ne 3\n")
+    t.poll()
+    (ckpt / "offsets.json").write_bytes(saved)  # as if it crashed before saving: staged names win
+    t = follow.Tailer([str(logs.parent)], str(ckpt))
+    assert t.poll() == 0
+    # rotated into otherdays/ with one line never seen live; a fresh file begins
+    (logs / "otherdays").mkdir()
+    with gzip.open(logs / "otherdays" / "transaction.1.log.gz", "wb") as g:
+        g.write(live.read_bytes() + b"line 4")
+    live.write_bytes(b"new 1\n")
+    t.poll()
+    t.poll()
+    assert sorted(_staged(t).splitlines()) == sorted(
+        [b"line 1", b"line 2", b"line 3", b"line 4", b"new 1"])
+    assert sorted(t.sources().values()) == [str(live), str(live)]
