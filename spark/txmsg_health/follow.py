@@ -212,6 +212,9 @@ class Follower:
         self.ckpt = os.path.abspath(cfg.checkpoint or os.path.join(self.out, "_checkpoint"))
         self.state_dir = os.path.join(self.ckpt, "state")
         self.meta_path = os.path.join(self.ckpt, "state.json")
+        if os.path.exists(self.meta_path) and not os.path.isdir(os.path.join(self.ckpt, "spark")):
+            raise HealthInputError(f"{self.ckpt}: the state is there but Spark's checkpoint "
+                                   "(spark/) is not; delete the whole directory to start over")
         os.makedirs(self.state_dir, exist_ok=True)
         self.tailer = Tailer(self.roots, self.ckpt)
         self.stopping = False
