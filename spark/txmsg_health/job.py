@@ -302,6 +302,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dashboard", action="store_true")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark configuration, repeatable")
+    p.add_argument("--follow", action="store_true",
+                   help="live mode: keep reading new lines of the PATH directories (Ctrl-C/SIGTERM stops)")
+    p.add_argument("--trigger", default="30s", help="with --follow: how often to update (default 30s)")
+    p.add_argument("--checkpoint", default=None, help="with --follow: default OUT/_checkpoint")
     add_threshold_args(p)
     return p
 
@@ -343,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         resolve(cfg.inputs)  # fail before the JVM starts
         brokers.names([], [], cfg.broker_regex)
         conf = dict(kv.split("=", 1) for kv in a.conf)
+        if a.follow:
+            from txmsg_health import follow  # noqa: PLC0415 - follow imports this module
+
+            seconds = follow.parse_trigger(a.trigger)
+            follow.follow(build_session(a.master, conf), follow.FollowConfig(cfg, seconds, a.checkpoint))
+            return 0
         spark = build_session(a.master, conf)
         result = run(spark, cfg)
     except HealthInputError as exc:
