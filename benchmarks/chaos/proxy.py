@@ -231,6 +231,9 @@ class FaultProxy:
                 data = await reader.read(65536)
                 if not data:
                     break
+                # A pause that began while this read was pending holds the chunk too (else the
+                # first chunk of a partition slipped through: seen as a flaky test under load).
+                await link.flowing[direction].wait()
                 if link.modes[direction] == "discard":
                     link.discarded[direction] += len(data)
                     self.stats.discarded_bytes += len(data)
