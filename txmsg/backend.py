@@ -6,6 +6,9 @@ client does (``docs/rocketmq-facts.md``):
 
 * ``send_in_transaction`` runs the half send, then calls ``execute_local`` **in the calling
   thread**, then ends the transaction with the returned state.
+* plain sends (``send``, ``send_async``, ``send_oneway``, ``send_batch``; ordered when the
+  message carries a ``sharding_key``, delayed with ``delay_level``/``deliver_at_ms``) go through
+  a :class:`MessageSender` the backend creates per producer group; it needs no listener.
 * check-backs arrive on native threads the backend owns (one per client instance in librocketmq);
   the backend hands each to ``check_handler`` and sends back the returned state.  Handlers given
   to a backend never raise: the core wraps listener code before it reaches a backend.
@@ -14,11 +17,12 @@ client does (``docs/rocketmq-facts.md``):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from txmsg import defaults
-from txmsg.message import Message, OutgoingMessage
+from txmsg.message import Message, OutgoingMessage, SendResult
 from txmsg.states import LocalTransactionState
 
 LocalExecutor = Callable[[Message], LocalTransactionState]
@@ -28,7 +32,10 @@ CheckHandler = Callable[[Message], LocalTransactionState]
 """Called by the backend for each check-back; never raises, returns the state to send back."""
 
 ConsumeHandler = Callable[[Message], bool]
-"""Called for each consumed message; True = consumed, False = redeliver later. Never raises."""
+"""Called for each consumed message; True = consumed, False = redeliver later. Never raises.
+For an orderly subscription False suspends the message's queue for a moment and then hands the
+same message again (RocketMQ's ``SUSPEND_CURRENT_QUEUE_A_MOMENT``); later messages of that queue
+wait."""
 
 StopConsumer = Callable[[float], None]
 """Returned by :meth:`Backend.subscribe`: stops the consumer, waiting at most the given seconds
@@ -54,12 +61,59 @@ class Capabilities:
     registration (``InvalidNameError``); dead letters stay readable with the broker's tools."""
     max_topic_length: int = 255
     """Longest topic name accepted (RocketMQ's remoting rule: 255; RocketMQ 5 proxies: 127)."""
+    oneway: bool = True
+    """``send_oneway`` is a real one-way send (no answer awaited).  False: the backend sends
+    asynchronously and ignores the answer (RocketMQ 5 has no one-way RPC), which the docs say."""
+    batch: bool = True
+    """``send_batch`` stores the messages with one request (RocketMQ 4 ``SEND_BATCH_MESSAGE``).
+    False: the backend sends them one by one, in order, and returns the joined result."""
+    delay_levels: bool = True
+    """``delay_level=1..18`` is honoured by the broker's delay levels.  A backend with
+    ``delivery_timestamps`` maps a level to ``now + DELAY_LEVELS[level-1]``."""
+    delivery_timestamps: bool = False
+    """``deliver_at=`` (any time) works: RocketMQ 5 timer messages.  False: refused with
+    ``InvalidMessageError`` naming ``delay_level`` (a RocketMQ 4.9 broker has no timer wheel)."""
+    orderly_consumer: bool = True
+    """``@message_listener(orderly=True)`` consumes each queue (or FIFO message group) one
+    message at a time, in order.  False: refused at ``start()`` with ``ListenerDefinitionError``."""
 
 
 def capabilities_of(backend: Any) -> Capabilities:
     """The capabilities a backend (class, instance or factory) declares; the defaults if none."""
     declared = getattr(backend, "capabilities", None)
     return declared if isinstance(declared, Capabilities) else Capabilities()
+
+
+@runtime_checkable
+class MessageSender(Protocol):
+    """A started producer for plain sends of one producer group (no listener, no check-backs).
+
+    A message with ``sharding_key`` goes to the queue of that key (same key, same queue) and
+    carries the key in the ``__SHARDINGKEY`` property.  Errors are :class:`txmsg.SendError`
+    (broker or network) or :class:`txmsg.InvalidMessageError` (what the backend cannot send).
+    """
+
+    group: str
+
+    def send(self, message: OutgoingMessage) -> SendResult:
+        """Send and wait for the broker's answer."""
+        ...
+
+    def send_async(self, message: OutgoingMessage) -> Future[SendResult]:
+        """Send without blocking; the future ends with the answer or the error."""
+        ...
+
+    def send_oneway(self, message: OutgoingMessage) -> None:
+        """Send without waiting for any answer (nothing tells whether it was stored)."""
+        ...
+
+    def send_batch(self, messages: Sequence[OutgoingMessage]) -> SendResult:
+        """Send messages of one topic together (see ``Capabilities.batch``)."""
+        ...
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting sends, wait for pending async sends (bounded), shut the client down."""
+        ...
 
 
 @runtime_checkable
@@ -102,6 +156,11 @@ class Backend(Protocol):
         send, so left-over check-backs arrive at once)."""
         ...
 
+    def create_sender(self, group: str) -> MessageSender:
+        """Start a producer for plain sends of ``group`` (its own client: a transactional
+        producer of the same group keeps its check-back instances to itself)."""
+        ...
+
     def subscribe(
         self,
         topic: str,
@@ -112,10 +171,13 @@ class Backend(Protocol):
         concurrency: int = defaults.CONSUMER_CONCURRENCY,
         max_reconsume: int = defaults.MAX_RECONSUME,
         consume_from: str = "first",
+        orderly: bool = False,
     ) -> StopConsumer:
         """Start a push consumer; returns ``stop(timeout)``, which shuts it down gracefully.
         ``consume_from``: ``first`` or ``last``, where a queue without a usable stored offset
-        starts (:class:`txmsg.config.ConsumerSettings`)."""
+        starts (:class:`txmsg.config.ConsumerSettings`).  ``orderly``: each queue (FIFO message
+        group on RocketMQ 5) is consumed one message at a time, strictly in order, by at most
+        one consumer of the group; ``concurrency`` threads serve different queues."""
         ...
 
     def close(self, timeout: float = defaults.CLOSE_TIMEOUT) -> None:

@@ -30,3 +30,10 @@ CHECK_WAIT_TIMEOUT: Final = 60.0
 """Seconds a check-back waits for ``check_local`` before answering UNKNOW (= no answer yet)."""
 CLOSE_TIMEOUT: Final = 30.0
 """Seconds ``TxMsg.close()`` waits for each producer and consumer."""
+
+MAX_ORDERLY_RETRIES: Final = 3
+"""Failures of one message of an orderly listener before its sharding key is parked."""
+ORDERLY_RETRY_DELAY: Final = 1.0
+"""Seconds between those attempts (RocketMQ's ``suspendCurrentQueueTimeMillis``)."""
+SEND_TIMEOUT: Final = 3.0
+"""Seconds a synchronous send waits for the broker (RocketMQ's ``sendMsgTimeout``)."""

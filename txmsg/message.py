@@ -1,4 +1,4 @@
-"""Messages as listeners see them, and results of transactional sends."""
+"""Messages as listeners see them, and results of sends."""
 
 from __future__ import annotations
 
@@ -33,6 +33,13 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     message_id: str | None = None
     reconsume_times: int = 0
+    sharding_key: str | None = None
+    """The key an ordered message was sent with (``send_orderly``; a FIFO message group on
+    RocketMQ 5); None for other messages."""
+    queue_id: int | None = None
+    """The queue the message was consumed from, where the backend knows it."""
+    queue_offset: int | None = None
+    """Its offset in that queue, where the backend knows it."""
 
     @property
     def transaction_key(self) -> str | None:
@@ -69,6 +76,26 @@ class TransactionSendResult:
 
 
 @dataclass(frozen=True)
+class SendResult:
+    """Outcome of a plain send (``send``, ``send_orderly``, ``send_batch``, ``send_async``).
+
+    For a batch, ``message_id`` holds every id joined by commas, as RocketMQ answers;
+    :attr:`message_ids` splits them.
+    """
+
+    message_id: str
+    send_status: str
+    offset: int | None = None
+    queue_id: int | None = None
+    """The queue the broker stored the message in (where the backend reports it): the figure
+    behind the producer's queue-skew statistics for ordered sends."""
+
+    @property
+    def message_ids(self) -> tuple[str, ...]:
+        return tuple(part for part in self.message_id.split(",") if part)
+
+
+@dataclass(frozen=True)
 class OutgoingMessage:
     """A message ready for a backend: body already converted to bytes."""
 
@@ -78,3 +105,11 @@ class OutgoingMessage:
     keys: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     check_immunity_seconds: int | None = None
+    sharding_key: str | None = None
+    """Ordered send: every message with this key goes to the same queue (RocketMQ 4: hash of the
+    key modulo the topic's queues; RocketMQ 5: the FIFO message group).  The backend also stores
+    it in the :data:`SHARDING_KEY` property so consumers see it."""
+    delay_level: int | None = None
+    """RocketMQ delay level 1..18 (:data:`DELAY_LEVELS`); None = deliver at once."""
+    deliver_at_ms: int | None = None
+    """Delivery time, epoch milliseconds (RocketMQ 5 timer messages); None = at once."""
