@@ -16,6 +16,16 @@ UNIQ_KEY = "UNIQ_KEY"
 transaction id on the wire (``msgId`` in END_TRANSACTION headers), so it is the one key that is
 the same in ``execute_local``, every ``check_local`` and the broker's logs."""
 
+SHARDING_KEY = "__SHARDINGKEY"
+"""Message property holding the sharding key of an ordered send (RocketMQ's
+``MessageConst.PROPERTY_SHARDING_KEY``), so consumers see which key a message was ordered by."""
+
+DELAY_LEVELS: tuple[int, ...] = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)
+"""Seconds of RocketMQ's delay levels 1..18 (the broker's ``messageDelayLevel`` default:
+1s 5s 10s 30s 1m..10m 20m 30m 1h 2h); ``DELAY_LEVELS[level - 1]``."""
+
 
 @dataclass(frozen=True)
 class Message:
