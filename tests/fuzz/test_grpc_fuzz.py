@@ -15,7 +15,14 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from txmsg_broker.fuzz.grpc_live import METHODS, call, problems, random_request
+from txmsg_broker.fuzz.grpc_live import (
+    METHODS,
+    TELEMETRY,
+    call,
+    call_telemetry,
+    problems,
+    random_request,
+)
 from txmsg_broker.fuzz.live import LogWatcher
 from txmsg_broker.testing import create_topic, unique
 
@@ -97,9 +104,68 @@ def test_random_grpc_requests_never_hang_crash_or_stop_the_endpoint(txmsg_grpc_b
         assert served(channel, topic, group), "the endpoint stopped serving a well-behaved client"
 
 
+def test_random_telemetry_streams_never_hang_crash_or_stop_the_endpoint(txmsg_grpc_broker):
+    """Telemetry is a bidirectional stream: each input is one stream of one to four commands, raw bytes
+    or random TelemetryCommands (settings with random publishing/subscription data, thread stack
+    traces, verify results, ...), then the client half-closes.  Every stream must end before its
+    deadline with an answer the proxy gives too, the broker logs no traceback, and the endpoint
+    keeps serving a well-behaved client afterwards."""
+    broker = txmsg_grpc_broker
+    topic, group = unique("G5TeleFuzz"), unique("G5TeleFuzzCG")
+    create_topic(broker.namesrv_addr, topic, queues=2, message_type="NORMAL")
+    hints = [topic, group, "broker-a", "%DLQ%" + group, "*"]
+    logs = LogWatcher(broker.log_dir)
+    findings: list[str] = []
+    seen: set[tuple[str, int | str]] = set()
+    command = st.tuples(st.one_of(st.none(), st.binary(max_size=256)), st.integers(0, 2**32 - 1))
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+
+        @settings(max_examples=max(20, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck))
+        @given(
+            commands=st.lists(command, min_size=1, max_size=4),
+            client=st.sampled_from(["fuzz-telemetry", "", None]),
+        )
+        def one(commands: list[tuple[bytes | None, int]], client: str | None) -> None:
+            bodies = [raw if raw is not None else _telemetry_command(seed, topic, group, hints)
+                      for raw, seed in commands]
+            outcome = call_telemetry(channel, bodies, client)
+            parseable = all(_parses(TELEMETRY, body) for body in bodies)
+            found = problems(outcome, parseable=parseable) + logs.new_findings()
+            findings.extend(f"{f} <- {[b[:80] for b in bodies]!r}" for f in found)
+            seen.add((outcome.grpc_code, outcome.status_codes[0] if outcome.status_codes else "-"))
+            assert not found, found
+
+        one()
+        assert not findings
+        print(sorted(seen, key=str))
+        assert len(seen) >= 3, f"the streams reached too few kinds of answer: {sorted(seen, key=str)}"
+        assert served(channel, topic, group), "the endpoint stopped serving a well-behaved client"
+
+
+def _telemetry_command(seed: int, topic: str, group: str, hints: list[str]) -> bytes:
+    """Mostly a random TelemetryCommand; one in four a valid producer or consumer settings command
+    (random fields on top), so the stream also reaches the settings handshake and its session."""
+    rnd = random.Random(seed)
+    if seed % 4:
+        return random_request(TELEMETRY, rnd, hints)
+    command = svc.TelemetryCommand()
+    settings_ = command.settings
+    if seed % 8 == 0:
+        settings_.client_type = pb.ClientType.PRODUCER
+        settings_.publishing.topics.add(name=topic)
+    else:
+        settings_.client_type = pb.ClientType.SIMPLE_CONSUMER
+        settings_.subscription.group.name = group
+        settings_.subscription.subscriptions.add(
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"))
+    settings_.request_timeout.FromSeconds(rnd.choice((0, 3, 3600)))
+    return bytes(command.SerializeToString())
+
+
 def _parses(method: str, raw: bytes) -> bool:
+    name = "TelemetryCommand" if method == TELEMETRY else METHODS[method][0]
     try:
-        getattr(svc, METHODS[method][0]).FromString(raw)
+        getattr(svc, name).FromString(raw)
     except Exception:  # noqa: BLE001 - any decode failure
         return False
     return True

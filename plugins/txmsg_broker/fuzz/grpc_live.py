@@ -9,6 +9,12 @@ deadline, as the proxy does), a refused body gets a gRPC status rather than a dr
 answer is an unhandled Python exception dressed as INTERNAL_SERVER_ERROR, and the broker logs no
 traceback. ``tests/fuzz/test_grpc_fuzz.py`` runs it with hypothesis; after the run the endpoint must
 still serve a well-behaved producer and consumer.
+
+``Telemetry`` is a bidirectional stream, so it gets its own call (:func:`call_telemetry`): one stream
+per input carrying one to four commands (each raw bytes or a random ``TelemetryCommand``), then the
+client half-closes.  The same properties hold: the stream ends before its deadline (the broker closes
+its side once the client's is closed), a command that does not parse ends the stream with INTERNAL,
+and no answer is an unhandled exception.
 """
 
 from __future__ import annotations
@@ -128,9 +134,15 @@ def _scalar(field: Any, rnd: random.Random, hints: list[str]) -> Any:
     return rnd.choice(choices)
 
 
+TELEMETRY = "Telemetry"
+"""The bidirectional-streaming RPC (request and response class: ``TelemetryCommand``)."""
+
+
 def random_request(method: str, rnd: random.Random, hints: list[str]) -> bytes:
-    """A well-formed but random request of ``method``, serialized."""
-    request = getattr(svc(), METHODS[method][0])()
+    """A well-formed but random request of ``method`` (an RPC of :data:`METHODS` or
+    :data:`TELEMETRY`), serialized."""
+    name = "TelemetryCommand" if method == TELEMETRY else METHODS[method][0]
+    request = getattr(svc(), name)()
     _fill(request, rnd, hints)
     data: bytes = request.SerializeToString()
     return data
@@ -162,15 +174,55 @@ def call(channel: Any, method: str, body: bytes, client_id: str | None, deadline
     return Outcome(method, code, details, codes, messages, time.monotonic() - started)
 
 
+def call_telemetry(
+    channel: Any, bodies: list[bytes], client_id: str | None, deadline_s: float = DEADLINE_S
+) -> Outcome:
+    """One Telemetry stream: send ``bodies`` as they are, half-close, read every answer until the
+    broker ends the stream; never raises for an RPC error."""
+    import grpc  # noqa: PLC0415 - optional dependency (the grpc extra)
+
+    command_type = svc().TelemetryCommand
+    metadata = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2")]
+    if client_id:
+        metadata.append(("x-mq-client-id", client_id))
+    stub = channel.stream_stream(
+        SERVICE + TELEMETRY, request_serializer=lambda b: b, response_deserializer=command_type.FromString
+    )
+    started = time.monotonic()
+    codes: list[int] = []
+    messages: list[str] = []
+    try:
+        for response in stub(iter(bodies), metadata=metadata, timeout=deadline_s):
+            if response.HasField("status"):
+                codes.append(response.status.code)
+                messages.append(response.status.message)
+        code, details = "OK", ""
+    except grpc.RpcError as exc:
+        code, details = exc.code().name, exc.details() or ""
+    return Outcome(TELEMETRY, code, details, codes, messages, time.monotonic() - started)
+
+
 def problems(outcome: Outcome, *, parseable: bool) -> list[str]:
     """What is wrong with one outcome (empty: fine)."""
     found: list[str] = []
     if outcome.grpc_code == "DEADLINE_EXCEEDED":
         found.append(f"{outcome.method}: no answer within {DEADLINE_S} s (hang)")
-    elif outcome.grpc_code != "OK" and (parseable or outcome.grpc_code != "INTERNAL"):
-        # only a body that does not deserialize may get a transport status (INTERNAL, as grpc-java)
+    elif outcome.grpc_code != "OK" and not _expected_status(outcome, parseable):
         found.append(f"{outcome.method}: gRPC status {outcome.grpc_code} {outcome.details!r}")
     for code, message in zip(outcome.status_codes, outcome.status_messages, strict=True):
         if _PY_EXCEPTION.match(message):
             found.append(f"{outcome.method}: unhandled exception answered as status {code}: {message[:300]}")
     return found
+
+
+def _expected_status(outcome: Outcome, parseable: bool) -> bool:
+    """Whether a non-OK transport status is an answer the real proxy gives too: INTERNAL for a body
+    that does not deserialize (as grpc-java), and on Telemetry the abort of a settings command the
+    proxy refuses (``process client telemetryCommand failed``, INVALID_ARGUMENT or INTERNAL)."""
+    if not parseable and outcome.grpc_code == "INTERNAL":
+        return True
+    return (
+        outcome.method == TELEMETRY
+        and outcome.grpc_code in ("INVALID_ARGUMENT", "INTERNAL")
+        and outcome.details.startswith("process client telemetryCommand failed")
+    )
