@@ -25,12 +25,12 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 
 from txmsg_broker.app import BrokerProcess
-from txmsg_broker.testing import set_producer_instance_name, unique
+from txmsg_broker.testing import unique
+
+from benchmarks._rmq_bench import drive, remoting_sender
 
 #: Apache RocketMQ 4.9.8, same client, 2-core machine, ~10 s runs, 128-byte bodies (msgs/s, p50 ms, p99 ms)
 REFERENCE: dict[tuple[str, int], tuple[float, float, float]] = {
@@ -62,67 +62,12 @@ class Run:
 
 
 def _run(mode: str, threads: int, seconds: float, body: bytes, namesrv: str, topic: str) -> Run:
-    from rocketmq.client import (  # noqa: PLC0415 - loads librocketmq (native)
-        Message,
-        Producer,
-        SendStatus,
-        TransactionMQProducer,
-        TransactionStatus,
-    )
-
-    if mode == "tx":
-        producer = TransactionMQProducer(unique("BenchTxPG"), lambda msg: TransactionStatus.COMMIT)
-    else:
-        producer = Producer(unique("BenchPG"))
-    set_producer_instance_name(producer, unique("bench"))
-    producer.set_name_server_address(namesrv)
-    producer.start()
-
-    def commit(msg: object, arg: object) -> TransactionStatus:
-        return TransactionStatus.COMMIT
-
-    def send_one() -> bool:
-        msg = Message(topic)
-        msg.set_body(body)
-        if mode == "tx":
-            result = producer.send_message_in_transaction(msg, commit)
-        else:
-            result = producer.send_sync(msg)
-        return result.status == SendStatus.OK
-
+    send_one, producer = remoting_sender(mode, namesrv, topic, body)
     try:
-        for _ in range(50):  # warm-up: route, connection, broker caches
-            send_one()
-        stop = threading.Event()
-        per_thread: list[list[float]] = [[] for _ in range(threads)]
-        failures = [0] * threads
-
-        def worker(index: int) -> None:
-            lat = per_thread[index]
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    ok = send_one()
-                except Exception:  # noqa: BLE001 - any failed send counts as an error in the figures
-                    ok = False
-                if ok:
-                    lat.append((time.perf_counter() - t0) * 1000.0)
-                else:
-                    failures[index] += 1
-
-        workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        time.sleep(seconds)
-        stop.set()
-        for w in workers:
-            w.join(30)
-        elapsed = time.perf_counter() - start
+        window = drive(threads, seconds, send_one)
     finally:
         producer.shutdown()
-    latencies = [x for lat in per_thread for x in lat]
-    return Run(mode, threads, len(latencies), sum(failures), elapsed, latencies)
+    return Run(mode, threads, len(window.latencies), window.failed, window.elapsed, window.latencies)
 
 
 def main(argv: list[str] | None = None) -> int:

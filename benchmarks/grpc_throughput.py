@@ -38,15 +38,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from txmsg_broker.app import BrokerProcess
-from txmsg_broker.testing import set_producer_instance_name, unique
+from txmsg_broker.testing import unique
 
-from benchmarks._rmq_bench import create_topic, ensure_client_log_dir
+from benchmarks._rmq_bench import (
+    Window,
+    create_topic,
+    drive,
+    ensure_client_log_dir,
+    remoting_sender,
+)
 
 SIDES = ("grpc", "remoting")
 #: the same warm-up as benchmarks.broker_throughput: route, connection, broker caches
@@ -87,62 +91,6 @@ def _percentile(data: list[float], q: float) -> float:
 
 
 # -- workers (child processes) --------------------------------------------------------------------
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all threads), from /proc; 0.0 where unavailable."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-@dataclass
-class Window:
-    """What ``_drive`` measured: latencies of successful sends, failures, wall and CPU seconds."""
-
-    latencies: list[float]
-    failed: int
-    elapsed: float
-    client_cpu: float
-    broker_cpu: float
-
-
-def _drive(threads: int, seconds: float, send_one: Any, broker_pid: int) -> Window:
-    """``threads`` threads calling ``send_one()`` back to back for ``seconds``, after a warm-up."""
-    for _ in range(WARMUP_SENDS):
-        send_one()
-    stop = threading.Event()
-    per_thread: list[list[float]] = [[] for _ in range(threads)]
-    failures = [0] * threads
-
-    def worker(index: int) -> None:
-        lat = per_thread[index]
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                ok = send_one()
-            except Exception:  # noqa: BLE001 - any failed send counts as an error in the figures
-                ok = False
-            if ok:
-                lat.append((time.perf_counter() - t0) * 1000.0)
-            else:
-                failures[index] += 1
-
-    workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
-    cpu0, broker0 = time.process_time(), process_cpu(broker_pid)
-    start = time.perf_counter()
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join(30)
-    elapsed = time.perf_counter() - start
-    cpu1, broker1 = time.process_time(), process_cpu(broker_pid)
-    return Window([x for lat in per_thread for x in lat], sum(failures), elapsed, cpu1 - cpu0, broker1 - broker0)
-
-
 def _cell(side: str, mode: str, threads: int, window: Window) -> Cell:
     return Cell(side, mode, threads, len(window.latencies), window.failed, window.elapsed,
                 _percentile(window.latencies, 0.5), _percentile(window.latencies, 0.99),
@@ -176,41 +124,15 @@ def _grpc_worker(args: argparse.Namespace, body: bytes) -> Cell:
             producer.send(message)  # raises unless the answer is OK
         return True
 
-    return _cell("grpc", mode, args.threads_n, _drive(args.threads_n, args.seconds, send_one, args.broker_pid))
+    return _cell("grpc", mode, args.threads_n,
+                 drive(args.threads_n, args.seconds, send_one, warmup=WARMUP_SENDS, cpu_pid=args.broker_pid))
 
 
 def _remoting_worker(args: argparse.Namespace, body: bytes) -> Cell:
     """``benchmarks.broker_throughput``'s loop: one librocketmq producer shared by the threads."""
-    from rocketmq.client import (  # noqa: PLC0415 - loads librocketmq (native)
-        Message,
-        Producer,
-        SendStatus,
-        TransactionMQProducer,
-        TransactionStatus,
-    )
-
-    topic, mode = args.topic, args.mode
-    if mode == "tx":
-        producer = TransactionMQProducer(unique("BenchTxPG"), lambda msg: TransactionStatus.COMMIT)
-    else:
-        producer = Producer(unique("BenchPG"))
-    set_producer_instance_name(producer, unique("bench"))
-    producer.set_name_server_address(args.target)
-    producer.start()
-
-    def commit(msg: object, arg: object) -> TransactionStatus:
-        return TransactionStatus.COMMIT
-
-    def send_one() -> bool:
-        msg = Message(topic)
-        msg.set_body(body)
-        if mode == "tx":
-            result = producer.send_message_in_transaction(msg, commit)
-        else:
-            result = producer.send_sync(msg)
-        return bool(result.status == SendStatus.OK)
-
-    return _cell("remoting", mode, args.threads_n, _drive(args.threads_n, args.seconds, send_one, args.broker_pid))
+    send_one, _producer = remoting_sender(args.mode, args.target, args.topic, body)
+    window = drive(args.threads_n, args.seconds, send_one, warmup=WARMUP_SENDS, cpu_pid=args.broker_pid)
+    return _cell("remoting", args.mode, args.threads_n, window)
 
 
 def worker_main(args: argparse.Namespace) -> int:
