@@ -9,20 +9,27 @@
 With ``idempotent=True`` the function takes ``(message, session)`` and runs in one database
 transaction with a de-duplication row (see :mod:`txmsg.sqla.idempotent`), so a redelivered
 message is applied once.
+
+With ``orderly=True`` each queue is consumed one message at a time, in order; a failing message is
+retried in place a bounded number of times and then its sharding key is *parked* in the service's
+database so the queue moves on to other keys (see :mod:`txmsg.orderly`).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from txmsg import defaults
 from txmsg.errors import ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.names import check_name
+
+if TYPE_CHECKING:
+    from txmsg.orderly import ParkedEvent
 
 log = logging.getLogger("txmsg.consumer")
 
@@ -42,13 +49,32 @@ class ConsumerSpec:
     concurrency: int = defaults.CONSUMER_CONCURRENCY
     max_reconsume: int = defaults.MAX_RECONSUME
     idempotent: bool = False
+    orderly: bool = False
+    """Consume each queue strictly in order; park a failing sharding key (:mod:`txmsg.orderly`)."""
+    max_orderly_retries: int = defaults.MAX_ORDERLY_RETRIES
+    """Orderly only: failures of one message, in place, before its key is parked."""
+    orderly_retry_delay: float = defaults.ORDERLY_RETRY_DELAY
+    """Orderly only: seconds between those attempts."""
+    session_factory: Callable[[], Any] | None = None
+    """The database of ``idempotent=True`` and of parked messages (``orderly=True``)."""
 
     @property
     def name(self) -> str:
         return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}"
 
-    def safe_handler(self) -> Callable[[Message], bool]:
-        """The handler a backend gets: True = consumed, False = redeliver; never raises."""
+    def safe_handler(
+        self, *, on_parked: Sequence[Callable[[ParkedEvent], None]] = ()
+    ) -> Callable[[Message], bool]:
+        """The handler a backend gets: True = consumed, False = hand it again later; never raises.
+
+        Concurrent listeners: an exception means False (the broker redelivers later, up to
+        ``max_reconsume`` times).  Orderly listeners: see :func:`txmsg.orderly.orderly_handler`;
+        ``on_parked`` are the alert hooks called when a key is parked.
+        """
+        if self.orderly:
+            from txmsg.orderly import orderly_handler  # noqa: PLC0415 - needs SQLAlchemy
+
+            return orderly_handler(self, on_parked=on_parked)
         handler, group = self.handler, self.group
 
         def consume(message: Message) -> bool:
@@ -95,6 +121,9 @@ def build_consumer_spec(
     max_reconsume: int | None = None,
     idempotent: bool = False,
     session_factory: Callable[[], Any] | None = None,
+    orderly: bool = False,
+    max_orderly_retries: int | None = None,
+    orderly_retry_delay: float | None = None,
 ) -> ConsumerSpec:
     """Validate a message listener and return its spec (see
     :meth:`txmsg.ListenerRegistry.message_listener` for the options).
@@ -121,6 +150,9 @@ def build_consumer_spec(
         raise ListenerDefinitionError(
             f"{owner}: max_reconsume must be an int >= 0, got {max_reconsume!r}"
         )
+    max_orderly_retries, orderly_retry_delay = _check_orderly(
+        owner, orderly, max_orderly_retries, orderly_retry_delay, session_factory
+    )
     handler: Callable[[Message], Any]
     if idempotent:
         _check_arity(fn, 2, f"{owner}(message, session) because idempotent=True", owner)
@@ -144,6 +176,46 @@ def build_consumer_spec(
         concurrency=concurrency,
         max_reconsume=max_reconsume,
         idempotent=idempotent,
+        orderly=orderly,
+        max_orderly_retries=max_orderly_retries,
+        orderly_retry_delay=orderly_retry_delay,
+        session_factory=session_factory,
     )
     return spec
 
+
+def _check_orderly(
+    owner: str,
+    orderly: bool,
+    max_orderly_retries: int | None,
+    orderly_retry_delay: float | None,
+    session_factory: Callable[[], Any] | None,
+) -> tuple[int, float]:
+    """The orderly options, validated; defaults filled in."""
+    retries = defaults.MAX_ORDERLY_RETRIES if max_orderly_retries is None else max_orderly_retries
+    delay = defaults.ORDERLY_RETRY_DELAY if orderly_retry_delay is None else orderly_retry_delay
+    if not isinstance(orderly, bool):
+        raise ListenerDefinitionError(f"{owner}: orderly must be True or False, got {orderly!r}")
+    if not orderly and (max_orderly_retries is not None or orderly_retry_delay is not None):
+        raise ListenerDefinitionError(
+            f"{owner}: max_orderly_retries/orderly_retry_delay only apply to orderly=True "
+            "listeners; add orderly=True or drop them (concurrent listeners use max_reconsume)"
+        )
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+        raise ListenerDefinitionError(
+            f"{owner}: max_orderly_retries must be an int >= 1 (attempts before the key is "
+            f"parked), got {retries!r}"
+        )
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= 60:
+        raise ListenerDefinitionError(
+            f"{owner}: orderly_retry_delay must be seconds between 0 and 60 (the queue waits "
+            f"that long per attempt), got {delay!r}"
+        )
+    if orderly and session_factory is None:
+        raise ListenerDefinitionError(
+            f"{owner}: orderly=True needs session_factory=... (a callable returning SQLAlchemy "
+            "sessions on the service's database): a key that keeps failing is parked there, "
+            "with its later messages, so the queue can move on; create the tables with "
+            "txmsg.sqla.create_tables(engine)"
+        )
+    return retries, float(delay)

@@ -1,5 +1,5 @@
 """SQLAlchemy integration: local transactions with transaction records, record-backed check-backs,
-idempotent consumers.
+idempotent consumers, parked keys of orderly consumers (:mod:`txmsg.sqla.parking`).
 
 Quick start::
 
@@ -36,11 +36,22 @@ from txmsg.sqla.local import SqlAlchemyLocalTransaction, listener_group, transac
 from txmsg.sqla.models import (
     ConsumedMessage,
     ConsumeStat,
+    ParkedKey,
+    ParkedMessage,
     RecordState,
     TransactionRecord,
     TransactionRecordArchive,
     create_tables,
     metadata,
+)
+from txmsg.sqla.parking import (
+    ParkedKeyView,
+    ParkedMessageView,
+    ReplayReport,
+    discard,
+    parked_keys,
+    parked_messages,
+    replay,
 )
 from txmsg.sqla.records import (
     MIN_RETENTION,
@@ -56,10 +67,15 @@ __all__ = [
     "ConsumeStat",
     "ConsumedMessage",
     "IdempotentConsumer",
+    "ParkedKey",
+    "ParkedKeyView",
+    "ParkedMessage",
+    "ParkedMessageView",
     "RecordBackedListener",
     "RecordCheck",
     "RecordState",
     "RecordView",
+    "ReplayReport",
     "SessionFactory",
     "SqlAlchemyLocalTransaction",
     "TransactionFencedError",
@@ -70,15 +86,19 @@ __all__ = [
     "count_records",
     "create_engine",
     "create_tables",
+    "discard",
     "duplicates_absorbed",
     "get_record",
     "listener_group",
     "make_session_factory",
     "message_born_at",
     "metadata",
+    "parked_keys",
+    "parked_messages",
     "purge_consumed",
     "purge_records",
     "read_only",
+    "replay",
     "transactional",
     "wrap_idempotent",
 ]

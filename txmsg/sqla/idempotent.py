@@ -74,6 +74,20 @@ class IdempotentConsumer:
         self.__wrapped__ = fn
 
     def __call__(self, message: Message) -> None:
+        self.apply(message)
+
+    def apply(
+        self,
+        message: Message,
+        *,
+        in_same_transaction: Callable[[Session], object] | None = None,
+    ) -> bool:
+        """Apply ``message`` once: True = applied now, False = a duplicate (already applied).
+
+        ``in_same_transaction(session)`` runs after ``fn`` in the same database transaction, and
+        only when the message is applied: replaying a parked message deletes its parked row
+        there, so the effects and the row's removal commit together (:mod:`txmsg.sqla.parking`).
+        """
         key = message_key(message)
         if not key:
             raise InvalidMessageError(
@@ -96,11 +110,14 @@ class IdempotentConsumer:
                 except IntegrityError as exc:
                     raise DuplicateMessage(key) from exc
                 self.fn(message, session)
+                if in_same_transaction is not None:
+                    in_same_transaction(session)
         except DuplicateMessage:
             self._absorb(message, key)
-            return
+            return False
         with self._lock:
             self.applied += 1
+        return True
 
     def _absorb(self, message: Message, key: str) -> None:
         with self._lock:

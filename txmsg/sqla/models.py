@@ -13,15 +13,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     DateTime,
     Dialect,
     Engine,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
+    Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -149,6 +153,66 @@ class ConsumeStat(TxMsgBase):
     topic: Mapped[str] = mapped_column(String(255), primary_key=True)
     duplicates: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ParkedKey(TxMsgBase):
+    """A sharding key an orderly consumer group has parked (:mod:`txmsg.orderly`).
+
+    While this row exists, every message of the key the group receives is parked behind the first
+    one instead of being handled.  Its row is the lock of the parking protocol: the consumer
+    parking "behind" and the replay unparking the key both lock it first (``SELECT ... FOR
+    UPDATE`` on PostgreSQL; SQLite serialises writers with ``BEGIN IMMEDIATE``), so a message is
+    never parked behind a key that replay has just released.
+    """
+
+    __tablename__ = "txmsg_parked_key"
+
+    consumer_group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    sharding_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(255))
+    reason: Mapped[str] = mapped_column(Text())
+    """The error that parked the key (the last one, after a failed replay)."""
+    first_message_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    parked_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class ParkedMessage(TxMsgBase):
+    """A message of a parked key, kept whole so replay can hand it to the listener again.
+
+    ``id`` increases in the order the consumer parked the messages, which is the queue's order:
+    replay goes by ``id``.  ``(consumer_group, message_key)`` is unique so a message handed
+    again after a crash (parked, but the consumer died before the broker learnt the offset) is
+    not parked twice.
+    """
+
+    __tablename__ = "txmsg_parked_message"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    consumer_group: Mapped[str] = mapped_column(String(255))
+    sharding_key: Mapped[str] = mapped_column(String(255))
+    topic: Mapped[str] = mapped_column(String(255))
+    message_key: Mapped[str] = mapped_column(String(128))
+    """``UNIQ_KEY`` of the message, else its message id."""
+    message_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    tags: Mapped[str | None] = mapped_column(String(255), default=None)
+    keys: Mapped[str | None] = mapped_column(String(255), default=None)
+    properties: Mapped[dict[str, str]] = mapped_column(JSON())
+    body: Mapped[bytes] = mapped_column(LargeBinary())
+    reconsume_times: Mapped[int] = mapped_column(Integer(), default=0)
+    queue_id: Mapped[int | None] = mapped_column(Integer(), default=None)
+    queue_offset: Mapped[int | None] = mapped_column(BigInteger(), default=None)
+    error: Mapped[str | None] = mapped_column(Text(), default=None)
+    """Why this message could not be handled; None for one parked behind a failed one."""
+    attempts: Mapped[int] = mapped_column(Integer(), default=0)
+    """Attempts of the handler so far (live consumption plus replays)."""
+    parked_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    __table_args__ = (
+        UniqueConstraint("consumer_group", "message_key"),
+        Index(None, "consumer_group", "sharding_key", "id"),
+    )
 
 
 def create_tables(engine: Engine) -> None:
