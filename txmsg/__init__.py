@@ -1,6 +1,7 @@
 """txmsg: Spring-style RocketMQ transactional messages for Python services.
 
-Declare a listener per producer group on an app, start it, send with its producer::
+Declare a listener per producer group on an app (or ``app.add_producer(group=...)`` for plain,
+delayed and ordered sends only), start it, send with its producer::
 
     app = TxMsg(load_config())
 
@@ -22,12 +23,15 @@ __all__ = [
     "LocalTransactionState",
     "Message",
     "TransactionSendResult",
+    "SendResult",
     # declaring listeners
     "ListenerRegistry",
     "ListenerSpec",
     "ConsumerSpec",
+    "ParkedEvent",
     # running
     "TxMsg",
+    "Producer",
     "TransactionalProducer",
     "ProducerStats",
     "CheckDispatcher",
@@ -94,8 +98,9 @@ if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDE
     from txmsg.dispatch import CheckDispatcher
     from txmsg.executor import ExecutorConfig, ExecutorStats, RejectionPolicy, TxExecutor
     from txmsg.listener import ListenerSpec
-    from txmsg.message import Message, TransactionSendResult
-    from txmsg.producer import ProducerStats, TransactionalProducer
+    from txmsg.message import Message, SendResult, TransactionSendResult
+    from txmsg.orderly import ParkedEvent
+    from txmsg.producer import Producer, ProducerStats, TransactionalProducer
     from txmsg.registry import ListenerRegistry
 
 _LAZY: dict[str, str] = {
@@ -106,9 +111,12 @@ _LAZY: dict[str, str] = {
     "ListenerRegistry": "txmsg.registry",
     "ListenerSpec": "txmsg.listener",
     "Message": "txmsg.message",
+    "ParkedEvent": "txmsg.orderly",
+    "Producer": "txmsg.producer",
     "ProducerGroup": "txmsg.di",
     "ProducerStats": "txmsg.producer",
     "RejectionPolicy": "txmsg.executor",
+    "SendResult": "txmsg.message",
     "TransactionSendResult": "txmsg.message",
     "TransactionalProducer": "txmsg.producer",
     "TxExecutor": "txmsg.executor",

@@ -7,8 +7,11 @@
     @app.transactional_listener(group="order-tx", topics=["orders"])
     class PayOrder: ...
 
+    app.add_producer(group="notify")            # plain sends only: no listener
+
     with app:                                   # start(), then close() at the end
         app.producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
+        app.producer("notify").send_orderly("events", {"id": 1}, sharding_key="order-1")
 
 Each app has its own listeners (``app.registry``); listeners declared in other modules come in
 through ``app.include(registry)``.  Registration is frozen at ``start()``.
@@ -25,10 +28,10 @@ import importlib.metadata
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from txmsg import defaults
-from txmsg.backend import Backend
+from txmsg.backend import Backend, capabilities_of
 from txmsg.config import TxMsgConfig, load_config
 from txmsg.consumer import ConsumerSpec
 from txmsg.errors import (
@@ -42,10 +45,13 @@ from txmsg.errors import (
 )
 from txmsg.executor import ExecutorConfig
 from txmsg.listener import ListenerSpec, spec_of
-from txmsg.names import NameRule, rules_for_backend
-from txmsg.producer import ProducerStats, TransactionalProducer
+from txmsg.names import NameRule, check_name, rules_for_backend
+from txmsg.producer import Producer, ProducerStats
 from txmsg.registry import ListenerRegistry
 from txmsg.states import LocalTransactionState
+
+if TYPE_CHECKING:
+    from txmsg.orderly import ParkedEvent
 
 log = logging.getLogger("txmsg.app")
 
@@ -53,6 +59,7 @@ BACKEND_GROUP = "txmsg.backends"
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
 
 
 def backend_entry_points() -> list[importlib.metadata.EntryPoint]:
@@ -136,7 +143,7 @@ class TxMsg:
         self._backend: Backend | None = None
         self._owns_backend = False
         self._instances: dict[str, Any] = {}
-        self._producers: dict[str, TransactionalProducer] = {}
+        self._producers: dict[str, Producer] = {}
         self._stops: list[Callable[[float], None]] = []
         self._lock = threading.RLock()
         self._state = "new"  # new -> started -> closed
@@ -209,6 +216,9 @@ class TxMsg:
         max_reconsume: int | None = None,
         idempotent: bool = False,
         session_factory: Callable[[], Any] | None = None,
+        orderly: bool = False,
+        max_orderly_retries: int | None = None,
+        orderly_retry_delay: float | None = None,
     ) -> Callable[[F], F]:
         """Function decorator: consume ``topic`` as consumer ``group`` in this app.
 
@@ -226,6 +236,9 @@ class TxMsg:
                 max_reconsume=max_reconsume,
                 idempotent=idempotent,
                 session_factory=session_factory,
+                orderly=orderly,
+                max_orderly_retries=max_orderly_retries,
+                orderly_retry_delay=orderly_retry_delay,
             )
             return fn
 
@@ -242,6 +255,9 @@ class TxMsg:
         max_reconsume: int | None = None,
         idempotent: bool = False,
         session_factory: Callable[[], Any] | None = None,
+        orderly: bool = False,
+        max_orderly_retries: int | None = None,
+        orderly_retry_delay: float | None = None,
     ) -> ConsumerSpec:
         """The consumer decorator's imperative twin."""
         self._setup(f"add the message listener of group {group!r}")
@@ -254,10 +270,28 @@ class TxMsg:
             max_reconsume=max_reconsume,
             idempotent=idempotent,
             session_factory=session_factory,
+            orderly=orderly,
+            max_orderly_retries=max_orderly_retries,
+            orderly_retry_delay=orderly_retry_delay,
         )
 
+    def add_producer(self, *, group: str) -> None:
+        """Declare producer ``group`` for plain sends without a transactional listener; its
+        client starts with the app and ``app.producer(group)`` returns its :class:`Producer`.
+        See :meth:`txmsg.ListenerRegistry.add_producer`."""
+        self._setup(f"add the producer group {group!r}")
+        self.registry.add_producer(group)
+
+    def on_parked(self, fn: H) -> H:
+        """Decorator: an alert hook called with a :class:`txmsg.orderly.ParkedEvent` each time
+        an orderly listener of this app parks a sharding key.  See
+        :meth:`txmsg.ListenerRegistry.on_parked`."""
+        self._setup("add an on_parked hook")
+        return self.registry.on_parked(fn)
+
     def include(self, registry: ListenerRegistry) -> None:
-        """Take every listener and consumer declared in ``registry`` (a module-level one).
+        """Take every listener, consumer, plain producer group and ``on_parked`` hook declared in
+        ``registry`` (a module-level one).
 
         The registry is frozen afterwards: declaring into it later raises
         :class:`~txmsg.LifecycleError` instead of being silently ignored.
@@ -272,6 +306,8 @@ class TxMsg:
             self.registry.check_spec_names(spec)
         for cspec in consumers.values():
             self.registry.check_spec_names(cspec)
+        for group in registry.producer_groups:
+            check_name("producer_group", group, owner="add_producer", rules=self.name_rules)
         for group, spec in listeners.items():
             if self.registry.listener(group) is not None:
                 raise ListenerDefinitionError(
@@ -290,6 +326,10 @@ class TxMsg:
             self.registry.add_listener(spec)
         for cspec in consumers.values():
             self.registry.add_consumer(cspec)
+        for group in registry.producer_groups:
+            self.registry.add_producer(group)
+        for hook in registry.parked_hooks:
+            self.registry.on_parked(hook)
 
     def use_listener(self, instance: Any) -> None:
         """Use ``instance`` (of a class declared as a transactional listener) instead of
@@ -325,13 +365,16 @@ class TxMsg:
         return self._state == "started"
 
     def start(self) -> Self:
-        """Freeze registration, create one producer per listener and subscribe every consumer.
+        """Freeze registration, create one producer per listener and per plain producer group
+        (:meth:`add_producer`), and subscribe every consumer.
 
         Idempotent while started.  On failure everything started so far is closed again, the app
         stays *new* (fix the cause and call start() again) and the error propagates.
 
         Raises:
             ClosedError: the app was closed; make a new one.
+            ListenerDefinitionError: an ``orderly=True`` listener on a backend without orderly
+                consumers (``Capabilities.orderly_consumer``).
         """
         with self._lock:
             if self._state == "started":
@@ -352,39 +395,70 @@ class TxMsg:
 
     def _start_all(self) -> None:
         backend = self.backend
+        capabilities = capabilities_of(backend)
+        consumers = sorted(self.registry.consumers.items())
+        if not capabilities.orderly_consumer:
+            refused = [cspec for _, cspec in consumers if cspec.orderly]
+            if refused:
+                raise ListenerDefinitionError(
+                    f"{refused[0].name} (group {refused[0].group!r}) is orderly=True, but backend "
+                    f"{getattr(backend, 'name', backend)!r} has no orderly consumer; use a backend "
+                    "that has one (rocketmq, rocketmq5) or drop orderly=True"
+                )
+        declared = self.registry.producer_groups
         for group, spec in sorted(self.registry.listeners.items()):
             listener = self._instance_for(spec)
             self._instances[group] = listener
             settings = self.config.listener_settings(group)
             executor = settings.apply(spec.executor) if settings else spec.executor
-            self._producers[group] = TransactionalProducer.create(
+            producer = Producer.create(
                 backend,
                 spec,
                 listener,
                 executor,
                 check_wait_timeout=self.config.check_wait_timeout,
                 name_rules=self.name_rules,
+                capabilities=capabilities,
             )
+            self._producers[group] = producer
+            if group in declared:  # also add_producer: its plain-send client starts now too
+                producer.open_sender()
             log.info("producer group %s started (executor %s)", group, executor)
-        for group, cspec in sorted(self.registry.consumers.items()):
+        for group in declared:
+            if group not in self._producers:
+                self._producers[group] = Producer.create_plain(
+                    backend, group, name_rules=self.name_rules, capabilities=capabilities
+                )
+                log.info("producer group %s started (plain sends)", group)
+        hooks = self.registry.parked_hooks
+        for group, cspec in consumers:
             override = self.config.consumer_settings(group)
             concurrency = (override.concurrency if override else None) or cspec.concurrency
             max_reconsume = cspec.max_reconsume
             if override is not None and override.max_reconsume is not None:
                 max_reconsume = override.max_reconsume
             consume_from = (override.consume_from if override else None) or "first"
+            # `orderly` only when asked: a backend written before orderly consumers existed still
+            # takes every other listener (and the capability check above refused orderly ones).
+            extra: dict[str, Any] = {"orderly": True} if cspec.orderly else {}
             self._stops.append(
                 backend.subscribe(
                     cspec.topic,
                     group,
-                    cspec.safe_handler(),
+                    cspec.safe_handler(on_parked=hooks),
                     tags=cspec.tags,
                     concurrency=concurrency,
                     max_reconsume=max_reconsume,
                     consume_from=consume_from,
+                    **extra,
                 )
             )
-            log.info("consumer group %s subscribed to %s", group, cspec.topic)
+            log.info(
+                "consumer group %s subscribed to %s%s",
+                group,
+                cspec.topic,
+                " (orderly)" if cspec.orderly else "",
+            )
 
     def _instance_for(self, spec: ListenerSpec) -> Any:
         if spec.group in self._instances:
@@ -437,13 +511,15 @@ class TxMsg:
         self.close()
 
     # ---- use ------------------------------------------------------------------------------------
-    def producer(self, group: str | None = None) -> TransactionalProducer:
+    def producer(self, group: str | None = None) -> Producer:
         """The producer of ``group``; ``None`` means ``config.producer.group``, else the only one.
+
+        Transactional listener groups and plain groups (:meth:`add_producer`) alike; every
+        producer does plain sends, only a listener's group sends in transactions.
 
         Raises:
             NotStartedError / ClosedError: outside start() .. close().
-            UnknownGroupError: no transactional listener for that group (or several and none
-                named).
+            UnknownGroupError: no producer of that group (or several and none named).
         """
         if self._state == "new":
             raise NotStartedError(
@@ -466,13 +542,15 @@ class TxMsg:
         except KeyError:
             known = ", ".join(sorted(self._producers)) or "none"
             raise UnknownGroupError(
-                f"no transactional listener for producer group {group!r} (registered: {known}); "
-                f"declare one with @app.transactional_listener(group={group!r})",
+                f"no transactional listener for producer group {group!r} (registered: {known}), "
+                f"nor a plain producer group of that name; declare one with "
+                f"@app.transactional_listener(group={group!r}) to send in transactions, or "
+                f"app.add_producer(group={group!r}) for plain sends only",
                 group=group,
             ) from None
 
     @property
-    def producers(self) -> dict[str, TransactionalProducer]:
+    def producers(self) -> dict[str, Producer]:
         """A copy: producer group -> producer (empty before start)."""
         return dict(self._producers)
 
@@ -481,7 +559,8 @@ class TxMsg:
         return {group: p.stats() for group, p in self._producers.items()}
 
     def __repr__(self) -> str:
-        return f"<TxMsg {self._state} groups={sorted(self.registry.listeners)}>"
+        groups = set(self.registry.listeners) | set(self.registry.producer_groups)
+        return f"<TxMsg {self._state} groups={sorted(groups)}>"
 
 
 def _in_parallel(what: str, calls: list[tuple[Callable[[float], None], float]]) -> None:

@@ -4,9 +4,9 @@
 
     class OrderService:
         @inject
-        def __init__(self, producer: TransactionalProducer): ...        # default group
+        def __init__(self, producer: Producer): ...                     # default group
 
-    FeeProducer = Annotated[TransactionalProducer, ProducerGroup("fee-tx")]   # a type alias
+    FeeProducer = Annotated[Producer, ProducerGroup("fee-tx")]      # a type alias
 
     class FeeService:
         @inject
@@ -16,14 +16,16 @@
     app.listener_factory = injector.get     # optional: listeners built by the injector too
     app.start()
 
-:class:`TxMsgModule` binds ``Annotated[TransactionalProducer, ProducerGroup(g)]`` for every
-listener group ``g`` of the app (and any extra ``groups``); ``producer_for(g)`` is that key, for
+:class:`TxMsgModule` binds ``Annotated[Producer, ProducerGroup(g)]`` for every listener group and
+every plain producer group (``app.add_producer``) ``g`` of the app (and any extra ``groups``);
+``producer_for(g)`` is that key, for
 ``injector.get(producer_for("fee-tx"))``.  Type checkers accept the alias as a type.
-The groups bound are those the app has when the injector is built: declare listeners
-(``@app.transactional_listener``) and ``app.include(registry)`` first.
+``TransactionalProducer`` is the same class as ``Producer``, so keys written with either name are
+one key.  The groups bound are those the app has when the injector is built: declare listeners
+(``@app.transactional_listener``), ``app.add_producer`` and ``app.include(registry)`` first.
 Producers are looked up when injected, so the injector may be built before ``app.start()``;
 resolve services after it (before, injection raises :class:`~txmsg.NotStartedError`; for a group
-without a listener, :class:`~txmsg.UnknownGroupError`).
+the app does not have, :class:`~txmsg.UnknownGroupError`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import injector
 
 from txmsg.app import TxMsg
 from txmsg.config import TxMsgConfig
-from txmsg.producer import TransactionalProducer
+from txmsg.producer import Producer
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class ProducerGroup:
 
 def producer_for(group: str) -> Any:
     """The injection key (an ``Annotated`` type) of the producer of ``group``."""
-    return Annotated[TransactionalProducer, ProducerGroup(group)]
+    return Annotated[Producer, ProducerGroup(group)]
 
 
 class TxMsgModule(injector.Module):
@@ -62,13 +64,11 @@ class TxMsgModule(injector.Module):
         app = self.app
         binder.bind(TxMsg, to=app)
         binder.bind(TxMsgConfig, to=app.config)
-        binder.bind(
-            TransactionalProducer,
-            to=injector.CallableProvider(lambda: app.producer()),
-        )
-        for group in sorted(set(app.registry.listeners) | set(self.groups)):
+        binder.bind(Producer, to=injector.CallableProvider(lambda: app.producer()))
+        groups = set(app.registry.listeners) | set(app.registry.producer_groups) | set(self.groups)
+        for group in sorted(groups):
             binder.bind(producer_for(group), to=_group_provider(app, group))
 
 
-def _group_provider(app: TxMsg, group: str) -> injector.CallableProvider[TransactionalProducer]:
+def _group_provider(app: TxMsg, group: str) -> injector.CallableProvider[Producer]:
     return injector.CallableProvider(lambda: app.producer(group))

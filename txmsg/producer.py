@@ -1,54 +1,109 @@
-"""``TransactionalProducer``: send a message and run the local transaction, for one group.
+"""``Producer``: every send of one producer group: plain, async, one-way, delayed, ordered, batch,
+and (when the group has a transactional listener) transactional.
 
-The send follows RocketMQ's protocol: the backend sends a half message, then calls our local
-executor **in the sending thread** with the message as the broker stored it (so the transaction
-key is known), then ends the transaction with the state ``execute_local`` decided.  ``arg``
-reaches ``execute_local`` through a closure: the real client's ``user_args`` can only carry
-ints and strings.
+Transactional sends follow RocketMQ's protocol: the backend sends a half message, then calls our
+local executor **in the sending thread** with the message as the broker stored it (so the
+transaction key is known), then ends the transaction with the state ``execute_local`` decided.
+``arg`` reaches ``execute_local`` through a closure: the real client's ``user_args`` can only
+carry ints and strings.
+
+Plain sends go through the backend's :class:`~txmsg.backend.MessageSender` of the group, a client
+of its own: a group declared with ``app.add_producer(group=...)`` opens it at ``start()``; a
+transactional group opens it at its first plain send, so a service that only sends in
+transactions opens nothing more than before.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from txmsg.backend import Backend, TransactionalSender
+from txmsg.backend import Backend, Capabilities, MessageSender, TransactionalSender, capabilities_of
 from txmsg.convert import to_body
 from txmsg.defaults import CHECK_WAIT_TIMEOUT
 from txmsg.dispatch import CheckDispatcher, DispatchStats
 from txmsg.errors import (
     InvalidMessageError,
+    LifecycleError,
+    ListenerDefinitionError,
     ProducerClosedError,
     RejectedError,
     SendError,
     TxMsgError,
+    UnknownGroupError,
 )
 from txmsg.executor import ExecutorConfig, ExecutorStats, TxExecutor
 from txmsg.listener import ListenerSpec
-from txmsg.message import Message, OutgoingMessage, TransactionSendResult
+from txmsg.message import (
+    DELAY_LEVELS,
+    SHARDING_KEY,
+    Message,
+    OutgoingMessage,
+    SendResult,
+    TransactionSendResult,
+)
 from txmsg.names import NameRule, check_name, rocketmq_rule
 from txmsg.safety import run_execute_local
 from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.producer")
 
+SKEW_WARNING = 2.0
+"""Queue skew (busiest queue / mean of the queues used) above which a topic's ordered sends log a
+WARNING: one queue gets more than twice its share, the mark of a hot sharding key."""
+SKEW_MIN_SENDS = 100
+"""Ordered sends to a topic before its skew is judged (a handful of sends is always uneven)."""
+
+_NO_EXECUTOR = ExecutorStats(threads=0, active=0, queued=0, completed=0, rejected=0, caller_ran=0)
+_NO_CHECKS = DispatchStats(checks=0, deduplicated=0, rejected=0, timed_out=0, in_flight=0)
+_LEVELS_TEXT = ", ".join(
+    f"{n}={s // 60}m" if s >= 60 and s < 3600 else f"{n}={s // 3600}h" if s >= 3600 else f"{n}={s}s"
+    for n, s in enumerate(DELAY_LEVELS, start=1)
+)
+
 
 @dataclass(frozen=True)
 class ProducerStats:
-    """Figures of one producer group."""
+    """Figures of one producer group.
+
+    A plain producer group (``app.add_producer``) has no executor and receives no check-backs:
+    its ``executor`` and ``checks`` figures are all zero and ``transactional`` is False.
+    """
 
     group: str
     sent: int
+    """Transactional sends that reached the broker."""
     committed: int
     rolled_back: int
     unknown: int
     failed: int
+    """Transactional sends that raised."""
     executor: ExecutorStats
     checks: DispatchStats
+    transactional: bool = True
+    """The group has a transactional listener (``send_in_transaction`` works)."""
+    plain_sent: int = 0
+    """Messages of plain sends the broker accepted (a batch counts each message; a one-way send
+    counts when the client took it, since nothing more is known)."""
+    plain_failed: int = 0
+    """Plain send calls (or async futures) that ended with an error."""
+    ordered_sent: int = 0
+    """Of ``plain_sent``: ordered sends (``send_orderly``)."""
+    queues: dict[int, int] = field(default_factory=dict)
+    """Ordered sends per queue id, summed over topics (from ``SendResult.queue_id``; a backend
+    that does not report queues leaves it empty)."""
+    topic_queues: dict[str, dict[int, int]] = field(default_factory=dict)
+    """The same per topic."""
+    queue_skew: float = 1.0
+    """Busiest queue / mean over the queues used, for the most uneven topic: 1.0 is even, 2.0
+    means one queue takes twice its share (a hot sharding key).  Queues never used are not
+    seen: compare ``len(topic_queues[topic])`` with the topic's queue count too."""
 
 
 def _keys_text(keys: str | Sequence[str] | None) -> str | None:
@@ -57,11 +112,24 @@ def _keys_text(keys: str | Sequence[str] | None) -> str | None:
     return " ".join(str(k) for k in keys)  # RocketMQ's KEY_SEPARATOR
 
 
-class TransactionalProducer:
-    """Sends transactional messages for one producer group.
+def _skew(counts: Mapping[int, int]) -> float:
+    if not counts:
+        return 1.0
+    total = sum(counts.values())
+    return max(counts.values()) / (total / len(counts)) if total else 1.0
 
-    Usually created by :class:`txmsg.TxMsg` (one per registered listener) or by
-    :meth:`create` when used without the application object.
+
+class Producer:
+    """Sends the messages of one producer group.
+
+    Usually made by :class:`txmsg.TxMsg` (``app.producer(group)``): one per transactional listener
+    and one per group declared with ``app.add_producer(group=...)``.  Without the app, use
+    :meth:`create` (transactional) or :meth:`create_plain`.
+
+    Plain sends (:meth:`send`, :meth:`send_async`, :meth:`send_oneway`, :meth:`send_orderly`,
+    :meth:`send_batch`) work on every producer.  :meth:`send_in_transaction` needs the group's
+    transactional listener; on a plain group it raises :class:`~txmsg.UnknownGroupError`.
+    Payloads are converted as for transactional sends (:func:`txmsg.to_body`).
     """
 
     name_rules: tuple[NameRule, ...] = (rocketmq_rule,)
@@ -69,25 +137,58 @@ class TransactionalProducer:
 
     def __init__(
         self,
-        sender: TransactionalSender,
-        listener: Any,
-        spec: ListenerSpec,
-        executor: TxExecutor,
-        dispatcher: CheckDispatcher,
+        sender: TransactionalSender | None = None,
+        listener: Any = None,
+        spec: ListenerSpec | None = None,
+        executor: TxExecutor | None = None,
+        dispatcher: CheckDispatcher | None = None,
+        *,
+        group: str | None = None,
+        backend: Backend | None = None,
+        message_sender: MessageSender | None = None,
+        capabilities: Capabilities | None = None,
     ) -> None:
+        if spec is None and group is None:
+            raise ListenerDefinitionError(
+                "Producer needs the listener spec (transactional) or group= (plain sends); "
+                "build it with Producer.create(...) or Producer.create_plain(...)"
+            )
         self.sender = sender
+        """The transactional sender (None for a plain producer group)."""
         self.listener = listener
         self.spec = spec
         self.executor = executor
         self.dispatcher = dispatcher
+        self.backend = backend
+        """Where the plain-send client is opened on first use (None: only ``message_sender``)."""
+        self.capabilities = capabilities or (
+            capabilities_of(backend) if backend is not None else Capabilities()
+        )
+        """What the backend can send (delivery timestamps, ...): checked before each send."""
+        self._group = spec.group if spec is not None else str(group)
         self._lock = threading.Lock()
+        self._plain_lock = threading.Lock()  # opening / closing the plain-send client
+        self._message_sender = message_sender
         self._closed = False
-        self._counts = {"sent": 0, "failed": 0} | {s.name: 0 for s in LocalTransactionState}
+        self._counts = {
+            "sent": 0,
+            "failed": 0,
+            "plain_sent": 0,
+            "plain_failed": 0,
+            "ordered_sent": 0,
+        } | {s.name: 0 for s in LocalTransactionState}
+        self._queues: dict[str, dict[int, int]] = {}
+        self._skew_warned: set[str] = set()
 
     @property
     def group(self) -> str:
-        """The producer group (one listener per group)."""
-        return self.spec.group
+        """The producer group."""
+        return self._group
+
+    @property
+    def transactional(self) -> bool:
+        """True when the group has a transactional listener (``send_in_transaction`` works)."""
+        return self.sender is not None
 
     @classmethod
     def create(
@@ -99,8 +200,10 @@ class TransactionalProducer:
         *,
         check_wait_timeout: float = CHECK_WAIT_TIMEOUT,
         name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
-    ) -> TransactionalProducer:
-        """Build the executor and check dispatcher for ``spec`` and start a sender on ``backend``.
+        capabilities: Capabilities | None = None,
+    ) -> Producer:
+        """Build the executor and check dispatcher for ``spec`` and start a transactional sender
+        on ``backend``; the plain-send client opens on the first plain send.
 
         ``name_rules`` check the topic of every send (the app passes its backend's rules)."""
         executor = TxExecutor(executor_config or spec.executor, name=f"txmsg-{spec.group}")
@@ -115,11 +218,43 @@ class TransactionalProducer:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        producer = cls(sender, listener, spec, executor, dispatcher)
+        producer = cls(
+            sender, listener, spec, executor, dispatcher, backend=backend, capabilities=capabilities
+        )
         producer.name_rules = name_rules
         return producer
 
-    # ---- sending --------------------------------------------------------------------------------
+    @classmethod
+    def create_plain(
+        cls,
+        backend: Backend,
+        group: str,
+        *,
+        name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
+        capabilities: Capabilities | None = None,
+    ) -> Producer:
+        """A producer for plain sends of ``group`` (no listener), its client started now.
+
+        Raises:
+            InvalidNameError: ``group`` is refused by RocketMQ or ``name_rules``.
+        """
+        check_name("producer_group", group, owner="Producer.create_plain", rules=name_rules)
+        producer = cls(group=group, backend=backend, capabilities=capabilities)
+        producer.name_rules = name_rules
+        producer.open_sender()
+        return producer
+
+    # ---- transactional sends --------------------------------------------------------------------
+    def _transactional_parts(self) -> tuple[TransactionalSender, ListenerSpec, TxExecutor]:
+        if self.sender is None or self.spec is None or self.executor is None:
+            raise UnknownGroupError(
+                f"producer group {self.group!r} has no transactional listener, so it cannot send "
+                f"in a transaction; declare one with @app.transactional_listener(group="
+                f"{self.group!r}) (plain sends need none: producer.send(...))",
+                group=self.group,
+            )
+        return self.sender, self.spec, self.executor
+
     def send_in_transaction(
         self,
         topic: str,
@@ -138,19 +273,18 @@ class TransactionalProducer:
         transaction did not run because the half send failed).
 
         Raises:
+            UnknownGroupError: the group has no transactional listener (a plain producer group).
             InvalidNameError: the topic name is refused by RocketMQ or the backend.
             InvalidMessageError: the payload cannot be converted (see :mod:`txmsg.convert`) or
                 ``check_immunity_seconds`` is invalid.
             ProducerClosedError: after :meth:`close`.
             SendError: the broker or the backend refused the half message.
         """
-        if self._closed:
-            raise ProducerClosedError(
-                f"producer group {self.group!r} is closed; sends must happen before TxMsg.close()"
-            )
+        sender, spec, _ = self._transactional_parts()
+        self._check_open()
         message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
         decided: list[LocalTransactionState] = []
-        listener, spec = self.listener, self.spec
+        listener = self.listener
 
         def local_executor(half: Message) -> LocalTransactionState:
             try:
@@ -161,7 +295,7 @@ class TransactionalProducer:
             return state
 
         try:
-            message_id, transaction_key, status, offset = self.sender.send_in_transaction(
+            message_id, transaction_key, status, offset = sender.send_in_transaction(
                 message, local_executor
             )
         except TxMsgError:
@@ -203,11 +337,12 @@ class TransactionalProducer:
         finished future; ``abort`` raises :class:`RejectedError` (nothing was sent).
 
         Raises:
+            UnknownGroupError: the group has no transactional listener (a plain producer group).
             RejectedError: ``rejection='abort'`` and the executor is full.
             ProducerClosedError: after :meth:`close`.
         """
-        if self._closed:
-            raise ProducerClosedError(f"producer group {self.group!r} is closed")
+        _, _, executor = self._transactional_parts()
+        self._check_open()
         kwargs: dict[str, Any] = {
             "arg": arg,
             "keys": keys,
@@ -216,11 +351,11 @@ class TransactionalProducer:
             "check_immunity_seconds": check_immunity_seconds,
         }
         try:
-            future: Future[TransactionSendResult] = self.executor.submit(
+            future: Future[TransactionSendResult] = executor.submit(
                 self.send_in_transaction, topic, payload, **kwargs
             )
         except RejectedError as exc:
-            if self.executor.is_shutdown:  # closed between the check above and submit()
+            if executor.is_shutdown:  # closed between the check above and submit()
                 raise ProducerClosedError(f"producer group {self.group!r} is closed") from exc
             raise
         return future
@@ -252,15 +387,370 @@ class TransactionalProducer:
             check_immunity_seconds=check_immunity_seconds,
         )
 
-    # ---- figures and lifecycle ------------------------------------------------------------------
-    def _count(self, name: str) -> None:
+    # ---- plain sends ----------------------------------------------------------------------------
+    def send(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> SendResult:
+        """Send ``payload`` to ``topic`` and wait for the broker's answer (no transaction).
+
+        Parameters:
+            keys: message keys (a string or several), searchable in the broker's tools.
+            tags: the message's tag, what consumers filter on.
+            properties: user properties (values become strings).
+            delay_level: RocketMQ delay level 1..18 (:data:`txmsg.message.DELAY_LEVELS`:
+                1s 5s 10s 30s 1m 2m ... 10m 20m 30m 1h 2h): consumers see it that much later.
+            deliver_at: deliver at this time: an aware ``datetime`` or epoch seconds (needs a
+                backend with ``Capabilities.delivery_timestamps``, RocketMQ 5; not with
+                ``delay_level``).  A time in the past delivers at once.
+
+        Raises:
+            InvalidNameError: the topic name is refused.
+            InvalidMessageError: the payload cannot be converted, or the delay options are wrong
+                or not supported by the backend (the message says what to use instead).
+            ProducerClosedError: after :meth:`close`.
+            SendError: the broker did not accept the message.
+        """
+        message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
+        return self._send_now(message)
+
+    def send_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> Future[SendResult]:
+        """:meth:`send` without waiting: the future ends with the broker's answer or the error
+        (:class:`~txmsg.SendError`).  The future completes on the client's callback thread: keep
+        its callbacks short.  :meth:`close` waits (bounded) for futures still pending.
+
+        Raises (at once, nothing sent): as :meth:`send`, except ``SendError``.
+        """
+        message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
+        return self._send_later(message)
+
+    def send_oneway(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> None:
+        """Send without any answer: the fastest send, and nothing tells whether the broker
+        stored the message (logs, metrics).  A backend without ``Capabilities.oneway`` sends
+        asynchronously and ignores the answer.  Options and errors as :meth:`send`."""
+        message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
+        sender = self.open_sender()
+        try:
+            sender.send_oneway(message)
+        except BaseException as exc:
+            self._count("plain_failed")
+            raise self._send_error(exc, message) from exc
+        self._count("plain_sent")
+
+    def send_orderly(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        sharding_key: str,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> SendResult:
+        """Send so that every message with the same ``sharding_key`` goes to the same queue
+        (RocketMQ 5: the same FIFO message group), in the order of the sends.
+
+        Choose one business entity per key (an order id; ``f"{tenant}:{order_id}"``): every key
+        is one ordered stream, and many keys spread over the queues.  Ordered messages cannot be
+        delayed.  Order holds between sends that finished one after the other; two threads
+        sending for one key at once are in no defined order.
+
+        Raises:
+            InvalidMessageError: ``sharding_key`` is empty or not a string, or as :meth:`send`.
+            ProducerClosedError, SendError: as :meth:`send`.
+        """
+        message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
+        return self._send_now(message)
+
+    def send_orderly_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        sharding_key: str,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> Future[SendResult]:
+        """:meth:`send_orderly` without waiting.  Two async sends of one key in flight at once
+        may be stored in either order: to keep a key's order, send its next message after the
+        previous future finished (or use :meth:`send_orderly`)."""
+        message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
+        return self._send_later(message)
+
+    def send_batch(
+        self,
+        topic: str,
+        payloads: Iterable[Any],
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+    ) -> SendResult:
+        """Send several payloads to one topic together; ``tags`` and ``keys`` apply to each.
+
+        With ``Capabilities.batch`` the broker stores them with one request (RocketMQ 4; keep a
+        batch under the broker's 4 MiB message limit); otherwise the backend sends them one by
+        one, in order.  ``result.message_ids`` lists the id of each message.
+
+        Raises:
+            InvalidMessageError: no payloads, a payload cannot be converted, or the batch is too
+                large for the backend.
+            InvalidNameError, ProducerClosedError, SendError: as :meth:`send`.
+        """
+        self._check_open()
+        check_name("topic", topic, owner=f"group {self.group}: send_batch", rules=self.name_rules)
+        messages = [
+            OutgoingMessage(topic=topic, body=to_body(p), tags=tags, keys=_keys_text(keys))
+            for p in payloads
+        ]
+        if not messages:
+            raise InvalidMessageError(
+                f"group={self.group} topic={topic}: send_batch got no payloads; pass at least one"
+            )
+        sender = self.open_sender()
+        try:
+            result = sender.send_batch(messages)
+        except BaseException as exc:
+            self._count("plain_failed")
+            raise self._send_error(exc, messages[0]) from exc
+        self._count("plain_sent", len(messages))
+        return result
+
+    # ---- plain-send plumbing --------------------------------------------------------------------
+    def _plain(
+        self,
+        topic: str,
+        payload: Any,
+        keys: str | Sequence[str] | None,
+        tags: str | None,
+        properties: Mapping[str, Any] | None,
+        delay_level: int | None,
+        deliver_at: datetime | float | None,
+        sharding_key: str | None = None,
+    ) -> OutgoingMessage:
+        """Validate a plain send and build its message (nothing is opened or sent yet)."""
+        self._check_open()
+        owner = f"group={self.group} topic={topic}"
+        check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
+        if sharding_key is not None and (not isinstance(sharding_key, str) or not sharding_key):
+            raise InvalidMessageError(
+                f"{owner}: sharding_key must be a non-empty string (the business entity whose "
+                f"messages must stay in order, e.g. an order id), got {sharding_key!r}"
+            )
+        if sharding_key is not None and (delay_level is not None or deliver_at is not None):
+            raise InvalidMessageError(
+                f"{owner}: an ordered message cannot be delayed (it would overtake or block its "
+                "key's later messages); send it with send() or without a delay"
+            )
+        if delay_level is not None and deliver_at is not None:
+            raise InvalidMessageError(f"{owner}: give delay_level or deliver_at, not both")
+        if delay_level is not None:
+            self._check_delay_level(owner, delay_level)
+        deliver_at_ms = None if deliver_at is None else self._deliver_at_ms(owner, deliver_at)
+        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        if SHARDING_KEY in props:
+            raise InvalidMessageError(
+                f"{owner}: property {SHARDING_KEY} is set by txmsg; use "
+                "send_orderly(..., sharding_key=...) for ordered messages"
+            )
+        return OutgoingMessage(
+            topic=topic,
+            body=to_body(payload),
+            tags=tags,
+            keys=_keys_text(keys),
+            properties=props,
+            sharding_key=sharding_key,
+            delay_level=delay_level,
+            deliver_at_ms=deliver_at_ms,
+        )
+
+    def _check_delay_level(self, owner: str, level: Any) -> None:
+        if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 18:
+            raise InvalidMessageError(
+                f"{owner}: delay_level must be an int 1..18 ({_LEVELS_TEXT}), got {level!r}"
+            )
+        caps = self.capabilities
+        if not caps.delay_levels and not caps.delivery_timestamps:
+            raise InvalidMessageError(
+                f"{owner}: this backend cannot delay messages; send without delay_level"
+            )
+
+    def _deliver_at_ms(self, owner: str, deliver_at: Any) -> int:
+        if isinstance(deliver_at, datetime):
+            if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
+                raise InvalidMessageError(
+                    f"{owner}: deliver_at must be an aware datetime (e.g. "
+                    "datetime.now(timezone.utc) + timedelta(minutes=5)), got a naive one"
+                )
+            seconds = deliver_at.timestamp()
+        elif isinstance(deliver_at, int | float) and not isinstance(deliver_at, bool):
+            seconds = float(deliver_at)
+            if not math.isfinite(seconds) or seconds < 0:
+                raise InvalidMessageError(
+                    f"{owner}: deliver_at in epoch seconds must be a finite number >= 0, "
+                    f"got {deliver_at!r}"
+                )
+        else:
+            raise InvalidMessageError(
+                f"{owner}: deliver_at must be an aware datetime or epoch seconds, "
+                f"got {type(deliver_at).__name__}"
+            )
+        if not self.capabilities.delivery_timestamps:
+            raise InvalidMessageError(
+                f"{owner}: this backend cannot deliver at a given time (RocketMQ 4 has no timer "
+                f"messages); use delay_level=1..18 instead ({_LEVELS_TEXT})"
+            )
+        return round(seconds * 1000)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProducerClosedError(
+                f"producer group {self.group!r} is closed; sends must happen before TxMsg.close()"
+            )
+
+    def open_sender(self) -> MessageSender:
+        """The plain-send client of this group, started now if it is not yet.
+
+        The app calls it at ``start()`` for groups declared with ``add_producer``; a
+        transactional group's client opens on its first plain send (one at a time: concurrent
+        first sends wait for the same client).
+
+        Raises:
+            ProducerClosedError: after :meth:`close`.
+            LifecycleError: the producer was built without a backend.
+        """
+        sender = self._message_sender
+        if sender is not None:
+            return sender
+        with self._plain_lock:
+            self._check_open()  # close() sets _closed before it takes the lock: none leaks
+            if self._message_sender is None:
+                if self.backend is None:
+                    raise LifecycleError(
+                        f"producer group {self.group!r} was built without a backend, so it cannot "
+                        "open a client for plain sends; use Producer.create(...) or "
+                        "Producer.create_plain(...)"
+                    )
+                self._message_sender = self.backend.create_sender(self.group)
+                log.info("producer group %s: plain-send client started", self.group)
+            return self._message_sender
+
+    def _send_now(self, message: OutgoingMessage) -> SendResult:
+        sender = self.open_sender()
+        try:
+            result = sender.send(message)
+        except BaseException as exc:
+            self._count("plain_failed")
+            raise self._send_error(exc, message) from exc
+        self._sent(message, result)
+        return result
+
+    def _send_later(self, message: OutgoingMessage) -> Future[SendResult]:
+        sender = self.open_sender()
+        try:
+            inner = sender.send_async(message)
+        except BaseException as exc:
+            self._count("plain_failed")
+            raise self._send_error(exc, message) from exc
+        outer: Future[SendResult] = Future()
+        outer.set_running_or_notify_cancel()
+
+        def done(f: Future[SendResult]) -> None:
+            # Runs on the client's callback thread: count, map the error, hand on; never raise.
+            exc = f.exception() if not f.cancelled() else SendError("the send was cancelled")
+            if exc is not None:
+                self._count("plain_failed")
+                outer.set_exception(self._send_error(exc, message))
+                return
+            result = f.result()
+            self._sent(message, result)
+            outer.set_result(result)
+
+        inner.add_done_callback(done)
+        return outer
+
+    def _send_error(self, exc: BaseException, message: OutgoingMessage) -> BaseException:
+        """txmsg's errors pass unchanged; anything else becomes a SendError that says where."""
+        if isinstance(exc, TxMsgError) or not isinstance(exc, Exception):
+            return exc
+        error = SendError(
+            f"group={self.group} topic={message.topic}: the send failed: "
+            f"{type(exc).__name__}: {exc}; check that the name server and broker are reachable "
+            "(`txmsg doctor`)"
+        )
+        error.__cause__ = exc
+        return error
+
+    def _sent(self, message: OutgoingMessage, result: SendResult) -> None:
+        warn: tuple[float, dict[int, int]] | None = None
         with self._lock:
-            self._counts[name] += 1
+            self._counts["plain_sent"] += 1
+            if message.sharding_key is None:
+                return
+            self._counts["ordered_sent"] += 1
+            if result.queue_id is None:
+                return
+            counts = self._queues.setdefault(message.topic, {})
+            counts[result.queue_id] = counts.get(result.queue_id, 0) + 1
+            if message.topic not in self._skew_warned and sum(counts.values()) >= SKEW_MIN_SENDS:
+                skew = _skew(counts)
+                if skew > SKEW_WARNING:
+                    self._skew_warned.add(message.topic)
+                    warn = (skew, dict(sorted(counts.items())))
+        if warn is not None:
+            log.warning(
+                "group=%s topic=%s: ordered sends are uneven over the queues (the busiest queue "
+                "gets %.1fx its share; sends per queue %s): a few sharding keys carry "
+                "most messages. Use finer keys (one business entity each, e.g. "
+                "f'{tenant}:{order_id}'), see docs/guide/sending.md",
+                self.group,
+                message.topic,
+                warn[0],
+                warn[1],
+            )
+
+    # ---- figures and lifecycle ------------------------------------------------------------------
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
 
     def stats(self) -> ProducerStats:
-        """Send outcomes, executor figures and check-back figures of this group."""
+        """Send outcomes, executor figures and check-back figures of this group, and how its
+        ordered sends spread over the queues."""
         with self._lock:
             c = dict(self._counts)
+            topic_queues = {t: dict(q) for t, q in self._queues.items()}
+        queues: dict[int, int] = {}
+        for per_topic in topic_queues.values():
+            for queue, n in per_topic.items():
+                queues[queue] = queues.get(queue, 0) + n
         return ProducerStats(
             group=self.group,
             sent=c["sent"],
@@ -268,8 +758,15 @@ class TransactionalProducer:
             rolled_back=c["ROLLBACK"],
             unknown=c["UNKNOW"],
             failed=c["failed"],
-            executor=self.executor.stats(),
-            checks=self.dispatcher.stats(),
+            executor=self.executor.stats() if self.executor is not None else _NO_EXECUTOR,
+            checks=self.dispatcher.stats() if self.dispatcher is not None else _NO_CHECKS,
+            transactional=self.transactional,
+            plain_sent=c["plain_sent"],
+            plain_failed=c["plain_failed"],
+            ordered_sent=c["ordered_sent"],
+            queues=queues,
+            topic_queues=topic_queues,
+            queue_skew=max((_skew(q) for q in topic_queues.values()), default=1.0),
         )
 
     @property
@@ -278,16 +775,43 @@ class TransactionalProducer:
         return self._closed
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Stop sending: close the backend's sender (it waits for in-flight callbacks, which
-        still need the executor), then shut the executor down.  Idempotent."""
+        """Stop sending: close the plain-send client (it waits for pending async sends), then
+        the transactional sender (it waits for in-flight callbacks, which still need the
+        executor), then shut the executor down.  Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        try:
-            self.sender.close(timeout)
-        finally:
-            self.executor.shutdown(wait=True, timeout=timeout)
+        with self._plain_lock:  # a first plain send opening the client finishes first
+            plain, self._message_sender = self._message_sender, None
+        closes: list[Callable[[], object]] = []
+        if plain is not None:
+            closes.append(lambda: plain.close(timeout))
+        transactional = self.sender
+        if transactional is not None:
+            closes.append(lambda: transactional.close(timeout))
+        if self.executor is not None:
+            executor = self.executor
+            closes.append(lambda: executor.shutdown(wait=True, timeout=timeout))
+        _run_all(closes)
 
     def __repr__(self) -> str:
-        return f"<TransactionalProducer group={self.group!r} closed={self._closed}>"
+        kind = "transactional" if self.transactional else "plain"
+        return f"<Producer group={self.group!r} {kind} closed={self._closed}>"
+
+
+def _run_all(calls: list[Callable[[], object]]) -> None:
+    """Run every call even if one raises; raise the first error afterwards."""
+    error: BaseException | None = None
+    for call in calls:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others ran
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+TransactionalProducer = Producer
+"""The 1.0 name of :class:`Producer` (it only sent in transactions then); the same class, kept so
+``Annotated[TransactionalProducer, ProducerGroup(g)]`` and existing imports keep working."""

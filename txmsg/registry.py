@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from txmsg import defaults
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
@@ -36,8 +36,12 @@ from txmsg.listener import SPEC_ATTRIBUTE, ListenerSpec, build_spec
 from txmsg.names import NameKind, NameRule, check_name, rocketmq_rule
 from txmsg.states import LocalTransactionState
 
+if TYPE_CHECKING:
+    from txmsg.orderly import ParkedEvent
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
 
 
 class ListenerRegistry:
@@ -49,6 +53,8 @@ class ListenerRegistry:
         self._lock = threading.Lock()
         self._listeners: dict[str, ListenerSpec] = {}
         self._consumers: dict[str, ConsumerSpec] = {}
+        self._producer_groups: dict[str, None] = {}  # insertion-ordered set
+        self._parked_hooks: list[Callable[[ParkedEvent], Any]] = []
         self._frozen: str | None = None
 
     # ---- declaring --------------------------------------------------------------------------------
@@ -134,6 +140,9 @@ class ListenerRegistry:
         max_reconsume: int | None = None,
         idempotent: bool = False,
         session_factory: Callable[[], Any] | None = None,
+        orderly: bool = False,
+        max_orderly_retries: int | None = None,
+        orderly_retry_delay: float | None = None,
     ) -> Callable[[F], F]:
         """Function decorator: consume ``topic`` as consumer ``group`` with ``fn(message)``.
 
@@ -148,7 +157,15 @@ class ListenerRegistry:
             max_reconsume: redeliveries before the DLQ (default :data:`txmsg.defaults.MAX_RECONSUME`).
             idempotent: ``fn(message, session)`` runs in one DB transaction with a dedup row, so a
                 redelivered message is applied once (:mod:`txmsg.sqla.idempotent`).
-            session_factory: SQLAlchemy sessions for ``idempotent=True``.
+            session_factory: SQLAlchemy sessions for ``idempotent=True`` and ``orderly=True``.
+            orderly: consume each queue one message at a time, in order (messages sent with
+                ``send_orderly``); a message that keeps failing parks its sharding key in the
+                database instead of blocking the queue (:mod:`txmsg.orderly`).  Needs
+                ``session_factory``.
+            max_orderly_retries: failures before the key is parked (default
+                :data:`txmsg.defaults.MAX_ORDERLY_RETRIES`).
+            orderly_retry_delay: seconds between those attempts (default
+                :data:`txmsg.defaults.ORDERLY_RETRY_DELAY`).
 
         Returns the function unchanged.
         """
@@ -163,6 +180,9 @@ class ListenerRegistry:
                 max_reconsume=max_reconsume,
                 idempotent=idempotent,
                 session_factory=session_factory,
+                orderly=orderly,
+                max_orderly_retries=max_orderly_retries,
+                orderly_retry_delay=orderly_retry_delay,
             )
             return fn
 
@@ -179,6 +199,9 @@ class ListenerRegistry:
         max_reconsume: int | None = None,
         idempotent: bool = False,
         session_factory: Callable[[], Any] | None = None,
+        orderly: bool = False,
+        max_orderly_retries: int | None = None,
+        orderly_retry_delay: float | None = None,
     ) -> ConsumerSpec:
         """The consumer decorator's imperative twin."""
         self._check_open(f"add the message listener of group {group!r}")
@@ -191,9 +214,49 @@ class ListenerRegistry:
             max_reconsume=max_reconsume,
             idempotent=idempotent,
             session_factory=session_factory,
+            orderly=orderly,
+            max_orderly_retries=max_orderly_retries,
+            orderly_retry_delay=orderly_retry_delay,
         )
         self.add_consumer(spec)
         return spec
+
+    def add_producer(self, group: str) -> None:
+        """Declare producer ``group`` for plain sends (``send``, ``send_orderly``, ...) without
+        a transactional listener; its client starts with the app.
+
+        Declaring a group twice, or a group that also has a transactional listener, is harmless:
+        the app makes one producer per group (a transactional group then opens its plain-send
+        client at start instead of at the first plain send).
+
+        Raises:
+            InvalidNameError: RocketMQ or the backend refuses the name.
+            LifecycleError: the registry is already frozen (its app started).
+        """
+        self._check_open(f"add the producer group {group!r}")
+        check_name("producer_group", group, owner="add_producer", rules=self.name_rules)
+        with self._lock:
+            self._check_open_locked(f"add the producer group {group!r}")
+            self._producer_groups[group] = None
+
+    def on_parked(self, fn: H) -> H:
+        """Decorator: ``fn(event)`` is called each time an orderly listener parks a sharding key
+        (:class:`txmsg.orderly.ParkedEvent`), after the ERROR log line: page someone, count a
+        metric.  Hooks run on the consumer's thread, so keep them short; an exception in a hook
+        is logged and never stops consumption.  Returns ``fn`` unchanged.
+
+        Raises:
+            ListenerDefinitionError: ``fn`` is not callable.
+            LifecycleError: the registry is already frozen (its app started).
+        """
+        if not callable(fn):
+            raise ListenerDefinitionError(
+                f"@on_parked decorates a function fn(event) (a ParkedEvent), not {fn!r}"
+            )
+        with self._lock:
+            self._check_open_locked("add an on_parked hook")
+            self._parked_hooks.append(fn)
+        return fn
 
     # ---- recording ---------------------------------------------------------------------------------
     def add_listener(self, spec: ListenerSpec) -> None:
@@ -284,8 +347,21 @@ class ListenerRegistry:
         with self._lock:
             return dict(self._consumers)
 
+    @property
+    def producer_groups(self) -> tuple[str, ...]:
+        """Groups declared with :meth:`add_producer` (for plain sends), in declaration order."""
+        with self._lock:
+            return tuple(self._producer_groups)
+
+    @property
+    def parked_hooks(self) -> tuple[Callable[[ParkedEvent], Any], ...]:
+        """Hooks registered with :meth:`on_parked`, in registration order."""
+        with self._lock:
+            return tuple(self._parked_hooks)
+
     def __repr__(self) -> str:
         return (
             f"<ListenerRegistry listeners={sorted(self._listeners)} "
-            f"consumers={sorted(self._consumers)}{' frozen' if self._frozen else ''}>"
+            f"consumers={sorted(self._consumers)} producers={sorted(self._producer_groups)}"
+            f"{' frozen' if self._frozen else ''}>"
         )
