@@ -12,8 +12,6 @@ after the last refusal): the demo then uses it as it is.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +19,6 @@ from typing import Any
 DEFAULT_QUEUES = 4
 MESSAGE_TYPE = "TRANSACTION"
 """RocketMQ 5 brokers take transactional messages only on TRANSACTION topics (4.x ignores it)."""
-
-_BARE_KEY = re.compile(r"([{,])\s*(-?\d+)\s*:")
-"""fastjson (a real name server) writes map keys that are numbers unquoted: ``{0:"host:port"}``."""
-
 
 class ClusterNotReady(RuntimeError):
     """The demo cannot run against this cluster yet; ``str()`` says what to do."""
@@ -43,7 +37,11 @@ class Cluster:
 
 
 def _loads(body: bytes) -> Any:
-    return json.loads(_BARE_KEY.sub(r'\1"\2":', body.decode("utf-8")))
+    """A name server's JSON: fastjson leaves numeric map keys unquoted (``{0:"host:port"}``), so
+    the broker plugin's reader parses it (loaded on first use, like :func:`_call`)."""
+    from txmsg_broker.fastjson import loads  # noqa: PLC0415
+
+    return loads(body)
 
 
 def _call(

@@ -1,0 +1,443 @@
+"""Orderly consumption: txmsg's orderly listener vs librocketmq's own orderly push consumer.
+
+    python -m benchmarks.orderly_throughput [--messages 10000] [--keys 64] [--threads 1,8]
+                                            [--rounds 3] [--poison-threads 8]
+                                            [--retries 3] [--retry-delay 0.05]
+
+One embedded broker (child process), one topic with 8 queues, pre-filled once with ``--messages``
+messages sent with ``SendMessageOrderlyByShardingKey`` over ``--keys`` sharding keys (``order-000``
+...; body ``<key>|<seq>``, each key's messages in sequence order, so each key lands on one queue in
+order).  Every variant below is a fresh consumer group reading that topic from its first offset,
+so all of them consume exactly the same messages; a variant's rate is messages / (last message's
+arrival - first message's arrival), which leaves out start-up (rebalance, queue locks) and
+shut-down.  Per round, with 1 and with 8 consumer threads:
+
+* **raw**: librocketmq 2.1.0's orderly push consumer through ctypes alone
+  (``RegisterMessageCallbackOrderly``; the callback reads the body and the ``__SHARDINGKEY``
+  property, notes the arrival and answers CONSUME_SUCCESS).  Library defaults except what a
+  pre-filled topic and a clean shut-down need: CONSUME_FROM_FIRST_OFFSET and the message-trace
+  start-up work-around (``txmsg_rocketmq.native``: library loading and C declarations only, no
+  txmsg consumer code).
+* **txmsg**: ``app.add_message_listener(..., orderly=True, session_factory=...)`` on the rocketmq
+  backend with parking on a SQLite file (``txmsg.sqla``): every message goes through the orderly
+  wrapper (is its key parked? - one SELECT), the listener notes the arrival the same way.
+
+Each round runs raw and txmsg back to back (alternating which goes first); the ratio txmsg/raw per
+thread count is the median of the rounds' ratios (the 2-core machine is noisy; nothing is
+compared across runs).
+
+Then, with ``--poison-threads`` consumer threads, **poisoned** vs **unpoisoned** txmsg runs (paired
+the same way): in the poisoned one the listener raises for the first message of key ``order-000``,
+so after ``--retries`` attempts ``--retry-delay`` s apart (defaults 3 and 0.05 s: 0.1 s of
+retrying in that queue's thread) the key is parked with that message, and the key's later
+messages are parked behind it as they arrive.  The figure is the throughput of the *other* keys
+(their messages / time from the first arrival of any message to the last of theirs), poisoned /
+unpoisoned (goal >= 0.9).  The poisoned run also checks that every message of the poisoned key
+ended in the parked table, in order.
+
+Every variant checks per-key order (a message arriving before an earlier one of its key is a
+violation) and counts duplicates; the log of txmsg (parking warnings) goes to a file.  Final line::
+
+    RESULT orderly_throughput raw1=<r> txmsg1=<r> raw8=<r> txmsg8=<r> t1=<ratio> t8=<ratio>
+        poisoned=<ratio> violations=<n> ratio=<min of the ratios>
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txmsg_broker.app import BrokerProcess
+from txmsg_broker.testing import unique
+from txmsg_rocketmq import native
+from txmsg_rocketmq.timers import wait_until_quiet
+
+from benchmarks._rmq_bench import ensure_client_log_dir, reached
+
+QUEUES = 8
+SHARDING_KEY = b"__SHARDINGKEY"
+POISON_KEY = "order-000"
+
+
+def key_name(index: int) -> str:
+    return f"order-{index:03d}"
+
+
+# ---- what a consumer saw --------------------------------------------------------------------------
+@dataclass
+class Arrivals:
+    """Every message a consumer's callback saw: (body, sharding key property, perf_counter)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    seen: list[tuple[bytes, str | None, float]] = field(default_factory=list)
+    distinct: set[bytes] = field(default_factory=set)
+    first_call: float | None = None
+
+    def touch(self) -> None:
+        """A handler call began (also for a call that then fails: the poisoned run's clock starts
+        with the first call of any message)."""
+        if self.first_call is None:
+            now = time.perf_counter()
+            with self.lock:
+                if self.first_call is None:
+                    self.first_call = now
+
+    def add(self, body: bytes, key: str | None) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            if self.first_call is None:
+                self.first_call = now
+            self.seen.append((body, key, now))
+            self.distinct.add(body)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.distinct)
+
+
+@dataclass
+class Figures:
+    """One variant's result over the messages it was judged on."""
+
+    name: str
+    rate: float
+    messages: int
+    seconds: float
+    duplicates: int
+    violations: int
+    key_mismatches: int
+    complete: bool
+
+
+def judge(name: str, arrivals: Arrivals, expected: set[bytes], complete: bool) -> Figures:
+    """Rate over ``expected`` (first call of any message -> the last expected one's first
+    arrival), duplicates, order violations and sharding-key mismatches among all arrivals."""
+    with arrivals.lock:
+        seen = list(arrivals.seen)
+        start = arrivals.first_call
+    first_arrival: dict[bytes, float] = {}
+    duplicates = violations = mismatches = 0
+    done: dict[str, int] = {}  # key -> highest sequence applied so far
+    for body, prop, at in seen:
+        key, _, seq_text = body.decode().partition("|")
+        if prop != key:
+            mismatches += 1
+        if body in first_arrival:
+            duplicates += 1
+            continue
+        first_arrival[body] = at
+        seq = int(seq_text)
+        if seq != done.get(key, -1) + 1:
+            violations += 1
+        done[key] = max(seq, done.get(key, -1))
+    got = [first_arrival[b] for b in expected if b in first_arrival]
+    seconds = (max(got) - start) if got and start is not None else 0.0
+    rate = len(got) / seconds if seconds > 0 else 0.0
+    return Figures(name, rate, len(got), seconds, duplicates, violations, mismatches, complete)
+
+
+# ---- the topic --------------------------------------------------------------------------------------
+def create_topic(namesrv: str, topic: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic, "--namesrv", namesrv,
+         "--queues", str(QUEUES)],
+        check=True, capture_output=True, timeout=60,
+    )
+
+
+def prefill(namesrv: str, topic: str, messages: int, keys: int, senders: int = 4) -> dict[str, list[bytes]]:
+    """Send ``messages`` bodies ``<key>|<seq>`` round-robin over ``keys`` sharding keys with the
+    raw client's ``SendMessageOrderlyByShardingKey`` (it sets ``__SHARDINGKEY`` and hashes the key
+    to a queue).  Each key is sent from one thread, in sequence order.  Returns the bodies per key."""
+    from rocketmq.client import Message, Producer, SendStatus  # noqa: PLC0415 - loads librocketmq
+
+    per_key: dict[str, list[bytes]] = {key_name(k): [] for k in range(keys)}
+    for i in range(messages):
+        key = key_name(i % keys)
+        per_key[key].append(f"{key}|{len(per_key[key])}".encode())
+    names = sorted(per_key)
+    producer = Producer(unique("OrderlyBenchPG"))
+    native.load().dll.SetProducerInstanceName(producer._handle, unique("orderly-fill").encode())
+    producer.set_name_server_address(namesrv)
+    producer.start()
+    started = time.monotonic()
+    errors: list[str] = []
+
+    def send(mine: list[str]) -> None:
+        longest = max((len(per_key[k]) for k in mine), default=0)
+        for seq in range(longest):
+            for key in mine:
+                if seq < len(per_key[key]):
+                    msg = Message(topic)
+                    msg.set_body(per_key[key][seq])
+                    result = producer.send_orderly_with_sharding_key(msg, key)
+                    if result.status != SendStatus.OK:
+                        errors.append(f"{key}|{seq}: {result.status}")
+
+    workers = [threading.Thread(target=send, args=(names[i::senders],)) for i in range(senders)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wait_until_quiet(started)
+    with native.NATIVE_LOCK:
+        producer.shutdown()
+    if errors:
+        raise RuntimeError(f"pre-fill: {len(errors)} sends failed, first: {errors[0]}")
+    return per_key
+
+
+# ---- raw: librocketmq's orderly push consumer through ctypes -------------------------------------
+class RawOrderly:
+    """librocketmq's orderly push consumer with a trivial callback, nothing of txmsg's consumer."""
+
+    def __init__(self, namesrv: str, topic: str, threads: int, arrivals: Arrivals) -> None:
+        lib = native.load()
+        dll = lib.dll
+        self.lib = lib
+
+        def on_message(_consumer: int, msg: int) -> int:
+            body = dll.GetMessageBody(msg) or b""
+            key = dll.GetMessageProperty(msg, SHARDING_KEY)
+            arrivals.add(body, key.decode() if key is not None else None)
+            return native.E_CONSUME_SUCCESS
+
+        self.callback = native.MESSAGE_CALLBACK(on_message)  # kept alive as long as the consumer
+        with native.NATIVE_LOCK:
+            handle = dll.CreatePushConsumer(unique("cg_orderly_raw").encode())
+            self.handle = int(handle)
+            for status, what in (
+                (dll.SetPushConsumerNameServerAddress(handle, namesrv.encode()), "name server"),
+                (dll.SetPushConsumerInstanceName(handle, unique("orderly-raw").encode()), "instance"),
+                (dll.SetPushConsumerThreadCount(handle, threads), "threads"),
+                (dll.Subscribe(handle, topic.encode(), b"*"), "subscribe"),
+                (dll.RegisterMessageCallbackOrderly(handle, self.callback), "callback"),
+            ):
+                if int(status) != native.OK:
+                    raise RuntimeError(f"raw orderly consumer: {what} failed: {lib.last_error()}")
+            native.set_consume_from(lib, handle, native.CONSUME_FROM["first"])
+            if int(native.start_push_consumer(lib, handle)) != native.OK:
+                raise RuntimeError(f"raw orderly consumer did not start: {lib.last_error()}")
+        self.started = time.monotonic()
+
+    def stop(self) -> None:
+        wait_until_quiet(self.started)
+        with native.NATIVE_LOCK:
+            native.release_push_consumer(self.lib, self.handle, started=True)
+
+
+# ---- txmsg: the orderly listener ------------------------------------------------------------------
+class TxmsgOrderly:
+    """A TxMsg app with one orderly listener (rocketmq backend, parking on SQLite)."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        topic: str,
+        threads: int,
+        arrivals: Arrivals,
+        workdir: Path,
+        *,
+        poison: bytes | None = None,
+        retries: int,
+        retry_delay: float,
+    ) -> None:
+        import txmsg.sqla  # noqa: PLC0415 - SQLAlchemy only for this variant
+        from txmsg import TxMsg  # noqa: PLC0415
+        from txmsg.config import TxMsgConfig  # noqa: PLC0415
+        from txmsg.message import Message  # noqa: PLC0415
+
+        self.group = unique("cg_orderly_txmsg")
+        self.engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / (self.group + '.db')}")
+        txmsg.sqla.create_tables(self.engine)
+        self.session_factory = txmsg.sqla.make_session_factory(self.engine)
+
+        def listener(message: Message) -> None:
+            arrivals.touch()
+            if message.body == poison:
+                raise RuntimeError(f"poisoned message {message.body!r}")
+            arrivals.add(message.body, message.sharding_key)
+
+        config = TxMsgConfig(
+            name_server=namesrv,
+            client_log_dir=os.environ["ROCKETMQ_CLIENT_LOG_DIR"],
+            instance_prefix=unique("orderly-txmsg"),
+        )
+        self.app = TxMsg(config, backend="rocketmq")
+        self.app.add_message_listener(
+            listener,
+            topic=topic,
+            group=self.group,
+            concurrency=threads,
+            orderly=True,
+            session_factory=self.session_factory,
+            max_orderly_retries=retries,
+            orderly_retry_delay=retry_delay,
+        )
+        self.app.start()
+
+    def parked(self, key: str) -> list[bytes]:
+        """Bodies parked under ``key`` (in their original order)."""
+        import txmsg.sqla  # noqa: PLC0415
+
+        return [row.message.body for row in txmsg.sqla.parked_messages(self.session_factory, self.group, key)]
+
+    def stop(self) -> None:
+        self.app.close(timeout=30)
+        self.engine.dispose()
+
+
+# ---- driving one variant --------------------------------------------------------------------------
+def run_variant(
+    name: str,
+    start: Callable[[Arrivals], Any],
+    expected: set[bytes],
+    timeout: float,
+    settle: Callable[[Any], bool] | None = None,
+) -> tuple[Figures, Any]:
+    """Start a consumer, wait until every ``expected`` body arrived (and ``settle`` holds), stop it."""
+    arrivals = Arrivals()
+    consumer = start(arrivals)
+    try:
+        complete = reached(lambda: expected <= arrivals.distinct, timeout)
+        if complete and settle is not None:
+            complete = reached(lambda: settle(consumer), timeout)
+        figures = judge(name, arrivals, expected, complete)
+        return figures, consumer
+    finally:
+        consumer.stop()
+
+
+def show(f: Figures) -> None:
+    flags = "" if f.complete else "  INCOMPLETE (timed out)"
+    print(
+        f"  {f.name:<22} {f.rate:>8.0f} msgs/s  {f.messages:>6} msgs in {f.seconds:6.2f} s  "
+        f"dup {f.duplicates}  order violations {f.violations}  key mismatches {f.key_mismatches}{flags}",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=10000, help="messages in the topic (default 10000)")
+    parser.add_argument("--keys", type=int, default=64, help="sharding keys (default 64)")
+    parser.add_argument("--threads", default="1,8", help="consumer thread counts (default 1,8)")
+    parser.add_argument("--rounds", type=int, default=3, help="back-to-back pairs per figure (default 3)")
+    parser.add_argument("--poison-threads", type=int, default=8,
+                        help="consumer threads of the poisoned/unpoisoned runs (default 8; 0 skips them)")
+    parser.add_argument("--retries", type=int, default=3, help="max_orderly_retries (default 3)")
+    parser.add_argument("--retry-delay", type=float, default=0.05,
+                        help="orderly_retry_delay in seconds (default 0.05)")
+    parser.add_argument("--only", choices=("all", "raw", "txmsg"), default="all",
+                        help="raw or txmsg alone (no ratios; for trying one side)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per-variant limit in seconds")
+    args = parser.parse_args(argv)
+    thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
+    ensure_client_log_dir()
+    workdir = Path(tempfile.mkdtemp(prefix="orderly-throughput-"))
+    log_file = workdir / "txmsg.log"
+    logging.basicConfig(level=logging.WARNING, filename=str(log_file))
+
+    broker = BrokerProcess(str(workdir / "data"), str(workdir / "logs")).start()
+    topic = unique("OrderlyBench")
+    create_topic(broker.namesrv_addr, topic)
+    per_key = prefill(broker.namesrv_addr, topic, args.messages, args.keys)
+    everything = {b for bodies in per_key.values() for b in bodies}
+    others = everything - set(per_key[POISON_KEY])
+    poison_first = per_key[POISON_KEY][0]
+    print(
+        f"broker {broker.namesrv_addr}; topic {topic}: {QUEUES} queues, {len(everything)} messages over "
+        f"{args.keys} sharding keys; {args.rounds} rounds; txmsg log {log_file}",
+        flush=True,
+    )
+
+    def raw(threads: int) -> Callable[[Arrivals], Any]:
+        return lambda arrivals: RawOrderly(broker.namesrv_addr, topic, threads, arrivals)
+
+    def tx(threads: int, poison: bytes | None = None) -> Callable[[Arrivals], Any]:
+        return lambda arrivals: TxmsgOrderly(
+            broker.namesrv_addr, topic, threads, arrivals, workdir,
+            poison=poison, retries=args.retries, retry_delay=args.retry_delay,
+        )
+
+    rates: dict[str, list[float]] = {}
+    ratios: dict[str, float] = {}
+    violations = 0
+    incomplete = 0
+    try:
+        for threads in thread_counts:
+            pair_ratios: list[float] = []
+            for round_no in range(args.rounds):
+                order = [("raw", raw(threads)), ("txmsg", tx(threads))]
+                if args.only != "all":
+                    order = [o for o in order if o[0] == args.only]
+                if round_no % 2:
+                    order.reverse()
+                got: dict[str, Figures] = {}
+                for name, start in order:
+                    figures, _ = run_variant(f"{name} {threads} thr", start, everything, args.timeout)
+                    show(figures)
+                    got[name] = figures
+                    rates.setdefault(f"{name}{threads}", []).append(figures.rate)
+                    violations += figures.violations
+                    incomplete += not figures.complete
+                if len(got) == 2 and got["raw"].rate > 0:
+                    pair_ratios.append(got["txmsg"].rate / got["raw"].rate)
+            if pair_ratios:
+                ratios[f"t{threads}"] = statistics.median(pair_ratios)
+                print(f"threads {threads}: txmsg/raw = {ratios[f't{threads}']:.3f} (median of "
+                      f"{', '.join(f'{r:.2f}' for r in pair_ratios)})", flush=True)
+
+        if args.poison_threads > 0 and args.only in ("all", "txmsg"):
+            n = args.poison_threads
+            poisoned_key = per_key[POISON_KEY]
+            print(f"poisoned key {POISON_KEY} ({len(poisoned_key)} messages; the first always fails): "
+                  f"max_orderly_retries={args.retries}, orderly_retry_delay={args.retry_delay:g} s, "
+                  f"{n} threads; throughput of the other {len(others)} messages", flush=True)
+            pair_ratios = []
+            for round_no in range(args.rounds):
+                order = [("unpoisoned", tx(n)), ("poisoned", tx(n, poison_first))]
+                if round_no % 2:
+                    order.reverse()
+                got = {}
+                for name, start in order:
+                    settle = (lambda c: c.parked(POISON_KEY) == poisoned_key) if name == "poisoned" else None
+                    figures, consumer = run_variant(f"{name} {n} thr", start, others, args.timeout, settle)
+                    show(figures)
+                    if name == "poisoned":
+                        parked = consumer.parked(POISON_KEY)
+                        if parked != poisoned_key:
+                            print(f"  parked rows of {POISON_KEY}: {len(parked)} of {len(poisoned_key)}"
+                                  f"{'' if parked == poisoned_key[:len(parked)] else ' OUT OF ORDER'}")
+                            violations += 1
+                    got[name] = figures
+                    rates.setdefault(name, []).append(figures.rate)
+                    violations += figures.violations
+                    incomplete += not figures.complete
+                if got["unpoisoned"].rate > 0:
+                    pair_ratios.append(got["poisoned"].rate / got["unpoisoned"].rate)
+            ratios["poisoned"] = statistics.median(pair_ratios)
+            print(f"other keys: poisoned/unpoisoned = {ratios['poisoned']:.3f} (median of "
+                  f"{', '.join(f'{r:.2f}' for r in pair_ratios)}; goal >= 0.9)", flush=True)
+    finally:
+        broker.stop()
+    best = " ".join(f"{name}={max(values):.0f}" for name, values in rates.items())
+    parts = " ".join(f"{name}={value:.3f}" for name, value in ratios.items())
+    print(f"RESULT orderly_throughput {best} {parts} violations={violations} incomplete={incomplete} "
+          f"ratio={min(ratios.values(), default=0.0):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
