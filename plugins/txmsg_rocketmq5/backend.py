@@ -14,6 +14,11 @@ Differences from the ``rocketmq`` backend, and why:
   could reach the other group's ``check_local``.  Declared topics are checked here
   (``ValueError`` at start); listeners should declare every topic they send to, so check-backs
   reach the producer from its start.
+* Plain sends (:mod:`.plain`): ordered sends are FIFO messages (``message_group``), delays are
+  delivery timestamps, one-way sends are asynchronous sends whose answer is only logged, batches
+  are sent one by one (``capabilities`` below).
+* Orderly listeners (:mod:`.fifo`) need a FIFO consumer group (``consumeMessageOrderly``) on a
+  FIFO topic; ``subscribe(orderly=True)`` refuses to start otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitio
 from txmsg.names import check_name, rocketmq_rule
 
 from .consumer import LoopConsumer
+from .fifo import FifoConsumer
 from .names import name_rule
+from .plain import PlainSender
 from .sender import Rocketmq5Sender
 
 log = logging.getLogger("txmsg.rocketmq5")
@@ -50,9 +57,20 @@ class RocketMQ5Backend:
     """Producers (and consumers) on ``rocketmq-python-client`` 5.x for one set of endpoints."""
 
     name = "rocketmq5"
-    capabilities = Capabilities(shared_topics=False, dlq_listener=False, max_topic_length=127)
+    capabilities = Capabilities(
+        shared_topics=False,
+        dlq_listener=False,
+        max_topic_length=127,
+        oneway=False,
+        batch=False,
+        delay_levels=True,
+        delivery_timestamps=True,
+        orderly_consumer=True,
+    )
     """What a 5.x proxy allows less of: check-backs routed by topic (no topic shared by two
-    groups), no subscription to ``%DLQ%`` topics, topics of at most 127 characters."""
+    groups), no subscription to ``%DLQ%`` topics, topics of at most 127 characters, no one-way
+    RPC and no batch send (emulated, :mod:`.plain`); and what it has more of: delivery timestamps
+    (delay levels map onto them)."""
     name_rule = staticmethod(name_rule)
     """Names a RocketMQ 5 proxy accepts (also the ``txmsg.name_rules`` entry point)."""
 
@@ -69,6 +87,7 @@ class RocketMQ5Backend:
         )
         self._lock = threading.Lock()
         self._senders: list[Rocketmq5Sender] = []
+        self._plain: list[PlainSender] = []
         self._topic_owner: dict[str, str] = {}
         self._consumers: dict[str, Any] = {}
         self._closed = False
@@ -126,6 +145,22 @@ class RocketMQ5Backend:
             self._senders.append(sender)
         return sender
 
+    def create_sender(self, group: str) -> PlainSender:
+        """Start a 5.x ``Producer`` for plain sends of ``group`` (its own client instance)."""
+        self._ensure_open()
+        check_name("producer_group", group, owner="RocketMQ 5 backend", rules=_RULES)
+        sender = PlainSender(group, configuration=self.client_configuration(), tls=self.tls)
+        with self._lock:
+            if self._closed:  # closed while the client started
+                closing = True
+            else:
+                closing = False
+                self._plain.append(sender)
+        if closing:
+            sender.close(0)
+            self._ensure_open()
+        return sender
+
     # ---- consumers -----------------------------------------------------------------------------
     def subscribe(
         self,
@@ -137,10 +172,13 @@ class RocketMQ5Backend:
         concurrency: int = defaults.CONSUMER_CONCURRENCY,
         max_reconsume: int = defaults.MAX_RECONSUME,
         consume_from: str = "first",
+        orderly: bool = False,
     ) -> Callable[[float], None]:
         """Start a :class:`~.consumer.LoopConsumer` (``SimpleConsumer`` + txmsg's loop; see
-        there for why not the 5.x ``PushConsumer``).  ``consume_from`` has no 5.x equivalent: a
-        new group starts where the proxy decides (a 5.x proxy: the queue's end)."""
+        there for why not the 5.x ``PushConsumer``), or with ``orderly`` a
+        :class:`~.fifo.FifoConsumer` (raises ``ListenerDefinitionError`` when the proxy does not
+        treat the group as a FIFO group).  ``consume_from`` has no 5.x equivalent: a new group
+        starts where the proxy decides (a 5.x proxy: the queue's end)."""
         self._ensure_open()
         check_name("consumer_group", group, owner="RocketMQ 5 backend", rules=_RULES)
         check_name("topic", topic, owner=f"RocketMQ 5 backend, consumer group {group}", rules=_RULES)
@@ -150,16 +188,28 @@ class RocketMQ5Backend:
                     f"consumer group {group!r} already subscribes here; RocketMQ needs every "
                     "consumer of a group to subscribe identically - give this listener its own group"
                 )
-        consumer = LoopConsumer(
-            self.client_configuration(),
-            group=group,
-            topic=topic,
-            tags=tags,
-            handler=handler,
-            concurrency=int(concurrency),
-            max_reconsume=int(max_reconsume),
-            tls=self.tls,
-        )
+        consumer: LoopConsumer | FifoConsumer
+        if orderly:
+            consumer = FifoConsumer(
+                self.client_configuration(),
+                group=group,
+                topic=topic,
+                tags=tags,
+                handler=handler,
+                concurrency=int(concurrency),
+                tls=self.tls,
+            )
+        else:
+            consumer = LoopConsumer(
+                self.client_configuration(),
+                group=group,
+                topic=topic,
+                tags=tags,
+                handler=handler,
+                concurrency=int(concurrency),
+                max_reconsume=int(max_reconsume),
+                tls=self.tls,
+            )
 
         def stop(timeout: float = defaults.CLOSE_TIMEOUT) -> None:
             consumer.stop(timeout)
@@ -184,11 +234,18 @@ class RocketMQ5Backend:
             self._consumers.clear()
             senders = list(self._senders)
             self._senders.clear()
+            plain = list(self._plain)
+            self._plain.clear()
         for stop in consumers:
             stop(timeout)
         for sender in senders:
             sender.close(timeout)
+        for plain_sender in plain:
+            plain_sender.close(timeout)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"producers": {s.group: s.stats() for s in self._senders}}
+            return {
+                "producers": {s.group: s.stats() for s in self._senders},
+                "plain_producers": {p.group: p.stats() for p in self._plain},
+            }

@@ -66,6 +66,9 @@ def from_client(message: Any) -> Message:
         props[UNIQ_KEY] = message_id
     keys = sorted(str(k) for k in (message.keys or ()))
     attempt = int(getattr(message, "delivery_attempt", None) or 1)
+    # the FIFO message group is the sharding key of an ordered send; the 5.1 client does not keep
+    # the queue id / offset of a received message, so those stay None
+    group = getattr(message, "message_group", None)
     return Message(
         topic=str(message.topic),
         body=bytes(message.body or b""),
@@ -74,4 +77,5 @@ def from_client(message: Any) -> Message:
         properties=props,
         message_id=message_id or None,
         reconsume_times=max(0, attempt - 1),
+        sharding_key=str(group) if group else None,
     )
