@@ -26,8 +26,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from samples.aftersales.events import CASE_CLOSED, LIABILITY_DECIDED, REFUND_PAID, AfterSalesEvent
 from txmsg.message import Message
 
-GROUP = "settlement-service"
-"""Consumer group (and the group parked keys are listed under)."""
+GROUP = "aftersales-settlement"
+"""Consumer group (and the group parked keys are listed under).  Not ``settlement-service``:
+librocketmq 2.1.0 logs the retry topic ``%RETRY%<group>`` as a printf format, and ``%RETRY%s...``
+crashes it (txmsg refuses such names; see :mod:`txmsg.names`)."""
 
 log = logging.getLogger("samples.aftersales.settlement")
 

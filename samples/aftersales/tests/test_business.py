@@ -112,7 +112,7 @@ def apply(db: sessionmaker[Session], message: Message) -> None:
 def test_shipped_config_file_loads() -> None:
     config, settings = load(DEFAULT_PATH, env={})
     assert settings.max_orderly_retries == 3
-    assert config.consumers["settlement-service"].concurrency == 4
+    assert config.consumers["aftersales-settlement"].concurrency == 4
     config, _ = load(DEFAULT_PATH, env={"TXMSG_BACKEND": "rocketmq5", "TXMSG_ENDPOINTS": "h:1"})
     assert (config.backend, config.endpoints) == ("rocketmq5", "h:1")
 
