@@ -1,0 +1,337 @@
+"""``txmsg parked list|replay|discard``: the operator's side of parked orderly keys.
+
+An orderly listener that keeps failing on a message parks its sharding key in the service's
+database (:mod:`txmsg.orderly`).  These commands show what is parked, replay it through the same
+listener once the cause is fixed, or drop it:
+
+* ``--app MODULE:ATTR`` names the application (a :class:`txmsg.TxMsg`, a
+  :class:`txmsg.ListenerRegistry`, or a zero-argument factory returning one), like Flask's
+  ``--app``; the database is the ``session_factory`` of the group's orderly listener.  The
+  current directory is importable, so ``--app myservice.main:app`` works from the project root.
+  Replay needs it (it runs the listener); it never starts the app or connects to RocketMQ.
+* ``--database URL`` reads the tables directly (``list`` and ``discard`` only).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import click
+from sqlalchemy.exc import SQLAlchemyError
+
+from txmsg.consumer import ConsumerSpec
+from txmsg.sqla.engine import SessionFactory, create_engine, make_session_factory
+from txmsg.sqla.parking import ParkedKeyView, discard, parked_keys, parked_messages, replay
+
+TABLES_FIX = (
+    "check the URL, and that the txmsg tables exist (txmsg.sqla.create_tables(engine) creates "
+    "them, or add txmsg.sqla.metadata to your Alembic target_metadata)"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One consumer group to work on, and where its parked keys live."""
+
+    group: str | None
+    """None with ``--database`` and no ``--group``: every group in the tables."""
+    sessions: SessionFactory
+
+
+def load_app(reference: str) -> Any:
+    """The object ``MODULE:ATTR`` names (``ATTR`` defaults to ``app``), called first when it is
+    a factory rather than an app or registry."""
+    module_name, _, attr = reference.partition(":")
+    attr = attr or "app"
+    if not module_name:
+        raise click.BadParameter(f"{reference!r}: use MODULE:ATTR, e.g. myservice.main:app")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # like `flask --app`: the project you stand in is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.ClickException(
+            f"--app {reference}: cannot import {module_name} ({exc}); run the command from the "
+            "project root or install the project in this environment"
+        ) from exc
+    try:
+        found: Any = getattr(module, attr)
+    except AttributeError:
+        raise click.ClickException(
+            f"--app {reference}: module {module_name} has no attribute {attr!r}"
+        ) from None
+    if _registry_of(found) is None and callable(found):
+        found = found()
+    if _registry_of(found) is None:
+        raise click.ClickException(
+            f"--app {reference} is a {type(found).__name__}, not a txmsg.TxMsg, a "
+            "ListenerRegistry or a factory returning one"
+        )
+    return found
+
+
+def _registry_of(obj: Any) -> Any:
+    registry = getattr(obj, "registry", obj)
+    consumers = getattr(type(registry), "consumers", None)
+    return registry if isinstance(consumers, property) else None
+
+
+def _app_specs(reference: str, group: str | None) -> list[tuple[str, ConsumerSpec, SessionFactory]]:
+    """The orderly listeners of the app (only ``group``'s, if given) with their databases."""
+    consumers: dict[str, ConsumerSpec] = _registry_of(load_app(reference)).consumers
+    orderly: dict[str, tuple[str, ConsumerSpec, SessionFactory]] = {
+        g: (g, s, cast(SessionFactory, s.session_factory))
+        for g, s in sorted(consumers.items())
+        if s.orderly and s.session_factory is not None
+    }
+    if group is None:
+        if not orderly:
+            raise click.ClickException(
+                f"--app {reference} has no orderly message listener "
+                f"(consumer groups: {', '.join(sorted(consumers)) or 'none'}); only "
+                "@message_listener(..., orderly=True) parks messages"
+            )
+        return list(orderly.values())
+    spec = consumers.get(group)
+    if spec is None:
+        raise click.ClickException(
+            f"--app {reference} has no message listener of group {group!r}; its orderly "
+            f"groups: {', '.join(orderly) or 'none'}"
+        )
+    if group not in orderly:
+        raise click.ClickException(
+            f"group {group!r} ({spec.name}) is not an orderly listener, so nothing of it is "
+            "parked: failed messages of a concurrent listener are redelivered by the broker and "
+            f"end in its dead-letter queue (%DLQ%{group})"
+        )
+    return [orderly[group]]
+
+
+def _app_targets(reference: str, group: str | None) -> list[Target]:
+    return [Target(g, sessions) for g, spec, sessions in _app_specs(reference, group)]
+
+
+def _targets(app: str | None, database: str | None, group: str | None) -> list[Target]:
+    if app is not None and database is not None:
+        raise click.UsageError("give --app or --database, not both")
+    if app is not None:
+        return _app_targets(app, group)
+    if database is not None:
+        try:
+            sessions = make_session_factory(create_engine(database))
+        except Exception as exc:
+            raise click.ClickException(f"--database {database}: {exc}") from exc
+        return [Target(group, sessions)]
+    raise click.UsageError(
+        "say where the parked messages are: --app MODULE:ATTR (your TxMsg app) or "
+        "--database URL (the service's database)"
+    )
+
+
+@contextmanager
+def _database(what: str) -> Iterator[None]:
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise click.ClickException(
+            f"could not {what}: {type(exc).__name__}: {str(exc).splitlines()[0]}; {TABLES_FIX}"
+        ) from exc
+
+
+def _keys(targets: list[Target], key: str | None) -> list[ParkedKeyView]:
+    found: list[ParkedKeyView] = []
+    with _database("read the parked keys"):
+        for target in targets:
+            found.extend(parked_keys(target.sessions, target.group))
+    return [k for k in found if key is None or k.sharding_key == key]
+
+
+def _one_line(text: str, width: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+APP_OPTION = click.option(
+    "--app", "app", metavar="MODULE:ATTR", help="Your TxMsg app (or registry, or a factory)."
+)
+APP_OPTION_HELP = "Your TxMsg app (or registry, or a factory); its listener runs the messages."
+DATABASE_OPTION = click.option(
+    "--database", metavar="URL", help="The service's database (SQLAlchemy URL) instead of --app."
+)
+
+
+@click.group()
+def parked() -> None:
+    """Show, replay or discard messages that orderly listeners parked."""
+
+
+@parked.command("list")
+@APP_OPTION
+@DATABASE_OPTION
+@click.option("--group", help="Only this consumer group.")
+@click.option("--key", help="Show the parked messages of this sharding key.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_command(
+    app: str | None, database: str | None, group: str | None, key: str | None, as_json: bool
+) -> None:
+    """Parked keys (oldest first), or with --key the messages parked under it, in order."""
+    targets = _targets(app, database, group)
+    keys = _keys(targets, key)
+    if key is None:
+        if as_json:
+            click.echo(json.dumps([_key_json(k) for k in keys], indent=2))
+        elif not keys:
+            click.echo("nothing parked")
+        else:
+            for k in keys:
+                click.echo(
+                    f"{k.group}  key={k.sharding_key!r}  messages={k.messages}  "
+                    f"parked_at={k.parked_at.isoformat()}  topic={k.topic}  "
+                    f"reason={_one_line(k.reason)}"
+                )
+        return
+    sessions = {t.group: t.sessions for t in targets}
+    rows: list[dict[str, Any]] = []
+    with _database("read the parked messages"):
+        for k in keys:
+            factory = sessions.get(k.group) or sessions[None]
+            rows.extend(_message_json(v) for v in parked_messages(factory, k.group, k.sharding_key))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        raise click.ClickException(
+            f"key {key!r} is not parked{_in_group(group)}; `txmsg parked list` shows what is"
+        )
+    for row in rows:
+        click.echo(
+            f"#{row['id']}  {row['group']}  key={row['sharding_key']!r}  "
+            f"message={row['message_key']}  msgId={row['message_id']}  tags={row['tags']}  "
+            f"attempts={row['attempts']}  error={_one_line(row['error'] or '-')}"
+        )
+
+
+def _in_group(group: str | None) -> str:
+    return "" if group is None else f" in group {group!r}"
+
+
+def _key_json(k: ParkedKeyView) -> dict[str, Any]:
+    return {
+        "group": k.group,
+        "sharding_key": k.sharding_key,
+        "topic": k.topic,
+        "messages": k.messages,
+        "parked_at": k.parked_at.isoformat(),
+        "reason": k.reason,
+        "first_message_id": k.first_message_id,
+    }
+
+
+def _message_json(view: Any) -> dict[str, Any]:
+    m = view.message
+    return {
+        "id": view.id,
+        "group": view.group,
+        "sharding_key": view.sharding_key,
+        "message_key": view.message_key,
+        "message_id": m.message_id,
+        "topic": m.topic,
+        "tags": m.tags,
+        "keys": m.keys,
+        "properties": dict(m.properties),
+        "body": m.body.decode("utf-8", errors="replace"),
+        "attempts": view.attempts,
+        "error": view.error,
+        "parked_at": view.parked_at.isoformat(),
+    }
+
+
+@parked.command("replay")
+@click.option("--app", "app", required=True, metavar="MODULE:ATTR", help=APP_OPTION_HELP)
+@click.option("--group", help="Only this consumer group (default: every orderly group).")
+@click.option("--key", help="Only this sharding key (default: every parked key).")
+def replay_command(app: str, group: str | None, key: str | None) -> None:
+    """Hand parked messages to their listener again, in their original order; release each key
+    whose messages all succeed (exit status 1 if any key stays parked)."""
+    specs = _app_specs(app, group)
+    targets = [Target(g, sessions) for g, spec, sessions in specs]
+    if key is not None and not _keys(targets, key):
+        raise click.ClickException(
+            f"key {key!r} is not parked{_in_group(group)}; `txmsg parked list --app {app}` "
+            "shows what is"
+        )
+    failed = replayed = 0
+    for target_group, spec, sessions in specs:
+        with _database(f"replay group {target_group}"):
+            report = replay(spec, sessions, target_group, key)
+        for done in report.keys:
+            replayed += 1
+            if done.error is None:
+                click.echo(
+                    f"{done.group}  key={done.sharding_key!r}: replayed {done.replayed}, released"
+                )
+            else:
+                failed += 1
+                click.echo(
+                    f"{done.group}  key={done.sharding_key!r}: replayed {done.replayed}, then "
+                    f"message {done.failed_message_key} failed again ({done.error}); the key "
+                    "stays parked",
+                    err=True,
+                )
+    if not replayed:
+        click.echo("nothing parked")
+    if failed:
+        raise click.ClickException(
+            f"{failed} key(s) still parked: fix the cause and replay again, or drop a message "
+            "with `txmsg parked discard ... --message KEY --yes`"
+        )
+
+
+@parked.command("discard")
+@APP_OPTION
+@DATABASE_OPTION
+@click.option("--group", required=True, help="The consumer group.")
+@click.option("--key", required=True, help="The parked sharding key.")
+@click.option(
+    "--message", "message_key", metavar="KEY", help="Only this message (UNIQ_KEY / message id)."
+)
+@click.option("--yes", is_flag=True, help="Really delete them (they are never handled).")
+def discard_command(
+    app: str | None,
+    database: str | None,
+    group: str,
+    key: str,
+    message_key: str | None,
+    yes: bool,
+) -> None:
+    """Delete parked messages without handling them; a key left empty is released."""
+    (target,) = _targets(app, database, group)
+    with _database("read the parked messages"):
+        rows = parked_messages(target.sessions, group, key)
+    doomed = [r for r in rows if message_key is None or r.message_key == message_key]
+    if not doomed:
+        what = f"message {message_key!r} of key {key!r}" if message_key else f"key {key!r}"
+        raise click.ClickException(
+            f"{what} is not parked in group {group!r}; `txmsg parked list --group {group} "
+            f"--key {key}` shows what is"
+        )
+    if not yes:
+        raise click.ClickException(
+            f"this deletes {len(doomed)} parked message(s) of key {key!r} for good (the "
+            "listener never handles them); add --yes to do it"
+        )
+    with _database("discard"):
+        deleted = discard(target.sessions, group, key, message_key)
+    left = len(rows) - deleted
+    click.echo(
+        f"{group}  key={key!r}: discarded {deleted}"
+        + (f"; {left} still parked (replay them)" if left else "; key released")
+    )
