@@ -11,17 +11,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .broker import Broker
+from .childproc import ChildProcess
 from .config import BrokerConfig
 
 T = TypeVar("T")
@@ -188,8 +186,10 @@ class EmbeddedBroker:
         return BrokerProcess(data_dir, log_dir, **settings).start()
 
 
-class BrokerProcess:
+class BrokerProcess(ChildProcess):
     """The broker CLI in a subprocess; ``kill()`` is a real SIGKILL."""
+
+    what = "broker process"
 
     def __init__(
         self,
@@ -201,13 +201,12 @@ class BrokerProcess:
         broker_port: int = 0,
         **settings: Any,
     ) -> None:
-        self.data_dir, self.log_dir = _dirs(data_dir, log_dir)
+        self.data_dir, log_path = _dirs(data_dir, log_dir)
+        super().__init__(log_path)
         self.host = host
         self.namesrv_port = namesrv_port
         self.broker_port = broker_port
         self.settings = settings
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.console_path = self.log_dir / "console.log"
         #: ``host:port`` of the gRPC endpoint once started with ``grpc_port=`` (None when off)
         self.grpc_endpoint: str | None = None
 
@@ -218,10 +217,6 @@ class BrokerProcess:
     @property
     def broker_addr(self) -> str:
         return f"{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.broker_port}"  # noqa: S104 - a comparison, not a bind
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def command(self) -> list[str]:
         cmd = [
@@ -251,69 +246,20 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         if self.running:
             return self
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        start_pos = self.console_path.stat().st_size if self.console_path.exists() else 0
-        console = open(self.console_path, "ab")  # noqa: SIM115 - closed right after Popen inherited it
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(  # noqa: S603 - command(): this interpreter and our own options
-            self.command(), stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        console.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with open(self.console_path, "rb") as fh:
-                fh.seek(start_pos)
-                text = fh.read().decode(errors="replace")
-            match = READY_PATTERN.search(text)
-            if match:
-                self.namesrv_port = int(match.group(2))
-                self.broker_port = int(match.group(4))
-                grpc_match = GRPC_READY_PATTERN.search(text)
-                if grpc_match:
-                    # keep the port for restarts, as for the other two
-                    self.settings["grpc_port"] = int(grpc_match.group(2))
-                    self.grpc_endpoint = f"{grpc_match.group(1)}:{grpc_match.group(2)}"
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"broker process exited with {self.proc.returncode} before accepting connections:\n{text}"
-                )
-            time.sleep(0.05)
-        self.kill()
-        raise TimeoutError(f"broker process did not accept connections within {timeout} s")
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM (clean shutdown, flushes everything); SIGKILL if it does not exit in time."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        code = self.proc.returncode
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        """``kill -9``: no shutdown hooks, no flush."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        match, text = self._spawn(READY_PATTERN, timeout)
+        self.namesrv_port = int(match.group(2))
+        self.broker_port = int(match.group(4))
+        grpc_match = GRPC_READY_PATTERN.search(text)
+        if grpc_match:
+            # keep the port for restarts, as for the other two
+            self.settings["grpc_port"] = int(grpc_match.group(2))
+            self.grpc_endpoint = f"{grpc_match.group(1)}:{grpc_match.group(2)}"
+        return self
 
     def restart(self) -> BrokerProcess:
         self.stop()
         return self.start()
-
-    def console(self) -> str:
-        return self.console_path.read_text(errors="replace") if self.console_path.exists() else ""
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import string
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from .app import BrokerProcess, _dirs
+from .childproc import ChildProcess
 
 NAMESRV_READY = re.compile(r"txmsg namesrv accepting connections: (\S+):(\d+)")
 
@@ -51,23 +48,19 @@ def next_free_port(host: str, after: int) -> int:
     raise OSError(f"no free port above {after} on {host}")
 
 
-class NamesrvProcess:
+class NamesrvProcess(ChildProcess):
     """The stand-alone name server in a subprocess (``python -m txmsg_broker namesrv``)."""
 
+    what = "name server"
+
     def __init__(self, log_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.log_dir = Path(log_dir)
+        super().__init__(log_dir)
         self.host = host
         self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.console_path = self.log_dir / "console.log"
 
     @property
     def addr(self) -> str:
         return f"{'127.0.0.1' if self.host in ('0.0.0.0', '') else self.host}:{self.port}"  # noqa: S104 - a comparison, not a bind
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def command(self) -> list[str]:
         return [
@@ -78,45 +71,9 @@ class NamesrvProcess:
     def start(self, timeout: float = 30.0) -> NamesrvProcess:
         if self.running:
             return self
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        start_pos = self.console_path.stat().st_size if self.console_path.exists() else 0
-        with open(self.console_path, "ab") as console:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.proc = subprocess.Popen(  # noqa: S603 - command(): this interpreter and our own options
-                self.command(), stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with open(self.console_path, "rb") as fh:
-                fh.seek(start_pos)
-                text = fh.read().decode(errors="replace")
-            match = NAMESRV_READY.search(text)
-            if match:
-                self.port = int(match.group(2))
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"name server exited with {self.proc.returncode} before accepting connections:\n{text}")
-            time.sleep(0.05)
-        self.kill()
-        raise TimeoutError(f"name server did not accept connections within {timeout} s")
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
+        match, _text = self._spawn(NAMESRV_READY, timeout)
+        self.port = int(match.group(2))
+        return self
 
 
 class BrokerCluster:
