@@ -26,6 +26,7 @@ from .announce import Announcer
 from .consumer import PushConsumer
 from .names import name_rule
 from .pool import ClientSettings, ProducerPool
+from .sender import DEFAULT_MAX_MESSAGE_SIZE, PlainSender
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -61,6 +62,7 @@ class RocketMQBackend:
         self.name_server: str = str(_cfg(config, "name_server", "127.0.0.1:9876"))
         self.send_timeout_ms: int = int(_cfg(config, "send_timeout_ms", 3000))
         self.pull_threads: int = int(_cfg(config, "pull_threads", native_mod.PULL_THREADS))
+        self.max_message_size: int = int(_cfg(config, "max_message_size", DEFAULT_MAX_MESSAGE_SIZE))
         self.instance_prefix: str = _SAFE.sub("_", str(_cfg(config, "instance_prefix", None) or "txmsg"))
         try:
             self.native = native_mod.load(_cfg(config, "client_log_dir", "var/rocketmq-client"))
@@ -77,6 +79,7 @@ class RocketMQBackend:
         )
         self._lock = threading.Lock()
         self._pools: list[ProducerPool] = []
+        self._senders: list[PlainSender] = []
         self._consumers: dict[str, PushConsumer] = {}
         self._closed = False
 
@@ -122,6 +125,25 @@ class RocketMQBackend:
             self._pools.append(pool)
         return pool
 
+    def create_sender(self, group: str) -> PlainSender:
+        """Start a plain producer for ``group`` (sync, async, one-way, batch, ordered, delayed
+        sends; see sender.py).  Its own instance name, so it shares no client factory with the
+        group's transaction producers: closing one never disturbs the other's check-backs."""
+        self._ensure_open()
+        check_name("producer_group", group, owner="RocketMQ backend", rules=_RULES)
+        sender = PlainSender(
+            self.native,
+            group,
+            instance_name=f"{self.instance_prefix}-{os.getpid()}-s-{_SAFE.sub('_', group)}-{next(_pool_seq)}",
+            name_server=self.name_server,
+            send_timeout_ms=self.send_timeout_ms,
+            max_message_size=self.max_message_size,
+            credentials=self.settings.credentials,
+        )
+        with self._lock:
+            self._senders.append(sender)
+        return sender
+
     # ---- consumers -----------------------------------------------------------------------------
     def subscribe(
         self,
@@ -133,7 +155,13 @@ class RocketMQBackend:
         concurrency: int = 4,
         max_reconsume: int = 16,
         consume_from: str = "first",
+        orderly: bool = False,
     ) -> StopConsumer:
+        """Start a push consumer.  ``orderly``: librocketmq's orderly service - the client locks
+        each queue on the broker (LOCK_BATCH_MQ) and hands its messages one at a time, in
+        order, to ``handler``; ``concurrency`` threads serve different queues.  ``False`` from
+        the handler suspends that queue for 1 s and hands the same message again (2.1.0 never
+        sends an orderly message back to the broker, so ``max_reconsume`` does not apply)."""
         self._ensure_open()
         check_name("consumer_group", group, owner="RocketMQ backend", rules=_RULES)
         check_name("topic", topic, owner=f"RocketMQ backend, consumer group {group}", rules=_RULES)
@@ -157,6 +185,7 @@ class RocketMQBackend:
             consume_from=consume_from,
             pull_threads=self.pull_threads,
             credentials=self.settings.credentials,
+            orderly=orderly,
         )
         with self._lock:
             self._consumers[group] = consumer
@@ -175,15 +204,19 @@ class RocketMQBackend:
             raise BackendUnavailableError("this RocketMQBackend is closed; create a new one")
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop consumers, then close every producer pool (each bounded by ``timeout``)."""
+        """Stop consumers, then close plain senders and producer pools (each bounded by ``timeout``)."""
         with self._lock:
             self._closed = True
             consumers = list(self._consumers.values())
             self._consumers.clear()
             pools = list(self._pools)
             self._pools.clear()
+            senders = list(self._senders)
+            self._senders.clear()
         for consumer in consumers:
             consumer.stop(timeout)
+        for sender in senders:
+            sender.close(timeout)
         for pool in pools:
             pool.close(timeout)
         if self.announcer is not None:
@@ -193,8 +226,14 @@ class RocketMQBackend:
         with self._lock:
             return {
                 "producers": {p.group: p.stats() for p in self._pools},
+                "senders": {s.group: s.stats() for s in self._senders},
                 "consumers": {
-                    g: {"consumed": c.consumed, "failed": c.failed, "dead_lettered": c.dead_lettered}
+                    g: {
+                        "consumed": c.consumed,
+                        "failed": c.failed,
+                        "dead_lettered": c.dead_lettered,
+                        "orderly": c.orderly,
+                    }
                     for g, c in self._consumers.items()
                 },
             }

@@ -17,6 +17,16 @@ name per consumer before ``Subscribe``.  Semantics kept from RocketMQ:
   first dead letter and may refuse to auto-create it), the message is handed back with
   RECONSUME_LATER, so the broker's own DLQ still takes it after 16: nothing is dropped.  Values
   above 16 cannot be honoured; a warning says so.
+* ``orderly=True`` registers through ``RegisterMessageCallbackOrderly``: 2.1.0's
+  ``ConsumeMessageOrderlyService`` locks each queue on the broker (``LOCK_BATCH_MQ``, renewed
+  every 20 s), consumes a queue only while it holds the lock, one message at a time under the
+  queue's mutex, and commits the offset after each success.  ``concurrency`` threads serve
+  different queues.  RECONSUME_LATER keeps the message at the head of its queue (its
+  ``reconsume_times`` counted locally) and resubmits the queue 1 s later - 5 s after 16 local
+  attempts - for ever: an orderly message never goes to the retry topic or the DLQ, which is
+  why txmsg's orderly listener bounds retries itself (txmsg.orderly).
+* Every consumed message carries ``queue_id``, ``queue_offset`` and, when it was sent with one,
+  ``sharding_key`` (property ``__SHARDINGKEY``).
 * One ``Subscribe`` per consumer group: RocketMQ requires every consumer of a group to
   subscribe identically, so a second topic needs its own group.
 """
@@ -83,6 +93,7 @@ class PushConsumer:
         consume_from: str = "first",
         pull_threads: int = PULL_THREADS,
         credentials: tuple[bytes, bytes, bytes] | None = None,
+        orderly: bool = False,
     ) -> None:
         if consume_from not in CONSUME_FROM:
             raise ConfigError(
@@ -95,7 +106,7 @@ class PushConsumer:
             raise ConfigError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
         if max_reconsume < 0:
             raise ConfigError(f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}")
-        if max_reconsume > BROKER_MAX_RECONSUME:
+        if max_reconsume > BROKER_MAX_RECONSUME and not orderly:
             log.warning(
                 "consumer group %s asks for max_reconsume=%d but librocketmq 2.1.0 always tells "
                 "the broker %d; messages go to %%DLQ%%%s after %d redeliveries",
@@ -110,6 +121,7 @@ class PushConsumer:
         self.group = group
         self.topic = topic
         self.max_reconsume = max_reconsume
+        self.orderly = orderly
         self.gate = Gate()
         self.consumed = 0
         self.failed = 0
@@ -143,7 +155,8 @@ class PushConsumer:
                 self._ok(dll.SetPushConsumerThreadCount(handle, int(concurrency)), "set thread count")
                 self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
-                self._ok(dll.RegisterMessageCallback(handle, self._callback), "register the callback")
+                register = dll.RegisterMessageCallbackOrderly if orderly else dll.RegisterMessageCallback
+                self._ok(register(handle, self._callback), "register the callback")
                 use_sync_pull(native, handle, pull_threads)
                 set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
@@ -165,12 +178,17 @@ class PushConsumer:
         if not self.gate.enter_callback():
             return E_RECONSUME_LATER  # native shutdown under way: return to C++ at once
         try:
-            message = messages.read(self.native, c_message, origin=False)
+            message = messages.read(self.native, c_message, origin=False, queue=True)
             ok = self._handler(message) is True
             if ok:
                 self.consumed += 1
                 return E_CONSUME_SUCCESS
             self.failed += 1
+            if self.orderly:
+                # ConsumeMessageOrderlyService (2.1.0): RECONSUME_LATER puts the message back at
+                # the head of its queue and resubmits the queue 1 s later; nothing goes back to
+                # the broker, no DLQ (after 16 local attempts the pause becomes 5 s).
+                return E_RECONSUME_LATER
             if (
                 self.max_reconsume < BROKER_MAX_RECONSUME
                 and message.reconsume_times >= self.max_reconsume
@@ -191,8 +209,14 @@ class PushConsumer:
         if message.message_id:
             properties.setdefault("ORIGIN_MESSAGE_ID", message.message_id)
         properties["TXMSG_DLQ_REASON"] = f"max_reconsume={self.max_reconsume}"
+        properties.pop(messages.SHARDING_KEY, None)  # carried by sharding_key (a reserved name)
         out = OutgoingMessage(
-            topic=dlq, body=message.body, tags=message.tags, keys=message.keys, properties=properties
+            topic=dlq,
+            body=message.body,
+            tags=message.tags,
+            keys=message.keys,
+            properties=properties,
+            sharding_key=message.sharding_key,
         )
         try:
             with self._dlq_lock:

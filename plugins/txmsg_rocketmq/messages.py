@@ -27,11 +27,17 @@ from txmsg.message import UNIQ_KEY, Message, OutgoingMessage
 from ._errors import InvalidMessageError
 from .native import Native
 
+SHARDING_KEY = "__SHARDINGKEY"
+"""Property carrying an ordered message's sharding key: the name librocketmq's own
+``SendMessageOrderlyByShardingKey`` and the RocketMQ 5 proxy use, so consumers in any language
+find the key where they look for it."""
 PROPS_LIST = "TXMSG_PROPS"
 _UNIQ_KEY_BYTES = UNIQ_KEY.encode()
 ENCODING = "TXMSG_ENC"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-_SYSTEM_PROPS = (UNIQ_KEY, "KEYS", "TAGS", "TRAN_MSG", "PGROUP", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID")
+_SYSTEM_PROPS = (
+    UNIQ_KEY, "KEYS", "TAGS", "TRAN_MSG", "PGROUP", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", SHARDING_KEY
+)
 # RocketMQ separates properties with \x01 (name/value) and \x02 (pairs) on the wire.
 _FORBIDDEN = ("\x01", "\x02")
 
@@ -59,7 +65,7 @@ def validate_properties(properties: Mapping[str, str]) -> None:
                 f"message property {name!r}: names must be non-empty without ',' and neither "
                 "names nor values may contain \\x01 or \\x02 (RocketMQ's separators)"
             )
-        if name in (PROPS_LIST, ENCODING):
+        if name in (PROPS_LIST, ENCODING, SHARDING_KEY):
             raise InvalidMessageError(f"message property {name!r} is reserved by txmsg; rename it")
 
 
@@ -84,6 +90,10 @@ def build(native: Native, message: OutgoingMessage) -> int:
             dll.SetMessageProperty(handle, _enc(name), _enc(value))
         if message.properties:
             dll.SetMessageProperty(handle, _enc(PROPS_LIST), _enc(",".join(message.properties)))
+        if message.sharding_key:
+            dll.SetMessageProperty(handle, _enc(SHARDING_KEY), _enc(message.sharding_key))
+        if message.delay_level:
+            dll.SetDelayTimeLevel(handle, int(message.delay_level))
         if message.check_immunity_seconds is not None:
             dll.SetMessageProperty(
                 handle, _enc(CHECK_IMMUNITY), _enc(str(int(message.check_immunity_seconds)))
@@ -120,8 +130,11 @@ def local_view(native: Native, handle: Any, sent: OutgoingMessage, group: str) -
     )
 
 
-def read(native: Native, handle: Any, *, origin: bool) -> Message:
-    """Read a message handle into a :class:`Message` (``origin``: a ``CMessage*`` we created)."""
+def read(native: Native, handle: Any, *, origin: bool, queue: bool = False) -> Message:
+    """Read a message handle into a :class:`Message` (``origin``: a ``CMessage*`` we created).
+
+    ``queue``: also read the queue id and offset (a consumed ``CMessageExt*``; check-backs leave
+    them out, their queue is the broker's internal half-message queue)."""
     dll = native.dll
     if origin:
         get_topic, get_tags = dll.GetOriginMessageTopic, dll.GetOriginMessageTags
@@ -158,6 +171,11 @@ def read(native: Native, handle: Any, *, origin: bool) -> Message:
     else:
         message_id = _text(dll.GetMessageId(handle))
         reconsume_times = int(dll.GetMessageReconsumeTimes(handle))
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    if queue and not origin:
+        queue_id = int(dll.GetMessageQueueId(handle))
+        queue_offset = int(dll.GetMessageQueueOffset(handle))
     return Message(
         topic=_text(get_topic(handle)) or "",
         body=bytes(body),
@@ -166,4 +184,7 @@ def read(native: Native, handle: Any, *, origin: bool) -> Message:
         properties=properties,
         message_id=message_id,
         reconsume_times=reconsume_times,
+        sharding_key=properties.get(SHARDING_KEY),
+        queue_id=queue_id,
+        queue_offset=queue_offset,
     )

@@ -63,6 +63,57 @@ EXECUTE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void
 MESSAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 """``MessageCallBack(CPushConsumer*, CMessageExt*)``."""
 
+MAX_MESSAGE_ID_LENGTH = 256
+"""CCommon.h of librocketmq 2.1.0."""
+
+
+class CSendResult(ctypes.Structure):
+    """``CSendResult`` (CSendResult.h): the same layout as the wrapper's ``_CSendResult``.
+
+    Declared here because the asynchronous callbacks receive it *by value*; the wrapper's
+    ``SEND_SUCCESS_CALLBACK`` takes a pointer, which reads the struct's first bytes as an address.
+    """
+
+    _fields_ = [
+        ("sendStatus", ctypes.c_int),
+        ("msgId", ctypes.c_char * MAX_MESSAGE_ID_LENGTH),
+        ("offset", ctypes.c_longlong),
+    ]
+
+
+class CMQException(ctypes.Structure):
+    """``CMQException`` (CMQException.h of 2.1.0: file 256, msg 512, type 128 bytes).
+
+    The wrapper's ``_CMQException`` declares 512/512/512, which is not what the library passes;
+    a callback typed with it would read past the argument.  ``type`` is never filled by 2.1.0's
+    callbacks (uninitialised stack memory): read ``msg`` and ``error`` only.
+    """
+
+    _fields_ = [
+        ("error", ctypes.c_int),
+        ("line", ctypes.c_int),
+        ("file", ctypes.c_char * 256),
+        ("msg", ctypes.c_char * 512),
+        ("type", ctypes.c_char * 128),
+    ]
+
+
+QUEUE_SELECTOR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+"""``QueueSelectorCallback(int size, CMessage* msg, void* arg)``: returns the index of the queue in
+the topic's write-queue list; called in the sending thread, inside the send call."""
+
+ON_SEND_SUCCESS = ctypes.CFUNCTYPE(None, CSendResult, ctypes.c_void_p, ctypes.c_void_p)
+"""``COnSendSuccessCallback(CSendResult result, CMessage* msg, void* userData)`` (``SendAsync``)."""
+
+ON_SEND_EXCEPTION = ctypes.CFUNCTYPE(None, CMQException, ctypes.c_void_p, ctypes.c_void_p)
+"""``COnSendExceptionCallback(CMQException e, CMessage* msg, void* userData)`` (``SendAsync``)."""
+
+SEND_SUCCESS = ctypes.CFUNCTYPE(None, CSendResult)
+"""``CSendSuccessCallback(CSendResult result)`` (``SendMessageOrderlyAsync``: no user data)."""
+
+SEND_EXCEPTION = ctypes.CFUNCTYPE(None, CMQException)
+"""``CSendExceptionCallback(CMQException e)`` (``SendMessageOrderlyAsync``)."""
+
 
 @dataclass(frozen=True)
 class Native:
@@ -319,6 +370,12 @@ def _declare(dll: Any) -> None:
         "GetMessageProperty": ([c_void_p, c_char_p], c_char_p),
         "GetMessageId": ([c_void_p], c_char_p),
         "GetMessageReconsumeTimes": ([c_void_p], c_int),
+        "GetMessageQueueId": ([c_void_p], c_int),
+        "GetMessageQueueOffset": ([c_void_p], ctypes.c_longlong),
+        "SetDelayTimeLevel": ([c_void_p, c_int], c_int),
+        "CreateBatchMessage": ([], c_void_p),
+        "AddMessage": ([c_void_p, c_void_p], c_int),
+        "DestroyBatchMessage": ([c_void_p], c_int),
         # producers
         "CreateProducer": ([c_char_p], c_void_p),
         "CreateTransactionProducer": ([c_char_p, CHECK_CALLBACK, c_void_p], c_void_p),
@@ -329,6 +386,9 @@ def _declare(dll: Any) -> None:
         "SetProducerInstanceName": ([c_void_p, c_char_p], c_int),
         "SetProducerSendMsgTimeout": ([c_void_p, c_int], c_int),
         "SetProducerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
+        "SetProducerMaxMessageSize": ([c_void_p, c_int], c_int),
+        "SendMessageOneway": ([c_void_p, c_void_p], c_int),
+        "SendBatchMessage": ([c_void_p, c_void_p, c_void_p], c_int),
         "ShowProducerVersion": ([c_void_p], c_char_p),
         # push consumers
         "CreatePushConsumer": ([c_char_p], c_void_p),
@@ -343,6 +403,7 @@ def _declare(dll: Any) -> None:
         "SetPushConsumerMessageTrace": ([c_void_p, c_int], c_int),
         "Subscribe": ([c_void_p, c_char_p, c_char_p], c_int),
         "RegisterMessageCallback": ([c_void_p, MESSAGE_CALLBACK], c_int),
+        "RegisterMessageCallbackOrderly": ([c_void_p, MESSAGE_CALLBACK], c_int),
         "UnregisterMessageCallback": ([c_void_p], c_int),
         "GetLatestErrorMessage": ([], c_char_p),
     }
@@ -351,3 +412,22 @@ def _declare(dll: Any) -> None:
         if fn.argtypes is None:
             fn.argtypes = argtypes
             fn.restype = restype
+    # The wrapper does not declare these (SendMessageOrderly) or declares their callbacks with the
+    # wrong types (SendAsync/SendMessageOrderlyAsync take CSendResult by value); nothing in the
+    # wrapper calls them, so our signatures replace any it has.
+    own: dict[str, tuple[list[Any], Any]] = {
+        "SendAsync": ([c_void_p, c_void_p, ON_SEND_SUCCESS, ON_SEND_EXCEPTION, c_void_p], c_int),
+        "SendMessageOrderly": (
+            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, c_int, ctypes.POINTER(CSendResult)],
+            c_int,
+        ),
+        "SendMessageOrderlyAsync": (
+            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, SEND_SUCCESS, SEND_EXCEPTION],
+            c_int,
+        ),
+        "SendMessageOnewayOrderly": ([c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p], c_int),
+    }
+    for name, (argtypes, restype) in own.items():
+        fn = getattr(dll, name)
+        fn.argtypes = argtypes
+        fn.restype = restype
