@@ -112,6 +112,14 @@ def _keys_text(keys: str | Sequence[str] | None) -> str | None:
     return " ".join(str(k) for k in keys)  # RocketMQ's KEY_SEPARATOR
 
 
+def _check_sharding_key(topic: str, sharding_key: Any) -> None:
+    if not isinstance(sharding_key, str) or not sharding_key:
+        raise InvalidMessageError(
+            f"topic={topic}: sharding_key must be a non-empty string (the business entity whose "
+            f"messages must stay in order, e.g. an order id), got {sharding_key!r}"
+        )
+
+
 def _skew(counts: Mapping[int, int]) -> float:
     if not counts:
         return 1.0
@@ -486,6 +494,7 @@ class Producer:
             InvalidMessageError: ``sharding_key`` is empty or not a string, or as :meth:`send`.
             ProducerClosedError, SendError: as :meth:`send`.
         """
+        _check_sharding_key(topic, sharding_key)
         message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
         return self._send_now(message)
 
@@ -502,6 +511,7 @@ class Producer:
         """:meth:`send_orderly` without waiting.  Two async sends of one key in flight at once
         may be stored in either order: to keep a key's order, send its next message after the
         previous future finished (or use :meth:`send_orderly`)."""
+        _check_sharding_key(topic, sharding_key)
         message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
         return self._send_later(message)
 
@@ -559,11 +569,8 @@ class Producer:
         self._check_open()
         owner = f"group={self.group} topic={topic}"
         check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
-        if sharding_key is not None and (not isinstance(sharding_key, str) or not sharding_key):
-            raise InvalidMessageError(
-                f"{owner}: sharding_key must be a non-empty string (the business entity whose "
-                f"messages must stay in order, e.g. an order id), got {sharding_key!r}"
-            )
+        if sharding_key is not None:
+            _check_sharding_key(topic, sharding_key)
         if sharding_key is not None and (delay_level is not None or deliver_at is not None):
             raise InvalidMessageError(
                 f"{owner}: an ordered message cannot be delayed (it would overtake or block its "
