@@ -43,6 +43,9 @@ BENCHES: tuple[Bench, ...] = (
           ("--inputs", "100000", "--socket-inputs", "5000"), ("--inputs", "1000000")),
     Bench("announce_latency", "new group known to the broker <= 1 s after start / first send "
           "(ratio = 1 s / worst median)", ("--runs", "3"), ("--runs", "5", "--baseline")),
+    Bench("orderly_throughput", "orderly listener: other keys' msgs/s with one key poisoned / "
+          "unpoisoned >= 0.9 (txmsg/raw orderly consumer with 1 and 8 threads reported as t1/t8)",
+          ("--messages", "3000", "--rounds", "1"), ()),
     Bench("chaos", "kill -9 chaos: every committed order processed exactly once (ratio 1.0, "
           "0 violations)", ("--mode", "short"), ("--mode", "long")),
 )
