@@ -67,6 +67,9 @@ log = logging.getLogger("txmsg.rocketmq")
 DLQ_PREFIX = "%DLQ%"
 # Set by the broker/client on every stored message; copying them into a new message would lie.
 _BROKER_OWNED_PROPERTIES = frozenset({"UNIQ_KEY", "TRAN_MSG", "PGROUP", "TAGS", "KEYS", "REAL_TOPIC", "REAL_QID"})
+ORDERLY_SUSPEND = 0.9
+"""Seconds a failed orderly message is not handed to the handler again.  librocketmq resubmits
+the queue 1 s after the failure; a little less here so that resubmission is never refused."""
 BROKER_MAX_RECONSUME = 16
 """What librocketmq 2.1.0 sends as maxReconsumeTimes (not settable through its C API)."""
 
@@ -122,6 +125,8 @@ class PushConsumer:
         self.topic = topic
         self.max_reconsume = max_reconsume
         self.orderly = orderly
+        self._suspended: dict[tuple[int | None, int | None, str | None], float] = {}
+        self._suspended_lock = threading.Lock()
         self.gate = Gate()
         self.consumed = 0
         self.failed = 0
@@ -179,16 +184,13 @@ class PushConsumer:
             return E_RECONSUME_LATER  # native shutdown under way: return to C++ at once
         try:
             message = messages.read(self.native, c_message, origin=False, queue=True)
+            if self.orderly:
+                return self._orderly(message)
             ok = self._handler(message) is True
             if ok:
                 self.consumed += 1
                 return E_CONSUME_SUCCESS
             self.failed += 1
-            if self.orderly:
-                # ConsumeMessageOrderlyService (2.1.0): RECONSUME_LATER puts the message back at
-                # the head of its queue and resubmits the queue 1 s later; nothing goes back to
-                # the broker, no DLQ (after 16 local attempts the pause becomes 5 s).
-                return E_RECONSUME_LATER
             if (
                 self.max_reconsume < BROKER_MAX_RECONSUME
                 and message.reconsume_times >= self.max_reconsume
@@ -198,6 +200,42 @@ class PushConsumer:
             return E_RECONSUME_LATER
         finally:
             self.gate.exit_callback()
+
+    def _orderly(self, message: Message) -> int:
+        """One hand-over of an orderly queue; False from the handler suspends the queue ~1 s.
+
+        librocketmq 2.1.0 (``ConsumeMessageOrderlyService::ConsumeRequest``) answers
+        RECONSUME_LATER by putting the message back at the head of its queue and resubmitting
+        the queue 1 s later - but every pull that brings new messages for that queue submits it
+        again *at once* (Java's ``ProcessQueue.consuming`` flag prevents that; 2.1.0 has no such
+        flag), so on a busy queue a failed message came back within milliseconds.  A message
+        handed back before its suspension is over is therefore refused here without calling
+        the handler; the client resubmits the queue again 1 s later.  Side effect: those early
+        hand-overs also count in the client's local ``reconsume_times``.
+        """
+        key = (message.queue_id, message.queue_offset, message.message_id)
+        now = time.monotonic()
+        with self._suspended_lock:
+            until = self._suspended.get(key)
+        if until is not None and now < until:
+            return E_RECONSUME_LATER  # an early re-hand: keep the queue suspended
+        ok = self._handler(message) is True
+        with self._suspended_lock:
+            if ok:
+                self._suspended.pop(key, None)
+            else:
+                if len(self._suspended) > 1024:  # messages that went to another consumer
+                    horizon = now - 60.0
+                    for stale in [k for k, t in self._suspended.items() if t < horizon]:
+                        del self._suspended[stale]
+                self._suspended[key] = time.monotonic() + ORDERLY_SUSPEND
+        if ok:
+            self.consumed += 1
+            return E_CONSUME_SUCCESS
+        self.failed += 1
+        # Nothing goes back to the broker and there is no DLQ for orderly messages: after 16
+        # local attempts 2.1.0 only lengthens the pause to 5 s.
+        return E_RECONSUME_LATER
 
     def _dead_letter(self, message: Message) -> bool:
         """Send ``message`` to ``%DLQ%<group>``; True when the broker stored it."""
