@@ -37,7 +37,7 @@ from rocketmq import FilterExpression, SimpleConsumer
 
 from txmsg import defaults
 from txmsg.backend import ConsumeHandler
-from txmsg.errors import ConfigError, ListenerDefinitionError
+from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
 
 from . import messages
 
@@ -47,26 +47,45 @@ INVISIBLE_S = 60
 """How long a received message stays invisible while it waits for and runs its handler."""
 AWAIT_S = 5
 """Long-polling time of one receive (the proxy's minimum): bounds how long close() waits."""
+SETTINGS_WAIT_S = 10.0
+"""How long start-up waits for the proxy's Settings answer (the client's own wait for push consumers)."""
 HELD_PER_THREAD = 4
 """Messages held (received, not yet acked) per handler thread: enough to keep every thread busy
 when one receive brings several groups, few enough that a close() leaves little to redeliver."""
 
 
 class _SettingsConsumer(SimpleConsumer):  # type: ignore[misc]
-    """A ``SimpleConsumer`` that remembers the proxy's Settings answer (``subscription.fifo``):
-    the base class only uses that answer to end its start-up wait."""
+    """A ``SimpleConsumer`` that remembers the proxy's Settings answer (``subscription.fifo``).
 
-    fifo: bool | None = None
+    Why: the base class ignores that answer, and its ``startup()`` does not wait for it (only push
+    consumers do), so :func:`check_fifo` waits on :attr:`settled` itself."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.fifo: bool | None = None
+        self.settled = threading.Event()
+        super().__init__(*args, **kwargs)
 
     def reset_setting(self, settings: Any) -> None:
         if settings is not None and settings.HasField("subscription"):
             self.fifo = bool(settings.subscription.fifo)
+            self.settled.set()
         super().reset_setting(settings)
 
 
-def check_fifo(client: Any, group: str, topic: str) -> None:
-    """Raise ``ListenerDefinitionError`` unless the proxy treats ``group`` as a FIFO group."""
-    if getattr(client, "fifo", None):
+def check_fifo(client: Any, group: str, topic: str, wait: float = SETTINGS_WAIT_S) -> None:
+    """Raise unless the proxy's Settings answer says ``group`` is consumed as a FIFO group.
+
+    Raises:
+        BackendUnavailableError: no Settings answer within ``wait`` seconds (proxy unreachable).
+        ListenerDefinitionError: the answer says the group is not FIFO (how to make it one).
+    """
+    if not client.settled.wait(wait):
+        raise BackendUnavailableError(
+            f"consumer group {group!r}: the RocketMQ 5 proxy did not answer the consumer's settings "
+            f"within {wait:.0f} s, so txmsg cannot tell whether it consumes the group in order; "
+            "check the endpoints (`txmsg doctor`) and start again"
+        )
+    if client.fifo:
         return
     raise ListenerDefinitionError(
         f"consumer group {group!r} on topic {topic!r}: the RocketMQ 5 proxy does not consume this "
