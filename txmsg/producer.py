@@ -15,10 +15,11 @@ transactions opens nothing more than before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -465,11 +466,8 @@ class Producer:
         asynchronously and ignores the answer.  Options and errors as :meth:`send`."""
         message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
         sender = self.open_sender()
-        try:
+        with self._failures(message):
             sender.send_oneway(message)
-        except BaseException as exc:
-            self._count("plain_failed")
-            raise self._send_error(exc, message) from exc
         self._count("plain_sent")
 
     def send_orderly(
@@ -545,11 +543,8 @@ class Producer:
                 f"group={self.group} topic={topic}: send_batch got no payloads; pass at least one"
             )
         sender = self.open_sender()
-        try:
+        with self._failures(messages[0]):
             result = sender.send_batch(messages)
-        except BaseException as exc:
-            self._count("plain_failed")
-            raise self._send_error(exc, messages[0]) from exc
         self._count("plain_sent", len(messages))
         return result
 
@@ -671,21 +666,15 @@ class Producer:
 
     def _send_now(self, message: OutgoingMessage) -> SendResult:
         sender = self.open_sender()
-        try:
+        with self._failures(message):
             result = sender.send(message)
-        except BaseException as exc:
-            self._count("plain_failed")
-            raise self._send_error(exc, message) from exc
         self._sent(message, result)
         return result
 
     def _send_later(self, message: OutgoingMessage) -> Future[SendResult]:
         sender = self.open_sender()
-        try:
+        with self._failures(message):
             inner = sender.send_async(message)
-        except BaseException as exc:
-            self._count("plain_failed")
-            raise self._send_error(exc, message) from exc
         outer: Future[SendResult] = Future()
         outer.set_running_or_notify_cancel()
 
@@ -702,6 +691,18 @@ class Producer:
 
         inner.add_done_callback(done)
         return outer
+
+    @contextlib.contextmanager
+    def _failures(self, message: OutgoingMessage) -> Iterator[None]:
+        """Count a failed send; txmsg's errors pass unchanged, others become a SendError."""
+        try:
+            yield
+        except TxMsgError:
+            self._count("plain_failed")
+            raise
+        except Exception as exc:
+            self._count("plain_failed")
+            raise self._send_error(exc, message) from exc
 
     def _send_error(self, exc: BaseException, message: OutgoingMessage) -> BaseException:
         """txmsg's errors pass unchanged; anything else becomes a SendError that says where."""
