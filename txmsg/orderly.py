@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from txmsg.errors import ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.sqla import parking
 
@@ -69,7 +70,10 @@ def orderly_handler(
     or parked, False = hand the message again later; never raises."""
     session_factory = spec.session_factory
     if session_factory is None:  # build_consumer_spec refuses this; a hand-made spec may not
-        raise ValueError(f"orderly listener {spec.name} has no session_factory to park keys in")
+        raise ListenerDefinitionError(
+            f"orderly listener {spec.name} has no session_factory to park keys in; declare it "
+            "with @message_listener(orderly=True, session_factory=...)"
+        )
     handler, group = spec.handler, spec.group
     retries, delay = spec.max_orderly_retries, spec.orderly_retry_delay
     hooks = tuple(on_parked)
