@@ -1,9 +1,11 @@
-"""UPDATE_AND_CREATE_TOPIC (17), as ``mqadmin updateTopic`` sends it (RocketMQ 5 ``attributes`` included)."""
+"""UPDATE_AND_CREATE_TOPIC (17), as ``mqadmin updateTopic`` sends it (RocketMQ 5 ``attributes`` included);
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, ``mqadmin updateSubGroup``) is :mod:`.subscription_groups`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import subscription_groups
 from .codec import SYSTEM_ERROR, UPDATE_AND_CREATE_TOPIC, RemotingCommand
 from .topics import (
     DEFAULT_PERM,
@@ -62,3 +64,4 @@ def install(broker: Broker) -> None:
         return cmd.response()
 
     broker.register(UPDATE_AND_CREATE_TOPIC, update_and_create_topic, inline=True)
+    subscription_groups.install(broker)

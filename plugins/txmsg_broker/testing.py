@@ -320,6 +320,35 @@ def create_topic(
     cli.create_topic.main(args, standalone_mode=False)
 
 
+def create_group(
+    namesrv_addr: str,
+    group: str,
+    *,
+    orderly: bool = False,
+    credentials: tuple[str, str] | None = None,
+) -> None:
+    """Create consumer ``group`` on every master as ``mqadmin updateSubGroup [-o true]`` does (request
+    200 with a ``SubscriptionGroupConfig`` body).  An orderly listener on RocketMQ 5 needs its group
+    created with ``orderly=True`` first: the proxy pops a group in order only then."""
+    from . import fastjson  # noqa: PLC0415 - light helpers stay light at import
+    from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS  # noqa: PLC0415
+    from .rawclient import call  # noqa: PLC0415
+    from .subscription_groups import UPDATE_AND_CREATE_SUBSCRIPTIONGROUP  # noqa: PLC0415
+
+    info = fastjson.loads(call(namesrv_addr, GET_BROKER_CLUSTER_INFO).body)
+    masters = [b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0) for b in info["brokerAddrTable"].values()]
+    body = fastjson.dumps({
+        "groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+        "consumeBroadcastEnable": True, "consumeMessageOrderly": orderly, "retryQueueNums": 1,
+        "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    })
+    for addr in filter(None, masters):
+        response = call(addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, credentials=credentials)
+        if response.code != SUCCESS:
+            raise AssertionError(f"broker {addr} refused group {group}: {response.code} {response.remark}")
+
+
 def read_log(log_dir: Any, name: str = "transaction.log") -> str:
     path = os.path.join(str(log_dir), name)
     if not os.path.exists(path):
@@ -333,6 +362,7 @@ __all__ = [
     "Clients",
     "InFlight",
     "Received",
+    "create_group",
     "create_topic",
     "enable_consumer_trace",
     "read_log",

@@ -31,7 +31,7 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code
 from rocketmq.v5.exception import BadRequestException, InternalErrorException
-from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
+from txmsg_broker.testing import Clients, create_group, create_topic, read_log, unique, wait_until
 
 AWAIT_S = 5  # the proxy's minimum long polling time: a receive that finds nothing answers after it
 
@@ -249,6 +249,7 @@ def test_fifo_order_per_message_group_next_only_after_ack(txmsg_grpc_broker):
     broker = txmsg_grpc_broker
     topic, group = unique("G5Fifo"), unique("G5FifoCG")
     create_topic(broker.namesrv_addr, topic, queues=1, message_type="FIFO")
+    create_group(broker.namesrv_addr, group, orderly=True)  # the proxy pops in order only for such a group
     with producer(broker, topic) as p, simple_consumer(broker, group, topic) as c:
         order = [("A", 1), ("B", 1), ("A", 2), ("B", 2), ("A", 3)]
         for g, i in order:
@@ -271,15 +272,30 @@ def test_fifo_push_consumer_keeps_each_group_in_order(txmsg_grpc_broker):
     broker = txmsg_grpc_broker
     topic, group = unique("G5FifoPush"), unique("G5FifoPushCG")
     create_topic(broker.namesrv_addr, topic, queues=2, message_type="FIFO")
+    create_group(broker.namesrv_addr, group, orderly=True)
     listener = Recorder()
     with producer(broker, topic) as p, push_consumer(broker, group, topic, listener) as c:
         for i in range(6):
             for g in ("X", "Y", "Z"):
                 p.send(message(topic, f"{g}{i}".encode(), group=g))
         wait_until(lambda: len(listener.snapshot()) >= 18, timeout=60, message="18 deliveries")
-        assert c.fifo  # the Settings answer said so: the topic is FIFO
+        assert c.fifo  # the Settings answer said so: the group is orderly
     for g in ("X", "Y", "Z"):
         assert [s[2] for s in listener.snapshot() if s[1] == g] == [f"{g}{i}".encode() for i in range(6)]
+
+
+def test_fifo_topic_with_a_group_not_created_orderly_is_popped_concurrently(txmsg_grpc_broker):
+    """As a real proxy (``mergeSubscriptionData``: fifo = the group's consumeMessageOrderly): the topic
+    type does not make a group FIFO, so a missing ``updateSubGroup -o true`` shows here, not in production."""
+    broker = txmsg_grpc_broker
+    topic, group = unique("G5FifoNotOrderly"), unique("G5FifoNotOrderlyCG")
+    create_topic(broker.namesrv_addr, topic, queues=1, message_type="FIFO")
+    with producer(broker, topic) as p, simple_consumer(broker, group, topic) as c:
+        for i in range(2):
+            p.send(message(topic, f"A{i}".encode(), group="A"))
+        (first,) = receive_until(c, 1, batch=1)
+        (second,) = receive_until(c, 1, batch=1)  # not blocked behind the unacked first one
+        assert [first.body, second.body] == [b"A0", b"A1"]
 
 
 def test_delivery_timestamp_not_visible_before(txmsg_grpc_broker):

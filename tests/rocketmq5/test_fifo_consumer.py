@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from txmsg_broker.testing import create_topic, unique, wait_until
+from txmsg_broker.testing import create_group, create_topic, unique, wait_until
 from txmsg_rocketmq5.backend import RocketMQ5Backend
 
 from txmsg import ListenerDefinitionError, Message
@@ -27,15 +27,11 @@ def backend(txmsg_grpc_broker: Any) -> Iterator[RocketMQ5Backend]:
 
 
 def fifo_topic(broker: Any, prefix: str, queues: int) -> tuple[str, str]:
-    """A FIFO topic and an orderly consumer group for it (``txmsg_broker.testing.create_group`` when
-    the broker decides FIFO by group, as a real proxy does)."""
+    """A FIFO topic and an orderly consumer group for it (``mqadmin updateSubGroup -o true``): a
+    RocketMQ 5 proxy consumes a group in order only when the group says so."""
     topic, group = unique(prefix), unique(prefix + "CG")
     create_topic(broker.namesrv_addr, topic, queues=queues, message_type="FIFO")
-    from txmsg_broker import testing  # noqa: PLC0415 - create_group exists once the broker has groups
-
-    create_group = getattr(testing, "create_group", None)
-    if create_group is not None:
-        create_group(broker.namesrv_addr, group, orderly=True)
+    create_group(broker.namesrv_addr, group, orderly=True)
     return topic, group
 
 
@@ -135,3 +131,12 @@ def test_orderly_on_a_group_the_proxy_does_not_consume_in_order_is_refused(
         backend.subscribe(topic, group, Recorder(), orderly=True)
     # the group is free again: a plain listener may take it
     backend.subscribe(topic, group, Recorder())
+
+
+def test_fifo_topic_but_group_not_created_orderly_is_refused(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
+    topic, group = unique("F5NoSubGroup"), unique("F5NoSubGroupCG")
+    create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="FIFO")  # no create_group(orderly=True)
+    with pytest.raises(ListenerDefinitionError, match=f"updateSubGroup -g {group} -o true"):
+        backend.subscribe(topic, group, Recorder(), orderly=True)

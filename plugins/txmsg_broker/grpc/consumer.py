@@ -8,7 +8,11 @@ and message; the delivery state is :mod:`.pop` over the broker's own store (see 
 
 Embedded-broker choices (there is no subscription group table):
 
-* a group is FIFO (``consumeMessageOrderly``) for a topic whose ``message.type`` is FIFO;
+* a group is FIFO exactly when its subscription group config says ``consumeMessageOrderly``
+  (:mod:`..subscription_groups`, created by ``mqadmin updateSubGroup -o true``), as the proxy's
+  ``mergeSubscriptionData``/``ReceiveMessageActivity`` decide; the topic's ``message.type`` does not
+  matter for consuming (a FIFO topic read by a non-orderly group is popped concurrently, as on a real
+  cluster), and a group nobody created is the auto-created, non-orderly default;
 * the retry policy is the broker default (16 retries = 17 delivery attempts, customized back-off on the
   delay levels 1s 5s 10s ... 2h), the back-off and the 10 s minimum invisible time of a receive scaled by
   the broker's ``delay_scale`` like every other RocketMQ delay here, so tests run in milliseconds;
@@ -24,6 +28,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from .. import subscription_groups
 from ..pull import parse_subscription
 from ..topics import PERM_READ
 from .convert import to_proto
@@ -115,9 +120,9 @@ class GrpcConsumer:
             raise topic_not_found(topic)
         return cfg
 
-    def _fifo_topic(self, topic: str) -> bool:
-        cfg = self.broker.topics.get(topic)
-        return cfg is not None and cfg.message_type == "FIFO"
+    def _fifo_group(self, group: str) -> bool:
+        """``SubscriptionGroupConfig.consumeMessageOrderly`` of ``group`` (see the module docstring)."""
+        return subscription_groups.of(self.broker).orderly(group)
 
     def _validate(self, topic: Any, group: Any) -> tuple[str, str]:
         validate_topic(topic.name)
@@ -140,7 +145,7 @@ class GrpcConsumer:
         sub = merged.subscription
         sub.receive_batch_size = LONG_POLLING_BATCH_SIZE
         sub.long_polling_timeout.FromMilliseconds(MAX_LONG_POLLING_MS)
-        sub.fifo = any(self._fifo_topic(entry.topic.name) for entry in settings.subscription.subscriptions)
+        sub.fifo = self._fifo_group(settings.subscription.group.name)
         policy = merged.backoff_policy
         policy.max_attempts = self.max_attempts()
         policy.customized_backoff.Clear()
@@ -226,7 +231,7 @@ class GrpcConsumer:
             raise ProxyError(Code.FORBIDDEN, "no readable queue")
         queue_ids = list(range(cfg.read_queue_nums))
         batch = max(1, min(MAX_MSG_NUMS_FOR_POP, request.batch_size or LONG_POLLING_BATCH_SIZE))
-        fifo = self._fifo_topic(topic)
+        fifo = self._fifo_group(group)
         # leave the client a moment to read the answer before its own deadline
         deadline = now_ms() + max(0, polling_ms - 100)
         while True:
@@ -344,7 +349,7 @@ class GrpcConsumer:
     # -- QueryAssignment -------------------------------------------------------------------------
     def QueryAssignment(self, session: ClientSession, request: Any) -> Any:
         """One broker-wide queue (id -1) per broker, or every queue for a FIFO group."""
-        topic, _group = self._validate(request.topic, request.group)
+        topic, group = self._validate(request.topic, request.group)
         cfg = self._topic(topic)
         response = svc.QueryAssignmentResponse()
         if cfg.perm & PERM_READ and cfg.read_queue_nums > 0:
@@ -354,7 +359,7 @@ class GrpcConsumer:
             )
             broker = pb.Broker(name=self.broker.broker_name, id=0, endpoints=endpoints)
             permission = pb.Permission.READ_WRITE if cfg.perm & 2 else pb.Permission.READ
-            ids = range(cfg.read_queue_nums) if self._fifo_topic(topic) else (-1,)
+            ids = range(cfg.read_queue_nums) if self._fifo_group(group) else (-1,)
             for queue_id in ids:
                 response.assignments.add().message_queue.CopyFrom(
                     pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker)
