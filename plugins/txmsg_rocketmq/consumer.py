@@ -40,7 +40,7 @@ import time
 
 from txmsg.backend import ConsumeHandler
 from txmsg.errors import ConfigError
-from txmsg.message import Message, OutgoingMessage
+from txmsg.message import SHARDING_KEY, Message, OutgoingMessage
 
 from . import messages
 from ._errors import BackendUnavailableError
@@ -247,7 +247,7 @@ class PushConsumer:
         if message.message_id:
             properties.setdefault("ORIGIN_MESSAGE_ID", message.message_id)
         properties["TXMSG_DLQ_REASON"] = f"max_reconsume={self.max_reconsume}"
-        properties.pop(messages.SHARDING_KEY, None)  # carried by sharding_key (a reserved name)
+        properties.pop(SHARDING_KEY, None)  # carried by sharding_key (a reserved name)
         out = OutgoingMessage(
             topic=dlq,
             body=message.body,

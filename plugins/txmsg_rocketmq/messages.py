@@ -22,15 +22,11 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from txmsg.message import UNIQ_KEY, Message, OutgoingMessage
+from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message, OutgoingMessage
 
 from ._errors import InvalidMessageError
 from .native import Native
 
-SHARDING_KEY = "__SHARDINGKEY"
-"""Property carrying an ordered message's sharding key: the name librocketmq's own
-``SendMessageOrderlyByShardingKey`` and the RocketMQ 5 proxy use, so consumers in any language
-find the key where they look for it."""
 PROPS_LIST = "TXMSG_PROPS"
 _UNIQ_KEY_BYTES = UNIQ_KEY.encode()
 ENCODING = "TXMSG_ENC"
