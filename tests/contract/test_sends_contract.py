@@ -95,11 +95,15 @@ def test_batch_arrives_native_in_one_queue_or_one_by_one(
     app, topic, group, got = _plain_app(make_app, broker, "NORMAL")
     with app:
         result = app.producer(group).send_batch(topic, [f"b{i}".encode() for i in range(5)], tags="B")
-        assert len(result.message_ids) == 5
+        assert result.send_status == "SEND_OK"
         wait_until(lambda: len(got.bodies()) >= 5, timeout=30, message="5 batch deliveries")
     assert sorted(got.bodies()) == [f"b{i}".encode() for i in range(5)]
-    assert {m.message_id for m in got.messages()} == set(result.message_ids)
     assert {m.tags for m in got.messages()} == {"B"}
+    if result.message_ids or not capabilities.batch:
+        # one id per message; only a native batch may come back without them (librocketmq 2.1.0
+        # does not report a batch's ids: docs/backend-design.md)
+        assert {m.message_id for m in got.messages()} == set(result.message_ids)
+        assert len(result.message_ids) == 5
     if capabilities.batch:  # one SEND_BATCH_MESSAGE request: one queue, consecutive offsets
         queues = {m.queue_id for m in got.messages()}
         assert len(queues) == 1
