@@ -1,4 +1,5 @@
-"""``txmsg broker`` (run name server + broker in the foreground) and ``txmsg topic create``."""
+"""``txmsg broker`` (run name server + broker in the foreground), ``txmsg topic create`` and
+``txmsg group create``."""
 
 from __future__ import annotations
 
@@ -178,6 +179,28 @@ def _call(
     return response.code, response.remark or "", response.body
 
 
+def _masters(namesrv: str) -> list[str]:
+    """Master addresses the name server lists (GET_BROKER_CLUSTER_INFO), as mqadmin's ``-c``."""
+    try:
+        code, remark, body = _call(namesrv, GET_BROKER_CLUSTER_INFO, {})
+    except OSError as exc:
+        raise click.ClickException(f"cannot reach the name server at {namesrv}: {exc}") from exc
+    if code != SUCCESS:
+        raise click.ClickException(f"name server {namesrv} refused cluster info (code {code}): {remark}")
+    try:
+        info = fastjson.loads(body)
+        masters = [
+            b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0)
+            for b in info.get("brokerAddrTable", {}).values()
+        ]
+    except (ValueError, AttributeError, KeyError) as exc:
+        raise click.ClickException(f"unexpected cluster info from {namesrv}: {exc}") from exc
+    found = [m for m in masters if m]
+    if not found:
+        raise click.ClickException(f"no master broker registered at {namesrv}")
+    return found
+
+
 @click.group("topic")
 def topic() -> None:
     """Manage topics on a RocketMQ cluster (ours or a real one)."""
@@ -198,24 +221,7 @@ def create_topic(
 ) -> None:
     """Create or update topic NAME on every master broker (like ``mqadmin updateTopic``)."""
     keys = (access_key, secret_key) if access_key and secret_key else None
-
-    try:
-        code, remark, body = _call(namesrv, GET_BROKER_CLUSTER_INFO, {})
-    except OSError as exc:
-        raise click.ClickException(f"cannot reach the name server at {namesrv}: {exc}") from exc
-    if code != SUCCESS:
-        raise click.ClickException(f"name server {namesrv} refused cluster info (code {code}): {remark}")
-    try:
-        info = fastjson.loads(body)
-        masters = [
-            b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0)
-            for b in info.get("brokerAddrTable", {}).values()
-        ]
-    except (ValueError, AttributeError, KeyError) as exc:
-        raise click.ClickException(f"unexpected cluster info from {namesrv}: {exc}") from exc
-    masters = [m for m in masters if m]
-    if not masters:
-        raise click.ClickException(f"no master broker registered at {namesrv}")
+    masters = _masters(namesrv)
     ext = {
         "topic": name,
         "defaultTopic": "TBW102",
@@ -238,3 +244,40 @@ def create_topic(
         click.echo(f"create topic to {addr} success.")
     suffix = f" message.type={message_type.upper()}" if message_type else ""
     click.echo(f"TopicConfig [topicName={name}, readQueueNums={queues}, writeQueueNums={queues}{suffix}]")
+
+
+# --- consumer group admin --------------------------------------------------------------------------
+@click.group("group")
+def group() -> None:
+    """Manage consumer groups on a RocketMQ cluster (ours or a real one)."""
+
+
+@group.command("create")
+@click.argument("name")
+@click.option("--orderly/--no-orderly", default=False, show_default=True,
+              help="consumeMessageOrderly: a RocketMQ 5 proxy delivers a FIFO topic in order only to such a group.")
+@click.option("--retry-max-times", default=16, show_default=True, type=click.IntRange(0, 1000))
+@click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help="Name server address.")
+@click.option("--access-key", envvar="TXMSG_ACCESS_KEY", default=None,
+              help="ACL: an admin account's access key (default $TXMSG_ACCESS_KEY).")
+@click.option("--secret-key", envvar="TXMSG_SECRET_KEY", default=None, show_envvar=False,
+              help="ACL: its secret key (default $TXMSG_SECRET_KEY).")
+def create_group(
+    name: str, orderly: bool, retry_max_times: int, namesrv: str, access_key: str | None, secret_key: str | None
+) -> None:
+    """Create or update consumer group NAME on every master broker (like ``mqadmin updateSubGroup``)."""
+    from .subscription_groups import UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, group_config_body  # noqa: PLC0415 - admin only
+
+    keys = (access_key, secret_key) if access_key and secret_key else None
+    body = group_config_body(name, orderly=orderly, retry_max_times=retry_max_times)
+    for addr in _masters(namesrv):
+        try:
+            response = call(addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, timeout=5.0, credentials=keys)
+        except OSError as exc:
+            raise click.ClickException(f"cannot reach broker {addr}: {exc}") from exc
+        if response.code != SUCCESS:
+            raise click.ClickException(
+                f"broker {addr} refused to create group {name} (code {response.code}): {response.remark}"
+            )
+        click.echo(f"create subscription group to {addr} success.")
+    click.echo(f"SubscriptionGroupConfig [groupName={name}, consumeMessageOrderly={str(orderly).lower()}]")

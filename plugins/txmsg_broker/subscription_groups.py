@@ -32,6 +32,16 @@ if TYPE_CHECKING:
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
 
 
+def group_config_body(name: str, *, orderly: bool = False, retry_max_times: int = 16) -> bytes:
+    """The ``SubscriptionGroupConfig`` body ``mqadmin updateSubGroup -g NAME [-o true]`` sends."""
+    return fastjson.dumps({
+        "groupName": name, "consumeEnable": True, "consumeFromMinEnable": True,
+        "consumeBroadcastEnable": True, "consumeMessageOrderly": orderly, "retryQueueNums": 1,
+        "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    })
+
+
 class SubscriptionGroups:
     """Thread-safe group table (the gRPC endpoint reads it on its loop, admin requests write it)."""
 

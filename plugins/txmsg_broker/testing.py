@@ -333,16 +333,11 @@ def create_group(
     from . import fastjson  # noqa: PLC0415 - light helpers stay light at import
     from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS  # noqa: PLC0415
     from .rawclient import call  # noqa: PLC0415
-    from .subscription_groups import UPDATE_AND_CREATE_SUBSCRIPTIONGROUP  # noqa: PLC0415
+    from .subscription_groups import UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, group_config_body  # noqa: PLC0415
 
     info = fastjson.loads(call(namesrv_addr, GET_BROKER_CLUSTER_INFO).body)
     masters = [b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0) for b in info["brokerAddrTable"].values()]
-    body = fastjson.dumps({
-        "groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
-        "consumeBroadcastEnable": True, "consumeMessageOrderly": orderly, "retryQueueNums": 1,
-        "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-        "notifyConsumerIdsChangedEnable": True,
-    })
+    body = group_config_body(group, orderly=orderly)
     for addr in filter(None, masters):
         response = call(addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, credentials=credentials)
         if response.code != SUCCESS:

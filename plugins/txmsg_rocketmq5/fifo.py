@@ -92,8 +92,9 @@ def check_fifo(client: Any, group: str, topic: str, wait: float = SETTINGS_WAIT_
         "group in order (its Settings answer has fifo=false), so an orderly listener cannot keep "
         "the order. Create the group as an orderly group and the topic as a FIFO topic: "
         f"`mqadmin updateSubGroup -g {group} -o true` and `mqadmin updateTopic -t {topic} "
-        "-a +message.type=FIFO` (both tools work against txmsg's embedded broker too; "
-        f"`txmsg topic create {topic} --type FIFO` also creates the topic), then restart"
+        "-a +message.type=FIFO` (both tools work against txmsg's embedded broker too, as do "
+        f"`txmsg group create {group} --orderly` and `txmsg topic create {topic} --type FIFO`), "
+        "then restart"
     )
 
 
