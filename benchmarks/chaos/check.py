@@ -16,7 +16,10 @@ Invariants (each failure is one line naming the order):
 * no order that is not paid is processed anywhere, and no planned failure is paid;
 * ``acked <= processed <= acked + in_doubt`` per service, and ``acked`` is a subset of ``paid``;
 * no transaction record is still IN_FLIGHT once the run settled;
-* a PAID order points at a COMMITTED transaction record.
+* a PAID order points at a COMMITTED transaction record;
+* the ordered stream (:mod:`benchmarks.chaos.tracking`, from the orders journal and the tracking
+  database): per order, events applied in sequence order without gaps, every acknowledged event
+  applied exactly once, nothing applied that was not sent, no key parked.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks.chaos import tracking
 from benchmarks.chaos.databases import attempts
 from benchmarks.chaos.roles import fault_of
 from benchmarks.chaos.settings import ChaosSettings
@@ -49,13 +53,20 @@ class Snapshot:
     processed: dict[str, set[str]] = field(default_factory=dict)
     applied: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
+    stream: tracking.Stream = field(default_factory=tracking.Stream)
+    """The ordered stream: events sent (journal) and applied (tracking database)."""
+    stream_duplicates: int = 0
+    """Redeliveries the tracking service's idempotent wrapper absorbed."""
     violations: list[str] = field(default_factory=list)
 
     @property
     def caught_up(self) -> bool:
-        """Nothing left to arrive: no record in flight and every service saw every paid order."""
-        return self.in_flight_records == 0 and all(
-            got == self.paid for got in self.processed.values()
+        """Nothing left to arrive: no record in flight, every service saw every paid order and
+        the tracking service applied every acknowledged event."""
+        return (
+            self.in_flight_records == 0
+            and all(got == self.paid for got in self.processed.values())
+            and self.stream.caught_up
         )
 
     def equations(self) -> list[str]:
@@ -104,6 +115,8 @@ def snapshot(dbs: dict[str, sessionmaker[Session]]) -> Snapshot:
     for service, group in SERVICE_GROUPS.items():
         snap.applied[service] = consumed_count(dbs[service], group)
         snap.duplicates[service] = duplicates_absorbed(dbs[service], group)
+    snap.stream = tracking.read(dbs["orders"], dbs["tracking"])
+    snap.stream_duplicates = duplicates_absorbed(dbs["tracking"], tracking.GROUP)
     return snap
 
 
@@ -142,6 +155,7 @@ def verify(dbs: dict[str, sessionmaker[Session]], settings: ChaosSettings) -> Sn
                 "(a message applied twice or without its effect)"
             )
     bad.extend(snap.equations())
+    bad.extend(tracking.verify(snap.stream, paid))
 
     # exactly one effect: a second application would show in balances and cart contents
     expected_balance: dict[str, int] = defaultdict(int)

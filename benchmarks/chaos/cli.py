@@ -48,7 +48,7 @@ def _pair(value: str) -> tuple[float, float]:
     type=click.Choice(sorted(MODES)),
     default="short",
     show_default=True,
-    help="short: 20 strikes, 9 processes (the test suite's run); long: 100 strikes, 10.",
+    help="short: 20 strikes, 11 processes (the test suite's run); long: 100 strikes, 12.",
 )
 @click.option("--strikes", type=click.IntRange(1), help="override the mode's number of strikes")
 @click.option("--producers", type=click.IntRange(1), help="order-service processes")
@@ -240,6 +240,17 @@ def table(result: ChaosResult) -> Table:
     services = ("points", "logistics", "cart")
     rows.extend((f"processed by {service}", len(final.processed.get(service, ()))) for service in services)
     rows.extend((f"duplicates absorbed by {service}", final.duplicates.get(service, 0)) for service in services)
+    stream = final.stream
+    rows.extend(
+        [
+            ("ordered events acknowledged (send_orderly)", len(stream.acked)),
+            ("  in doubt (send failed or producer died)", len(stream.in_doubt - stream.acked)),
+            ("ordered events applied by tracking (orderly)", stream.applied_count),
+            ("  orders with events", len(stream.applied)),
+            ("  resends skipped / redeliveries absorbed", f"{len(stream.skipped)} / {final.stream_duplicates}"),
+            ("  keys parked", len(stream.parked)),
+        ]
+    )
     rows.append(("violations", len(result.violations)))
     for what, value in rows:
         out.add_row(what, str(value))
@@ -255,6 +266,7 @@ def result_line(result: ChaosResult) -> str:
         f"RESULT chaos strikes={len(result.monkey.strikes)} "
         f"kills={sum(result.monkey.kills.values())} committed={paid} "
         f"rolled_back={final.attempted - paid} in_doubt_at_stop={len(result.at_monkey_stop.in_doubt)} "
-        f"duplicates={sum(final.duplicates.values())} violations={len(result.violations)} "
+        f"duplicates={sum(final.duplicates.values())} events={final.stream.applied_count} "
+        f"event_orders={len(final.stream.applied)} violations={len(result.violations)} "
         f"ratio={ratio:.3f}"
     )

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from benchmarks.chaos.settings import SERVICES
+from benchmarks.chaos.tracking import SendJournalBase, TrackingBase
 from samples.order import cart, logistics, points
 from samples.order.orders import OrderBase
 from txmsg.sqla import create_engine, create_tables, make_session_factory
@@ -67,10 +68,11 @@ def attempts(sessions: sessionmaker[Session]) -> list[tuple[str, str | None]]:
 
 
 BASES = {
-    "orders": (OrderBase, JournalBase),
+    "orders": (OrderBase, JournalBase, SendJournalBase),
     "points": (points.PointsBase,),
     "logistics": (logistics.LogisticsBase,),
     "cart": (cart.CartBase,),
+    "tracking": (TrackingBase,),
 }
 
 

@@ -8,7 +8,10 @@ runs:
   transactions fail and some are slow (decided from the order id, so every incarnation agrees).
   On start it re-pays its own orders that a previous incarnation left unfinished.  SIGUSR1 stops
   paying but keeps the process up to answer check-backs; SIGTERM closes it.
-* **consumer** - one instance of points, logistics or cart: the sample's idempotent consumer.
+  After a payment answered COMMIT it sends the order's ordered events (``send_orderly``, sharding
+  key = order id; :mod:`benchmarks.chaos.tracking`).
+* **consumer** - one instance of points, logistics or cart: the sample's idempotent consumer; or
+  of tracking: the ordered events' orderly, idempotent consumer.
 
 Both print ``READY`` once started; the orchestrator reads it from their log.
 """
@@ -29,6 +32,7 @@ from injector import Injector
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks.chaos import tracking
 from benchmarks.chaos.databases import PaymentAttempt, finish_attempt, start_attempt
 from benchmarks.chaos.settings import ChaosSettings
 from samples.order import cart
@@ -209,7 +213,10 @@ class Producer:
                 log.warning("%s: could not create %s: %s", self.name, order_id, exc)
                 time.sleep(0.5)
                 continue
-            if self.pay(order_id) == "ERROR":
+            outcome = self.pay(order_id)
+            if outcome == "COMMIT":
+                tracking.send_events(self.app.producer(ORDER_GROUP), self.orders_db, order_id, self.name)
+            elif outcome == "ERROR":
                 time.sleep(0.5)  # the broker is probably restarting
             time.sleep(self.settings.pay_interval)
 
@@ -263,13 +270,18 @@ def producer(settings_file: str, index: int) -> None:
 
 @main.command()
 @click.argument("settings_file", type=click.Path(exists=True))
-@click.argument("service", type=click.Choice(["points", "logistics", "cart"]))
+@click.argument("service", type=click.Choice(["points", "logistics", "cart", "tracking"]))
 @click.argument("index", type=int)
 def consumer(settings_file: str, service: str, index: int) -> None:
     settings = ChaosSettings.load(settings_file)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    group, handler, _key = next(c for c in CONSUMERS if c[0].startswith(service))
+    orderly = service == "tracking"
+    if orderly:
+        group, handler, topic = tracking.GROUP, tracking.on_order_event, tracking.TOPIC
+    else:
+        group, handler, _key = next(c for c in CONSUMERS if c[0].startswith(service))
+        topic = TOPIC
     config = _client_config(
         settings, f"{service}-{index}-{os.getpid()}", {"consumers": {group: {"concurrency": 4}}}
     )
@@ -277,7 +289,7 @@ def consumer(settings_file: str, service: str, index: int) -> None:
     engine = create_engine(settings.database_urls[service])
     sessions = make_session_factory(engine)
     app.add_message_listener(
-        handler, topic=TOPIC, group=group, idempotent=True, session_factory=sessions
+        handler, topic=topic, group=group, idempotent=True, session_factory=sessions, orderly=orderly
     )
     app.start()
     _ready(f"{service}-{index}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,9 +14,9 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 from txmsg_broker.app import BrokerProcess
 from txmsg_broker.cluster import BrokerCluster
-from txmsg_broker.testing import wait_until
+from txmsg_broker.testing import create_group, wait_until
 
-from benchmarks.chaos import check, faults
+from benchmarks.chaos import check, faults, tracking
 from benchmarks.chaos.databases import close_all, open_all, prepare
 from benchmarks.chaos.faults import FaultFigures, NetworkFaults, NetworkReport
 from benchmarks.chaos.monkey import Monkey, MonkeyReport
@@ -141,6 +143,9 @@ class ChaosRun:
         settings_file = str(self.settings.save())
         # 8 queues: enough for every consumer instance of a service to own some
         create_transaction_topic(self.settings.name_server, TOPIC, queues=8)
+        create_fifo_topic(self.settings.name_server, tracking.TOPIC, queues=8)
+        # `mqadmin updateSubGroup -o true`: a RocketMQ 5 proxy pops a group in order only then
+        create_group(self.settings.name_server, tracking.GROUP, orderly=True)
         logs = workdir / "logs"
         self.producers = [
             ServiceProcess(
@@ -158,7 +163,7 @@ class ChaosRun:
                 ["consumer", settings_file, service, str(i)],
                 logs / f"{service}-{i}.log",
             )
-            for service in ("points", "logistics", "cart")
+            for service in ("points", "logistics", "cart", "tracking")
             for i in range(self.settings.consumers_per_service)
         ]
         everything: list[Child] = [*self.brokers, *self.producers, *self.consumers]
@@ -286,10 +291,12 @@ class ChaosRun:
             snap = check.snapshot(dbs)
             bounds = snap.equations()
             log.info(
-                "settling: paid %d, in flight %d, processed %s%s",
+                "settling: paid %d, in flight %d, processed %s, events %d/%d%s",
                 len(snap.paid),
                 snap.in_flight_records,
                 {s: len(p) for s, p in snap.processed.items()},
+                len(snap.stream.acked & snap.stream.applied_set),
+                len(snap.stream.acked),
                 f" ({'; '.join(bounds)})" if bounds else "",
             )
             stable = stable + 1 if snap.caught_up else 0
@@ -298,6 +305,20 @@ class ChaosRun:
             self._revive()
             time.sleep(2.0)
         return False, time.monotonic() - started
+
+
+def create_fifo_topic(name_server: str, topic: str, queues: int) -> None:
+    """The ordered stream's topic, type FIFO: a RocketMQ 5 broker consumes a group orderly only on
+    a FIFO topic (remoting clients ignore the type)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic,
+         "--namesrv", name_server, "--type", "FIFO", "--queues", str(queues)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"could not create topic {topic}: {done.stderr or done.stdout}")
 
 
 def _tail(path: Path, lines: int = 3) -> str:

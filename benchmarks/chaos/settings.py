@@ -10,8 +10,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SERVICES = ("orders", "points", "logistics", "cart")
-"""One database per service, as in a real deployment (the sample's OrderSampleSettings)."""
+SERVICES = ("orders", "points", "logistics", "cart", "tracking")
+"""One database per service, as in a real deployment (the sample's OrderSampleSettings); tracking
+is the ordered stream's orderly consumer (:mod:`benchmarks.chaos.tracking`)."""
 
 
 class ChaosSettings(BaseModel):

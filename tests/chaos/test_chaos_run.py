@@ -1,5 +1,7 @@
 """The short chaos run (issue 7): >= 20 strikes of ``kill -9`` on random subsets of the broker, two
-order-service producers and two consumers per downstream service, then the database check.
+order-service producers and two consumers per downstream service, then the database check.  Since
+issue 17 the producers also send each paid order's events with ``send_orderly`` and two orderly
+consumers (tracking) apply them: the check proves per-order event order and exactly-once too.
 
 It runs the real command in a subprocess, exactly as ``txmsg chaos --mode short`` does, on
 PostgreSQL when the test command provides one (``TXMSG_TEST_PG_URL``), else on SQLite; once per
@@ -49,4 +51,7 @@ def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend:
     assert int(fields["committed"]) > 0
     assert int(fields["rolled_back"]) > 0
     assert float(fields["ratio"]) == 1.0
-    assert re.search(r"subset sizes covered\s*│\s*1\.\.9 \(9 distinct\)", output), output[-3000:]
+    assert int(fields["events"]) > 0
+    assert int(fields["event_orders"]) > 0
+    # 1 broker + 2 producers + 2 x (points, logistics, cart, tracking)
+    assert re.search(r"subset sizes covered\s*│\s*1\.\.11 \(11 distinct\)", output), output[-3000:]

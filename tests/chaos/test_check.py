@@ -4,6 +4,7 @@ a time."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from benchmarks.chaos import check
+from benchmarks.chaos import check, tracking
 from benchmarks.chaos.databases import (
     close_all,
     finish_attempt,
@@ -27,7 +28,7 @@ from samples.order.events import TOPIC
 from samples.order.keys import ORDER_GROUP
 from samples.order.orders import Order, create_order, mark_paid, order_paid_event
 from txmsg.message import UNIQ_KEY, Message
-from txmsg.sqla import RecordState, TransactionRecord, wrap_idempotent
+from txmsg.sqla import RecordState, TransactionRecord, parking, wrap_idempotent
 from txmsg.sqla.models import utcnow
 
 HANDLERS = {
@@ -161,3 +162,114 @@ def test_planned_failure_paid_is_caught(tmp_path: Path, world: World) -> None:
     world.pay(failing)
     world.deliver(failing)
     assert f"order {failing}: its local transaction always fails, yet it is PAID" in world.verify()
+
+
+# ---- the ordered stream (benchmarks.chaos.tracking) -----------------------------------------------
+def _sent(world: World, oid: str, seq: int, outcomes: tuple[str | None, ...] = ("OK",)) -> None:
+    """Journal send attempts of event ``seq`` of ``oid`` as the producer does."""
+    for outcome in outcomes:
+        row = tracking._journal(world.dbs["orders"], oid, seq, "producer-0")
+        if outcome is not None:
+            tracking._finish(world.dbs["orders"], row, outcome)
+
+
+def _consume(world: World, oid: str, seq: int, message_id: str, key: str | None = None) -> None:
+    """Hand one message to the tracking listener exactly as the orderly consumer does (through the
+    idempotent wrapper, which absorbs a redelivery of the same message id)."""
+    body = json.dumps({"order_id": oid, "seq": seq, "event": tracking.EVENTS[seq]}).encode()
+    message = Message(
+        topic=tracking.TOPIC,
+        body=body,
+        properties={UNIQ_KEY: message_id},
+        message_id=message_id,
+        sharding_key=oid if key is None else key,
+    )
+    wrap_idempotent(tracking.on_order_event, world.dbs["tracking"], tracking.GROUP, tracking.TOPIC)(
+        message
+    )
+
+
+@pytest.fixture
+def streamed(world: World) -> World:
+    """o1's three events acknowledged and applied in order; event 1 of o1 sent twice (the first
+    attempt's answer was lost) and both copies delivered; event 0 redelivered; o2's event 1 in
+    doubt (its producer died) and not applied."""
+    _sent(world, "o1", 0)
+    _sent(world, "o1", 1, ("ERROR", "OK"))
+    _sent(world, "o1", 2)
+    _consume(world, "o1", 0, "m0")
+    _consume(world, "o1", 0, "m0")  # redelivered after a consumer kill: absorbed
+    _consume(world, "o1", 1, "m1a")
+    _consume(world, "o1", 1, "m1b")  # the resend: skipped
+    _consume(world, "o1", 2, "m2")
+    _sent(world, "o2", 0)
+    _sent(world, "o2", 1, (None,))
+    _consume(world, "o2", 0, "n0")
+    return world
+
+
+def test_a_consistent_stream_has_no_violations(streamed: World) -> None:
+    assert streamed.verify() == []
+    snap = check.snapshot(streamed.dbs)
+    assert snap.stream.acked == {("o1", 0), ("o1", 1), ("o1", 2), ("o2", 0)}
+    assert snap.stream.in_doubt == {("o2", 1)}
+    assert snap.stream.skipped == [("o1", 1)]
+    assert snap.stream_duplicates == 1
+    assert snap.caught_up
+
+
+def test_event_applied_before_an_earlier_one_is_caught(streamed: World) -> None:
+    _sent(streamed, "o3", 0)
+    _sent(streamed, "o3", 1)
+    _consume(streamed, "o3", 1, "p1")
+    _consume(streamed, "o3", 0, "p0")
+    assert "order o3: events applied in the order [1, 0] (expected 0, 1, 2... without gaps)" in (
+        streamed.verify()
+    )
+
+
+def test_acknowledged_event_never_applied_is_caught(streamed: World) -> None:
+    _sent(streamed, "o2", 1)
+    bad = streamed.verify()
+    assert "order o2: event 1 was acknowledged to the sender but never applied" in bad
+    assert not check.snapshot(streamed.dbs).caught_up
+
+
+def test_gap_is_caught(streamed: World) -> None:
+    _sent(streamed, "o2", 1)
+    _sent(streamed, "o2", 2)
+    _consume(streamed, "o2", 2, "n2")
+    assert any(line.startswith("order o2: events applied in the order [0, 2]") for line in streamed.verify())
+
+
+def test_event_applied_twice_is_caught(streamed: World) -> None:
+    with streamed.dbs["tracking"]() as s, s.begin():
+        s.add(tracking.OrderEvent(order_id="o2", seq=0, event="paid", sharding_key="o2", applied_at=utcnow()))
+    bad = streamed.verify()
+    assert any(line.startswith("order o2: an event applied twice") for line in bad)
+
+
+def test_second_copy_of_a_single_send_is_caught(streamed: World) -> None:
+    _consume(streamed, "o2", 0, "n0-again")  # a second message for an event sent once
+    assert any(
+        line.startswith("order o2: event 0 was sent once but a second copy") for line in streamed.verify()
+    )
+
+
+def test_event_never_sent_and_wrong_key_are_caught(streamed: World) -> None:
+    _consume(streamed, "o2", 1, "n1", key="o1")
+    _sent(streamed, "o4", 0)
+    _consume(streamed, "o4", 0, "q0")
+    _consume(streamed, "o4", 1, "q1")
+    bad = streamed.verify()
+    assert "order o2: the listener saw sharding key(s) ['o1', 'o2']" in bad
+    assert "order o4: event 1 applied but never sent" in bad
+    assert "order o4: events sent for an order that is not PAID" in bad
+
+
+def test_parked_key_is_caught(streamed: World) -> None:
+    message = Message(
+        topic=tracking.TOPIC, body=b"{}", properties={UNIQ_KEY: "z"}, message_id="z", sharding_key="o2"
+    )
+    parking.park(streamed.dbs["tracking"], tracking.GROUP, message, error="boom", attempts=3)
+    assert any(line.startswith("key 'o2' of tracking-service is parked with 1 message(s)") for line in streamed.verify())
