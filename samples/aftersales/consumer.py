@@ -13,10 +13,12 @@ import threading
 from types import FrameType
 
 from samples.aftersales.app import create_app
+from txmsg import TxMsg
 
 
-def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+def serve(app: TxMsg) -> None:
+    """Start ``app``, consume until SIGTERM or SIGINT, then close it (consumers stop, offsets
+    are committed)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -24,9 +26,14 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with create_app():
+    with app:
         print("settlement service consuming; SIGTERM or Ctrl-C stops", flush=True)
         stop.wait()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    serve(create_app())
 
 
 if __name__ == "__main__":
