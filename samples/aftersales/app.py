@@ -53,7 +53,9 @@ class ParkedAlerts:
 
     file: str | None = None
     events: list[ParkedEvent] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
 
     def __call__(self, event: ParkedEvent) -> None:
         log.error(
