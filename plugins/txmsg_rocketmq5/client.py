@@ -37,6 +37,18 @@ CheckCommand = Callable[[Any, Any, str], None]
 """``(endpoints, protobuf message, transaction_id)``: must return at once (I/O thread)."""
 
 
+def shut_down(client: Any, owner: str) -> None:
+    """``client.shutdown()``, logging a failure instead of raising it.
+
+    Why: every close() of this backend (producers, plain senders, consumers) must finish even when
+    the 5.x client fails to shut down, so the rest of the app still closes; ``owner`` names the
+    group in the log line (``"producer group G"``, ``"consumer group G"``)."""
+    try:
+        client.shutdown()
+    except Exception:  # closing must finish
+        log.exception("%s: the 5.x client failed to shut down", owner)
+
+
 class _NeverCalled(TransactionChecker):  # type: ignore[misc]
     def check(self, message: Any) -> Any:  # pragma: no cover - the override bypasses it
         raise AssertionError("txmsg answers check-backs itself; the client's checker is unused")

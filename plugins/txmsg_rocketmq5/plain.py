@@ -37,6 +37,7 @@ from txmsg.errors import InvalidMessageError, ProducerClosedError, SendError
 from txmsg.message import DELAY_LEVELS, SHARDING_KEY, OutgoingMessage, SendResult
 
 from . import messages
+from .client import shut_down
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -292,10 +293,7 @@ class PlainSender:
                 self.group,
                 pending,
             )
-        try:
-            self.producer.shutdown()
-        except Exception:  # closing must finish
-            log.exception("producer group %s: the 5.x client failed to shut down", self.group)
+        shut_down(self.producer, f"producer group {self.group}")
 
     def stats(self) -> dict[str, int]:
         with self._lock:

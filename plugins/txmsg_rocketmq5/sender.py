@@ -31,7 +31,7 @@ from txmsg.message import OutgoingMessage
 from txmsg.states import LocalTransactionState
 
 from . import messages
-from .client import CheckingProducer
+from .client import CheckingProducer, shut_down
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -288,10 +288,7 @@ class Rocketmq5Sender:
                 sends,
                 checks,
             )
-        try:
-            self.producer.shutdown()
-        except Exception:  # closing must finish
-            log.exception("producer group %s: the 5.x client failed to shut down", self.group)
+        shut_down(self.producer, f"producer group {self.group}")
 
     def stats(self) -> dict[str, int]:
         with self._lock:
