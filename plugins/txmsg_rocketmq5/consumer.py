@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,18 +31,15 @@ from txmsg.backend import ConsumeHandler
 from txmsg.errors import ConfigError, SendError
 
 from . import messages
+from .receive import AWAIT_S, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
 
 RETRY_DELAYS_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 """RocketMQ's retry back-off by delivery attempt (delay levels 3..18)."""
-INVISIBLE_S = 60
-"""How long a received message stays invisible while its handler runs (then it is redelivered)."""
-AWAIT_S = 5
-"""Long-polling time of one receive (the proxy's minimum): bounds how long close() waits for it."""
 
 
-class LoopConsumer:
+class LoopConsumer(ReceiveLoop):
     """One consumer group on one topic: a receive loop feeding ``concurrency`` handler threads."""
 
     def __init__(
@@ -83,41 +79,22 @@ class LoopConsumer:
         self._loop = threading.Thread(target=self._run, name=f"txmsg5-receive-{group}", daemon=True)
         self._loop.start()
 
-    # ---- the loop ------------------------------------------------------------------------------
-    def _run(self) -> None:
-        backoff = 0.0
-        while not self._stopping.is_set():
-            with self._lock:
-                while self._busy >= self.concurrency and not self._stopping.is_set():
-                    self._lock.wait(0.5)
-                free = self.concurrency - self._busy
-            if self._stopping.is_set():
-                return
-            try:
-                received = self.client.receive(free, INVISIBLE_S)
-                backoff = 0.0
-            except Exception as exc:  # noqa: BLE001 - keep consuming; the proxy may be restarting
-                if self._stopping.is_set():
-                    return
-                backoff = min(5.0, backoff * 2 or 0.2)
-                log.warning(
-                    "consumer group %s: receive from %s failed: %s; retrying in %.1fs",
-                    self.group,
-                    self.topic,
-                    exc,
-                    backoff,
-                )
-                self._stopping.wait(backoff)
-                continue
-            for message in received or ():
-                with self._lock:
-                    self._busy += 1
-                try:
-                    future = self._pool.submit(self._consume, message)
-                except RuntimeError:  # pool shut down (closing): it becomes visible again later
-                    self._release()
-                else:  # also when cancelled by stop(): the slot is free again
-                    future.add_done_callback(lambda _done: self._release())
+    # ---- the loop (ReceiveLoop._run) ------------------------------------------------------------
+    def _room(self) -> int:
+        return self.concurrency - self._busy
+
+    def _dispatch(self, raw: Any) -> None:
+        with self._lock:
+            self._busy += 1
+        try:
+            future = self._pool.submit(self._consume, raw)
+        except RuntimeError:  # pool shut down (closing): it becomes visible again later
+            self._release()
+        else:  # also when cancelled by stop(): the slot is free again
+            future.add_done_callback(lambda _done: self._release())
+
+    def _running_handlers(self) -> int:
+        return self._busy
 
     def _release(self) -> None:
         with self._lock:
@@ -188,30 +165,7 @@ class LoopConsumer:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop receiving, wait at most ``timeout`` for running handlers, shut the client down.
         Messages received but not yet handled become visible again after their invisible time."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        with self._lock:
-            self._lock.notify_all()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._lock:
-            while self._busy and self._lock.wait(max(0.0, deadline - time.monotonic())):
-                pass
-            busy = self._busy
-        if busy:
-            log.error(
-                "consumer group %s: %d handler(s) still running after the %.1fs close timeout; "
-                "their messages are redelivered later",
-                self.group,
-                busy,
-                timeout,
-            )
-        self._loop.join(max(0.0, deadline - time.monotonic()))
-        try:
-            self.client.shutdown()
-        except Exception:  # closing must finish
-            log.exception("consumer group %s: the 5.x client failed to shut down", self.group)
+        super().stop(timeout)
 
 
 StopConsumer = Callable[[float], None]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -40,13 +39,10 @@ from txmsg.backend import ConsumeHandler
 from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
 
 from . import messages
+from .receive import AWAIT_S, INVISIBLE_S, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
 
-INVISIBLE_S = 60
-"""How long a received message stays invisible while it waits for and runs its handler."""
-AWAIT_S = 5
-"""Long-polling time of one receive (the proxy's minimum): bounds how long close() waits."""
 SETTINGS_WAIT_S = 10.0
 """How long start-up waits for the proxy's Settings answer (the client's own wait for push consumers)."""
 HELD_PER_THREAD = 4
@@ -98,7 +94,7 @@ def check_fifo(client: Any, group: str, topic: str, wait: float = SETTINGS_WAIT_
     )
 
 
-class FifoConsumer:
+class FifoConsumer(ReceiveLoop):
     """One FIFO consumer group on one topic: a receive loop feeding per-group sequential work."""
 
     def __init__(
@@ -144,31 +140,15 @@ class FifoConsumer:
         self._loop = threading.Thread(target=self._run, name=f"txmsg5-fifo-receive-{group}", daemon=True)
         self._loop.start()
 
-    # ---- receive loop --------------------------------------------------------------------------
-    def _run(self) -> None:
-        backoff = 0.0
-        while not self._stopping.is_set():
-            with self._lock:
-                while self._held >= self.capacity and not self._stopping.is_set():
-                    self._lock.wait(0.5)
-                free = min(self.capacity - self._held, 32)  # the proxy's receive batch maximum
-            if self._stopping.is_set():
-                return
-            try:
-                received = self.client.receive(free, INVISIBLE_S)
-                backoff = 0.0
-            except Exception as exc:  # noqa: BLE001 - keep consuming; the proxy may be restarting
-                if self._stopping.is_set():
-                    return
-                backoff = min(5.0, backoff * 2 or 0.2)
-                log.warning(
-                    "consumer group %s: receive from %s failed: %s; retrying in %.1fs",
-                    self.group, self.topic, exc, backoff,
-                )
-                self._stopping.wait(backoff)
-                continue
-            for raw in received or ():
-                self._enqueue(raw)
+    # ---- receive loop (ReceiveLoop._run) ---------------------------------------------------------
+    def _room(self) -> int:
+        return min(self.capacity - self._held, 32)  # the proxy's receive batch maximum
+
+    def _running_handlers(self) -> int:
+        return len(self._running)
+
+    def _dispatch(self, raw: Any) -> None:
+        self._enqueue(raw)
 
     def _enqueue(self, raw: Any) -> None:
         """Queue ``raw`` behind its group's messages; start a worker if the group has none."""
@@ -255,30 +235,11 @@ class FifoConsumer:
                 )
 
     # ---- lifecycle -----------------------------------------------------------------------------
+    CANCEL_QUEUED = False
+    """Not cancel_futures: a queued worker must run to give its group back (it sees the stop at
+    once and returns without handling anything)."""
+
     def stop(self, timeout: float = defaults.CLOSE_TIMEOUT) -> None:
         """Stop receiving, let each running handler finish (at most ``timeout``), shut down.
         Received messages not handled yet are not acked: they come back, in order, later."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        with self._lock:
-            self._lock.notify_all()
-        # not cancel_futures: a queued worker must run to give its group back (it sees the stop
-        # at once and returns without handling anything)
-        self._pool.shutdown(wait=False)
-        with self._lock:
-            while self._running and self._lock.wait(max(0.0, deadline - time.monotonic())):
-                pass
-            busy = len(self._running)
-        if busy:
-            log.error(
-                "consumer group %s: %d handler(s) still running after the %.1fs close timeout; "
-                "their messages are redelivered later",
-                self.group, busy, timeout,
-            )
-        self._loop.join(max(0.0, deadline - time.monotonic()))
-        try:
-            self.client.shutdown()
-        except Exception:  # closing must finish
-            log.exception("consumer group %s: the 5.x client failed to shut down", self.group)
+        super().stop(timeout)

@@ -1,0 +1,119 @@
+"""The receive loop both rocketmq5 consumers run over a 5.x ``SimpleConsumer``.
+
+Why one base class: the concurrent consumer (:mod:`.consumer`) and the FIFO consumer
+(:mod:`.fifo`) differ in what they do with a received message and in how they count what they
+hold, not in how they receive or stop.  Both must receive only while they have room, back off
+while the proxy is unreachable (it may be restarting) without giving up, and stop with a bounded
+wait that leaves unhandled messages to come back after their invisible time.  Keeping that in one
+place keeps the two consumers' close and retry behaviour the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+
+from .client import shut_down
+
+log = logging.getLogger("txmsg.rocketmq5")
+
+INVISIBLE_S = 60
+"""How long a received message stays invisible while it waits for and runs its handler (then it
+is redelivered)."""
+AWAIT_S = 5
+"""Long-polling time of one receive (the proxy's minimum): bounds how long close() waits for it."""
+MAX_BACKOFF_S = 5.0
+"""The longest pause between failed receives (doubling from 0.2 s)."""
+
+
+class ReceiveLoop:
+    """One consumer group on one topic: receive while there is room, hand each message on.
+
+    A subclass sets the attributes below in its ``__init__`` (then starts ``_loop``) and says how
+    much room it has (:meth:`_room`), what to do with a message (:meth:`_dispatch`) and how many
+    handlers still run (:meth:`_running_handlers`).
+    """
+
+    CANCEL_QUEUED: ClassVar[bool] = True
+    """Whether stop() cancels work queued on the pool but not started yet."""
+
+    group: str
+    topic: str
+    client: Any
+    _lock: threading.Condition
+    _stopping: threading.Event
+    _pool: ThreadPoolExecutor
+    _loop: threading.Thread
+
+    def _room(self) -> int:
+        """How many messages the next receive may bring (called holding ``_lock``); <= 0: wait."""
+        raise NotImplementedError
+
+    def _dispatch(self, raw: Any) -> None:
+        """Hand one received message on (in the receive thread, not holding ``_lock``)."""
+        raise NotImplementedError
+
+    def _running_handlers(self) -> int:
+        """How many handlers stop() still waits for (called holding ``_lock``)."""
+        raise NotImplementedError
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        backoff = 0.0
+        while not self._stopping.is_set():
+            with self._lock:
+                while self._room() <= 0 and not self._stopping.is_set():
+                    self._lock.wait(0.5)
+                free = self._room()
+            if self._stopping.is_set():
+                return
+            try:
+                received = self.client.receive(free, INVISIBLE_S)
+                backoff = 0.0
+            except Exception as exc:  # noqa: BLE001 - keep consuming; the proxy may be restarting
+                if self._stopping.is_set():
+                    return
+                backoff = min(MAX_BACKOFF_S, backoff * 2 or 0.2)
+                log.warning(
+                    "consumer group %s: receive from %s failed: %s; retrying in %.1fs",
+                    self.group,
+                    self.topic,
+                    exc,
+                    backoff,
+                )
+                self._stopping.wait(backoff)
+                continue
+            for raw in received or ():
+                self._dispatch(raw)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def stop(self, timeout: float) -> None:
+        """Stop receiving, wait at most ``timeout`` for running handlers, shut the client down.
+        Messages received but not yet handled are not acked: they become visible again after
+        their invisible time."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        with self._lock:
+            self._lock.notify_all()
+        self._pool.shutdown(wait=False, cancel_futures=self.CANCEL_QUEUED)
+        with self._lock:
+            while self._running_handlers() and self._lock.wait(
+                max(0.0, deadline - time.monotonic())
+            ):
+                pass
+            busy = self._running_handlers()
+        if busy:
+            log.error(
+                "consumer group %s: %d handler(s) still running after the %.1fs close timeout; "
+                "their messages are redelivered later",
+                self.group,
+                busy,
+                timeout,
+            )
+        self._loop.join(max(0.0, deadline - time.monotonic()))
+        shut_down(self.client, f"consumer group {self.group}")
