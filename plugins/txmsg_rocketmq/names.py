@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from ._errors import InvalidNameError
+
 _FLAGS = "-+ #0'I"
 _LENGTH = "hlLqjzZt"
 _DANGEROUS = "sSn"
@@ -44,6 +46,22 @@ def printf_hazard(text: str) -> str | None:
         if j < len(text) and text[j] in _DANGEROUS:
             return text[i : j + 1]
         i = j
+
+
+def refuse_printf_topic(topic: str) -> None:
+    """Raise :class:`InvalidNameError` if sending to ``topic`` would crash librocketmq 2.1.0.
+
+    Why at every send (plain and transactional): the app checks names when listeners are declared,
+    but a send may name any topic, and the client logs it as a printf format (module docstring).
+    """
+    hazard = printf_hazard(topic)
+    if hazard is not None:
+        raise InvalidNameError(
+            f"topic {topic!r} contains {hazard!r}, which librocketmq 2.1.0 would use "
+            "as a printf conversion in its log and crash; rename the topic",
+            kind="topic",
+            name=topic,
+        )
 
 
 def consumer_names_hazard(group: str, topic: str) -> str | None:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from txmsg.backend import CheckHandler, LocalExecutor
-from txmsg.errors import ConfigError, InvalidNameError
+from txmsg.errors import ConfigError
 from txmsg.message import UNIQ_KEY, OutgoingMessage
 
 from . import messages
@@ -32,7 +32,7 @@ from ._errors import BackendUnavailableError, ProducerClosedError, SendError
 from .announce import Announcer
 from .callbacks import guarded, state_code
 from .gate import Gate
-from .names import printf_hazard
+from .names import refuse_printf_topic
 from .native import (
     CHECK_CALLBACK,
     E_UNKNOWN_TRANSACTION,
@@ -410,14 +410,7 @@ class ProducerPool:
             raise ProducerClosedError(
                 f"producer group {self.group!r} is closed; create a new one to send more messages"
             )
-        hazard = printf_hazard(message.topic)
-        if hazard is not None:
-            raise InvalidNameError(
-                f"topic {message.topic!r} contains {hazard!r}, which librocketmq 2.1.0 would use "
-                "as a printf conversion in its log and crash; rename the topic",
-                kind="topic",
-                name=message.topic,
-            )
+        refuse_printf_topic(message.topic)
         inst = self._pick(message.topic)
         result = inst.send(message, local_executor)
         if inst.first_send_to(message.topic) and self._announcer is not None:

@@ -49,12 +49,11 @@ from . import messages
 from ._errors import (
     BackendUnavailableError,
     InvalidMessageError,
-    InvalidNameError,
     ProducerClosedError,
     SendError,
 )
 from .gate import Gate
-from .names import printf_hazard
+from .names import refuse_printf_topic
 from .native import (
     NATIVE_LOCK,
     OK,
@@ -202,14 +201,7 @@ class PlainSender:
     # ---- validation ------------------------------------------------------------------------
     def _validate(self, message: OutgoingMessage, *, batch: bool = False) -> None:
         """Refuse what librocketmq 2.1.0 or a 4.9 broker cannot send, saying what to do."""
-        hazard = printf_hazard(message.topic)
-        if hazard is not None:
-            raise InvalidNameError(
-                f"topic {message.topic!r} contains {hazard!r}, which librocketmq 2.1.0 would use "
-                "as a printf conversion in its log and crash; rename the topic",
-                kind="topic",
-                name=message.topic,
-            )
+        refuse_printf_topic(message.topic)
         if message.deliver_at_ms is not None:
             raise InvalidMessageError(
                 "deliver_at (a delivery timestamp) needs RocketMQ 5 timer messages; the rocketmq "

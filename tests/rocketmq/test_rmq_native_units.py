@@ -15,7 +15,7 @@ from txmsg_rocketmq.callbacks import guarded, state_code
 from txmsg_rocketmq.consumer import PushConsumer
 from txmsg_rocketmq.doctor import report
 from txmsg_rocketmq.gate import Gate
-from txmsg_rocketmq.names import consumer_names_hazard, printf_hazard
+from txmsg_rocketmq.names import consumer_names_hazard, printf_hazard, refuse_printf_topic
 
 from txmsg import InvalidNameError, TxMsg, TxMsgConfig
 from txmsg.errors import BackendUnavailableError
@@ -153,6 +153,14 @@ def test_gate_times_out_and_reports_unsafe() -> None:
 )
 def test_printf_hazards_in_names_are_found(text: str, hazard: str | None) -> None:
     assert printf_hazard(text) == hazard
+
+
+def test_a_send_to_a_topic_librocketmq_would_crash_on_is_refused() -> None:
+    """What the plain sender and the transaction pool check before every send."""
+    with pytest.raises(InvalidNameError, match=r"'%sales' contains '%s'.*rename the topic") as raised:
+        refuse_printf_topic("%sales")
+    assert (raised.value.kind, raised.value.name) == ("topic", "%sales")
+    refuse_printf_topic("100%%sure")
 
 
 def test_consumer_groups_librocketmq_would_crash_on_are_refused(lib: native.Native) -> None:
