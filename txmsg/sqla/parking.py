@@ -36,7 +36,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Insert, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -162,6 +162,20 @@ def _lock_key(session: Session, group: str, key: str) -> ParkedKey | None:
     ).one_or_none()
 
 
+def _insert_once(session: Session, statement: Insert) -> bool:
+    """Run ``statement`` in a savepoint; False when a unique key says the row is there already.
+
+    Why a savepoint: parking races with redeliveries and with other consumer threads of the same
+    key, and the loser of that race must keep its transaction (the key's row lock, the rest of
+    the park) rather than have the whole transaction rolled back by the IntegrityError."""
+    try:
+        with session.begin_nested():
+            session.execute(statement)
+    except IntegrityError:
+        return False
+    return True
+
+
 def _insert_message(
     session: Session,
     group: str,
@@ -173,30 +187,26 @@ def _insert_message(
     now: datetime,
 ) -> bool:
     """Insert ``message`` behind ``key``; False when it is already parked (a redelivery)."""
-    try:
-        with session.begin_nested():
-            session.execute(
-                insert(ParkedMessage).values(
-                    consumer_group=group,
-                    sharding_key=key,
-                    topic=message.topic,
-                    message_key=parked_message_key(message),
-                    message_id=message.message_id,
-                    tags=message.tags,
-                    keys=message.keys,
-                    properties=dict(message.properties),
-                    body=message.body,
-                    reconsume_times=message.reconsume_times,
-                    queue_id=message.queue_id,
-                    queue_offset=message.queue_offset,
-                    error=None if error is None else _error_text(error),
-                    attempts=attempts,
-                    parked_at=now,
-                )
-            )
-    except IntegrityError:
-        return False
-    return True
+    return _insert_once(
+        session,
+        insert(ParkedMessage).values(
+            consumer_group=group,
+            sharding_key=key,
+            topic=message.topic,
+            message_key=parked_message_key(message),
+            message_id=message.message_id,
+            tags=message.tags,
+            keys=message.keys,
+            properties=dict(message.properties),
+            body=message.body,
+            reconsume_times=message.reconsume_times,
+            queue_id=message.queue_id,
+            queue_offset=message.queue_offset,
+            error=None if error is None else _error_text(error),
+            attempts=attempts,
+            parked_at=now,
+        ),
+    )
 
 
 def park_behind(session_factory: SessionFactory, group: str, message: Message) -> bool:
@@ -231,21 +241,18 @@ def park(
     now = utcnow()
     with session_factory() as session, session.begin():
         existing = _lock_key(session, group, key)
-        if existing is None:
-            try:
-                with session.begin_nested():
-                    session.execute(
-                        insert(ParkedKey).values(
-                            consumer_group=group,
-                            sharding_key=key,
-                            topic=message.topic,
-                            reason=_error_text(error),
-                            first_message_id=message.message_id,
-                            parked_at=now,
-                        )
-                    )
-            except IntegrityError:
-                existing = _lock_key(session, group, key)  # parked meanwhile by another thread
+        if existing is None and not _insert_once(
+            session,
+            insert(ParkedKey).values(
+                consumer_group=group,
+                sharding_key=key,
+                topic=message.topic,
+                reason=_error_text(error),
+                first_message_id=message.message_id,
+                parked_at=now,
+            ),
+        ):
+            existing = _lock_key(session, group, key)  # parked meanwhile by another thread
         _insert_message(session, group, key, message, error=error, attempts=attempts, now=now)
         return existing.parked_at if existing is not None else now
 
