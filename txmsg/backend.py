@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from txmsg import defaults
+from txmsg.errors import ConfigError
 from txmsg.message import Message, OutgoingMessage, SendResult
+from txmsg.names import NameRule, check_name
 from txmsg.states import LocalTransactionState
 
 LocalExecutor = Callable[[Message], LocalTransactionState]
@@ -82,6 +84,48 @@ def capabilities_of(backend: Any) -> Capabilities:
     """The capabilities a backend (class, instance or factory) declares; the defaults if none."""
     declared = getattr(backend, "capabilities", None)
     return declared if isinstance(declared, Capabilities) else Capabilities()
+
+
+def check_sender_arguments(
+    group: str,
+    topics: Sequence[str],
+    check_concurrency: int,
+    *,
+    owner: str,
+    rules: tuple[NameRule, ...],
+) -> None:
+    """Refuse what no backend's :meth:`Backend.create_transactional_sender` can start with.
+
+    Why here: every backend must refuse the same arguments with the same words (the contract
+    suite sends them through each), before it starts a client: the group and each declared topic
+    by the backend's name ``rules`` (``owner`` names the backend in the message), and a
+    ``check_concurrency`` below 1.
+
+    Raises:
+        InvalidNameError: a name ``rules`` refuse.
+        ConfigError: ``check_concurrency`` < 1.
+    """
+    check_name("producer_group", group, owner=owner, rules=rules)
+    for topic in topics:
+        check_name("topic", topic, owner=f"{owner}, group {group}", rules=rules)
+    if int(check_concurrency) < 1:
+        raise ConfigError(
+            f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
+            "listener's ExecutorConfig.concurrency"
+        )
+
+
+def check_subscription_arguments(
+    topic: str, group: str, *, owner: str, rules: tuple[NameRule, ...]
+) -> None:
+    """Refuse the names no backend's :meth:`Backend.subscribe` can start with (see
+    :func:`check_sender_arguments` for why in one place).
+
+    Raises:
+        InvalidNameError: the consumer group or the topic is refused by ``rules``.
+    """
+    check_name("consumer_group", group, owner=owner, rules=rules)
+    check_name("topic", topic, owner=f"{owner}, consumer group {group}", rules=rules)
 
 
 @runtime_checkable

@@ -17,8 +17,15 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from txmsg.backend import Capabilities, CheckHandler, ConsumeHandler, StopConsumer
-from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
+from txmsg.backend import (
+    Capabilities,
+    CheckHandler,
+    ConsumeHandler,
+    StopConsumer,
+    check_sender_arguments,
+    check_subscription_arguments,
+)
+from txmsg.errors import BackendUnavailableError, ListenerDefinitionError
 from txmsg.names import check_name, rocketmq_rule
 
 from . import native as native_mod
@@ -102,14 +109,9 @@ class RocketMQBackend:
         pending by a previous run reach this process at once.
         """
         self._ensure_open()
-        check_name("producer_group", group, owner="RocketMQ backend", rules=_RULES)
-        for topic in topics:
-            check_name("topic", topic, owner=f"RocketMQ backend, group {group}", rules=_RULES)
-        if int(check_concurrency) < 1:
-            raise ConfigError(
-                f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
-                "listener's ExecutorConfig.concurrency"
-            )
+        check_sender_arguments(
+            group, topics, check_concurrency, owner="RocketMQ backend", rules=_RULES
+        )
         prefix = f"{self.instance_prefix}-{os.getpid()}-{_SAFE.sub('_', group)}-{next(_pool_seq)}"
         pool = ProducerPool(
             self.native,
@@ -163,8 +165,7 @@ class RocketMQBackend:
         the handler suspends that queue for 1 s and hands the same message again (2.1.0 never
         sends an orderly message back to the broker, so ``max_reconsume`` does not apply)."""
         self._ensure_open()
-        check_name("consumer_group", group, owner="RocketMQ backend", rules=_RULES)
-        check_name("topic", topic, owner=f"RocketMQ backend, consumer group {group}", rules=_RULES)
+        check_subscription_arguments(topic, group, owner="RocketMQ backend", rules=_RULES)
         with self._lock:
             if group in self._consumers:
                 raise ListenerDefinitionError(

@@ -32,8 +32,14 @@ from typing import Any
 from rocketmq import ClientConfiguration, Credentials
 
 from txmsg import defaults
-from txmsg.backend import Capabilities, CheckHandler, ConsumeHandler
-from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
+from txmsg.backend import (
+    Capabilities,
+    CheckHandler,
+    ConsumeHandler,
+    check_sender_arguments,
+    check_subscription_arguments,
+)
+from txmsg.errors import BackendUnavailableError, ListenerDefinitionError
 from txmsg.names import check_name, rocketmq_rule
 
 from .consumer import LoopConsumer
@@ -113,14 +119,9 @@ class RocketMQ5Backend:
         """Start one 5.x transactional ``Producer`` for ``group`` publishing ``topics``, its
         check-backs running ``check_concurrency`` at once."""
         self._ensure_open()
-        check_name("producer_group", group, owner="RocketMQ 5 backend", rules=_RULES)
-        for topic in topics:
-            check_name("topic", topic, owner=f"RocketMQ 5 backend, group {group}", rules=_RULES)
-        if int(check_concurrency) < 1:
-            raise ConfigError(
-                f"check_concurrency must be an int >= 1 (got {check_concurrency!r}); it is the "
-                "listener's ExecutorConfig.concurrency"
-            )
+        check_sender_arguments(
+            group, topics, check_concurrency, owner="RocketMQ 5 backend", rules=_RULES
+        )
         with self._lock:
             for topic in topics:
                 owner = self._topic_owner.get(topic)
@@ -180,8 +181,7 @@ class RocketMQ5Backend:
         treat the group as a FIFO group).  ``consume_from`` has no 5.x equivalent: a new group
         starts where the proxy decides (a 5.x proxy: the queue's end)."""
         self._ensure_open()
-        check_name("consumer_group", group, owner="RocketMQ 5 backend", rules=_RULES)
-        check_name("topic", topic, owner=f"RocketMQ 5 backend, consumer group {group}", rules=_RULES)
+        check_subscription_arguments(topic, group, owner="RocketMQ 5 backend", rules=_RULES)
         with self._lock:
             if group in self._consumers:
                 raise ListenerDefinitionError(
