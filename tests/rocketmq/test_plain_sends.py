@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,30 +24,10 @@ from txmsg import (
     TxMsg,
     UnknownGroupError,
 )
-from txmsg.config import TxMsgConfig
 from txmsg.message import SHARDING_KEY
 from txmsg.sqla import create_engine, create_tables, make_session_factory, parked_messages
 
 S = LocalTransactionState
-
-
-@pytest.fixture
-def make_app(txmsg_broker: Any, tmp_path: Path) -> Iterator[Callable[[], TxMsg]]:
-    apps: list[TxMsg] = []
-
-    def make() -> TxMsg:
-        config = TxMsgConfig(
-            name_server=txmsg_broker.namesrv_addr,
-            client_log_dir=str(tmp_path / "client-logs"),
-            instance_prefix="plain",
-        )
-        app = TxMsg(config, backend="rocketmq")
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.close(timeout=20)
 
 
 class Inbox:

@@ -6,37 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from rmq_helpers import Calls, create_topic, unique, wait_until
 
-from txmsg import ExecutorConfig, ListenerRegistry, LocalTransactionState, Message, TxMsg
-from txmsg.config import TxMsgConfig
+from txmsg import ExecutorConfig, ListenerRegistry, LocalTransactionState, Message
 
 S = LocalTransactionState
-
-
-@pytest.fixture
-def make_app(txmsg_broker: Any, tmp_path: Path) -> Iterator[Any]:
-    apps: list[TxMsg] = []
-
-    def make(registry: ListenerRegistry) -> TxMsg:
-        config = TxMsgConfig(
-            name_server=txmsg_broker.namesrv_addr,
-            client_log_dir=str(tmp_path / "client-logs"),
-            instance_prefix="dec",
-        )
-        app = TxMsg(config, backend="rocketmq")
-        app.include(registry)
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.close(timeout=20)
 
 
 class Deliveries:

@@ -13,35 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from rmq_helpers import unique, wait_until
 from txmsg_broker.testing import read_log
 
-from txmsg import ExecutorConfig, LocalTransactionState, Message, TxMsg
-from txmsg.config import TxMsgConfig
+from txmsg import ExecutorConfig, LocalTransactionState, Message
 
 S = LocalTransactionState
-
-
-@pytest.fixture
-def app_on(tmp_path: Path) -> Iterator[Any]:
-    apps: list[TxMsg] = []
-
-    def make(namesrv: str) -> TxMsg:
-        config = TxMsgConfig(
-            name_server=namesrv, client_log_dir=str(tmp_path / "client-logs"), instance_prefix="nt"
-        )
-        app = TxMsg(config, backend="rocketmq")
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        app.close(timeout=20)
 
 
 def test_unknow_transactions_on_a_topic_created_by_the_first_send_are_all_checked(
