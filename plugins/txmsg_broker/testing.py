@@ -72,6 +72,42 @@ def wait_until(
     )
 
 
+class AllAtOnce:
+    """Proves that ``n`` callers run at the same time by an event, not a timing.
+
+    Why shared: the check-back concurrency tests of every backend (``tests/contract``,
+    ``tests/rocketmq5``) make ``n`` checks meet at a barrier inside ``check_local``; it trips only
+    if they all run at once.  :meth:`arrive` returns True once all ``n`` are inside together (the
+    key joins :attr:`passed`), or False if the barrier times out (it joins :attr:`broken`); a key
+    that passed already returns True at once (a re-check after the answer proves nothing more).
+    """
+
+    def __init__(self, n: int, timeout: float = 15.0) -> None:
+        self.barrier = threading.Barrier(n, timeout=timeout)
+        self.lock = threading.Lock()
+        self.passed: list[str] = []
+        self.broken: list[str] = []
+
+    def arrive(self, key: str) -> bool:
+        with self.lock:
+            if key in self.passed:
+                return True
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            with self.lock:
+                self.broken.append(key)
+            return False
+        with self.lock:
+            self.passed.append(key)
+        return True
+
+    def arrived(self) -> int:
+        """How many keys have passed or broken so far."""
+        with self.lock:
+            return len(self.passed) + len(self.broken)
+
+
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

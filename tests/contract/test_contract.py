@@ -24,7 +24,7 @@ import pydantic
 import pytest
 from sqlalchemy import Integer, String, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from txmsg_broker.testing import create_topic, read_log, unique, wait_until
+from txmsg_broker.testing import AllAtOnce, create_topic, read_log, unique, wait_until
 
 from txmsg import (
     ExecutorConfig,
@@ -233,10 +233,7 @@ def test_check_backs_of_one_group_run_concurrently(make_app: Callable[..., TxMsg
     """``concurrency`` checks inside check_local at once: a barrier of that size trips."""
     n = 4
     topic, group = _topic(broker, "ct_conc"), unique("pg_ct_conc")
-    barrier = threading.Barrier(n, timeout=15)
-    lock = threading.Lock()
-    passed: set[str] = set()
-    broken: list[str] = []
+    together = AllAtOnce(n)
     app = make_app()
 
     @app.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
@@ -245,26 +242,15 @@ def test_check_backs_of_one_group_run_concurrently(make_app: Callable[..., TxMsg
             return S.UNKNOW
 
         def check_local(self, message: Message) -> S:
-            key = message.transaction_key or ""
-            with lock:
-                if key in passed:
-                    return S.COMMIT  # a re-check after the answer: nothing more to prove
-            try:
-                barrier.wait()  # returns only once n checks are inside check_local together
-            except threading.BrokenBarrierError:
-                with lock:
-                    broken.append(key)
-                return S.UNKNOW
-            with lock:
-                passed.add(key)
-            return S.COMMIT
+            # returns only once n checks are inside check_local together
+            return S.COMMIT if together.arrive(message.transaction_key or "") else S.UNKNOW
 
     with app:
         producer = app.producer(group)
         keys = {producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(n)}
-        wait_until(lambda: len(passed) + len(broken) >= n, timeout=30, message="n checks")
-    assert broken == []
-    assert passed == keys
+        wait_until(lambda: together.arrived() >= n, timeout=30, message="n checks")
+    assert together.broken == []
+    assert set(together.passed) == keys
 
 
 def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], broker: Any) -> None:

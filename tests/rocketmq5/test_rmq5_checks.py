@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import Any
 
-from txmsg_broker.testing import Clients, create_topic, unique, wait_until
+from txmsg_broker.testing import AllAtOnce, Clients, create_topic, unique, wait_until
 from txmsg_rocketmq5.backend import RocketMQ5Backend
 
 from txmsg import ExecutorConfig, ListenerRegistry, LocalTransactionState, Message
@@ -22,10 +22,7 @@ def test_check_backs_of_one_group_run_concurrently(make_app: Any, txmsg_grpc_bro
     n = 4
     topic, group = unique("Tx5Conc"), unique("pg5_conc")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
-    barrier = threading.Barrier(n, timeout=15)
-    passed: list[str] = []
-    broken: list[str] = []
-    lock = threading.Lock()
+    together = AllAtOnce(n)
     registry = ListenerRegistry()
 
     @registry.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
@@ -34,26 +31,15 @@ def test_check_backs_of_one_group_run_concurrently(make_app: Any, txmsg_grpc_bro
             return S.UNKNOW
 
         def check_local(self, message: Message) -> S:
-            key = message.transaction_key or ""
-            with lock:
-                if key in passed:
-                    return S.COMMIT  # a re-check after the answer: nothing to prove
-            try:
-                barrier.wait()  # returns only when n checks are inside check_local at once
-            except threading.BrokenBarrierError:
-                with lock:
-                    broken.append(key)
-                return S.UNKNOW
-            with lock:
-                passed.append(key)
-            return S.COMMIT
+            # returns only when n checks are inside check_local at once
+            return S.COMMIT if together.arrive(message.transaction_key or "") else S.UNKNOW
 
     with make_app(registry) as app:
         producer = app.producer(group)
         keys = [producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(n)]
-        wait_until(lambda: len(passed) + len(broken) >= n, timeout=40, message="n checks")
-        assert broken == []
-        assert sorted(passed) == sorted(keys)
+        wait_until(lambda: together.arrived() >= n, timeout=40, message="n checks")
+        assert together.broken == []
+        assert sorted(together.passed) == sorted(keys)
         sender = producer.sender
         assert sender.check_concurrency == n
         assert sender.stats()["checks_failed"] == 0
