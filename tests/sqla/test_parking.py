@@ -15,7 +15,7 @@ from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.sqla import consumed_count, discard, parked_keys, parked_messages, replay
 from txmsg.sqla.models import ParkedMessage
-from txmsg.sqla.parking import park, park_behind
+from txmsg.sqla.parking import is_parked, park, park_behind
 
 from .business import Ledger, ledger_rows
 from .conftest import Db
@@ -70,6 +70,22 @@ def apply_ledger(message: Message, session: Session) -> None:
     session.add(Ledger(message_key=uid, amount=1))
     if uid.startswith("bad"):
         raise ValueError(f"{uid}: liability not decided")
+
+
+def test_is_parked_answers_the_same_through_any_session_factory(db: Db) -> None:
+    """The check takes the engine's pool directly for a bound sessionmaker (it runs before every
+    orderly message) and a session for any other factory: both must see the same rows."""
+
+    def plain_factory() -> Session:
+        return db.sessions()
+
+    for factory in (db.sessions, plain_factory):
+        assert is_parked(factory, GROUP, "order-1") is False
+    park(db.sessions, GROUP, msg("a"), error="E: boom", attempts=3)
+    for factory in (db.sessions, plain_factory):
+        assert is_parked(factory, GROUP, "order-1") is True
+        assert is_parked(factory, GROUP, "order-2") is False
+        assert is_parked(factory, "other-group", "order-1") is False
 
 
 def test_park_behind_needs_a_parked_key(db: Db) -> None:
