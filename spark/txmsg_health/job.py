@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, timezone
 from typing import TYPE_CHECKING, Any
@@ -51,15 +53,26 @@ class JobConfig:
     broker_regex: str | None = None  # default: the directory per broker (txmsg_health.brokers)
 
 
+JVM_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
+"""``-XX:-DontCompileHugeMethods``: the per-line stages compile into one generated method of
+~8 100 bytes of bytecode, just above HotSpot's 8 000-byte limit, so without it that method - the
+hot loop over every line - is never JIT-compiled and runs interpreted (measured: the per-line
+pipeline cost 2.2x the CPU time; see docs/health.md)."""
+
+
 def build_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """A session tuned for this job; under spark-submit the master comes from spark-submit.
 
-    ``maxPartitionBytes`` is large on purpose: Spark then splits the input evenly over the cores
-    (bytes / parallelism), which beat both the 128 MB default and small splits here.
+    ``maxPartitionBytes`` is large and ``minPartitionNum`` two per core on purpose: Spark then
+    cuts the input into 2 x cores equal splits (bytes / minPartitionNum) instead of 1 GB pieces
+    plus a remainder that one core reads alone (10 M lines, 2.48 GB on 2 cores: 1 + 1 + 0.48 GB).
+    In local mode the shuffle has one partition per core: every output is derived from a small
+    aggregate, and each extra partition is one more task in every later job.
     """
     from pyspark.sql import SparkSession  # noqa: PLC0415 - optional: the spark extra
 
     builder = SparkSession.builder.appName("txmsg-health")
+    local, cores = _local_cores(master)
     if master:
         builder = builder.master(master)
     defaults = {
@@ -67,10 +80,12 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None)
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.files.maxPartitionBytes": str(1 << 30),
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
-        "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
+        "spark.sql.shuffle.partitions": str(cores if local else 8),
+        "spark.driver.extraJavaOptions": JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": JVM_OPTIONS,
     }
+    if local:  # a cluster keeps Spark's own (its default parallelism)
+        defaults["spark.sql.files.minPartitionNum"] = str(2 * cores)
     settings = {**defaults, **(conf or {})}
     settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
     for k, v in settings.items():
@@ -79,6 +94,15 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None)
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _local_cores(master: str | None) -> tuple[bool, int]:
+    """(local mode?, cores): ``local`` 1, ``local[N]`` / ``local[N,F]`` N, ``local[*]`` all."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", (master or "").strip())
+    if not m:
+        return False, 8
+    n = m.group(1)
+    return True, (os.cpu_count() or 1) if n == "*" else int(n or 1)
 
 
 def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
@@ -178,8 +202,9 @@ def _outputs(agg: DataFrame, paths: list[str],
              cfg: JobConfig) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Every output from the cached aggregate: summary, Parquet table, dashboard series.
 
-    Three small jobs, none of them a join: per-file totals (which also name the files, hence the
-    brokers), per-transaction figures, the window table. A 5.x check-sent line has no group; it
+    Small jobs, none of them a join: per-file totals (which also name the files, hence the
+    brokers), then per-transaction figures and, at the same time, the window table, then the
+    flagged groups' windows for the dashboard. A 5.x check-sent line has no group; it
     gets the group of its transaction, whose other rows are grouped with it by (broker, msgId).
     """
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
@@ -201,7 +226,38 @@ def _outputs(agg: DataFrame, paths: list[str],
     addr_rows = [(r.grp, names[r.file], r.addr, r.kind, int(r.n)) for r in rows
                  if r.addr is not None and r.grp is not None]
     broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
-    t = time.perf_counter()
+    parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
+    os.makedirs(cfg.out, exist_ok=True)
+    wt = windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz).persist()
+    try:
+        # The window table does not depend on the per-transaction figures: written in a second
+        # thread while they are computed, so the two small jobs share the cores instead of
+        # queueing (each is a few short tasks over the cached aggregate).
+        with ThreadPoolExecutor(1, thread_name_prefix="health-windows") as pool:
+            written = pool.submit(_write_windows, wt, parquet)
+            t = time.perf_counter()
+            hist_rows = _histogram(agg, broker)
+            timings["transactions"] = time.perf_counter() - t
+            result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
+                                   thresholds=cfg.thresholds)
+            timings["windows"] = written.result()
+        result["inputs"] = list(cfg.inputs)
+        result["parquet"] = parquet
+        t = time.perf_counter()
+        series: dict[str, list[dict[str, Any]]] = {}
+        if result["flagged"]:
+            series = _series(wt.where(F.col("group").isin(*result["flagged"])).collect())
+        timings["series"] = time.perf_counter() - t
+    finally:
+        wt.unpersist()
+    result["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    return result, series
+
+
+def _histogram(agg: DataFrame, broker: Column) -> list[tuple[Any, str, int, int, int, int]]:
+    """(group, broker, checks, transactions, of them ever UNKNOW, checks sent) rows."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
     per_tx = (
         agg.where(F.col("msg").isNotNull())
         .groupBy(broker.alias("broker"), "msg")
@@ -214,33 +270,21 @@ def _outputs(agg: DataFrame, paths: list[str],
         # check-backs of one transaction: the answers seen, or (5.x) the checks sent if more
         .select("broker", "grp", F.greatest("a", "s").alias("c"), "u", "s")
     )
-    hist_rows = [
+    return [
         (r.grp, r.broker, int(r.c), int(r.ntx), int(r.nunk), int(r.sent))
         for r in per_tx.groupBy("broker", "grp", "c")
         .agg(F.count(F.lit(1)).alias("ntx"), F.sum("u").alias("nunk"), F.sum("s").alias("sent"))
         .collect()
     ]
-    timings["transactions"] = time.perf_counter() - t
-    result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
-                           thresholds=cfg.thresholds)
-    result["inputs"] = list(cfg.inputs)
+
+
+def _write_windows(wt: DataFrame, parquet: str) -> float:
+    """Write the window table as one Parquet file, sorted inside it; returns the seconds taken."""
     t = time.perf_counter()
-    wt = windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz).persist()
-    parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
-    os.makedirs(cfg.out, exist_ok=True)
-    try:
-        # one file, sorted inside it; a global orderBy would cost an extra sampling job
-        (wt.coalesce(1).sortWithinPartitions("group", "broker", "window_start")
-         .write.mode("overwrite").parquet(parquet))
-        result["parquet"] = parquet
-        series: dict[str, list[dict[str, Any]]] = {}
-        if result["flagged"]:
-            series = _series(wt.where(F.col("group").isin(*result["flagged"])).collect())
-    finally:
-        wt.unpersist()
-    timings["windows"] = time.perf_counter() - t
-    result["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return result, series
+    # a global orderBy would cost an extra sampling job
+    (wt.coalesce(1).sortWithinPartitions("group", "broker", "window_start")
+     .write.mode("overwrite").parquet(parquet))
+    return time.perf_counter() - t
 
 
 def _series(rows: list[Any]) -> dict[str, list[dict[str, Any]]]:
