@@ -145,9 +145,10 @@ class DemoRun:
                         "grpc_port (the txmsg_grpc_broker fixture, `txmsg broker --grpc-port 0`)"
                     )
         if self.name_server:  # creates the topic as TRANSACTION (what 5.x needs for half messages)
-            keys = opts.client_settings.get("access_key"), opts.client_settings.get("secret_key")
+            access, secret = opts.client_settings.get("access_key"), opts.client_settings.get("secret_key")
             done = ensure_topics(  # signed with the user's keys (a cluster with ACL)
-                self.name_server, [self.names.topic], credentials=(keys[0], keys[1]) if all(keys) else None
+                self.name_server, [self.names.topic],
+                credentials=(str(access), str(secret)) if access and secret else None,
             )
         else:  # a 5.x proxy alone: gRPC has no admin call, so the topic must be there already
             done = ensure_topics_via_proxy(
