@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from txmsg_health import brokers, job
+from txmsg_health import brokers, job, startup
 from txmsg_health import follow as live
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
@@ -75,7 +75,8 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
         if bad:
             raise HealthInputError(f"--conf {bad[0]!r}: use KEY=VALUE")
         seconds = live.parse_trigger(trigger)
-        spark = job.build_session(master, dict(c.split("=", 1) for c in confs))
+        spark = job.build_session(master, dict(c.split("=", 1) for c in confs),
+                                  fast_start=not follow)
         if follow:
             live.follow(spark, live.FollowConfig(cfg, seconds, checkpoint))
             return
@@ -83,3 +84,4 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
     except HealthInputError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(job.report_line(result, out))
+    startup.finish(spark)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from txmsg_health import brokers, loopback, output, summary
+from txmsg_health import brokers, loopback, output, startup, summary
 from txmsg_health import patterns as P
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
@@ -60,14 +60,17 @@ hot loop over every line - is never JIT-compiled and runs interpreted (measured:
 pipeline cost 2.2x the CPU time; see docs/health.md)."""
 
 
-def build_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+def build_session(master: str | None = None, conf: dict[str, str] | None = None,
+                  *, fast_start: bool = False) -> SparkSession:
     """A session tuned for this job; under spark-submit the master comes from spark-submit.
 
     ``maxPartitionBytes`` is large and ``minPartitionNum`` two per core on purpose: Spark then
     cuts the input into 2 x cores equal splits (bytes / minPartitionNum) instead of 1 GB pieces
     plus a remainder that one core reads alone (10 M lines, 2.48 GB on 2 cores: 1 + 1 + 0.48 GB).
     In local mode the shuffle has one partition per core: every output is derived from a small
-    aggregate, and each extra partition is one more task in every later job.
+    aggregate, and each extra partition is one more task in every later job. ``fast_start`` (the
+    command-line runs): map a class-data-sharing archive into the local driver JVM, written by the
+    first run (``txmsg_health.startup``; call ``startup.finish`` after the job).
     """
     from pyspark.sql import SparkSession  # noqa: PLC0415 - optional: the spark extra
 
@@ -86,6 +89,11 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None)
     }
     if local:  # a cluster keeps Spark's own (its default parallelism)
         defaults["spark.sql.files.minPartitionNum"] = str(2 * cores)
+    if (fast_start and local and "spark.driver.extraJavaOptions" not in (conf or {})
+            and not loopback.jvm_running()):  # this call launches the driver JVM
+        cds = startup.java_options()
+        if cds:
+            defaults["spark.driver.extraJavaOptions"] = f"{JVM_OPTIONS} {cds}"
     settings = {**defaults, **(conf or {})}
     settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
     for k, v in settings.items():
@@ -397,14 +405,16 @@ def main(argv: list[str] | None = None) -> int:
             seconds = follow.parse_trigger(a.trigger)
             follow.follow(build_session(a.master, conf), follow.FollowConfig(cfg, seconds, a.checkpoint))
             return 0
-        spark = build_session(a.master, conf)
+        spark = build_session(a.master, conf, fast_start=True)
         result = run(spark, cfg)
     except HealthInputError as exc:
         print(f"txmsg health: {exc}", file=sys.stderr)
         return 2
-    print(report_line(result, cfg.out))
+    print(report_line(result, cfg.out), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    startup.finish()  # a first run on this machine: put the JVM's class archive in place
+    sys.exit(code)
