@@ -1,7 +1,7 @@
 """Plain sends through the app (``app.add_producer`` / ``app.producer(g).send...``) and orderly
 listeners declared on the app, with the real client (librocketmq 2.1.0) against the embedded
 broker: what a service writes, end to end.  The backend's own sender and orderly consumer are
-tested in test_plain_sender.py and test_orderly_consumer.py."""
+tested in test_rmq_plain_sender.py and test_orderly_consumer.py."""
 
 from __future__ import annotations
 
