@@ -72,7 +72,7 @@ def apply_ledger(message: Message, session: Session) -> None:
         raise ValueError(f"{uid}: liability not decided")
 
 
-def test_is_parked_answers_the_same_through_any_session_factory(db: Db) -> None:
+def test_is_parked_and_park_behind_answer_the_same_through_any_session_factory(db: Db) -> None:
     """The check takes the engine's pool directly for a bound sessionmaker (it runs before every
     orderly message) and a session for any other factory: both must see the same rows."""
 
@@ -86,6 +86,15 @@ def test_is_parked_answers_the_same_through_any_session_factory(db: Db) -> None:
         assert is_parked(factory, GROUP, "order-1") is True
         assert is_parked(factory, GROUP, "order-2") is False
         assert is_parked(factory, "other-group", "order-1") is False
+    # park-behind also takes the engine for a bound sessionmaker: same rows, same answers
+    assert park_behind(db.sessions, GROUP, msg("b")) is True
+    assert park_behind(plain_factory, GROUP, msg("c")) is True
+    assert park_behind(plain_factory, GROUP, msg("b")) is True  # redelivery: no second row
+    assert park_behind(db.sessions, GROUP, msg("c")) is True
+    assert park_behind(db.sessions, GROUP, msg("d", key="order-2")) is False
+    assert park_behind(plain_factory, GROUP, msg("d", key="order-2")) is False
+    assert [v.message.properties[UNIQ_KEY] for v in parked_messages(db.sessions, GROUP, "order-1")] == [
+        "a", "b", "c"]
 
 
 def test_park_behind_needs_a_parked_key(db: Db) -> None:
