@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,23 +148,22 @@ def random_request(method: str, rnd: random.Random, hints: list[str]) -> bytes:
     return data
 
 
-def call(channel: Any, method: str, body: bytes, client_id: str | None, deadline_s: float = DEADLINE_S) -> Outcome:
-    """One raw call (``body`` is sent as is); never raises for an RPC error."""
-    import grpc  # noqa: PLC0415 - optional dependency (the grpc extra)
-
-    response_type = getattr(svc(), METHODS[method][1])
-    streaming = METHODS[method][2]
+def _metadata(client_id: str | None) -> list[tuple[str, str]]:
     metadata = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2")]
     if client_id:
         metadata.append(("x-mq-client-id", client_id))
-    make: Callable[..., Any] = channel.unary_stream if streaming else channel.unary_unary
-    stub = make(SERVICE + method, request_serializer=lambda b: b, response_deserializer=response_type.FromString)
+    return metadata
+
+
+def _outcome(method: str, responses: Callable[[], Iterable[Any]]) -> Outcome:
+    """Read every answer ``responses()`` yields into an Outcome; an RPC error is its status."""
+    import grpc  # noqa: PLC0415 - optional dependency (the grpc extra)
+
     started = time.monotonic()
     codes: list[int] = []
     messages: list[str] = []
     try:
-        result = stub(body, metadata=metadata, timeout=deadline_s)
-        for response in result if streaming else (result,):
+        for response in responses():
             if response.HasField("status"):
                 codes.append(response.status.code)
                 messages.append(response.status.message)
@@ -174,32 +173,29 @@ def call(channel: Any, method: str, body: bytes, client_id: str | None, deadline
     return Outcome(method, code, details, codes, messages, time.monotonic() - started)
 
 
+def call(channel: Any, method: str, body: bytes, client_id: str | None, deadline_s: float = DEADLINE_S) -> Outcome:
+    """One raw call (``body`` is sent as is); never raises for an RPC error."""
+    response_type = getattr(svc(), METHODS[method][1])
+    streaming = METHODS[method][2]
+    make: Callable[..., Any] = channel.unary_stream if streaming else channel.unary_unary
+    stub = make(SERVICE + method, request_serializer=lambda b: b, response_deserializer=response_type.FromString)
+
+    def responses() -> Iterable[Any]:
+        result = stub(body, metadata=_metadata(client_id), timeout=deadline_s)
+        return result if streaming else (result,)
+
+    return _outcome(method, responses)
+
+
 def call_telemetry(
     channel: Any, bodies: list[bytes], client_id: str | None, deadline_s: float = DEADLINE_S
 ) -> Outcome:
     """One Telemetry stream: send ``bodies`` as they are, half-close, read every answer until the
     broker ends the stream; never raises for an RPC error."""
-    import grpc  # noqa: PLC0415 - optional dependency (the grpc extra)
-
-    command_type = svc().TelemetryCommand
-    metadata = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2")]
-    if client_id:
-        metadata.append(("x-mq-client-id", client_id))
     stub = channel.stream_stream(
-        SERVICE + TELEMETRY, request_serializer=lambda b: b, response_deserializer=command_type.FromString
+        SERVICE + TELEMETRY, request_serializer=lambda b: b, response_deserializer=svc().TelemetryCommand.FromString
     )
-    started = time.monotonic()
-    codes: list[int] = []
-    messages: list[str] = []
-    try:
-        for response in stub(iter(bodies), metadata=metadata, timeout=deadline_s):
-            if response.HasField("status"):
-                codes.append(response.status.code)
-                messages.append(response.status.message)
-        code, details = "OK", ""
-    except grpc.RpcError as exc:
-        code, details = exc.code().name, exc.details() or ""
-    return Outcome(TELEMETRY, code, details, codes, messages, time.monotonic() - started)
+    return _outcome(TELEMETRY, lambda: stub(iter(bodies), metadata=_metadata(client_id), timeout=deadline_s))
 
 
 def problems(outcome: Outcome, *, parseable: bool) -> list[str]:
