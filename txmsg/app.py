@@ -45,6 +45,7 @@ from txmsg.errors import (
 )
 from txmsg.executor import ExecutorConfig
 from txmsg.listener import ListenerSpec, spec_of
+from txmsg.message import Message
 from txmsg.names import NameRule, check_name, rules_for_backend
 from txmsg.producer import Producer, ProducerStats
 from txmsg.registry import ListenerRegistry
@@ -441,18 +442,20 @@ class TxMsg:
             # `orderly` only when asked: a backend written before orderly consumers existed still
             # takes every other listener (and the capability check above refused orderly ones).
             extra: dict[str, Any] = {"orderly": True} if cspec.orderly else {}
-            self._stops.append(
-                backend.subscribe(
-                    cspec.topic,
-                    group,
-                    cspec.safe_handler(on_parked=hooks),
-                    tags=cspec.tags,
-                    concurrency=concurrency,
-                    max_reconsume=max_reconsume,
-                    consume_from=consume_from,
-                    **extra,
-                )
+            handler = cspec.safe_handler(
+                on_parked=hooks, journal=cspec.orderly and not capabilities.orderly_crash_safe
             )
+            stop = backend.subscribe(
+                cspec.topic,
+                group,
+                handler,
+                tags=cspec.tags,
+                concurrency=concurrency,
+                max_reconsume=max_reconsume,
+                consume_from=consume_from,
+                **extra,
+            )
+            self._stops.append(_then_close(stop, handler))
             log.info(
                 "consumer group %s subscribed to %s%s",
                 group,
@@ -561,6 +564,24 @@ class TxMsg:
     def __repr__(self) -> str:
         groups = set(self.registry.listeners) | set(self.registry.producer_groups)
         return f"<TxMsg {self._state} groups={sorted(groups)}>"
+
+
+def _then_close(
+    stop: Callable[[float], None], handler: Callable[[Message], bool]
+) -> Callable[[float], None]:
+    """``stop``, then the handler's ``close`` if it has one (an orderly handler's journal sweeper
+    must not outlive its consumer)."""
+    close = getattr(handler, "close", None)
+    if not callable(close):
+        return stop
+
+    def stop_then_close(timeout: float) -> None:
+        try:
+            stop(timeout)
+        finally:
+            close(timeout)
+
+    return stop_then_close
 
 
 def _in_parallel(what: str, calls: list[tuple[Callable[[float], None], float]]) -> None:

@@ -78,6 +78,12 @@ class Capabilities:
     orderly_consumer: bool = True
     """``@message_listener(orderly=True)`` consumes each queue (or FIFO message group) one
     message at a time, in order.  False: refused at ``start()`` with ``ListenerDefinitionError``."""
+    orderly_crash_safe: bool = False
+    """A consumer that dies inside an orderly callback always gets that message handed again
+    (RocketMQ 5 FIFO: each message is acknowledged on its own).  False, the default and
+    librocketmq 2.1.0's case (its orderly consumer can commit a queue's offset past a message
+    still in its callback, docs/librocketmq-hazards.md #10): txmsg writes every orderly message
+    to the in-flight journal in the listener's database first (:mod:`txmsg.sqla.journal`)."""
 
 
 def capabilities_of(backend: Any) -> Capabilities:

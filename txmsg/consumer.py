@@ -63,18 +63,24 @@ class ConsumerSpec:
         return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}"
 
     def safe_handler(
-        self, *, on_parked: Sequence[Callable[[ParkedEvent], None]] = ()
+        self,
+        *,
+        on_parked: Sequence[Callable[[ParkedEvent], None]] = (),
+        journal: bool = False,
     ) -> Callable[[Message], bool]:
         """The handler a backend gets: True = consumed, False = hand it again later; never raises.
 
         Concurrent listeners: an exception means False (the broker redelivers later, up to
         ``max_reconsume`` times).  Orderly listeners: see :func:`txmsg.orderly.orderly_handler`;
-        ``on_parked`` are the alert hooks called when a key is parked.
+        ``on_parked`` are the alert hooks called when a key is parked; ``journal`` writes each
+        message to the in-flight journal first (:mod:`txmsg.sqla.journal`), for backends whose
+        ``Capabilities.orderly_crash_safe`` is False.  An orderly handler has a ``close()`` to
+        call after the consumer stopped.
         """
         if self.orderly:
             from txmsg.orderly import orderly_handler  # noqa: PLC0415 - needs SQLAlchemy
 
-            return orderly_handler(self, on_parked=on_parked)
+            return orderly_handler(self, on_parked=on_parked, journal=journal)
         handler, group = self.handler, self.group
 
         def consume(message: Message) -> bool:

@@ -27,11 +27,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from txmsg.errors import ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.sqla import parking
+from txmsg.sqla.engine import SessionFactory
+from txmsg.sqla.idempotent import IdempotentConsumer
+from txmsg.sqla.journal import InflightJournal
 
 if TYPE_CHECKING:
     from txmsg.consumer import ConsumerSpec
@@ -64,22 +68,89 @@ def replay_command(group: str, key: str) -> str:
 
 
 def orderly_handler(
-    spec: ConsumerSpec, *, on_parked: Sequence[ParkedHook] = ()
-) -> Callable[[Message], bool]:
-    """The backend handler of an orderly listener (see the module docstring): True = consumed
-    or parked, False = hand the message again later; never raises."""
+    spec: ConsumerSpec, *, on_parked: Sequence[ParkedHook] = (), journal: bool = False
+) -> OrderlyHandler:
+    """The backend handler of an orderly listener (see the module docstring).
+
+    ``journal``: write each message to the in-flight journal before the listener runs
+    (:mod:`txmsg.sqla.journal`), for clients that may commit a queue's offset past a message
+    still in its callback (``Capabilities.orderly_crash_safe`` False).
+    """
     session_factory = spec.session_factory
     if session_factory is None:  # build_consumer_spec refuses this; a hand-made spec may not
         raise ListenerDefinitionError(
             f"orderly listener {spec.name} has no session_factory to park keys in; declare it "
             "with @message_listener(orderly=True, session_factory=...)"
         )
-    handler, group = spec.handler, spec.group
-    retries, delay = spec.max_orderly_retries, spec.orderly_retry_delay
-    hooks = tuple(on_parked)
+    inflight = InflightJournal(session_factory, spec.group) if journal else None
+    handler = OrderlyHandler(spec, session_factory, tuple(on_parked), inflight)
+    handler.start()
+    return handler
 
-    def consume(message: Message) -> bool:
+
+class OrderlyHandler:
+    """``handler(message)``: True = consumed or parked, False = hand the message again later;
+    never raises.  :meth:`close` stops the journal's sweeper (after the consumer stopped)."""
+
+    def __init__(
+        self,
+        spec: ConsumerSpec,
+        session_factory: SessionFactory,
+        hooks: tuple[ParkedHook, ...],
+        journal: InflightJournal | None,
+    ) -> None:
+        self.spec = spec
+        self.session_factory = session_factory
+        self.hooks = hooks
+        self.journal = journal
+
+    def start(self) -> None:
+        """Start the journal's sweeper: it finishes what dead consumers of the group left, even
+        when no message of their keys comes any more."""
+        if self.journal is not None:
+            self.journal.start(self._handle)
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self.journal is not None:
+            self.journal.close(timeout)
+
+    def __call__(self, message: Message) -> bool:
+        journal = self.journal
+        if journal is None:
+            return self._handle(message, None)
         key = parking.sharding_key_of(message)
+        group = self.spec.group
+        try:
+            entry = journal.enter(message)
+        except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
+            _database_failed(group, message, key, "write it to the in-flight journal", exc)
+            return False
+        if entry.row_id is None:
+            log.info(
+                "group=%s key=%r msgId=%s: another consumer is finishing this message; handing "
+                "it again later",
+                group,
+                key,
+                message.message_id,
+            )
+            return False
+        for leftover in entry.before:
+            # A consumer died in this key's callback; its message comes first (hazard #10).
+            try:
+                claimed = journal.claim(leftover)
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback
+                _database_failed(group, message, key, "claim a dead consumer's message", exc)
+                claimed = False
+            if not claimed or not self._handle(leftover.message, leftover.id):
+                journal.release(entry.row_id)
+                return False
+        return self._handle(message, entry.row_id)
+
+    def _handle(self, message: Message, row_id: int | None) -> bool:
+        """Park behind a parked key, or run the listener with bounded retries and park."""
+        group, session_factory = self.spec.group, self.session_factory
+        key = parking.sharding_key_of(message)
+        journal = self.journal if row_id is not None else None
         try:
             if parking.is_parked(session_factory, group, key) and parking.park_behind(
                 session_factory, group, message
@@ -93,15 +164,25 @@ def orderly_handler(
                     message.message_id,
                     replay_command(group, key),
                 )
+                if journal is not None and row_id is not None:
+                    journal.done(row_id)
                 return True
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "check whether the key is parked", exc)
-            return False
+            return self._again(row_id)
+        handler, retries, delay = (
+            self.spec.handler,
+            self.spec.max_orderly_retries,
+            self.spec.orderly_retry_delay,
+        )
         attempts = 0
         while True:
             attempts += 1
             try:
-                handler(message)
+                self._run(handler, message, row_id)
+            except _JournalFailed as failed:
+                _database_failed(group, message, key, "delete its in-flight row", failed.error)
+                return self._again(row_id)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
@@ -126,16 +207,18 @@ def orderly_handler(
                     message.message_id,
                     type(exc).__name__,
                 )
-                return False
+                return self._again(row_id)
             else:
                 return True
         try:
             parked_at = parking.park(
                 session_factory, group, message, error=error, attempts=attempts
             )
+            if journal is not None and row_id is not None:
+                journal.done(row_id)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "park the key", exc)
-            return False
+            return self._again(row_id)
         log.error(
             "group=%s topic=%s key=%r msgId=%s: failed %d times (%s); key PARKED: this key's "
             "later messages are parked behind it, other keys keep flowing. Fix the cause, then "
@@ -157,14 +240,45 @@ def orderly_handler(
             attempts=attempts,
             parked_at=parked_at,
         )
-        for hook in hooks:
+        for hook in self.hooks:
             try:
                 hook(event)
             except Exception:
                 log.exception("group=%s key=%r: on_parked hook %r raised", group, key, hook)
         return True
 
-    return consume
+    def _run(
+        self, handler: Callable[[Message], object], message: Message, row_id: int | None
+    ) -> None:
+        """The listener once; then the journal row goes (with the effects, when idempotent)."""
+        journal = self.journal
+        if journal is None or row_id is None:
+            handler(message)
+            return
+        if isinstance(handler, IdempotentConsumer):
+            applied = handler.apply(
+                message, in_same_transaction=partial(journal.remove, row_id=row_id)
+            )
+        else:
+            handler(message)
+            applied = False
+        try:
+            journal.done(row_id, removed=applied)
+        except Exception as exc:
+            raise _JournalFailed(exc) from exc
+
+    def _again(self, row_id: int | None) -> bool:
+        if self.journal is not None and row_id is not None:
+            self.journal.release(row_id)
+        return False
+
+
+class _JournalFailed(Exception):
+    """The listener succeeded but its journal row could not be deleted (database down)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _database_failed(group: str, message: Message, key: str, what: str, exc: Exception) -> None:

@@ -72,6 +72,7 @@ class RocketMQ5Backend:
         delay_levels=True,
         delivery_timestamps=True,
         orderly_consumer=True,
+        orderly_crash_safe=True,
     )
     """What a 5.x proxy allows less of: check-backs routed by topic (no topic shared by two
     groups), no subscription to ``%DLQ%`` topics, topics of at most 127 characters, no one-way

@@ -215,6 +215,49 @@ class ParkedMessage(TxMsgBase):
     )
 
 
+class OrderlyInflight(TxMsgBase):
+    """An orderly message whose listener is running (or was, in a consumer that died).
+
+    Why it exists: librocketmq 2.1.0's orderly push consumer can commit a queue's offset past a
+    message still in its callback (docs/librocketmq-hazards.md #10), so a consumer killed there
+    would lose the message for good.  The orderly handler writes the row before the listener
+    runs and deletes it when the message is consumed or parked (:mod:`txmsg.sqla.journal`).  A
+    row whose ``owner`` is gone is a message to finish: the next consumer of its key handles it
+    before the key's later messages, and every consumer's sweeper picks up the rest.
+
+    ``id`` is the order the rows were written (a key's messages come one at a time, in queue
+    order).  ``(consumer_group, message_key)`` is unique: a redelivered message reuses its row.
+    """
+
+    __tablename__ = "txmsg_orderly_inflight"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
+    consumer_group: Mapped[str] = mapped_column(String(255))
+    sharding_key: Mapped[str] = mapped_column(String(255))
+    topic: Mapped[str] = mapped_column(String(255))
+    message_key: Mapped[str] = mapped_column(String(128))
+    """``UNIQ_KEY`` of the message, else its message id (as for parked messages)."""
+    message_id: Mapped[str | None] = mapped_column(String(128), default=None)
+    tags: Mapped[str | None] = mapped_column(String(255), default=None)
+    keys: Mapped[str | None] = mapped_column(String(255), default=None)
+    properties: Mapped[dict[str, str]] = mapped_column(JSON())
+    body: Mapped[bytes] = mapped_column(LargeBinary())
+    reconsume_times: Mapped[int] = mapped_column(Integer(), default=0)
+    queue_id: Mapped[int | None] = mapped_column(Integer(), default=None)
+    queue_offset: Mapped[int | None] = mapped_column(BigInteger(), default=None)
+    owner: Mapped[str] = mapped_column(String(255))
+    """``host:pid:token`` of the consumer process handling it."""
+    lease_until: Mapped[datetime] = mapped_column(UtcDateTime())
+    """The owner renews this while the listener runs; past it, the row is anybody's to finish."""
+
+    __table_args__ = (
+        UniqueConstraint("consumer_group", "message_key"),
+        Index(None, "consumer_group", "sharding_key", "id"),
+    )
+
+
 def create_tables(engine: Engine) -> None:
     """Create the txmsg tables that do not exist yet (idempotent)."""
     metadata.create_all(engine)

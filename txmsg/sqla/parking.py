@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.idempotent import IdempotentConsumer
-from txmsg.sqla.models import ParkedKey, ParkedMessage, utcnow
+from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage, utcnow
 
 if TYPE_CHECKING:
     from txmsg.consumer import ConsumerSpec
@@ -189,7 +189,9 @@ def is_parked(session_factory: SessionFactory, group: str, key: str) -> bool:
 
 _LOCK_KEY = (
     select(ParkedKey.sharding_key)
-    .where(ParkedKey.consumer_group == bindparam("group"), ParkedKey.sharding_key == bindparam("key"))
+    .where(
+        ParkedKey.consumer_group == bindparam("group"), ParkedKey.sharding_key == bindparam("key")
+    )
     .with_for_update()
 )
 """The key row, locked (PostgreSQL; SQLite's BEGIN IMMEDIATE already serialises writers)."""
@@ -209,7 +211,9 @@ building the statement with its values for every message cost more than running 
 
 
 def _insert_once(
-    session: Session | Connection, model: type[ParkedKey] | type[ParkedMessage], values: dict[str, Any]
+    session: Session | Connection,
+    model: type[ParkedKey] | type[ParkedMessage] | type[OrderlyInflight],
+    values: dict[str, Any],
 ) -> bool:
     """Insert a row of ``model``; False when a unique key says the row is there already.
 
@@ -220,12 +224,16 @@ def _insert_once(
     insert in a savepoint.  Park-behind runs for every message of a parked key, so this is on
     the consumer's path (``benchmarks/orderly_throughput.py`` prints its cost).
     """
-    dialect = session.dialect.name if isinstance(session, Connection) else session.get_bind().dialect.name
+    dialect = (
+        session.dialect.name if isinstance(session, Connection) else session.get_bind().dialect.name
+    )
     if dialect in ("postgresql", "sqlite"):
         statement = _INSERT_ONCE.get((model, dialect))
         if statement is None:
             dialect_insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-            statement = _INSERT_ONCE[(model, dialect)] = dialect_insert(model).on_conflict_do_nothing()
+            statement = _INSERT_ONCE[(model, dialect)] = dialect_insert(
+                model
+            ).on_conflict_do_nothing()
         result = session.execute(statement, values)
         return bool(getattr(result, "rowcount", 0) == 1)
     try:

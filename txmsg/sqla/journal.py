@@ -1,0 +1,342 @@
+"""The in-flight journal of orderly listeners: a consumer that dies mid-callback loses nothing.
+
+Why: librocketmq 2.1.0's orderly push consumer can commit a queue's offset past a message whose
+callback is still running (docs/librocketmq-hazards.md #10).  If the process dies then, the
+broker never hands that message again.  So, before an orderly listener runs, txmsg writes the
+message to ``txmsg_orderly_inflight`` in the service's database (:class:`~txmsg.sqla.models.
+OrderlyInflight`) and deletes the row once the message is consumed or parked.  A row left by a
+consumer that is gone is finished by someone else, in the key's order:
+
+* the consumer that gets the key's next message first handles the key's leftover rows that came
+  before it in the queue (:meth:`InflightJournal.enter`), so the key's order holds;
+* a sweeper thread in every consumer process picks up leftovers nobody asks for (the key's
+  last message was the one in flight), every ``sweep_interval`` seconds.
+
+Who is "gone": the row's owner (``host:pid:token``) is a process of this host that no longer
+exists, or the owner stopped renewing the row's lease (``lease`` seconds; owners renew the rows
+whose listener is running every ``lease / 3`` seconds).  A lease that ran out while its owner
+was merely stalled lets a second consumer handle the same message: with ``idempotent=True`` one
+of the two commits and the other is absorbed as a duplicate.  Hosts should keep their clocks in
+sync (NTP) to within a small part of the lease.
+
+What this does not cover: the moment between the client taking a message for the callback and
+the row's commit (the time of one INSERT), and databases that lose committed rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from txmsg.message import Message
+from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.models import OrderlyInflight, utcnow
+from txmsg.sqla.parking import _insert_once, parked_message_key, sharding_key_of
+
+log = logging.getLogger("txmsg.journal")
+
+DEFAULT_LEASE = 30.0
+"""Seconds a row stays its owner's without renewal (renewed every third of it while running)."""
+DEFAULT_SWEEP_INTERVAL = 2.0
+"""Seconds between two looks for leftovers of dead consumers."""
+
+Finish = Callable[[Message, int], bool]
+"""How a leftover is handled: ``finish(message, row_id)``; True once the row is gone."""
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A journal row another consumer left behind, and the message it holds."""
+
+    id: int
+    owner: str
+    lease_until: datetime
+    message: Message
+
+
+@dataclass
+class Entry:
+    """What :meth:`InflightJournal.enter` found for a message."""
+
+    row_id: int | None
+    """The message's own row; None when a live consumer is handling this very message."""
+    before: list[Leftover] = field(default_factory=list)
+    """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
+
+
+def _message_of(row: OrderlyInflight) -> Message:
+    return Message(
+        topic=row.topic,
+        body=row.body,
+        tags=row.tags,
+        keys=row.keys,
+        properties=dict(row.properties or {}),
+        message_id=row.message_id,
+        reconsume_times=row.reconsume_times,
+        sharding_key=row.sharding_key or None,
+        queue_id=row.queue_id,
+        queue_offset=row.queue_offset,
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # somebody else's process: alive
+        return True
+    return True
+
+
+class InflightJournal:
+    """The journal of one consumer group in one process (see the module docstring)."""
+
+    def __init__(
+        self,
+        session_factory: SessionFactory,
+        group: str,
+        *,
+        lease: float = DEFAULT_LEASE,
+        sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+    ) -> None:
+        self.session_factory = session_factory
+        self.group = group
+        self.lease = timedelta(seconds=lease)
+        self.sweep_interval = sweep_interval
+        self.host = socket.gethostname()
+        self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self._running: set[int] = set()
+        """Rows a thread of this process is handling now (their leases are renewed)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.recovered = 0
+        """Leftovers of dead consumers this process finished (for stats and tests)."""
+
+    # ---- liveness -------------------------------------------------------------------------------
+    def is_dead(self, owner: str, lease_until: datetime, row_id: int, now: datetime) -> bool:
+        """Whether the row's owner is gone: nobody may be handling it any more."""
+        if owner == self.owner:
+            with self._lock:
+                return row_id not in self._running
+        if lease_until < now:
+            return True
+        host, _, rest = owner.partition(":")
+        pid = rest.partition(":")[0]
+        return host == self.host and pid.isdigit() and not _pid_alive(int(pid))
+
+    # ---- the consumer's path --------------------------------------------------------------------
+    def enter(self, message: Message) -> Entry:
+        """Write ``message``'s row (or take it back after a redelivery) and find the rows of its
+        key and queue that a dead consumer left earlier in the queue.  One transaction.
+
+        The row is this process's until :meth:`done` or :meth:`release`; its lease is renewed
+        meanwhile.  ``row_id`` None: a live consumer (another process, or this process's
+        sweeper) is handling this message right now; hand it again later.
+        """
+        key = sharding_key_of(message)
+        message_key = parked_message_key(message)
+        now = utcnow()
+        with self.session_factory() as session, session.begin():
+            _insert_once(
+                session,
+                OrderlyInflight,
+                dict(
+                    consumer_group=self.group,
+                    sharding_key=key,
+                    topic=message.topic,
+                    message_key=message_key,
+                    message_id=message.message_id,
+                    tags=message.tags,
+                    keys=message.keys,
+                    properties=dict(message.properties),
+                    body=message.body,
+                    reconsume_times=message.reconsume_times,
+                    queue_id=message.queue_id,
+                    queue_offset=message.queue_offset,
+                    owner=self.owner,
+                    lease_until=now + self.lease,
+                ),
+            )
+            row = session.execute(
+                select(
+                    OrderlyInflight.id, OrderlyInflight.owner, OrderlyInflight.lease_until
+                ).where(
+                    OrderlyInflight.consumer_group == self.group,
+                    OrderlyInflight.message_key == message_key,
+                )
+            ).one()
+            if row.owner != self.owner:
+                if not self.is_dead(row.owner, row.lease_until, row.id, now):
+                    return Entry(row_id=None)
+                if not self._claim(session, row.id, row.owner, row.lease_until, now):
+                    return Entry(row_id=None)
+            with self._lock:
+                if row.owner == self.owner and row.id in self._running:
+                    return Entry(row_id=None)  # this process's sweeper has it
+                self._running.add(row.id)
+            earlier = select(OrderlyInflight).where(
+                OrderlyInflight.consumer_group == self.group,
+                OrderlyInflight.sharding_key == key,
+                OrderlyInflight.topic == message.topic,
+                OrderlyInflight.id != row.id,
+            )
+            if message.queue_id is not None and message.queue_offset is not None:
+                # a row later in the queue is handed again by the broker after this one
+                earlier = earlier.where(
+                    OrderlyInflight.queue_id == message.queue_id,
+                    OrderlyInflight.queue_offset < message.queue_offset,
+                )
+            else:
+                earlier = earlier.where(OrderlyInflight.id < row.id)
+            before = [
+                Leftover(id=r.id, owner=r.owner, lease_until=r.lease_until, message=_message_of(r))
+                for r in session.scalars(earlier.order_by(OrderlyInflight.id))
+            ]
+        return Entry(row_id=row.id, before=before)
+
+    def claim(self, leftover: Leftover) -> bool:
+        """Make a dead consumer's row this process's; False if its owner lives or another
+        consumer claimed it first (then hand the current message again later)."""
+        now = utcnow()
+        if not self.is_dead(leftover.owner, leftover.lease_until, leftover.id, now):
+            return False
+        with self.session_factory() as session, session.begin():
+            if not self._claim(session, leftover.id, leftover.owner, leftover.lease_until, now):
+                return False
+        with self._lock:
+            if leftover.id in self._running:
+                return False
+            self._running.add(leftover.id)
+        return True
+
+    def _claim(
+        self, session: Session, row_id: int, owner: str, lease_until: datetime, now: datetime
+    ) -> bool:
+        # Compare-and-set on (owner, lease): of two consumers claiming one row, one wins.
+        result = session.execute(
+            update(OrderlyInflight)
+            .where(
+                OrderlyInflight.id == row_id,
+                OrderlyInflight.owner == owner,
+                OrderlyInflight.lease_until == lease_until,
+            )
+            .values(owner=self.owner, lease_until=now + self.lease)
+        )
+        claimed = getattr(result, "rowcount", 0) == 1
+        if claimed and owner != self.owner:
+            log.warning(
+                "group=%s: finishing row %d left by consumer %s (gone); see "
+                "docs/librocketmq-hazards.md #10",
+                self.group,
+                row_id,
+                owner,
+            )
+        return claimed
+
+    def remove(self, session: Session, row_id: int) -> None:
+        """Delete the row inside the caller's transaction (with the listener's effects)."""
+        session.execute(delete(OrderlyInflight).where(OrderlyInflight.id == row_id))
+
+    def done(self, row_id: int, *, removed: bool = False) -> None:
+        """The message was consumed or parked: delete its row (unless ``removed`` already)."""
+        if not removed:
+            with self.session_factory() as session, session.begin():
+                self.remove(session, row_id)
+        with self._lock:
+            self._running.discard(row_id)
+
+    def release(self, row_id: int) -> None:
+        """The message is handed again later: keep the row, stop renewing it."""
+        with self._lock:
+            self._running.discard(row_id)
+
+    # ---- leases and the sweeper -----------------------------------------------------------------
+    def start(self, finish: Finish) -> None:
+        """Start the thread that renews leases and finishes dead consumers' leftovers."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, args=(finish,), name=f"txmsg-journal-{self.group}", daemon=True
+        )
+        self._thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, finish: Finish) -> None:
+        renew_every = self.lease.total_seconds() / 3
+        renewed = 0.0
+        elapsed = renew_every  # renew (and sweep) at once
+        while not self._stop.is_set():
+            try:
+                if elapsed - renewed >= renew_every:
+                    self.renew()
+                    renewed = elapsed
+                self.sweep(finish)
+            except Exception:  # the database may be down: try again next round
+                log.warning(
+                    "group=%s: journal sweep failed; trying again", self.group, exc_info=True
+                )
+            self._stop.wait(self.sweep_interval)
+            elapsed += self.sweep_interval
+
+    def renew(self) -> None:
+        """Extend the leases of the rows this process is handling."""
+        with self._lock:
+            running = sorted(self._running)
+        if not running:
+            return
+        with self.session_factory() as session, session.begin():
+            session.execute(
+                update(OrderlyInflight)
+                .where(OrderlyInflight.id.in_(running), OrderlyInflight.owner == self.owner)
+                .values(lease_until=utcnow() + self.lease)
+            )
+
+    def leftovers(self, limit: int = 100) -> list[Leftover]:
+        """This group's rows whose owner is gone, oldest first."""
+        with self.session_factory() as session, session.begin():
+            read_only(session)
+            rows = session.scalars(
+                select(OrderlyInflight)
+                .where(OrderlyInflight.consumer_group == self.group)
+                .order_by(OrderlyInflight.id)
+                .limit(limit)
+            ).all()
+            now = utcnow()
+            return [
+                Leftover(id=r.id, owner=r.owner, lease_until=r.lease_until, message=_message_of(r))
+                for r in rows
+                if self.is_dead(r.owner, r.lease_until, r.id, now)
+            ]
+
+    def sweep(self, finish: Finish) -> int:
+        """Finish leftovers of dead consumers, each key's in order; returns how many."""
+        blocked: set[tuple[str, str]] = set()
+        finished = 0
+        for leftover in self.leftovers():
+            key = (leftover.message.topic, sharding_key_of(leftover.message))
+            if self._stop.is_set():
+                break
+            if key in blocked or not self.claim(leftover):
+                blocked.add(key)  # a later row of the key must wait for this one
+                continue
+            if finish(leftover.message, leftover.id):
+                finished += 1
+                self.recovered += 1
+            else:
+                blocked.add(key)
+        return finished
