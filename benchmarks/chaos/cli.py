@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.chaos import tracking
 from benchmarks.chaos.faults import FAULT_CHOICES
 from benchmarks.chaos.run import BACKENDS, ChaosResult, ChaosRun, RunOptions, backend_problem
 from benchmarks.chaos.settings import ChaosSettings
@@ -249,6 +250,10 @@ def table(result: ChaosResult) -> Table:
             ("  orders with events", len(stream.applied)),
             ("  resends skipped / redeliveries absorbed", f"{len(stream.skipped)} / {final.stream_duplicates}"),
             ("  keys parked", len(stream.parked)),
+            (
+                "  in-flight messages of killed consumers finished (journal)",
+                tracking.recovered_in(result.settings.workdir / "logs"),
+            ),
         ]
     )
     rows.append(("violations", len(result.violations)))

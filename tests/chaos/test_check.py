@@ -29,6 +29,7 @@ from samples.order.keys import ORDER_GROUP
 from samples.order.orders import Order, create_order, mark_paid, order_paid_event
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.sqla import RecordState, TransactionRecord, parking, wrap_idempotent
+from txmsg.sqla.journal import InflightJournal
 from txmsg.sqla.models import utcnow
 
 HANDLERS = {
@@ -273,3 +274,22 @@ def test_parked_key_is_caught(streamed: World) -> None:
     )
     parking.park(streamed.dbs["tracking"], tracking.GROUP, message, error="boom", attempts=3)
     assert any(line.startswith("key 'o2' of tracking-service is parked with 1 message(s)") for line in streamed.verify())
+
+
+def test_unfinished_inflight_row_is_caught_and_blocks_settling(streamed: World, tmp_path: Path) -> None:
+    message = Message(
+        topic=tracking.TOPIC, body=b"{}", properties={UNIQ_KEY: "w"}, message_id="w", sharding_key="o2"
+    )
+    journal = InflightJournal(streamed.dbs["tracking"], tracking.GROUP)
+    journal.owner = "gone-host:1:killed"  # what a killed consumer leaves
+    assert journal.enter(message).row_id is not None
+    assert "1 in-flight journal row(s) of tracking-service never finished" in " ".join(streamed.verify())
+    assert not check.snapshot(streamed.dbs).caught_up
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "tracking-0.log").write_text(
+        f"x WARNING group=tracking-service: finishing row 7 {tracking.RECOVERED_MARK} a:1:b (gone)\nother\n"
+    )
+    (logs / "points-0.log").write_text(f"{tracking.RECOVERED_MARK}\n")  # not a tracking consumer
+    assert tracking.recovered_in(logs) == 1

@@ -36,6 +36,7 @@ from txmsg.sqla.local import SqlAlchemyLocalTransaction, listener_group, transac
 from txmsg.sqla.models import (
     ConsumedMessage,
     ConsumeStat,
+    OrderlyInflight,
     ParkedKey,
     ParkedMessage,
     RecordState,
@@ -67,6 +68,7 @@ __all__ = [
     "ConsumeStat",
     "ConsumedMessage",
     "IdempotentConsumer",
+    "OrderlyInflight",
     "ParkedKey",
     "ParkedKeyView",
     "ParkedMessage",
