@@ -261,3 +261,34 @@ def test_database_down_hands_the_message_again(db: Db) -> None:
     OrderlyInflight.__table__.drop(db.engine)  # type: ignore[attr-defined]
     assert handle(msg("a", 0)) is False
     assert listener.handled == []
+
+
+def test_a_message_handed_back_stays_ours_until_its_lease_runs_out(db: Db) -> None:
+    class Stop(BaseException):
+        """Not the message's fault (like KeyboardInterrupt): the handler answers False."""
+
+    calls: list[str] = []
+
+    def listener(message: Message) -> None:
+        calls.append(message.properties[UNIQ_KEY])
+        if len(calls) == 1:
+            raise Stop
+
+    handle = handler_for(spec_for(db, listener))
+    assert handle.journal is not None
+    assert handle(msg("a", 0)) is False
+    assert [key for key, _ in rows(db)] == ["a"]
+    # the queue hands it to this consumer again in a moment: the sweeper must not race it
+    assert handle.journal.sweep(handle._handle) == 0
+    assert handle(msg("a", 0)) is True
+    assert calls == ["a", "a"]
+    assert rows(db) == []
+
+    # handed back, then the queue moved elsewhere: once the lease ran out the sweeper finishes it
+    calls.clear()
+    assert handle(msg("b", 1)) is False
+    with db.sessions() as session, session.begin():
+        session.execute(update(OrderlyInflight).values(lease_until=utcnow() - timedelta(seconds=1)))
+    assert handle.journal.sweep(handle._handle) == 1
+    assert calls == ["b", "b"]
+    assert rows(db) == []

@@ -127,8 +127,13 @@ class InflightJournal:
     def is_dead(self, owner: str, lease_until: datetime, row_id: int, now: datetime) -> bool:
         """Whether the row's owner is gone: nobody may be handling it any more."""
         if owner == self.owner:
+            # One of this process's rows that no thread handles: its message was handed back
+            # (the listener answered False); the queue hands it to us again soon, so it is
+            # anybody's only once its lease ran out (the queue moved to another consumer).
             with self._lock:
-                return row_id not in self._running
+                if row_id in self._running:
+                    return False
+            return lease_until < now
         if lease_until < now:
             return True
         host, _, rest = owner.partition(":")
@@ -148,7 +153,7 @@ class InflightJournal:
         message_key = parked_message_key(message)
         now = utcnow()
         with self.session_factory() as session, session.begin():
-            _insert_once(
+            inserted = _insert_once(
                 session,
                 OrderlyInflight,
                 dict(
@@ -176,13 +181,16 @@ class InflightJournal:
                     OrderlyInflight.message_key == message_key,
                 )
             ).one()
-            if row.owner != self.owner:
-                if not self.is_dead(row.owner, row.lease_until, row.id, now):
+            if not inserted:  # handed again: the row is there from an earlier delivery
+                if row.owner != self.owner and not self.is_dead(
+                    row.owner, row.lease_until, row.id, now
+                ):
                     return Entry(row_id=None)
+                # take it (or, if it is ours, renew its lease): one of two claimants wins
                 if not self._claim(session, row.id, row.owner, row.lease_until, now):
                     return Entry(row_id=None)
             with self._lock:
-                if row.owner == self.owner and row.id in self._running:
+                if row.id in self._running:
                     return Entry(row_id=None)  # this process's sweeper has it
                 self._running.add(row.id)
             earlier = select(OrderlyInflight).where(
