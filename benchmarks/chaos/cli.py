@@ -251,8 +251,9 @@ def table(result: ChaosResult) -> Table:
             ("  resends skipped / redeliveries absorbed", f"{len(stream.skipped)} / {final.stream_duplicates}"),
             ("  keys parked", len(stream.parked)),
             (
-                "  in-flight messages of killed consumers finished (journal)",
-                tracking.recovered_in(result.settings.workdir / "logs"),
+                "  killed consumers' in-flight messages finished: handed again / "
+                "before the key's next / by the sweeper",
+                " / ".join(map(str, tracking.recovered_in(result.settings.workdir / "logs").values())),
             ),
         ]
     )

@@ -229,16 +229,25 @@ def read(orders: sessionmaker[Session], tracking: sessionmaker[Session]) -> Stre
 
 RECOVERED_MARK = "left by consumer"
 """What :mod:`txmsg.sqla.journal` logs when it finishes a dead consumer's in-flight message."""
+RECOVERY_WAYS = ("handed again", "before the key's next message", "by the sweeper")
+"""How the row was finished, as the journal's log line says: the broker handed the message itself
+again (no harm done), or it did not (hazard #10: the offset had passed it) and the key's next
+message or the sweeper brought it up."""
 
 
-def recovered_in(logs: Path) -> int:
-    """How many in-flight messages of killed tracking consumers were finished by another one
-    (counted from the tracking consumers' logs: each time hazard #10's window was closed)."""
-    total = 0
+def recovered_in(logs: Path) -> dict[str, int]:
+    """How many in-flight messages of killed tracking consumers another consumer finished, per
+    way (counted from the tracking consumers' logs)."""
+    counts = dict.fromkeys(RECOVERY_WAYS, 0)
     for log in sorted(logs.glob("tracking-*.log")):
         with log.open("rb") as fh:
-            total += sum(1 for line in fh if RECOVERED_MARK.encode() in line)
-    return total
+            for line in fh:
+                if RECOVERED_MARK.encode() not in line:
+                    continue
+                for way in RECOVERY_WAYS:
+                    if way.encode() in line:
+                        counts[way] += 1
+    return counts
 
 
 def verify(stream: Stream, paid: set[str]) -> list[str]:

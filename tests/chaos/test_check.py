@@ -288,8 +288,15 @@ def test_unfinished_inflight_row_is_caught_and_blocks_settling(streamed: World, 
 
     logs = tmp_path / "logs"
     logs.mkdir()
+    line = "x WARNING group=tracking-service: finishing row 7 {} a:1:b (gone), {}; see ...\n"
     (logs / "tracking-0.log").write_text(
-        f"x WARNING group=tracking-service: finishing row 7 {tracking.RECOVERED_MARK} a:1:b (gone)\nother\n"
+        line.format(tracking.RECOVERED_MARK, "by the sweeper") + "other\n"
+        + line.format(tracking.RECOVERED_MARK, "handed again")
     )
-    (logs / "points-0.log").write_text(f"{tracking.RECOVERED_MARK}\n")  # not a tracking consumer
-    assert tracking.recovered_in(logs) == 1
+    (logs / "tracking-1.log").write_text(line.format(tracking.RECOVERED_MARK, "by the sweeper"))
+    (logs / "points-0.log").write_text(line.format(tracking.RECOVERED_MARK, "handed again"))  # not tracking
+    assert tracking.recovered_in(logs) == {
+        "handed again": 1,
+        "before the key's next message": 0,
+        "by the sweeper": 2,
+    }

@@ -187,7 +187,9 @@ class InflightJournal:
                 ):
                     return Entry(row_id=None)
                 # take it (or, if it is ours, renew its lease): one of two claimants wins
-                if not self._claim(session, row.id, row.owner, row.lease_until, now):
+                if not self._claim(
+                    session, row.id, row.owner, row.lease_until, now, "handed again"
+                ):
                     return Entry(row_id=None)
             with self._lock:
                 if row.id in self._running:
@@ -213,14 +215,17 @@ class InflightJournal:
             ]
         return Entry(row_id=row.id, before=before)
 
-    def claim(self, leftover: Leftover) -> bool:
+    def claim(self, leftover: Leftover, why: str = "before the key's next message") -> bool:
         """Make a dead consumer's row this process's; False if its owner lives or another
-        consumer claimed it first (then hand the current message again later)."""
+        consumer claimed it first (then hand the current message again later).  ``why`` goes
+        into the log line."""
         now = utcnow()
         if not self.is_dead(leftover.owner, leftover.lease_until, leftover.id, now):
             return False
         with self.session_factory() as session, session.begin():
-            if not self._claim(session, leftover.id, leftover.owner, leftover.lease_until, now):
+            if not self._claim(
+                session, leftover.id, leftover.owner, leftover.lease_until, now, why
+            ):
                 return False
         with self._lock:
             if leftover.id in self._running:
@@ -229,7 +234,13 @@ class InflightJournal:
         return True
 
     def _claim(
-        self, session: Session, row_id: int, owner: str, lease_until: datetime, now: datetime
+        self,
+        session: Session,
+        row_id: int,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        why: str,
     ) -> bool:
         # Compare-and-set on (owner, lease): of two consumers claiming one row, one wins.
         result = session.execute(
@@ -244,11 +255,12 @@ class InflightJournal:
         claimed = getattr(result, "rowcount", 0) == 1
         if claimed and owner != self.owner:
             log.warning(
-                "group=%s: finishing row %d left by consumer %s (gone); see "
+                "group=%s: finishing row %d left by consumer %s (gone), %s; see "
                 "docs/librocketmq-hazards.md #10",
                 self.group,
                 row_id,
                 owner,
+                why,
             )
         return claimed
 
@@ -339,7 +351,7 @@ class InflightJournal:
             key = (leftover.message.topic, sharding_key_of(leftover.message))
             if self._stop.is_set():
                 break
-            if key in blocked or not self.claim(leftover):
+            if key in blocked or not self.claim(leftover, "by the sweeper"):
                 blocked.add(key)  # a later row of the key must wait for this one
                 continue
             if finish(leftover.message, leftover.id):
