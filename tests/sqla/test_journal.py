@@ -115,7 +115,9 @@ def test_a_consumed_message_leaves_no_row(db: Db) -> None:
     assert rows(db) == []
 
 
-def test_dead_consumers_message_is_handled_before_the_keys_next_one(db: Db, dead_pid: int) -> None:
+def test_dead_consumers_message_is_handled_before_the_keys_next_one(
+    db: Db, dead_pid: int, caplog: pytest.LogCaptureFixture
+) -> None:
     # the killed consumer was inside "m1"; the broker's offset already points past it
     leave_row(db, msg("m1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
     listener = Recorder()
@@ -123,7 +125,9 @@ def test_dead_consumers_message_is_handled_before_the_keys_next_one(db: Db, dead
     assert handle(msg("m2", 6)) is True
     assert listener.handled == ["m1", "m2"]
     assert rows(db) == []
-    assert handle.journal is not None
+    said = [r.getMessage() for r in caplog.records if r.name == "txmsg.journal"]
+    assert len(said) == 1
+    assert f":{dead_pid}:gone (gone), before the key's next message;" in said[0]
 
 
 def test_other_keys_do_not_wait_for_a_leftover(db: Db, dead_pid: int) -> None:
