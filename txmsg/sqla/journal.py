@@ -30,11 +30,15 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from txmsg.message import Message
@@ -73,7 +77,8 @@ class Entry:
     """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
 
 
-def _message_of(row: OrderlyInflight) -> Message:
+def _message_of(row: Any) -> Message:
+    """The message a journal row holds (an ORM row or a Core row: same attribute names)."""
     return Message(
         topic=row.topic,
         body=row.body,
@@ -96,6 +101,56 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:  # somebody else's process: alive
         return True
     return True
+
+
+_TABLE: Table = OrderlyInflight.__table__  # type: ignore[assignment]  # declared a Table
+_T = _TABLE.c
+# Built once: every orderly message runs them (building a statement cost more than running it).
+_ROW = select(_T.id, _T.owner, _T.lease_until).where(
+    _T.consumer_group == bindparam("group"), _T.message_key == bindparam("message_key")
+)
+_EARLIER = select(_TABLE).where(
+    _T.consumer_group == bindparam("group"),
+    _T.sharding_key == bindparam("key"),
+    _T.topic == bindparam("topic"),
+    _T.id != bindparam("row_id"),
+)
+_EARLIER_IN_QUEUE = _EARLIER.where(
+    _T.queue_id == bindparam("queue_id"), _T.queue_offset < bindparam("queue_offset")
+).order_by(_T.id)
+_EARLIER_BY_ID = _EARLIER.where(_T.id < bindparam("row_id")).order_by(_T.id)
+_CLAIM = (
+    update(_TABLE)
+    .where(
+        _T.id == bindparam("row_id"),
+        _T.owner == bindparam("old_owner"),
+        _T.lease_until == bindparam("old_lease"),
+    )
+    .values(owner=bindparam("new_owner"), lease_until=bindparam("new_lease"))
+)
+_DELETE = delete(_TABLE).where(_T.id == bindparam("row_id"))
+_INSERT_RETURNING: dict[str, Any] = {}
+
+
+def _insert_returning_id(tx: Connection | Session, values: dict[str, Any]) -> int | None:
+    """Insert the row; its id, or None when the message's row is there already (a redelivery).
+    PostgreSQL and SQLite do it in one statement (``ON CONFLICT DO NOTHING RETURNING id``)."""
+    dialect = tx.dialect.name if isinstance(tx, Connection) else tx.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        statement = _INSERT_RETURNING.get(dialect)
+        if statement is None:
+            dialect_insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+            statement = _INSERT_RETURNING[dialect] = (
+                dialect_insert(_TABLE).on_conflict_do_nothing().returning(_T.id)
+            )
+        row_id = tx.execute(statement, values).scalar()
+        return None if row_id is None else int(row_id)
+    if not _insert_once(tx, OrderlyInflight, values):
+        return None
+    found = tx.execute(
+        _ROW, {"group": values["consumer_group"], "message_key": values["message_key"]}
+    ).one()
+    return int(found.id)
 
 
 class InflightJournal:
@@ -152,68 +207,68 @@ class InflightJournal:
         key = sharding_key_of(message)
         message_key = parked_message_key(message)
         now = utcnow()
-        with self.session_factory() as session, session.begin():
-            inserted = _insert_once(
-                session,
-                OrderlyInflight,
-                dict(
-                    consumer_group=self.group,
-                    sharding_key=key,
-                    topic=message.topic,
-                    message_key=message_key,
-                    message_id=message.message_id,
-                    tags=message.tags,
-                    keys=message.keys,
-                    properties=dict(message.properties),
-                    body=message.body,
-                    reconsume_times=message.reconsume_times,
-                    queue_id=message.queue_id,
-                    queue_offset=message.queue_offset,
-                    owner=self.owner,
-                    lease_until=now + self.lease,
-                ),
-            )
-            row = session.execute(
-                select(
-                    OrderlyInflight.id, OrderlyInflight.owner, OrderlyInflight.lease_until
-                ).where(
-                    OrderlyInflight.consumer_group == self.group,
-                    OrderlyInflight.message_key == message_key,
-                )
-            ).one()
-            if not inserted:  # handed again: the row is there from an earlier delivery
+        values = dict(
+            consumer_group=self.group,
+            sharding_key=key,
+            topic=message.topic,
+            message_key=message_key,
+            message_id=message.message_id,
+            tags=message.tags,
+            keys=message.keys,
+            properties=dict(message.properties),
+            body=message.body,
+            reconsume_times=message.reconsume_times,
+            queue_id=message.queue_id,
+            queue_offset=message.queue_offset,
+            owner=self.owner,
+            lease_until=now + self.lease,
+        )
+        with self._begin() as tx:
+            row_id = _insert_returning_id(tx, values)
+            if row_id is None:  # handed again: the row is there from an earlier delivery
+                row = tx.execute(_ROW, {"group": self.group, "message_key": message_key}).one()
+                row_id = row.id
                 if row.owner != self.owner and not self.is_dead(
                     row.owner, row.lease_until, row.id, now
                 ):
                     return Entry(row_id=None)
                 # take it (or, if it is ours, renew its lease): one of two claimants wins
-                if not self._claim(
-                    session, row.id, row.owner, row.lease_until, now, "handed again"
-                ):
+                if not self._claim(tx, row.id, row.owner, row.lease_until, now, "handed again"):
                     return Entry(row_id=None)
             with self._lock:
-                if row.id in self._running:
+                if row_id in self._running:
                     return Entry(row_id=None)  # this process's sweeper has it
-                self._running.add(row.id)
-            earlier = select(OrderlyInflight).where(
-                OrderlyInflight.consumer_group == self.group,
-                OrderlyInflight.sharding_key == key,
-                OrderlyInflight.topic == message.topic,
-                OrderlyInflight.id != row.id,
-            )
+                self._running.add(row_id)
+            params: dict[str, object] = {
+                "group": self.group,
+                "key": key,
+                "topic": message.topic,
+                "row_id": row_id,
+            }
             if message.queue_id is not None and message.queue_offset is not None:
                 # a row later in the queue is handed again by the broker after this one
-                earlier = earlier.where(
-                    OrderlyInflight.queue_id == message.queue_id,
-                    OrderlyInflight.queue_offset < message.queue_offset,
-                )
+                params.update(queue_id=message.queue_id, queue_offset=message.queue_offset)
+                earlier = tx.execute(_EARLIER_IN_QUEUE, params)
             else:
-                earlier = earlier.where(OrderlyInflight.id < row.id)
+                earlier = tx.execute(_EARLIER_BY_ID, params)
             before = [
                 Leftover(id=r.id, owner=r.owner, lease_until=r.lease_until, message=_message_of(r))
-                for r in session.scalars(earlier.order_by(OrderlyInflight.id))
+                for r in earlier
             ]
-        return Entry(row_id=row.id, before=before)
+        return Entry(row_id=row_id, before=before)
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection | Session]:
+        """One write transaction: a Core connection when the factory is a ``sessionmaker`` bound
+        to an engine (every orderly message pays this, and the ORM session cost more than the
+        statements), else a session."""
+        bind = getattr(self.session_factory, "kw", {}).get("bind")
+        if isinstance(bind, Engine):
+            with bind.begin() as connection:
+                yield connection
+            return
+        with self.session_factory() as session, session.begin():
+            yield session
 
     def claim(self, leftover: Leftover, why: str = "before the key's next message") -> bool:
         """Make a dead consumer's row this process's; False if its owner lives or another
@@ -222,10 +277,8 @@ class InflightJournal:
         now = utcnow()
         if not self.is_dead(leftover.owner, leftover.lease_until, leftover.id, now):
             return False
-        with self.session_factory() as session, session.begin():
-            if not self._claim(
-                session, leftover.id, leftover.owner, leftover.lease_until, now, why
-            ):
+        with self._begin() as tx:
+            if not self._claim(tx, leftover.id, leftover.owner, leftover.lease_until, now, why):
                 return False
         with self._lock:
             if leftover.id in self._running:
@@ -235,7 +288,7 @@ class InflightJournal:
 
     def _claim(
         self,
-        session: Session,
+        tx: Connection | Session,
         row_id: int,
         owner: str,
         lease_until: datetime,
@@ -243,14 +296,15 @@ class InflightJournal:
         why: str,
     ) -> bool:
         # Compare-and-set on (owner, lease): of two consumers claiming one row, one wins.
-        result = session.execute(
-            update(OrderlyInflight)
-            .where(
-                OrderlyInflight.id == row_id,
-                OrderlyInflight.owner == owner,
-                OrderlyInflight.lease_until == lease_until,
-            )
-            .values(owner=self.owner, lease_until=now + self.lease)
+        result = tx.execute(
+            _CLAIM,
+            {
+                "row_id": row_id,
+                "old_owner": owner,
+                "old_lease": lease_until,
+                "new_owner": self.owner,
+                "new_lease": now + self.lease,
+            },
         )
         claimed = getattr(result, "rowcount", 0) == 1
         if claimed and owner != self.owner:
@@ -264,15 +318,15 @@ class InflightJournal:
             )
         return claimed
 
-    def remove(self, session: Session, row_id: int) -> None:
+    def remove(self, session: Session | Connection, row_id: int) -> None:
         """Delete the row inside the caller's transaction (with the listener's effects)."""
-        session.execute(delete(OrderlyInflight).where(OrderlyInflight.id == row_id))
+        session.execute(_DELETE, {"row_id": row_id})
 
     def done(self, row_id: int, *, removed: bool = False) -> None:
         """The message was consumed or parked: delete its row (unless ``removed`` already)."""
         if not removed:
-            with self.session_factory() as session, session.begin():
-                self.remove(session, row_id)
+            with self._begin() as tx:
+                self.remove(tx, row_id)
         with self._lock:
             self._running.discard(row_id)
 
