@@ -30,12 +30,15 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
-from txmsg.errors import ListenerDefinitionError
+from sqlalchemy import Engine, inspect
+
+from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.sqla import parking
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.journal import InflightJournal
+from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage
 
 if TYPE_CHECKING:
     from txmsg.consumer import ConsumerSpec
@@ -105,8 +108,24 @@ class OrderlyHandler:
         self.journal = journal
 
     def start(self) -> None:
-        """Start the journal's sweeper: it finishes what dead consumers of the group left, even
-        when no message of their keys comes any more."""
+        """Check the tables are there, then start the journal's sweeper: it finishes what dead
+        consumers of the group left, even when no message of their keys comes any more.
+
+        Raises:
+            ConfigError: a txmsg table this listener needs is missing (a database created before
+                the table existed): every message would wait for it, so say it at start.
+        """
+        needed = [ParkedKey.__tablename__, ParkedMessage.__tablename__]
+        if self.journal is not None:
+            needed.append(OrderlyInflight.__tablename__)
+        missing = _missing_tables(self.session_factory, needed)
+        if missing:
+            raise ConfigError(
+                f"orderly listener {self.spec.name} (group {self.spec.group}): table(s) "
+                f"{', '.join(missing)} missing in its database; create them with "
+                "txmsg.sqla.create_tables(engine), or add txmsg.sqla.models.metadata to your "
+                "Alembic target_metadata and migrate"
+            )
         if self.journal is not None:
             self.journal.start(self._handle)
 
@@ -271,6 +290,20 @@ class OrderlyHandler:
         if self.journal is not None and row_id is not None:
             self.journal.release(row_id)
         return False
+
+
+def _missing_tables(session_factory: SessionFactory, names: list[str]) -> list[str]:
+    """Which of ``names`` the database lacks; none when it cannot be asked (a database that is
+    down at start is the handler's business: it waits for it, message by message)."""
+    bind = getattr(session_factory, "kw", {}).get("bind")
+    if not isinstance(bind, Engine):
+        return []
+    try:
+        inspector = inspect(bind)
+        return [name for name in names if not inspector.has_table(name)]
+    except Exception:  # down or unreachable: not a definition problem
+        log.warning("could not check the orderly listener's tables", exc_info=True)
+        return []
 
 
 class _JournalFailed(Exception):

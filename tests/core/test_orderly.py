@@ -16,7 +16,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from txmsg import ListenerDefinitionError, defaults
+from txmsg import ConfigError, ListenerDefinitionError, defaults
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message
 from txmsg.orderly import ParkedEvent, replay_command
@@ -279,13 +279,28 @@ def test_orderly_with_idempotent_handler(sessions: sessionmaker[Session], engine
 def test_database_down_before_the_check_returns_false(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    no_tables = make_session_factory(create_engine("sqlite://", poolclass=StaticPool))
+    engine = create_engine("sqlite://", poolclass=StaticPool)
+    create_tables(engine)
     listener = Recorder()
-    handle = spec_for(listener, no_tables).safe_handler()
+    handle = spec_for(listener, make_session_factory(engine)).safe_handler()
+    metadata.drop_all(engine)  # the database "fails" after the start
     with caplog.at_level(logging.ERROR, logger="txmsg.orderly"):
         assert handle(msg("a")) is False
     assert listener.calls == []  # not run: its key might be parked
     assert "handed again" in caplog.records[-1].getMessage()
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_missing_tables_are_refused_at_start_with_the_fix(journal: bool) -> None:
+    engine = create_engine("sqlite://", poolclass=StaticPool)
+    create_tables(engine)
+    metadata.tables["txmsg_orderly_inflight"].drop(engine)  # a database from before the journal
+    spec = spec_for(Recorder(), make_session_factory(engine))
+    if not journal:
+        spec.safe_handler()  # no journal: the parking tables are enough
+        return
+    with pytest.raises(ConfigError, match=r"txmsg_orderly_inflight missing .*txmsg.sqla.create_tables\(engine\)"):
+        spec.safe_handler(journal=True)
 
 
 def test_database_down_while_parking_returns_false_and_loses_nothing(
