@@ -1,0 +1,252 @@
+"""A FIFO consumer SIGKILLed while its callback runs loses nothing, without the in-flight journal.
+
+``RocketMQ5Backend.capabilities.orderly_crash_safe`` is True: the FIFO consumer
+(``txmsg_rocketmq5.fifo``) acks each message on its own after its handler, so a message whose
+consumer died is not acked and the broker hands it again once the invisible time of its receive
+runs out - and holds the rest of its FIFO queue until then.  txmsg therefore skips the in-flight
+journal (``txmsg_orderly_inflight``) that the ``rocketmq`` backend needs (librocketmq hazard #10,
+``tests/rocketmq/test_orderly_crash.py``).  These tests prove both halves on the embedded broker's
+gRPC endpoint.
+
+The consumer runs as a child process (``fifo_crash_child.py``) on a one-queue FIFO topic with an
+orderly group.  Its listener holds message ``k/1`` in its callback; the test SIGKILLs the process
+there and starts a new one.  Every check reads the child's database: each message applied exactly
+once, in the key's order, ``k/1`` on its second delivery attempt and not before the invisible time
+ran out; and no row was ever written to the journal table (an SQLite trigger counts inserts).
+
+The invisible time is a module constant of the backend (``receive.INVISIBLE_S``, 60 s; there is no
+setting).  The children shorten it to ``INVISIBLE_S`` below, so a test takes ~20 s instead of
+~70 s; the mechanism (the broker's invisible time, not anything of the client) is the same.
+
+``CRASH_JOURNAL=1 pytest tests/rocketmq5/test_fifo_crash.py`` runs the consumers with the journal
+(see ``fifo_crash_child.py``): the journal checks then fail, showing they can.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from txmsg_broker.testing import create_group, create_topic, unique, wait_until
+
+from txmsg import TxMsg
+from txmsg.sqla import create_tables
+
+CHILD = Path(__file__).with_name("fifo_crash_child.py")
+KEY = "k"
+INVISIBLE_S = int(os.environ.get("FIFO_CRASH_INVISIBLE_S", "10"))
+"""The children's invisible time per receive (a RocketMQ 5 proxy's minimum; the backend's own: 60,
+which ``FIFO_CRASH_INVISIBLE_S=60`` runs the tests with, ~70 s each)."""
+
+
+class Child:
+    """The consumer process; its output goes to a log file shown on failures."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(CHILD)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-6000:]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class Scene:
+    broker: Any
+    topic: str
+    group: str
+    db_url: str
+    tmp: Path
+    send: Callable[[int], str]
+    """``send(seq)``: ``KEY/seq`` with ``send_orderly(sharding_key=KEY)``; its message id."""
+    children: list[Child]
+
+    def start(self, hold: Path | None = None) -> Child:
+        env = {
+            **os.environ,
+            "CRASH_ENDPOINTS": self.broker.grpc_endpoint,
+            "CRASH_DB": self.db_url,
+            "CRASH_TOPIC": self.topic,
+            "CRASH_GROUP": self.group,
+            "CRASH_INVISIBLE_S": str(INVISIBLE_S),
+        }
+        for name in ("CRASH_HOLD", "CRASH_HOLD_SECONDS"):  # CRASH_JOURNAL passes: see above
+            env.pop(name, None)
+        if hold is not None:
+            env["CRASH_HOLD"] = str(hold)
+        child = Child(env, self.tmp / f"consumer-{len(self.children)}.log")
+        self.children.append(child)
+        return child
+
+    def _rows(self, query: str) -> list[tuple[Any, ...]]:
+        engine = create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                exists = text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :t")
+                if not conn.execute(exists, {"t": "crash_applied"}).first():
+                    return []  # the child has not created it yet
+                return [tuple(row) for row in conn.execute(text(query))]
+        finally:
+            engine.dispose()
+
+    def applied(self) -> list[tuple[str, int]]:
+        """(key, seq) of every applied message, in the order they were applied."""
+        return [(str(k), int(s)) for k, s in self._rows("SELECT key, seq FROM crash_applied ORDER BY id")]
+
+    def applied_rows(self) -> list[tuple[str, int, int, float]]:
+        """(key, seq, delivery attempt, time.time() applied) in the order they were applied."""
+        rows = self._rows("SELECT key, seq, attempt, applied_at FROM crash_applied ORDER BY id")
+        return [(str(k), int(s), int(a), float(t)) for k, s, a, t in rows]
+
+    def journal(self) -> tuple[int, int]:
+        """(rows now in ``txmsg_orderly_inflight``, rows ever inserted into it)."""
+        engine = create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                now = conn.execute(text("SELECT count(*) FROM txmsg_orderly_inflight")).scalar_one()
+                ever = conn.execute(text("SELECT n FROM crash_journal_inserts")).scalar_one()
+                return int(now), int(ever)
+        finally:
+            engine.dispose()
+
+
+@pytest.fixture
+def scene(txmsg_grpc_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path) -> Iterator[Scene]:
+    topic, group, producer_group = unique("F5Crash"), unique("F5CrashCG"), unique("F5CrashPG")
+    create_topic(txmsg_grpc_broker.namesrv_addr, topic, queues=1, message_type="FIFO")
+    create_group(txmsg_grpc_broker.namesrv_addr, group, orderly=True)  # the proxy pops it in order
+    db_url = f"sqlite:///{tmp_path / 'consumer.db'}"
+    engine = create_engine(db_url)
+    create_tables(engine)  # the journal table exists (create_tables makes it on every backend) ...
+    with engine.begin() as conn:  # ... and this counts every row ever written to it
+        conn.execute(text("CREATE TABLE crash_journal_inserts (n INTEGER NOT NULL)"))
+        conn.execute(text("INSERT INTO crash_journal_inserts (n) VALUES (0)"))
+        conn.execute(text(
+            "CREATE TRIGGER crash_count_journal AFTER INSERT ON txmsg_orderly_inflight "
+            "BEGIN UPDATE crash_journal_inserts SET n = n + 1; END"
+        ))
+    engine.dispose()
+    app = make_app()
+    app.add_producer(group=producer_group)
+    app.start()
+    producer = app.producer(producer_group)
+
+    def send(seq: int) -> str:
+        result = producer.send_orderly(topic, f"{KEY}/{seq}", sharding_key=KEY)
+        assert result.message_id
+        return str(result.message_id)
+
+    children: list[Child] = []
+    yield Scene(txmsg_grpc_broker, topic, group, db_url, tmp_path, send, children)
+    for child in children:
+        child.stop(signal.SIGKILL)
+
+
+def kill_in_flight(scene: Scene) -> tuple[Child, float]:
+    """Send ``k/1``, let the first consumer hold it in its callback, SIGKILL that consumer and
+    start a new one; the new consumer and the time ``k/1`` was handed to the dead one."""
+    hold = scene.tmp / "holding"
+    first = scene.start(hold)
+    message_id = scene.send(1)
+    wait_until(
+        hold.exists,
+        timeout=40,
+        message=lambda: f"the consumer to hold {KEY}/1; its output:\n{first.output()}",
+    )
+    wait_until(lambda: hold.read_text(), timeout=5, message="the hold file's content")
+    held = json.loads(hold.read_text())
+    assert (held["message_id"], held["attempt"]) == (message_id, 1)
+    # the moment the rocketmq backend's journal would hold k/1: here nothing is in it
+    assert scene.journal() == (0, 0)
+    first.stop(signal.SIGKILL)
+    assert first.proc.returncode == -signal.SIGKILL
+    killed_after = time.time() - float(held["at"])
+    assert killed_after < INVISIBLE_S / 2, f"killed {killed_after:.1f} s into the callback: too late"
+    assert scene.applied() == []
+    print(f"{KEY}/1 killed {killed_after:.1f} s into its callback")
+    return scene.start(), float(held["at"])
+
+
+def assert_redelivered(scene: Scene, held_at: float) -> None:
+    """``k/1`` was applied once, on its second delivery, after the invisible time ran out."""
+    ((_, _, attempt, applied_at),) = [r for r in scene.applied_rows() if r[:2] == (KEY, 1)]
+    assert attempt == 2, "k/1 not applied on the broker's second hand-out"
+    # handed again only when the invisible time of the dead consumer's receive ran out (the
+    # receive came a little before the callback started: hence the 1 s slack)
+    assert applied_at - held_at >= INVISIBLE_S - 1, f"redelivered after {applied_at - held_at:.1f} s"
+    print(f"{KEY}/1 applied {applied_at - held_at:.1f} s after the dead consumer got it")
+
+
+def stop_and_check_journal(scene: Scene, child: Child) -> None:
+    child.stop()
+    assert child.proc.returncode == 0, child.output()
+    assert scene.journal() == (0, 0), "the rocketmq5 backend wrote to the in-flight journal"
+
+
+def test_the_killed_message_is_handed_again_then_the_next_follows(scene: Scene) -> None:
+    started = time.monotonic()
+    second, held_at = kill_in_flight(scene)
+    wait_until(
+        scene.applied,
+        timeout=INVISIBLE_S + 30,
+        message=lambda: f"{KEY}/1 to be applied; the new consumer's output:\n{second.output()}",
+    )
+    assert_redelivered(scene, held_at)
+    time.sleep(1.0)  # a late duplicate would show now
+    assert scene.applied() == [(KEY, 1)], "k/1 applied twice"
+    scene.send(2)
+    wait_until(
+        lambda: (KEY, 2) in scene.applied(),
+        timeout=30,
+        message=lambda: f"{KEY}/2 to be applied; the new consumer's output:\n{second.output()}",
+    )
+    time.sleep(1.0)
+    assert scene.applied() == [(KEY, 1), (KEY, 2)], "applied out of order or twice"
+    stop_and_check_journal(scene, second)
+    assert scene.applied() == [(KEY, 1), (KEY, 2)]
+    print(f"whole scenario: {time.monotonic() - started:.1f} s")
+
+
+def test_the_next_message_sent_meanwhile_waits_for_the_killed_one(scene: Scene) -> None:
+    """``k/2`` sent while ``k/1`` is invisible: the FIFO queue hands out nothing before ``k/1``."""
+    started = time.monotonic()
+    second, held_at = kill_in_flight(scene)
+    scene.send(2)
+    wait_until(
+        lambda: (KEY, 2) in scene.applied(),
+        timeout=INVISIBLE_S + 30,
+        message=lambda: (
+            f"{KEY}/2 to be applied ({scene.applied()}); the new consumer's "
+            f"output:\n{second.output()}"
+        ),
+    )
+    time.sleep(1.0)  # a late duplicate would show now
+    assert scene.applied() == [(KEY, 1), (KEY, 2)], "k/1 lost, applied out of order or twice"
+    assert_redelivered(scene, held_at)
+    stop_and_check_journal(scene, second)
+    print(f"whole scenario: {time.monotonic() - started:.1f} s")
