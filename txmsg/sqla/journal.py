@@ -44,7 +44,13 @@ from sqlalchemy.orm import Session
 from txmsg.message import Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.models import OrderlyInflight, utcnow
-from txmsg.sqla.parking import _insert_once, parked_message_key, sharding_key_of
+from txmsg.sqla.parking import (
+    _insert_once,
+    message_columns,
+    parked_message_key,
+    sharding_key_of,
+    stored_message,
+)
 
 log = logging.getLogger("txmsg.journal")
 
@@ -75,22 +81,6 @@ class Entry:
     """The message's own row; None when a live consumer is handling this very message."""
     before: list[Leftover] = field(default_factory=list)
     """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
-
-
-def _message_of(row: Any) -> Message:
-    """The message a journal row holds (an ORM row or a Core row: same attribute names)."""
-    return Message(
-        topic=row.topic,
-        body=row.body,
-        tags=row.tags,
-        keys=row.keys,
-        properties=dict(row.properties or {}),
-        message_id=row.message_id,
-        reconsume_times=row.reconsume_times,
-        sharding_key=row.sharding_key or None,
-        queue_id=row.queue_id,
-        queue_offset=row.queue_offset,
-    )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -207,21 +197,8 @@ class InflightJournal:
         key = sharding_key_of(message)
         message_key = parked_message_key(message)
         now = utcnow()
-        values = dict(
-            consumer_group=self.group,
-            sharding_key=key,
-            topic=message.topic,
-            message_key=message_key,
-            message_id=message.message_id,
-            tags=message.tags,
-            keys=message.keys,
-            properties=dict(message.properties),
-            body=message.body,
-            reconsume_times=message.reconsume_times,
-            queue_id=message.queue_id,
-            queue_offset=message.queue_offset,
-            owner=self.owner,
-            lease_until=now + self.lease,
+        values = message_columns(self.group, message) | dict(
+            owner=self.owner, lease_until=now + self.lease
         )
         with self._begin() as tx:
             row_id = _insert_returning_id(tx, values)
@@ -252,7 +229,9 @@ class InflightJournal:
             else:
                 earlier = tx.execute(_EARLIER_BY_ID, params)
             before = [
-                Leftover(id=r.id, owner=r.owner, lease_until=r.lease_until, message=_message_of(r))
+                Leftover(
+                    id=r.id, owner=r.owner, lease_until=r.lease_until, message=stored_message(r)
+                )
                 for r in earlier
             ]
         return Entry(row_id=row_id, before=before)
@@ -392,7 +371,9 @@ class InflightJournal:
             ).all()
             now = utcnow()
             return [
-                Leftover(id=r.id, owner=r.owner, lease_until=r.lease_until, message=_message_of(r))
+                Leftover(
+                    id=r.id, owner=r.owner, lease_until=r.lease_until, message=stored_message(r)
+                )
                 for r in rows
                 if self.is_dead(r.owner, r.lease_until, r.id, now)
             ]

@@ -176,16 +176,9 @@ class ParkedKey(TxMsgBase):
     parked_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
 
-class ParkedMessage(TxMsgBase):
-    """A message of a parked key, kept whole so replay can hand it to the listener again.
-
-    ``id`` increases in the order the consumer parked the messages, which is the queue's order:
-    replay goes by ``id``.  ``(consumer_group, message_key)`` is unique so a message handed
-    again after a crash (parked, but the consumer died before the broker learnt the offset) is
-    not parked twice.
-    """
-
-    __tablename__ = "txmsg_parked_message"
+class StoredMessage:
+    """The columns of a whole message kept for a consumer group (a parked message, an in-flight
+    one): enough to hand it to the listener again (:func:`txmsg.sqla.parking.stored_message`)."""
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
@@ -203,6 +196,19 @@ class ParkedMessage(TxMsgBase):
     reconsume_times: Mapped[int] = mapped_column(Integer(), default=0)
     queue_id: Mapped[int | None] = mapped_column(Integer(), default=None)
     queue_offset: Mapped[int | None] = mapped_column(BigInteger(), default=None)
+
+
+class ParkedMessage(StoredMessage, TxMsgBase):
+    """A message of a parked key, kept whole so replay can hand it to the listener again.
+
+    ``id`` increases in the order the consumer parked the messages, which is the queue's order:
+    replay goes by ``id``.  ``(consumer_group, message_key)`` is unique so a message handed
+    again after a crash (parked, but the consumer died before the broker learnt the offset) is
+    not parked twice.
+    """
+
+    __tablename__ = "txmsg_parked_message"
+
     error: Mapped[str | None] = mapped_column(Text(), default=None)
     """Why this message could not be handled; None for one parked behind a failed one."""
     attempts: Mapped[int] = mapped_column(Integer(), default=0)
@@ -215,7 +221,7 @@ class ParkedMessage(TxMsgBase):
     )
 
 
-class OrderlyInflight(TxMsgBase):
+class OrderlyInflight(StoredMessage, TxMsgBase):
     """An orderly message whose listener is running (or was, in a consumer that died).
 
     Why it exists: librocketmq 2.1.0's orderly push consumer can commit a queue's offset past a
@@ -231,22 +237,6 @@ class OrderlyInflight(TxMsgBase):
 
     __tablename__ = "txmsg_orderly_inflight"
 
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
-    )
-    consumer_group: Mapped[str] = mapped_column(String(255))
-    sharding_key: Mapped[str] = mapped_column(String(255))
-    topic: Mapped[str] = mapped_column(String(255))
-    message_key: Mapped[str] = mapped_column(String(128))
-    """``UNIQ_KEY`` of the message, else its message id (as for parked messages)."""
-    message_id: Mapped[str | None] = mapped_column(String(128), default=None)
-    tags: Mapped[str | None] = mapped_column(String(255), default=None)
-    keys: Mapped[str | None] = mapped_column(String(255), default=None)
-    properties: Mapped[dict[str, str]] = mapped_column(JSON())
-    body: Mapped[bytes] = mapped_column(LargeBinary())
-    reconsume_times: Mapped[int] = mapped_column(Integer(), default=0)
-    queue_id: Mapped[int | None] = mapped_column(Integer(), default=None)
-    queue_offset: Mapped[int | None] = mapped_column(BigInteger(), default=None)
     owner: Mapped[str] = mapped_column(String(255))
     """``host:pid:token`` of the consumer process handling it."""
     lease_until: Mapped[datetime] = mapped_column(UtcDateTime())

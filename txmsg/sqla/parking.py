@@ -75,6 +75,41 @@ def parked_message_key(message: Message) -> str:
     return f"anon-{uuid.uuid4().hex}"
 
 
+def message_columns(group: str, message: Message) -> dict[str, Any]:
+    """The :class:`~txmsg.sqla.models.StoredMessage` columns of ``message`` kept for ``group``."""
+    return dict(
+        consumer_group=group,
+        sharding_key=sharding_key_of(message),
+        topic=message.topic,
+        message_key=parked_message_key(message),
+        message_id=message.message_id,
+        tags=message.tags,
+        keys=message.keys,
+        properties=dict(message.properties),
+        body=message.body,
+        reconsume_times=message.reconsume_times,
+        queue_id=message.queue_id,
+        queue_offset=message.queue_offset,
+    )
+
+
+def stored_message(row: Any) -> Message:
+    """The message a :class:`~txmsg.sqla.models.StoredMessage` row keeps (an ORM object or a Core
+    row: the same attribute names), as the listener first got it."""
+    return Message(
+        topic=row.topic,
+        body=row.body,
+        tags=row.tags,
+        keys=row.keys,
+        properties=dict(row.properties or {}),
+        message_id=row.message_id,
+        reconsume_times=row.reconsume_times,
+        sharding_key=row.sharding_key or None,
+        queue_id=row.queue_id,
+        queue_offset=row.queue_offset,
+    )
+
+
 def _error_text(error: str) -> str:
     return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 3] + "..."
 
@@ -258,19 +293,9 @@ def _insert_message(
     return _insert_once(
         session,
         ParkedMessage,
-        dict(
-            consumer_group=group,
+        message_columns(group, message)
+        | dict(
             sharding_key=key,
-            topic=message.topic,
-            message_key=parked_message_key(message),
-            message_id=message.message_id,
-            tags=message.tags,
-            keys=message.keys,
-            properties=dict(message.properties),
-            body=message.body,
-            reconsume_times=message.reconsume_times,
-            queue_id=message.queue_id,
-            queue_offset=message.queue_offset,
             error=None if error is None else _error_text(error),
             attempts=attempts,
             parked_at=now,
@@ -384,18 +409,7 @@ def _view(row: ParkedMessage) -> ParkedMessageView:
         error=row.error,
         attempts=row.attempts,
         parked_at=row.parked_at,
-        message=Message(
-            topic=row.topic,
-            body=row.body,
-            tags=row.tags,
-            keys=row.keys,
-            properties=dict(row.properties or {}),
-            message_id=row.message_id,
-            reconsume_times=row.reconsume_times,
-            sharding_key=row.sharding_key or None,
-            queue_id=row.queue_id,
-            queue_offset=row.queue_offset,
-        ),
+        message=stored_message(row),
     )
 
 
