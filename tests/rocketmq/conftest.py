@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,12 @@ from txmsg_rocketmq.backend import RocketMQBackend
 
 from txmsg import ListenerRegistry, TxMsg
 from txmsg.config import TxMsgConfig
+
+# tests/crash_kit.py (shared by test_orderly_crash and tests/rocketmq5/test_fifo_crash): this folder
+# is no package, so its modules import helpers by basename; tests/ goes on the path for that one.
+_TESTS = str(Path(__file__).resolve().parents[1])
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ process takes the message with it: the queue's next owner starts after it.  txms
 journal (docs/guide/ordered.md) keeps the message in the listener's database until it is consumed,
 and a later consumer of the group finishes it.
 
-The consumer runs as a child process (``orderly_crash_child.py``) on a one-queue topic.  Its
+The consumer runs as a child process (``orderly_crash_child.py``; what the test shares with
+``tests/rocketmq5/test_fifo_crash.py`` is in ``tests/crash_kit.py``) on a one-queue topic.  Its
 listener holds message ``k/1`` in its callback; the test waits until the broker's committed
 offset of the group is past that message (the hazard's window, asserted), SIGKILLs the process and
 starts a new one.  Every check reads the child's database: each message applied exactly once, in
@@ -20,19 +21,14 @@ never applied.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from crash_kit import KEY, Child, CrashScene, key_sender
 from rmq_helpers import unique, wait_until
-from sqlalchemy import create_engine, text
 from txmsg_broker import fastjson
 from txmsg_broker.codec import (
     GET_BROKER_CLUSTER_INFO,
@@ -44,65 +40,13 @@ from txmsg_broker.codec import (
 from txmsg_broker.rawclient import call
 from txmsg_broker.testing import create_group, create_topic
 
-from txmsg import TxMsg
+from txmsg import SendResult, TxMsg
 
 CHILD = Path(__file__).with_name("orderly_crash_child.py")
-KEY = "k"
 
 
-class Child:
-    """The consumer process; its output goes to a log file shown on failures."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(CHILD)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@dataclass
-class Scene:
-    broker: Any
-    topic: str
-    group: str
-    db_url: str
-    tmp: Path
-    send: Callable[[int], int]
-    """``send(seq)``: ``KEY/seq`` with ``send_orderly(sharding_key=KEY)``; its queue offset."""
-    children: list[Child]
-
-    def start(self, hold: Path | None = None) -> Child:
-        env = {
-            **os.environ,
-            "CRASH_NAMESRV": self.broker.namesrv_addr,
-            "CRASH_DB": self.db_url,
-            "CRASH_TOPIC": self.topic,
-            "CRASH_GROUP": self.group,
-            "CRASH_LOG_DIR": str(self.tmp / "client-logs"),
-        }
-        for name in ("CRASH_HOLD", "CRASH_HOLD_SECONDS"):  # CRASH_NO_JOURNAL passes: see above
-            env.pop(name, None)
-        if hold is not None:
-            env["CRASH_HOLD"] = str(hold)
-        child = Child(env, self.tmp / f"consumer-{len(self.children)}.log")
-        self.children.append(child)
-        return child
+class Scene(CrashScene[int]):
+    """``send(seq)`` answers the message's queue offset."""
 
     def committed(self) -> int:
         """The group's consume offset of queue 0 as the broker holds it (-1: none)."""
@@ -135,26 +79,15 @@ class Scene:
         response = call(self.broker.broker_addr, UNLOCK_BATCH_MQ, {}, json.dumps(body).encode())
         assert response.code == SUCCESS, response.remark
 
-    def _rows(self, table: str, query: str) -> list[tuple[Any, ...]]:
-        engine = create_engine(self.db_url)
-        try:
-            with engine.connect() as conn:
-                exists = text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :t")
-                if not conn.execute(exists, {"t": table}).first():
-                    return []  # the child has not created it yet
-                return [tuple(row) for row in conn.execute(text(query))]
-        finally:
-            engine.dispose()
-
-    def applied(self) -> list[tuple[str, int]]:
-        """(key, seq) of every applied message, in the order they were applied."""
-        rows = self._rows("crash_applied", "SELECT key, seq FROM crash_applied ORDER BY id")
-        return [(str(key), int(seq)) for key, seq in rows]
-
     def in_flight(self) -> int:
         """Rows left in the in-flight journal (docs/guide/ordered.md)."""
-        rows = self._rows("txmsg_orderly_inflight", "SELECT count(*) FROM txmsg_orderly_inflight")
+        rows = self.rows("txmsg_orderly_inflight", "SELECT count(*) FROM txmsg_orderly_inflight")
         return int(rows[0][0]) if rows else 0
+
+
+def offset_of(result: SendResult) -> int:
+    assert result.offset is not None
+    return result.offset
 
 
 @pytest.fixture
@@ -162,42 +95,28 @@ def scene(txmsg_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path) -> 
     topic, group, producer_group = unique("crash_t"), unique("crash_cg"), unique("crash_pg")
     create_topic(txmsg_broker.namesrv_addr, topic, queues=1)
     create_group(txmsg_broker.namesrv_addr, group, orderly=True)
-    app = make_app()
-    app.add_producer(group=producer_group)
-    app.start()
-    producer = app.producer(producer_group)
-
-    def send(seq: int) -> int:
-        result = producer.send_orderly(topic, f"{KEY}/{seq}", sharding_key=KEY)
-        assert result.offset is not None
-        return result.offset
-
-    children: list[Child] = []
-    yield Scene(
+    scene = Scene(
         txmsg_broker,
         topic,
         group,
         f"sqlite:///{tmp_path / 'consumer.db'}",
         tmp_path,
-        send,
-        children,
+        key_sender(make_app(), topic, producer_group, offset_of),
+        CHILD,
+        {
+            "CRASH_NAMESRV": txmsg_broker.namesrv_addr,
+            "CRASH_LOG_DIR": str(tmp_path / "client-logs"),
+        },
     )
-    for child in children:
-        child.stop(signal.SIGKILL)
+    yield scene
+    scene.stop_children()
 
 
 def kill_in_flight(scene: Scene) -> Child:
     """Send ``k/1``, let the first consumer hold it in its callback until the broker's offset is
     past it (hazard #10's window, asserted), SIGKILL that consumer and start a new one."""
-    hold = scene.tmp / "holding"
-    first = scene.start(hold)
-    offset = scene.send(1)
-    wait_until(
-        hold.exists,
-        timeout=40,
-        message=lambda: f"the consumer to hold {KEY}/1; its output:\n{first.output()}",
-    )
-    assert int(hold.read_text()) == offset
+    first, offset, note = scene.hold_first()
+    assert int(note) == offset
     held_at = time.monotonic()
     wait_until(
         lambda: scene.committed() > offset,
@@ -212,8 +131,7 @@ def kill_in_flight(scene: Scene) -> Child:
         f"hazard window: offset {scene.committed()} committed past {KEY}/1 (offset {offset}) "
         f"{time.monotonic() - held_at:.1f} s into its callback"
     )
-    first.stop(signal.SIGKILL)
-    assert first.proc.returncode == -signal.SIGKILL
+    first.kill()
     assert scene.applied() == []
     # The dead client's queue lock would keep the queue from the new consumer for up to 60 s;
     # the test frees it at once (the journal's recovery does not depend on that wait).
@@ -225,19 +143,11 @@ def test_the_next_message_of_the_key_comes_after_the_lost_one(scene: Scene) -> N
     second = kill_in_flight(scene)
     killed = time.monotonic()
     scene.send(2)
-    wait_until(
-        lambda: (KEY, 2) in scene.applied(),
-        timeout=45,
-        message=lambda: (
-            f"{KEY}/2 to be applied ({scene.applied()}); the new consumer's "
-            f"output:\n{second.output()}"
-        ),
-    )
+    scene.wait_applied(2, second, timeout=45)
     print(f"{KEY}/2 applied {time.monotonic() - killed:.1f} s after the kill")
     time.sleep(1.0)  # a late duplicate would show now
     assert scene.applied() == [(KEY, 1), (KEY, 2)], "k/1 lost, applied out of order or twice"
-    second.stop()
-    assert second.proc.returncode == 0, second.output()
+    second.finish()
     assert scene.applied() == [(KEY, 1), (KEY, 2)]
     assert scene.in_flight() == 0
 
@@ -245,15 +155,10 @@ def test_the_next_message_of_the_key_comes_after_the_lost_one(scene: Scene) -> N
 def test_the_lost_message_is_applied_when_nothing_follows_it(scene: Scene) -> None:
     second = kill_in_flight(scene)
     killed = time.monotonic()
-    wait_until(
-        scene.applied,
-        timeout=30,
-        message=lambda: f"{KEY}/1 to be applied; the new consumer's output:\n{second.output()}",
-    )
+    scene.wait_applied(1, second, timeout=30)
     print(f"applied {time.monotonic() - killed:.1f} s after the kill")
     time.sleep(1.0)  # a late duplicate would show now
     assert scene.applied() == [(KEY, 1)], "k/1 applied twice"
-    second.stop()
-    assert second.proc.returncode == 0, second.output()
+    second.finish()
     assert scene.applied() == [(KEY, 1)]
     assert scene.in_flight() == 0

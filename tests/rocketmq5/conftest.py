@@ -7,13 +7,21 @@ librocketmq runs in a child interpreter where that client cannot be imported.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from txmsg import ListenerRegistry, TxMsg
 from txmsg.config import TxMsgConfig
+
+# tests/crash_kit.py (shared by test_fifo_crash and tests/rocketmq/test_orderly_crash): this folder
+# is no package, so its modules import helpers by basename; tests/ goes on the path for that one.
+_TESTS = str(Path(__file__).resolve().parents[1])
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
 
 
 @pytest.fixture

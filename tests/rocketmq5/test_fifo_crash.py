@@ -8,8 +8,9 @@ journal (``txmsg_orderly_inflight``) that the ``rocketmq`` backend needs (libroc
 ``tests/rocketmq/test_orderly_crash.py``).  These tests prove both halves on the embedded broker's
 gRPC endpoint.
 
-The consumer runs as a child process (``fifo_crash_child.py``) on a one-queue FIFO topic with an
-orderly group.  Its listener holds message ``k/1`` in its callback; the test SIGKILLs the process
+The consumer runs as a child process (``fifo_crash_child.py``; what the test shares with
+``tests/rocketmq/test_orderly_crash.py`` is in ``tests/crash_kit.py``) on a one-queue FIFO topic
+with an orderly group.  Its listener holds message ``k/1`` in its callback; the test SIGKILLs the process
 there and starts a new one.  Every check reads the child's database: each message applied exactly
 once, in the key's order, ``k/1`` on its second delivery attempt and not before the invisible time
 ran out; and no row was ever written to the journal table (an SQLite trigger counts inserts).
@@ -26,101 +27,32 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from crash_kit import KEY, Child, CrashScene, key_sender
 from sqlalchemy import create_engine, text
-from txmsg_broker.testing import create_group, create_topic, unique, wait_until
+from txmsg_broker.testing import create_group, create_topic, unique
 
-from txmsg import TxMsg
+from txmsg import SendResult, TxMsg
 from txmsg.sqla import create_tables
 
 CHILD = Path(__file__).with_name("fifo_crash_child.py")
-KEY = "k"
 INVISIBLE_S = int(os.environ.get("FIFO_CRASH_INVISIBLE_S", "10"))
 """The children's invisible time per receive (a RocketMQ 5 proxy's minimum; the backend's own: 60,
 which ``FIFO_CRASH_INVISIBLE_S=60`` runs the tests with, ~70 s each)."""
 
 
-class Child:
-    """The consumer process; its output goes to a log file shown on failures."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(CHILD)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-@dataclass
-class Scene:
-    broker: Any
-    topic: str
-    group: str
-    db_url: str
-    tmp: Path
-    send: Callable[[int], str]
-    """``send(seq)``: ``KEY/seq`` with ``send_orderly(sharding_key=KEY)``; its message id."""
-    children: list[Child]
-
-    def start(self, hold: Path | None = None) -> Child:
-        env = {
-            **os.environ,
-            "CRASH_ENDPOINTS": self.broker.grpc_endpoint,
-            "CRASH_DB": self.db_url,
-            "CRASH_TOPIC": self.topic,
-            "CRASH_GROUP": self.group,
-            "CRASH_INVISIBLE_S": str(INVISIBLE_S),
-        }
-        for name in ("CRASH_HOLD", "CRASH_HOLD_SECONDS"):  # CRASH_JOURNAL passes: see above
-            env.pop(name, None)
-        if hold is not None:
-            env["CRASH_HOLD"] = str(hold)
-        child = Child(env, self.tmp / f"consumer-{len(self.children)}.log")
-        self.children.append(child)
-        return child
-
-    def _rows(self, query: str) -> list[tuple[Any, ...]]:
-        engine = create_engine(self.db_url)
-        try:
-            with engine.connect() as conn:
-                exists = text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :t")
-                if not conn.execute(exists, {"t": "crash_applied"}).first():
-                    return []  # the child has not created it yet
-                return [tuple(row) for row in conn.execute(text(query))]
-        finally:
-            engine.dispose()
-
-    def applied(self) -> list[tuple[str, int]]:
-        """(key, seq) of every applied message, in the order they were applied."""
-        return [(str(k), int(s)) for k, s in self._rows("SELECT key, seq FROM crash_applied ORDER BY id")]
+class Scene(CrashScene[str]):
+    """``send(seq)`` answers the message's id."""
 
     def applied_rows(self) -> list[tuple[str, int, int, float]]:
         """(key, seq, delivery attempt, time.time() applied) in the order they were applied."""
-        rows = self._rows("SELECT key, seq, attempt, applied_at FROM crash_applied ORDER BY id")
+        query = "SELECT key, seq, attempt, applied_at FROM crash_applied ORDER BY id"
+        rows = self.rows("crash_applied", query)
         return [(str(k), int(s), int(a), float(t)) for k, s, a, t in rows]
 
     def journal(self) -> tuple[int, int]:
@@ -133,6 +65,11 @@ class Scene:
                 return int(now), int(ever)
         finally:
             engine.dispose()
+
+
+def message_id_of(result: SendResult) -> str:
+    assert result.message_id
+    return str(result.message_id)
 
 
 @pytest.fixture
@@ -151,40 +88,32 @@ def scene(txmsg_grpc_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path
             "BEGIN UPDATE crash_journal_inserts SET n = n + 1; END"
         ))
     engine.dispose()
-    app = make_app()
-    app.add_producer(group=producer_group)
-    app.start()
-    producer = app.producer(producer_group)
-
-    def send(seq: int) -> str:
-        result = producer.send_orderly(topic, f"{KEY}/{seq}", sharding_key=KEY)
-        assert result.message_id
-        return str(result.message_id)
-
-    children: list[Child] = []
-    yield Scene(txmsg_grpc_broker, topic, group, db_url, tmp_path, send, children)
-    for child in children:
-        child.stop(signal.SIGKILL)
+    scene = Scene(
+        txmsg_grpc_broker,
+        topic,
+        group,
+        db_url,
+        tmp_path,
+        key_sender(make_app(), topic, producer_group, message_id_of),
+        CHILD,
+        {
+            "CRASH_ENDPOINTS": txmsg_grpc_broker.grpc_endpoint,
+            "CRASH_INVISIBLE_S": str(INVISIBLE_S),
+        },
+    )
+    yield scene
+    scene.stop_children()
 
 
 def kill_in_flight(scene: Scene) -> tuple[Child, float]:
     """Send ``k/1``, let the first consumer hold it in its callback, SIGKILL that consumer and
     start a new one; the new consumer and the time ``k/1`` was handed to the dead one."""
-    hold = scene.tmp / "holding"
-    first = scene.start(hold)
-    message_id = scene.send(1)
-    wait_until(
-        hold.exists,
-        timeout=40,
-        message=lambda: f"the consumer to hold {KEY}/1; its output:\n{first.output()}",
-    )
-    wait_until(lambda: hold.read_text(), timeout=5, message="the hold file's content")
-    held = json.loads(hold.read_text())
+    first, message_id, note = scene.hold_first()
+    held = json.loads(note)
     assert (held["message_id"], held["attempt"]) == (message_id, 1)
     # the moment the rocketmq backend's journal would hold k/1: here nothing is in it
     assert scene.journal() == (0, 0)
-    first.stop(signal.SIGKILL)
-    assert first.proc.returncode == -signal.SIGKILL
+    first.kill()
     killed_after = time.time() - float(held["at"])
     assert killed_after < INVISIBLE_S / 2, f"killed {killed_after:.1f} s into the callback: too late"
     assert scene.applied() == []
@@ -203,28 +132,19 @@ def assert_redelivered(scene: Scene, held_at: float) -> None:
 
 
 def stop_and_check_journal(scene: Scene, child: Child) -> None:
-    child.stop()
-    assert child.proc.returncode == 0, child.output()
+    child.finish()
     assert scene.journal() == (0, 0), "the rocketmq5 backend wrote to the in-flight journal"
 
 
 def test_the_killed_message_is_handed_again_then_the_next_follows(scene: Scene) -> None:
     started = time.monotonic()
     second, held_at = kill_in_flight(scene)
-    wait_until(
-        scene.applied,
-        timeout=INVISIBLE_S + 30,
-        message=lambda: f"{KEY}/1 to be applied; the new consumer's output:\n{second.output()}",
-    )
+    scene.wait_applied(1, second, timeout=INVISIBLE_S + 30)
     assert_redelivered(scene, held_at)
     time.sleep(1.0)  # a late duplicate would show now
     assert scene.applied() == [(KEY, 1)], "k/1 applied twice"
     scene.send(2)
-    wait_until(
-        lambda: (KEY, 2) in scene.applied(),
-        timeout=30,
-        message=lambda: f"{KEY}/2 to be applied; the new consumer's output:\n{second.output()}",
-    )
+    scene.wait_applied(2, second, timeout=30)
     time.sleep(1.0)
     assert scene.applied() == [(KEY, 1), (KEY, 2)], "applied out of order or twice"
     stop_and_check_journal(scene, second)
@@ -237,14 +157,7 @@ def test_the_next_message_sent_meanwhile_waits_for_the_killed_one(scene: Scene) 
     started = time.monotonic()
     second, held_at = kill_in_flight(scene)
     scene.send(2)
-    wait_until(
-        lambda: (KEY, 2) in scene.applied(),
-        timeout=INVISIBLE_S + 30,
-        message=lambda: (
-            f"{KEY}/2 to be applied ({scene.applied()}); the new consumer's "
-            f"output:\n{second.output()}"
-        ),
-    )
+    scene.wait_applied(2, second, timeout=INVISIBLE_S + 30)
     time.sleep(1.0)  # a late duplicate would show now
     assert scene.applied() == [(KEY, 1), (KEY, 2)], "k/1 lost, applied out of order or twice"
     assert_redelivered(scene, held_at)
