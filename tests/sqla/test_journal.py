@@ -8,7 +8,6 @@ when TXMSG_TEST_PG_URL is set."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message
 from txmsg.orderly import OrderlyHandler, orderly_handler
 from txmsg.sqla import parked_messages
-from txmsg.sqla.journal import InflightJournal
+from txmsg.sqla.journal import InflightJournal, host_identity
 from txmsg.sqla.models import ConsumedMessage, OrderlyInflight, utcnow
 
 from .conftest import Db
@@ -119,7 +118,7 @@ def test_dead_consumers_message_is_handled_before_the_keys_next_one(
     db: Db, dead_pid: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the killed consumer was inside "m1"; the broker's offset already points past it
-    leave_row(db, msg("m1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("m1", 5), owner=f"{host_identity()}:{dead_pid}:gone")
     listener = Recorder()
     handle = handler_for(spec_for(db, listener))
     assert handle(msg("m2", 6)) is True
@@ -131,7 +130,7 @@ def test_dead_consumers_message_is_handled_before_the_keys_next_one(
 
 
 def test_other_keys_do_not_wait_for_a_leftover(db: Db, dead_pid: int) -> None:
-    leave_row(db, msg("m1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("m1", 5), owner=f"{host_identity()}:{dead_pid}:gone")
     listener = Recorder()
     handle = handler_for(spec_for(db, listener))
     assert handle(msg("x1", 6, key="order-2")) is True
@@ -164,7 +163,7 @@ def test_a_live_consumers_message_makes_the_key_wait(db: Db) -> None:
 
 def test_a_redelivered_message_reuses_the_dead_consumers_row(db: Db, dead_pid: int) -> None:
     # killed inside "m1" before the offset moved: the broker hands m1 itself again
-    leave_row(db, msg("m1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("m1", 5), owner=f"{host_identity()}:{dead_pid}:gone")
     listener = Recorder()
     handle = handler_for(spec_for(db, listener))
     assert handle(msg("m1", 5)) is True
@@ -174,7 +173,7 @@ def test_a_redelivered_message_reuses_the_dead_consumers_row(db: Db, dead_pid: i
 
 def test_a_row_later_in_the_queue_is_left_to_its_redelivery(db: Db, dead_pid: int) -> None:
     # killed inside m3 while the broker's offset still pointed at m2 (persisted late)
-    leave_row(db, msg("m3", 7), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("m3", 7), owner=f"{host_identity()}:{dead_pid}:gone")
     listener = Recorder()
     handle = handler_for(spec_for(db, listener))
     assert handle(msg("m2", 6)) is True
@@ -185,8 +184,8 @@ def test_a_row_later_in_the_queue_is_left_to_its_redelivery(db: Db, dead_pid: in
 
 def test_the_sweeper_finishes_a_leftover_nobody_asks_for(db: Db, dead_pid: int) -> None:
     # the key's last message was the one in flight: no later message will bring it up
-    leave_row(db, msg("m1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
-    leave_row(db, msg("m2", 6), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("m1", 5), owner=f"{host_identity()}:{dead_pid}:gone")
+    leave_row(db, msg("m2", 6), owner=f"{host_identity()}:{dead_pid}:gone")
     leave_row(db, msg("y1", 9, key="order-2"), owner="elsewhere:1:alive")
     listener = Recorder()
     handle = handler_for(spec_for(db, listener))
@@ -198,7 +197,7 @@ def test_the_sweeper_finishes_a_leftover_nobody_asks_for(db: Db, dead_pid: int) 
 
 
 def test_the_sweeper_thread_runs_on_its_own(db: Db, dead_pid: int) -> None:
-    leave_row(db, msg("m1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("m1", 5), owner=f"{host_identity()}:{dead_pid}:gone")
     listener = Recorder()
     spec = spec_for(db, listener)
     handle = orderly_handler(spec, journal=True)
@@ -213,7 +212,7 @@ def test_the_sweeper_thread_runs_on_its_own(db: Db, dead_pid: int) -> None:
 
 
 def test_a_poisoned_leftover_is_parked_and_its_row_goes(db: Db, dead_pid: int) -> None:
-    leave_row(db, msg("p1", 5), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("p1", 5), owner=f"{host_identity()}:{dead_pid}:gone")
     listener = Recorder(poison=frozenset({"p1"}))
     handle = handler_for(spec_for(db, listener))
     assert handle(msg("m2", 6)) is True  # parked behind p1, in order
@@ -235,7 +234,7 @@ def test_idempotent_listener_drops_the_row_with_its_effects(db: Db, dead_pid: in
     assert handle(msg("a", 0)) is True
     # a dead consumer's row of a message that WAS applied (killed after the commit of another
     # process's... duplicate): it is absorbed, not applied twice, and the row goes
-    leave_row(db, msg("a", 0), owner=f"{socket.gethostname()}:{dead_pid}:gone")
+    leave_row(db, msg("a", 0), owner=f"{host_identity()}:{dead_pid}:gone")
     assert handle(msg("b", 1)) is True
     assert seen == ["a", "b"]
     with db.sessions() as session:
@@ -296,3 +295,13 @@ def test_a_message_handed_back_stays_ours_until_its_lease_runs_out(db: Db) -> No
     assert handle.journal.sweep(handle._handle) == 1
     assert calls == ["b", "b"]
     assert rows(db) == []
+
+
+def test_a_process_in_another_pid_namespace_is_not_taken_for_dead(db: Db, dead_pid: int) -> None:
+    # same host name, other pid namespace (a container on the host's network): its pids are not
+    # ours to check, so only its lease can say it is gone
+    leave_row(db, msg("m1", 5), owner=f"{host_identity()}0:{dead_pid}:other-namespace")
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m2", 6)) is False
+    assert listener.handled == []

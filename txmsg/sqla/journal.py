@@ -12,9 +12,9 @@ consumer that is gone is finished by someone else, in the key's order:
 * a sweeper thread in every consumer process picks up leftovers nobody asks for (the key's
   last message was the one in flight), every ``sweep_interval`` seconds.
 
-Who is "gone": the row's owner (``host:pid:token``) is a process of this host that no longer
-exists, or the owner stopped renewing the row's lease (``lease`` seconds; owners renew the rows
-whose listener is running every ``lease / 3`` seconds).  A lease that ran out while its owner
+Who is "gone": the row's owner (``host:pid:token``, host = name and pid namespace) is a process
+of this host that no longer exists, or the owner stopped renewing the row's lease (``lease``
+seconds; owners renew the rows whose listener is running every ``lease / 3`` seconds).  A lease that ran out while its owner
 was merely stalled lets a second consumer handle the same message: with ``idempotent=True`` one
 of the two commits and the other is absorbed as a duplicate.  Hosts should keep their clocks in
 sync (NTP) to within a small part of the lease.
@@ -81,6 +81,19 @@ class Entry:
     """The message's own row; None when a live consumer is handling this very message."""
     before: list[Leftover] = field(default_factory=list)
     """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
+
+
+def host_identity() -> str:
+    """This process's "host" for the liveness check: the host name plus, on Linux, the pid
+    namespace.  Why the namespace: containers that share the host's name (host networking) but
+    not its pids would otherwise take each other's live consumers for dead ones."""
+    name = socket.gethostname()
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+    except OSError:
+        return name
+    digits = "".join(ch for ch in namespace if ch.isdigit())
+    return f"{name}#{digits}" if digits else name
 
 
 def _pid_alive(pid: int) -> bool:
@@ -158,7 +171,7 @@ class InflightJournal:
         self.group = group
         self.lease = timedelta(seconds=lease)
         self.sweep_interval = sweep_interval
-        self.host = socket.gethostname()
+        self.host = host_identity()
         self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._running: set[int] = set()
         """Rows a thread of this process is handling now (their leases are renewed)."""
