@@ -305,3 +305,16 @@ def test_a_process_in_another_pid_namespace_is_not_taken_for_dead(db: Db, dead_p
     handle = handler_for(spec_for(db, listener))
     assert handle(msg("m2", 6)) is False
     assert listener.handled == []
+
+
+def test_the_sweeper_keeps_a_key_behind_its_live_earlier_row(db: Db, dead_pid: int) -> None:
+    # m1 is being finished by a live consumer elsewhere; m2's consumer died: m2 must wait
+    leave_row(db, msg("m1", 5), owner="elsewhere:1:alive")
+    leave_row(db, msg("m2", 6), owner=f"{host_identity()}:{dead_pid}:gone")
+    leave_row(db, msg("z1", 9, key="order-9"), owner=f"{host_identity()}:{dead_pid}:gone")
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle.journal is not None
+    assert handle.journal.sweep(handle._handle) == 1
+    assert listener.handled == ["z1"]
+    assert [key for key, _ in rows(db)] == ["m1", "m2"]

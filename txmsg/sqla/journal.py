@@ -372,8 +372,8 @@ class InflightJournal:
                 .values(lease_until=utcnow() + self.lease)
             )
 
-    def leftovers(self, limit: int = 100) -> list[Leftover]:
-        """This group's rows whose owner is gone, oldest first."""
+    def rows(self, limit: int = 100) -> list[tuple[Leftover, bool]]:
+        """This group's rows, oldest first, each with whether its owner is gone."""
         with self.session_factory() as session, session.begin():
             read_only(session)
             rows = session.scalars(
@@ -384,22 +384,27 @@ class InflightJournal:
             ).all()
             now = utcnow()
             return [
-                Leftover(
-                    id=r.id, owner=r.owner, lease_until=r.lease_until, message=stored_message(r)
+                (
+                    Leftover(
+                        id=r.id, owner=r.owner, lease_until=r.lease_until, message=stored_message(r)
+                    ),
+                    self.is_dead(r.owner, r.lease_until, r.id, now),
                 )
                 for r in rows
-                if self.is_dead(r.owner, r.lease_until, r.id, now)
             ]
 
     def sweep(self, finish: Finish) -> int:
-        """Finish leftovers of dead consumers, each key's in order; returns how many."""
+        """Finish leftovers of dead consumers, each key's in order; returns how many.
+
+        A key with an earlier row that somebody is still handling (a live owner) waits: its
+        later leftovers come after that one, in a later sweep."""
         blocked: set[tuple[str, str]] = set()
         finished = 0
-        for leftover in self.leftovers():
+        for leftover, dead in self.rows():
             key = (leftover.message.topic, sharding_key_of(leftover.message))
             if self._stop.is_set():
                 break
-            if key in blocked or not self.claim(leftover, "by the sweeper"):
+            if not dead or key in blocked or not self.claim(leftover, "by the sweeper"):
                 blocked.add(key)  # a later row of the key must wait for this one
                 continue
             if finish(leftover.message, leftover.id):
