@@ -35,7 +35,7 @@ from sqlalchemy import Engine, inspect
 from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.sqla import parking
-from txmsg.sqla.engine import SessionFactory
+from txmsg.sqla.engine import SessionFactory, is_in_memory_sqlite
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.journal import InflightJournal
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage
@@ -114,6 +114,7 @@ class OrderlyHandler:
         Raises:
             ConfigError: a txmsg table this listener needs is missing (a database created before
                 the table existed): every message would wait for it, so say it at start.
+                Or the journal's database is an in-memory SQLite one (see the message).
         """
         needed = [ParkedKey.__tablename__, ParkedMessage.__tablename__]
         if self.journal is not None:
@@ -127,6 +128,15 @@ class OrderlyHandler:
                 "Alembic target_metadata and migrate"
             )
         if self.journal is not None:
+            bind = getattr(self.session_factory, "kw", {}).get("bind")
+            if isinstance(bind, Engine) and is_in_memory_sqlite(bind):
+                raise ConfigError(
+                    f"orderly listener {self.spec.name} (group {self.spec.group}): its database "
+                    "is an in-memory SQLite database, whose one connection the in-flight "
+                    "journal's sweeper thread and the consumer's threads would share (and whose "
+                    "journal dies with the process it protects against); give the listener a "
+                    "SQLite file (sqlite:///orders.db) or a PostgreSQL URL"
+                )
             self.journal.start(self._handle)
 
     def close(self, timeout: float = 10.0) -> None:

@@ -299,8 +299,18 @@ def test_missing_tables_are_refused_at_start_with_the_fix(journal: bool) -> None
     if not journal:
         spec.safe_handler()  # no journal: the parking tables are enough
         return
-    with pytest.raises(ConfigError, match=r"txmsg_orderly_inflight missing .*txmsg.sqla.create_tables\(engine\)"):
+    with pytest.raises(
+        ConfigError, match=r"txmsg_orderly_inflight missing .*txmsg.sqla.create_tables\(engine\)"
+    ):
         spec.safe_handler(journal=True)
+
+
+def test_an_in_memory_database_is_refused_for_the_journal(engine: Engine) -> None:
+    # the sweeper thread would share the one connection with the consumer's threads
+    spec = spec_for(Recorder(), make_session_factory(engine))
+    with pytest.raises(ConfigError, match=r"in-memory SQLite .*sqlite:///orders.db"):
+        spec.safe_handler(journal=True)
+    spec.safe_handler()  # without the journal there is no thread of ours
 
 
 def test_database_down_while_parking_returns_false_and_loses_nothing(

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import injector
 import pytest
-from sqlalchemy.pool import StaticPool
 
 import txmsg
 from txmsg import (
@@ -71,9 +71,11 @@ class PlainSender:
         """The answer to the ``n``-th message sent."""
         if self.fail_with is not None:
             raise self.fail_with
-        queue = None if message.sharding_key is None else zlib.crc32(
-            message.sharding_key.encode()
-        ) % QUEUES
+        queue = (
+            None
+            if message.sharding_key is None
+            else zlib.crc32(message.sharding_key.encode()) % QUEUES
+        )
         return SendResult(message_id=f"ID{n:06d}", send_status="SEND_OK", offset=n, queue_id=queue)
 
     def send(self, message: OutgoingMessage) -> SendResult:
@@ -136,12 +138,28 @@ class SendingBackend(DoubleBackend):
         self.plain.setdefault(group, []).append(sender)
         return sender
 
-    def subscribe(self, topic: str, group: str, handler: ConsumeHandler, *, tags: str = "*",
-                  concurrency: int = 4, max_reconsume: int = 16, consume_from: str = "first",
-                  orderly: bool = False) -> Callable[[float], None]:
+    def subscribe(
+        self,
+        topic: str,
+        group: str,
+        handler: ConsumeHandler,
+        *,
+        tags: str = "*",
+        concurrency: int = 4,
+        max_reconsume: int = 16,
+        consume_from: str = "first",
+        orderly: bool = False,
+    ) -> Callable[[float], None]:
         self.orderly[group] = orderly
-        return super().subscribe(topic, group, handler, tags=tags, concurrency=concurrency,
-                                 max_reconsume=max_reconsume, consume_from=consume_from)
+        return super().subscribe(
+            topic,
+            group,
+            handler,
+            tags=tags,
+            concurrency=concurrency,
+            max_reconsume=max_reconsume,
+            consume_from=consume_from,
+        )
 
 
 class Commit:
@@ -198,13 +216,19 @@ def test_plain_group_sends_without_a_listener_and_its_client_starts_with_the_app
     assert (message.sharding_key, message.delay_level, message.deliver_at_ms) == (None, None, None)
     stats = producer.stats()
     assert (stats.transactional, stats.plain_sent, stats.sent, stats.executor.threads) == (
-        False, 1, 0, 0)
+        False,
+        1,
+        0,
+        0,
+    )
 
 
 def test_a_plain_group_cannot_send_in_a_transaction_and_says_how(sapp: TxMsg) -> None:
     producer = plain_app(sapp)
     for call in (producer.send_in_transaction, producer.send_in_transaction_async):
-        with pytest.raises(UnknownGroupError, match=r"@app\.transactional_listener\(group='notify'\)"):
+        with pytest.raises(
+            UnknownGroupError, match=r"@app\.transactional_listener\(group='notify'\)"
+        ):
             call("events", {"id": 1})
 
 
@@ -273,7 +297,9 @@ def test_delay_levels_reach_the_sender(sapp: TxMsg, sb: SendingBackend) -> None:
 
 def test_deliver_at_on_a_backend_without_timer_messages_names_delay_level(sapp: TxMsg) -> None:
     producer = plain_app(sapp)  # Capabilities() default: delivery_timestamps=False (RocketMQ 4)
-    with pytest.raises(InvalidMessageError, match=r"use delay_level=1\.\.18 instead \(1=1s.*18=2h\)"):
+    with pytest.raises(
+        InvalidMessageError, match=r"use delay_level=1\.\.18 instead \(1=1s.*18=2h\)"
+    ):
         producer.send("events", "x", deliver_at=datetime.now(UTC) + timedelta(minutes=5))
 
 
@@ -345,7 +371,10 @@ def test_send_batch_converts_each_payload_and_counts_each_message(
     batch = sb.plain["notify"][0].batches[0]
     assert [(m.topic, m.tags, m.keys) for m in batch] == [("events", "t", "k")] * 3
     assert [Message(topic=m.topic, body=m.body).json() for m in batch] == [
-        {"n": 0}, {"n": 1}, {"n": 2}]
+        {"n": 0},
+        {"n": 1},
+        {"n": 2},
+    ]
     assert producer.stats().plain_sent == 3
     with pytest.raises(InvalidMessageError, match="at least one"):
         producer.send_batch("events", [])
@@ -523,11 +552,12 @@ def test_di_binds_plain_groups_under_both_class_names(sapp: TxMsg) -> None:
 
 # ---- consumer-side wiring ----------------------------------------------------------------------
 def test_orderly_listener_subscribes_orderly_and_parks_through_the_hooks(
-    sapp: TxMsg, sb: SendingBackend
+    sapp: TxMsg, sb: SendingBackend, tmp_path: Path
 ) -> None:
     from txmsg.sqla import create_engine, create_tables, make_session_factory  # noqa: PLC0415
 
-    engine = create_engine("sqlite://", poolclass=StaticPool)
+    # a file: the journal's sweeper thread needs a connection of its own (in-memory is refused)
+    engine = create_engine(f"sqlite:///{tmp_path / 'refunds.db'}")
     create_tables(engine)
     sessions = make_session_factory(engine)
     events: list[ParkedEvent] = []
@@ -541,8 +571,14 @@ def test_orderly_listener_subscribes_orderly_and_parks_through_the_hooks(
     def broken_hook(event: ParkedEvent) -> None:
         raise RuntimeError("pager down")  # logged, never stops consumption
 
-    @sapp.message_listener(topic="events", group="refunds", orderly=True, session_factory=sessions,
-                           max_orderly_retries=2, orderly_retry_delay=0.0)
+    @sapp.message_listener(
+        topic="events",
+        group="refunds",
+        orderly=True,
+        session_factory=sessions,
+        max_orderly_retries=2,
+        orderly_retry_delay=0.0,
+    )
     def refund(message: Message) -> None:
         raise ValueError("no liability decision yet")
 
@@ -555,8 +591,13 @@ def test_orderly_listener_subscribes_orderly_and_parks_through_the_hooks(
     sapp.start()
     assert sb.orderly == {"refunds": True, "audit": False}
     sub: Subscription = sb.subscriptions["refunds"]
-    poison = Message(topic="events", body=b"{}", message_id="m1", sharding_key="order-1",
-                     properties={UNIQ_KEY: "m1", SHARDING_KEY: "order-1"})
+    poison = Message(
+        topic="events",
+        body=b"{}",
+        message_id="m1",
+        sharding_key="order-1",
+        properties={UNIQ_KEY: "m1", SHARDING_KEY: "order-1"},
+    )
     assert sub.handler(poison) is True  # parked: the queue moves on
     assert [(e.group, e.sharding_key, e.attempts) for e in events] == [("refunds", "order-1", 2)]
     assert "no liability decision yet" in events[0].error
@@ -567,8 +608,9 @@ def test_orderly_listener_on_a_backend_without_orderly_consumers_is_refused_at_s
     backend = SendingBackend(capabilities=Capabilities(orderly_consumer=False))
     app = TxMsg(TxMsgConfig(), backend=backend)
 
-    @app.message_listener(topic="events", group="refunds", orderly=True,
-                          session_factory=lambda: None)
+    @app.message_listener(
+        topic="events", group="refunds", orderly=True, session_factory=lambda: None
+    )
     def refund(message: Message) -> None:
         pass
 

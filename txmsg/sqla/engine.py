@@ -71,8 +71,8 @@ def create_engine(
     mode = sqlite_begin.upper()
     if mode not in _BEGIN_MODES:
         raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
+    in_memory = is_in_memory_sqlite(sa_url)
     database = sa_url.database or ""
-    in_memory = database in ("", ":memory:") or database.startswith("file::memory:")
     if not in_memory:
         Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
     connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
@@ -86,6 +86,23 @@ def create_engine(
     engine = _sa_create_engine(sa_url, connect_args=connect_args, **kwargs)
     _install_sqlite_hooks(engine, mode, sqlite_busy_timeout_ms, sqlite_synchronous, in_memory)
     return engine
+
+
+def is_in_memory_sqlite(url: str | URL | Engine) -> bool:
+    """Whether ``url`` (or an engine's URL) names an in-memory SQLite database.
+
+    Such a database lives in one connection: threads that share it share that connection's single
+    transaction, so code that runs its own thread next to the caller's (the orderly journal's
+    sweeper) refuses it."""
+    sa_url = url.url if isinstance(url, Engine) else make_url(url)
+    if sa_url.get_backend_name() != "sqlite":
+        return False
+    database = sa_url.database or ""
+    return (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or sa_url.query.get("mode") == "memory"
+    )
 
 
 def _install_sqlite_hooks(
@@ -128,4 +145,3 @@ def read_only(session: Session) -> None:
     Call it first thing in a fresh session, before any query.
     """
     session.connection(execution_options={SQLITE_BEGIN_OPTION: "DEFERRED"})
-
