@@ -47,7 +47,6 @@ from txmsg.sqla.models import OrderlyInflight, utcnow
 from txmsg.sqla.parking import (
     _insert_once,
     message_columns,
-    parked_message_key,
     sharding_key_of,
     stored_message,
 )
@@ -207,12 +206,11 @@ class InflightJournal:
         meanwhile.  ``row_id`` None: a live consumer (another process, or this process's
         sweeper) is handling this message right now; hand it again later.
         """
-        key = sharding_key_of(message)
-        message_key = parked_message_key(message)
         now = utcnow()
         values = message_columns(self.group, message) | dict(
             owner=self.owner, lease_until=now + self.lease
         )
+        key, message_key = values["sharding_key"], values["message_key"]
         with self._begin() as tx:
             row_id = _insert_returning_id(tx, values)
             if row_id is None:  # handed again: the row is there from an earlier delivery
