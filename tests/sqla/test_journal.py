@@ -182,6 +182,29 @@ def test_a_row_later_in_the_queue_is_left_to_its_redelivery(db: Db, dead_pid: in
     assert listener.handled == ["m2", "m3"]
 
 
+def test_a_leftover_on_the_keys_old_queue_comes_first(db: Db, dead_pid: int) -> None:
+    # the topic got more queues while the consumer was dead: the key now hashes to queue 5
+    leave_row(db, msg("m1", 5, queue=3), owner=f"{host_identity()}:{dead_pid}:gone")
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m2", 0, queue=5)) is True
+    assert listener.handled == ["m1", "m2"]
+    assert rows(db) == []
+
+
+def test_a_newer_row_on_another_queue_is_not_taken_for_an_earlier_one(
+    db: Db, dead_pid: int
+) -> None:
+    # m1's row is older (a redelivery reuses it): a dead consumer's m5 on another queue comes later
+    leave_row(db, msg("m1", 5, queue=3), owner=f"{host_identity()}:{dead_pid}:a")
+    leave_row(db, msg("m5", 0, queue=5), owner=f"{host_identity()}:{dead_pid}:b")
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m1", 5, queue=3)) is True
+    assert listener.handled == ["m1"]
+    assert [key for key, _ in rows(db)] == ["m5"]
+
+
 def test_the_sweeper_finishes_a_leftover_nobody_asks_for(db: Db, dead_pid: int) -> None:
     # the key's last message was the one in flight: no later message will bring it up
     leave_row(db, msg("m1", 5), owner=f"{host_identity()}:{dead_pid}:gone")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, bindparam, delete, select, update
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, delete, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -118,7 +118,12 @@ _EARLIER = select(_TABLE).where(
     _T.id != bindparam("row_id"),
 )
 _EARLIER_IN_QUEUE = _EARLIER.where(
-    _T.queue_id == bindparam("queue_id"), _T.queue_offset < bindparam("queue_offset")
+    or_(
+        and_(_T.queue_id == bindparam("queue_id"), _T.queue_offset < bindparam("queue_offset")),
+        # the key on another queue: the topic's queue count changed while its consumer was dead
+        # (the key hashes to a new queue now); that row was written first, so it comes first
+        and_(_T.queue_id != bindparam("queue_id"), _T.id < bindparam("row_id")),
+    )
 ).order_by(_T.id)
 _EARLIER_BY_ID = _EARLIER.where(_T.id < bindparam("row_id")).order_by(_T.id)
 _CLAIM = (
