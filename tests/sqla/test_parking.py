@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.sqla import consumed_count, discard, parked_keys, parked_messages, replay
-from txmsg.sqla.models import ParkedMessage
-from txmsg.sqla.parking import is_parked, park, park_behind
+from txmsg.sqla.models import ParkedKey, ParkedMessage, utcnow
+from txmsg.sqla.parking import _insert_once, is_parked, park, park_behind
 
 from .business import Ledger, ledger_rows
 from .conftest import Db
@@ -93,8 +93,9 @@ def test_is_parked_and_park_behind_answer_the_same_through_any_session_factory(d
     assert park_behind(db.sessions, GROUP, msg("c")) is True
     assert park_behind(db.sessions, GROUP, msg("d", key="order-2")) is False
     assert park_behind(plain_factory, GROUP, msg("d", key="order-2")) is False
-    assert [v.message.properties[UNIQ_KEY] for v in parked_messages(db.sessions, GROUP, "order-1")] == [
-        "a", "b", "c"]
+    assert [
+        v.message.properties[UNIQ_KEY] for v in parked_messages(db.sessions, GROUP, "order-1")
+    ] == ["a", "b", "c"]
 
 
 def test_park_behind_needs_a_parked_key(db: Db) -> None:
@@ -262,3 +263,22 @@ def test_parked_keys_lists_oldest_first_across_groups(db: Db) -> None:
         ("g0", "k2"),
     ]
     assert [k.sharding_key for k in parked_keys(db.sessions, "g0")] == ["k0", "k2"]
+
+
+def test_insert_once_says_whether_it_inserted(db: Db) -> None:
+    # park() re-locks the key row when this says "already there"; psycopg reports rowcount -1
+    # for INSERT ... ON CONFLICT DO NOTHING, so the answer must not come from the rowcount
+    values: dict[str, Any] = dict(
+        consumer_group=GROUP,
+        sharding_key="k",
+        topic=TOPIC,
+        reason="r",
+        first_message_id="m",
+        parked_at=utcnow(),
+    )
+    with db.sessions() as session, session.begin():
+        assert _insert_once(session, ParkedKey, values) is True
+        assert _insert_once(session, ParkedKey, values) is False
+    with db.engine.begin() as connection:
+        assert _insert_once(connection, ParkedKey, values | {"sharding_key": "k2"}) is True
+        assert _insert_once(connection, ParkedKey, values | {"sharding_key": "k2"}) is False

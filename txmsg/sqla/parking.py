@@ -36,7 +36,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -266,11 +266,14 @@ def _insert_once(
         statement = _INSERT_ONCE.get((model, dialect))
         if statement is None:
             dialect_insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-            statement = _INSERT_ONCE[(model, dialect)] = dialect_insert(
-                model
-            ).on_conflict_do_nothing()
-        result = session.execute(statement, values)
-        return bool(getattr(result, "rowcount", 0) == 1)
+            # The answer is whether a row came back, not the rowcount: psycopg reports -1 for
+            # this statement on PostgreSQL, and an ORM-enabled insert through a Session did on
+            # SQLite too (measured: every first insert looked like "already there").
+            table: Table = model.__table__  # type: ignore[assignment]  # declared a Table
+            statement = _INSERT_ONCE[(model, dialect)] = (
+                dialect_insert(table).on_conflict_do_nothing().returning(*table.primary_key)
+            )
+        return session.execute(statement, values).first() is not None
     try:
         with session.begin_nested():
             session.execute(insert(model), values)
