@@ -320,7 +320,7 @@ class Follower:
         from txmsg_health import patterns as P  # noqa: PLC0415 - kept next to its one use
 
         for stage in P.pipeline(self.cfg.job.window):
-            stream = stream.selectExpr(*stage)
+            stream = stream.select(*stage)
         query = (
             stream.writeStream.foreachBatch(self.apply)
             .option("checkpointLocation", os.path.join(self.ckpt, "spark"))

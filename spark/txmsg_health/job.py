@@ -87,6 +87,10 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None,
         "spark.sql.shuffle.partitions": str(cores if local else 8),
         "spark.driver.extraJavaOptions": JVM_OPTIONS,
         "spark.executor.extraJavaOptions": JVM_OPTIONS,
+        # PySpark otherwise records the Python call site of every Column call in the JVM (for
+        # error messages): ~10 py4j round trips per call, 4x the calls for building the per-line
+        # stages (patterns.pipeline) and the output queries, paid again by every fresh process
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     if local:  # a cluster keeps Spark's own (its default parallelism, adaptive execution)
         defaults["spark.sql.files.minPartitionNum"] = str(2 * cores)
@@ -126,7 +130,7 @@ def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
         .text(paths)
     )
     for stage in P.pipeline(window):
-        df = df.selectExpr(*stage)
+        df = df.select(*stage)
     return df
 
 
@@ -160,11 +164,14 @@ def _metric_columns() -> list[tuple[str, tuple[str, ...]]]:
 def windows_table(agg: DataFrame, window: str, tz: timezone) -> DataFrame:
     """Per group per window metrics, with the window start converted to UTC."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import LongType  # noqa: PLC0415 - optional: the spark extra
 
     offset = int((tz.utcoffset(None) or UTC.utcoffset(None)).total_seconds())
     fmt = "yyyy-MM-dd HH:mm" if window == "minute" else "yyyy-MM-dd HH"
+    # types as DataType objects, here and below: a type name ("long") is parsed by Spark's SQL
+    # parser, which the job otherwise never loads in a fresh process (patterns: no SQL text)
     sums = [
-        F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0)).cast("long").alias(name)
+        F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0)).cast(LongType()).alias(name)
         for name, kinds in _metric_columns()
     ]
     w = (agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull())
@@ -270,6 +277,7 @@ def _outputs(agg: DataFrame, paths: list[str],
 def _histogram(agg: DataFrame, broker: Column) -> list[tuple[Any, str, int, int, int, int]]:
     """(group, broker, checks, transactions, of them ever UNKNOW, checks sent) rows."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import IntegerType  # noqa: PLC0415 - optional: the spark extra
 
     per_tx = (
         agg.where(F.col("msg").isNotNull())
@@ -278,7 +286,7 @@ def _histogram(agg: DataFrame, broker: Column) -> list[tuple[Any, str, int, int,
             F.min("grp").alias("grp"),  # NULL only on check-sent rows: the transaction's group
             F.sum(F.when(F.col("kind").isin(*P.CHECK_KINDS), F.col("n")).otherwise(0)).alias("a"),
             F.sum(F.when(F.col("kind") == P.CHECK_SENT, F.col("n")).otherwise(0)).alias("s"),
-            F.max(F.col("kind").isin(*P.UNKNOWN_KINDS).cast("int")).alias("u"),
+            F.max(F.col("kind").isin(*P.UNKNOWN_KINDS).cast(IntegerType())).alias("u"),
         )
         # check-backs of one transaction: the answers seen, or (5.x) the checks sent if more
         .select("broker", "grp", F.greatest("a", "s").alias("c"), "u", "s")
@@ -318,9 +326,10 @@ def _series(rows: list[Any]) -> dict[str, list[dict[str, Any]]]:
 def _stamp(col: str) -> Column:
     """``window + seconds offset`` as one sortable string: "2026-11-22 18:12|0004"."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import StringType  # noqa: PLC0415 - optional: the spark extra
 
     return F.when(F.col(col).isNotNull(),
-                  F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast("string"), 4, "0")))
+                  F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast(StringType()), 4, "0")))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,4 +1,11 @@
-"""How one broker log line becomes one classified row, as Spark SQL expressions.
+"""How one broker log line becomes one classified row, as Spark Column expressions.
+
+Why Columns and not SQL text (``selectExpr``): a fresh process parsed the stages' SQL with
+Spark's ANTLR parser in a cold JVM, ~12 % of a 50 000-line job's Java samples. Built as Columns,
+the plan is the same (analysed, optimised and physical plans compared equal, expression ids aside),
+nothing is parsed, and a cold 50 000-line process took 12.0 s instead of 12.8 s (median of six
+interleaved runs; docs/health.md). The stages still read like the SQL they were: ``_all``/``_any``
+nest long AND/OR chains the way the SQL parser does, so the generated per-line code is unchanged.
 
 Why this shape (measured on this machine, 2 cores, see benchmarks/health_vs_duckdb.py): every line
 is classified with ``contains`` only, a first-byte scan over Spark's UTF-8 buffer that costs about
@@ -38,7 +45,12 @@ aggregation, so the per-line cost is one more hash key, not a regex) and the hea
 
 from __future__ import annotations
 
-from typing import Final
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 # Row kinds. Short codes keep the shuffled aggregate small.
 FIRST_UNKNOWN: Final = "U"
@@ -81,25 +93,6 @@ CHECK_SENT_MARK: Final = "Check transaction. real_topic="
 WINDOW_CHARS: Final = {"minute": 16, "hour": 13}  # "yyyy-MM-dd HH:mm" / "yyyy-MM-dd HH"
 
 
-def _sq(text: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _rx(value: str, pattern: str, group: int = 1) -> str:
-    """``regexp_extract`` with a Java pattern; '' when it does not match."""
-    return f"regexp_extract({value}, {_sq(pattern)}, {group})"
-
-
-STAMPED: Final = (
-    "(substr(value, 5, 1) = '-' AND substr(value, 11, 1) = ' ' "
-    "AND substr(value, 14, 1) = ':' AND substr(value, 20, 1) = ' ')"
-)
-"""The timestamp's shape. Tried instead: ``locate('-', value, 5) = 5 AND ...`` (no copy per test):
-no gain, since both walk the line character by character up to the position, which is most of the
-cost (JFR, 2 M lines: the four ``locate`` calls 8.7 % of the scan's samples, the four ``substr``
-6.6-7.6 %)."""
-
 # One small pattern per field, each starting with a literal so the regex engine skips ahead.
 RX_HEADER_BODY: Final = r"EndTransactionRequestHeader\{([^}]*\}?)"  # up to and with the first "}"
 RX_GROUP: Final = r"\{producerGroup='?([^,'}]*)"
@@ -115,40 +108,113 @@ RX_GROUP_ID: Final = r"groupId=(\S+)"
 RX_FAIL_GROUP: Final = r"exception\. group=([^,]+)"
 RX_UNIQ_KEY: Final = r"uniqKey=([^,]+)"
 
-
-def _offset(window: str) -> str:
-    sec = "try_cast(substr(value, 18, 2) AS INT)"
-    return sec if window == "minute" else f"try_cast(substr(value, 15, 2) AS INT) * 60 + {sec}"
-
-
-
-
-def stage0() -> list[str]:
-    return ["value", f"{STAMPED} AS stamped"]
-
-
-def stage1() -> list[str]:
-    """Classify every line with plain substring tests (``contains`` is a fast byte scan)."""
-    cls = (
-        f"CASE WHEN contains(value, {_sq(HEADER)}) THEN 'H' "
-        f"WHEN contains(value, {_sq(CHECK_LINE)}) THEN "
-        f"  CASE WHEN contains(value, {_sq(CHECK_SENT_MARK)}) THEN '{CHECK_SENT}' "
-        f"       WHEN contains(value, 'channel is null. groupId=') THEN '{NO_CHANNEL}' "
-        f"       WHEN contains(value, 'channel table is empty. groupId=') THEN '{NO_CHANNEL_BROKER_LOG}' "
-        f"       WHEN contains(value, 'invoke producer exception. group=') THEN '{CHECK_SEND_FAILED}' "
-        f"       WHEN stamped THEN '{OTHER}' ELSE '{UNSTAMPED}' END "
-        f"WHEN contains(value, {_sq(DISCARD_MARK)}) THEN '{DISCARD}' "
-        f"WHEN stamped THEN '{OTHER}' ELSE '{UNSTAMPED}' END AS cls"
-    )
-    return ["value", "stamped", cls]
-
-
 HEADER_FIELDS: Final = ("producerGroup=", " tranStateTableOffset=", " commitLogOffset=",
                          " commitOrRollback=", " fromTransactionCheck=", " msgId=", " transactionId=")
 """The header's fields in the order both 4.9.x and 5.x print them (4.9.5+ add `` bname=``)."""
 
 
-def stage2(window: str) -> list[str]:
+def _c(name: str) -> Column:
+    """A column of the previous stage (``pyspark`` is imported only once a job runs)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    return F.col(name)
+
+
+def _cols(*names: str) -> list[Column]:
+    """The previous stage's columns kept as they are."""
+    return [_c(n) for n in names]
+
+
+def _rx(pattern: str, group: int = 1) -> Column:
+    """``regexp_extract`` of the line with a Java pattern; '' when it does not match."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    return F.regexp_extract(_c("value"), pattern, group)
+
+
+def _sub(col: Column, pos: int, length: int) -> Column:
+    """``substr(col, pos, length)``, 1-based like SQL."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    return F.substr(col, F.lit(pos), F.lit(length))
+
+
+def _stamped() -> Column:
+    """The timestamp's shape.
+
+    Tried instead: ``locate('-', value, 5) = 5 AND ...`` (no copy per test): no gain, since both
+    walk the line character by character up to the position, which is most of the cost (JFR,
+    2 M lines: the four ``locate`` calls 8.7 % of the scan's samples, the four ``substr`` 6.6-7.6 %).
+    """
+    v = _c("value")
+    return _all(_sub(v, 5, 1) == "-", _sub(v, 11, 1) == " ", _sub(v, 14, 1) == ":",
+                _sub(v, 20, 1) == " ")
+
+
+def _offset(window: str) -> Column:
+    """Seconds since the window's start (``try_cast``: a malformed stamp gives NULL, not an error)."""
+    from pyspark.sql.types import IntegerType  # noqa: PLC0415 - optional: the spark extra
+
+    v = _c("value")
+    sec = _sub(v, 18, 2).try_cast(IntegerType())
+    return sec if window == "minute" else _sub(v, 15, 2).try_cast(IntegerType()) * 60 + sec
+
+
+def _not_in(col: Column, *values: str) -> Column:
+    """``col NOT IN (...)``: NULL when ``col`` is NULL, like the SQL."""
+    return ~col.isin(*values)
+
+
+def _tree(terms: list[Column], op: Callable[[Column, Column], Column]) -> Column:
+    """``a AND b AND c ...`` (or ``OR``) as the balanced tree Spark's SQL parser builds for it.
+
+    Python's ``a & b & c`` nests to the left; the parser splits the chain in halves
+    (``AstBuilder.reduceToExpressionTree``). Same result and order of evaluation, but this keeps
+    the plan, and so the generated per-line code, identical to the former ``selectExpr`` text.
+    """
+    if len(terms) == 1:
+        return terms[0]
+    mid = (len(terms) - 1) // 2 + 1
+    return op(_tree(terms[:mid], op), _tree(terms[mid:], op))
+
+
+def _all(*terms: Column) -> Column:
+    """``a AND b AND ...`` nested as the SQL parser nests it."""
+    return _tree(list(terms), operator.and_)
+
+
+def _any(*terms: Column) -> Column:
+    """``a OR b OR ...`` nested as the SQL parser nests it."""
+    return _tree(list(terms), operator.or_)
+
+
+def stage0() -> list[Column]:
+    """The line and its timestamp test (used by several branches below, so computed once)."""
+    return [_c("value"), _stamped().alias("stamped")]
+
+
+def stage1() -> list[Column]:
+    """Classify every line with plain substring tests (``contains`` is a fast byte scan)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    v, stamped = _c("value"), _c("stamped")
+    check_line = (
+        F.when(v.contains(CHECK_SENT_MARK), CHECK_SENT)
+        .when(v.contains("channel is null. groupId="), NO_CHANNEL)
+        .when(v.contains("channel table is empty. groupId="), NO_CHANNEL_BROKER_LOG)
+        .when(v.contains("invoke producer exception. group="), CHECK_SEND_FAILED)
+        .when(stamped, OTHER).otherwise(UNSTAMPED)
+    )
+    cls = (
+        F.when(v.contains(HEADER), "H")
+        .when(v.contains(CHECK_LINE), check_line)
+        .when(v.contains(DISCARD_MARK), DISCARD)
+        .when(stamped, OTHER).otherwise(UNSTAMPED)
+    )
+    return [v, stamped, cls.alias("cls")]
+
+
+def stage2(window: str) -> list[Column]:
     """Cut the header body out with one literal-prefixed regex and split it at commas.
 
     ``RX_HEADER_BODY`` starts with "EndTransactionRequestHeader{", so Java's regex engine skips to
@@ -160,38 +226,43 @@ def stage2(window: str) -> list[str]:
     field name in order and that the header was not cut off, so a reordered or truncated header
     is counted as bad. DEBUG lines carry no producer address and skip that regex.
     """
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
     n = WINDOW_CHARS[window]
+    v, cls, stamped = _c("value"), _c("cls"), _c("stamped")
+    header = cls == "H"
+    debug = _sub(v, 21, 6) == "DEBUG "
+    event = _not_in(cls, OTHER, UNSTAMPED) & stamped
     return [
-        "value",
-        "cls",
-        "stamped",
-        f"CASE WHEN cls = 'H' THEN {_rx('value', RX_HEADER_BODY)} END AS rest",
-        f"CASE WHEN cls = '{DISCARD}' THEN {_rx('value', RX_PGROUP)} "
-        f"WHEN cls IN ('{NO_CHANNEL}', '{NO_CHANNEL_BROKER_LOG}') THEN {_rx('value', RX_GROUP_ID)} "
-        f"WHEN cls = '{CHECK_SEND_FAILED}' THEN {_rx('value', RX_FAIL_GROUP)} END AS grp0",
-        f"CASE WHEN cls = 'H' AND substr(value, 21, 6) <> 'DEBUG ' THEN {_rx('value', RX_ADDR)} "
-        f"WHEN cls = '{DISCARD}' THEN {_rx('value', RX_BORN)} END AS addr",
-        f"CASE WHEN cls = '{DISCARD}' THEN {_rx('value', RX_UNIQ)} "
-        f"WHEN cls = '{CHECK_SENT}' THEN {_rx('value', RX_UNIQ_KEY)} END AS msg0",
-        f"CASE WHEN cls NOT IN ('{OTHER}', '{UNSTAMPED}') AND stamped "
-        f"THEN substr(value, 1, {n}) END AS win",
+        v, cls, stamped,
+        F.when(header, _rx(RX_HEADER_BODY)).alias("rest"),
+        F.when(cls == DISCARD, _rx(RX_PGROUP))
+        .when(cls.isin(NO_CHANNEL, NO_CHANNEL_BROKER_LOG), _rx(RX_GROUP_ID))
+        .when(cls == CHECK_SEND_FAILED, _rx(RX_FAIL_GROUP)).alias("grp0"),
+        F.when(header & (_sub(v, 21, 6) != "DEBUG "), _rx(RX_ADDR))
+        .when(cls == DISCARD, _rx(RX_BORN)).alias("addr"),
+        F.when(cls == DISCARD, _rx(RX_UNIQ)).when(cls == CHECK_SENT, _rx(RX_UNIQ_KEY)).alias("msg0"),
+        F.when(event, _sub(v, 1, n)).alias("win"),
         # seconds since the window's start: min/max of a small int keep Spark's hash
         # aggregation (a string min/max forces a sort of every row); window + offset = timestamp
-        f"CASE WHEN cls NOT IN ('{OTHER}', '{UNSTAMPED}') AND stamped THEN {_offset(window)} END AS ts",
-        "cls = 'H' AND substr(value, 21, 6) = 'DEBUG ' AS dbg",
+        F.when(event, _offset(window)).alias("ts"),
+        (header & debug).alias("dbg"),
     ]
 
 
-def stage2a() -> list[str]:
+_KEPT: Final = ("value", "cls", "grp0", "addr", "msg0", "win", "ts", "dbg")
+
+
+def stage2a() -> list[Column]:
     """Split the header at commas; ``closed``: the header's "}" was found (the body keeps it)."""
-    return [
-        "value", "cls", "grp0", "addr", "msg0", "win", "ts", "dbg",
-        "CASE WHEN cls = 'H' THEN split(rest, ',') END AS f",
-        "CASE WHEN cls = 'H' THEN endswith(rest, '}') END AS closed",
-    ]
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    header, rest = _c("cls") == "H", _c("rest")
+    return [*_cols(*_KEPT), F.when(header, F.split(rest, ",")).alias("f"),
+            F.when(header, rest.endswith("}")).alias("closed")]
 
 
-def stage2b() -> list[str]:
+def stage2b() -> list[Column]:
     """Check the header's shape once (``ok``) and cut the raw field values out of it.
 
     ``ok``: every field name in order and the header not cut off. It is used by every field
@@ -199,90 +270,109 @@ def stage2b() -> list[str]:
     expression using it (seven times per header line; subexpressions inside ``CASE``/``AND`` branches
     are not shared), as it does for the raw values, used twice each.
     """
-    names = " AND ".join(f"startswith(get(f, {i}), {_sq(n)})" for i, n in enumerate(HEADER_FIELDS))
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    f = _c("f")
     # 7 fields and a closing "}", or more (4.9.5+ bname) after the transactionId's comma
-    ok = f"(cls = 'H' AND (size(f) >= 8 OR (size(f) = 7 AND closed)) AND {names})"
-    return ["value", "cls", "grp0", "addr", "msg0", "win", "ts", "dbg", f"{ok} AS ok", "f"]
+    ok = _all(_c("cls") == "H", (F.size(f) >= 8) | ((F.size(f) == 7) & _c("closed")),
+              *(F.get(f, i).startswith(name) for i, name in enumerate(HEADER_FIELDS)))
+    return [*_cols(*_KEPT), ok.alias("ok"), f]
 
 
-def stage2c() -> list[str]:
+def stage2c() -> list[Column]:
     """The raw values of the fields used (group, commitOrRollback, fromTransactionCheck, msgId,
     transactionId), each cut once: the group's is read twice below (value and format)."""
-    def raw(i: int) -> str:  # the value after "name=", still quoted (4.9) or with the last "}"
-        return f"CASE WHEN ok THEN substr(get(f, {i}), {len(HEADER_FIELDS[i]) + 1}) END AS f{i}"
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
-    return ["value", "cls", "grp0", "addr", "msg0", "win", "ts", "dbg", "ok",
-            *(raw(i) for i in (0, 3, 4, 5, 6))]
+    def raw(i: int) -> Column:  # the value after "name=", still quoted (4.9) or with the last "}"
+        value = F.substr(F.get(_c("f"), i), F.lit(len(HEADER_FIELDS[i]) + 1))
+        return F.when(_c("ok"), value).alias(f"f{i}")
+
+    return [*_cols(*_KEPT), _c("ok"), *(raw(i) for i in (0, 3, 4, 5, 6))]
 
 
-def stage2d() -> list[str]:
+def stage2d() -> list[Column]:
     """Name the header fields, quotes and the closing "}" trimmed."""
-    def field(i: int) -> str:
-        return f"btrim(f{i}, \"'}}\")"
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
+    def field(i: int) -> Column:
+        return F.btrim(_c(f"f{i}"), F.lit("'}"))
+
+    cls, ok = _c("cls"), _c("ok")
+    header = cls == "H"
     return [
-        "cls",
-        f"CASE WHEN cls = 'H' THEN CASE WHEN ok THEN {field(0)} "
-        f"  ELSE {_rx('value', RX_GROUP)} END ELSE grp0 END AS grp",
-        "addr",
-        f"CASE WHEN cls = 'H' THEN CASE WHEN ok THEN {field(5)} END ELSE msg0 END AS msg",
-        "win",
-        "ts",
-        f"CASE WHEN ok THEN {field(3)} ELSE '' END AS st",
-        f"CASE WHEN ok THEN {field(4)} ELSE '' END AS ftc",
-        f"CASE WHEN ok THEN {field(6)} END AS tid",
-        "CASE WHEN ok THEN 'x' ELSE '' END AS tidm",
-        "dbg",
+        cls,
+        F.when(header, F.when(ok, field(0)).otherwise(_rx(RX_GROUP))).otherwise(_c("grp0")).alias("grp"),
+        _c("addr"),
+        F.when(header, F.when(ok, field(5))).otherwise(_c("msg0")).alias("msg"),
+        _c("win"),
+        _c("ts"),
+        F.when(ok, field(3)).otherwise("").alias("st"),
+        F.when(ok, field(4)).otherwise("").alias("ftc"),
+        F.when(ok, field(6)).alias("tid"),
+        F.when(ok, "x").otherwise("").alias("tidm"),
+        _c("dbg"),
         # 4.9.x quotes the group ("producerGroup='g'"), 5.x does not
-        f"CASE WHEN ok THEN CASE WHEN startswith(f0, \"'\") THEN '4.9' "
-        f"ELSE '5' END WHEN cls = '{CHECK_SENT}' THEN '5' END AS v",
+        F.when(ok, F.when(_c("f0").startswith("'"), "4.9").otherwise("5"))
+        .when(cls == CHECK_SENT, "5").alias("v"),
     ]
 
 
-def stage3() -> list[str]:
+def stage3() -> list[Column]:
     """Decide the row kind; a transaction marker with a missing field becomes ``bad``."""
-    check = "(ftc = 'true' OR tid NOT IN ('', 'null'))"
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    cls, grp, msg, st, ftc = _c("cls"), _c("grp"), _c("msg"), _c("st"), _c("ftc")
+    dbg = _c("dbg")
+    check = (ftc == "true") | _not_in(_c("tid"), "", "null")
+
+    def by_state(commit: str) -> Column:  # CASE st WHEN '0' ... WHEN '12' ... WHEN '8' ...
+        unknown, rollback = (CHECK_UNKNOWN, CHECK_ROLLBACK) if commit == CHECK_COMMIT else (
+            FIRST_UNKNOWN, FIRST_ROLLBACK)
+        return (F.when(st == "0", unknown).when(st == "12", rollback).when(st == "8", commit)
+                .otherwise(BAD))
+
     kind = (
-        "CASE "
-        f"WHEN cls IN ('{OTHER}', '{UNSTAMPED}') THEN cls "
-        f"WHEN win IS NULL OR ((grp IS NULL OR grp = '') AND cls <> '{CHECK_SENT}') THEN '{BAD}' "
-        f"WHEN cls <> 'H' THEN CASE WHEN cls IN ('{DISCARD}', '{CHECK_SENT}') AND (msg IS NULL OR msg = '') "
-        f"  THEN '{BAD}' ELSE cls END "
-        f"WHEN st = '' OR msg = '' OR tidm = '' OR ftc NOT IN ('true', 'false') "
-        f"  OR (NOT dbg AND addr = '') THEN '{BAD}' "
-        f"WHEN dbg THEN CASE "
-        f"  WHEN st NOT IN ('0', '8', '12') THEN '{BAD}' "
-        f"  WHEN st = '8' AND ftc = 'false' "
-        f"    THEN CASE WHEN {check} THEN '{CHECK_COMMIT_DEBUG}' ELSE '{FIRST_COMMIT}' END "
-        f"  ELSE '{DEBUG_OTHER}' END "
-        f"WHEN {check} THEN CASE st WHEN '0' THEN '{CHECK_UNKNOWN}' "
-        f"  WHEN '12' THEN '{CHECK_ROLLBACK}' WHEN '8' THEN '{CHECK_COMMIT}' ELSE '{BAD}' END "
-        f"ELSE CASE st WHEN '0' THEN '{FIRST_UNKNOWN}' WHEN '12' THEN '{FIRST_ROLLBACK}' "
-        f"  WHEN '8' THEN '{FIRST_COMMIT}' ELSE '{BAD}' END "
-        "END"
+        F.when(cls.isin(OTHER, UNSTAMPED), cls)
+        .when(_c("win").isNull() | ((grp.isNull() | (grp == "")) & (cls != CHECK_SENT)), BAD)
+        .when(cls != "H", F.when(cls.isin(DISCARD, CHECK_SENT) & (msg.isNull() | (msg == "")), BAD)
+              .otherwise(cls))
+        .when(_any(st == "", msg == "", _c("tidm") == "", _not_in(ftc, "true", "false"),
+                   ~dbg & (_c("addr") == "")), BAD)
+        .when(dbg, F.when(_not_in(st, "0", "8", "12"), BAD)
+              .when((st == "8") & (ftc == "false"),
+                    F.when(check, CHECK_COMMIT_DEBUG).otherwise(FIRST_COMMIT))
+              .otherwise(DEBUG_OTHER))
+        .when(check, by_state(CHECK_COMMIT))
+        .otherwise(by_state(FIRST_COMMIT))
     )
-    return [f"{kind} AS kind", "grp", "addr", "win", "ts", "msg", "v"]
+    return [kind.alias("kind"), *_cols("grp", "addr", "win", "ts", "msg", "v")]
 
 
-def stage4() -> list[str]:
+def stage4() -> list[Column]:
     """Keep only the keys each kind needs, so the aggregate stays small."""
-    keep_msg = ", ".join(f"'{k}'" for k in MSG_KINDS)
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    kind = _c("kind")
+    kept = _not_in(kind, OTHER, UNSTAMPED)
+    good = _not_in(kind, OTHER, UNSTAMPED, BAD)
     return [
-        "kind",
-        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}') THEN grp END AS grp",
-        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') AND addr <> '' THEN addr END AS addr",
-        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}') THEN win END AS win",
-        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') THEN ts END AS ts",
-        f"CASE WHEN kind IN ({keep_msg}) THEN msg END AS msg",
-        f"CASE WHEN kind NOT IN ('{OTHER}', '{UNSTAMPED}', '{BAD}') THEN v END AS v",
+        kind,
+        F.when(kept, _c("grp")).alias("grp"),
+        F.when(good & (_c("addr") != ""), _c("addr")).alias("addr"),
+        F.when(kept, _c("win")).alias("win"),
+        F.when(good, _c("ts")).alias("ts"),
+        F.when(kind.isin(*MSG_KINDS), _c("msg")).alias("msg"),
+        F.when(good, _c("v")).alias("v"),
         # the file, not the broker: one hash key per row here, the broker name is derived from
         # the few distinct paths after the aggregation (no regex per line)
-        "input_file_name() AS file",
+        F.input_file_name().alias("file"),
     ]
 
 
-def pipeline(window: str) -> list[list[str]]:
-    """The projections the job applies in order; each stage reuses the previous stage's columns."""
+def pipeline(window: str) -> list[list[Column]]:
+    """The projections the job applies in order (``df.select(*stage)``); each stage reuses the
+    previous stage's columns. Needs a SparkSession (the columns are built in its JVM)."""
     if window not in WINDOW_CHARS:
         raise ValueError(f"window must be one of {sorted(WINDOW_CHARS)}, not {window!r}")
     return [stage0(), stage1(), stage2(window), stage2a(), stage2b(), stage2c(), stage2d(), stage3(),
