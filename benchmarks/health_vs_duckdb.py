@@ -57,7 +57,7 @@ def duckdb_sql(path: str) -> str:
                "AND substr(line, 14, 1) = ':' AND substr(line, 20, 1) = ' ')")
     keep_msg = ", ".join(_sq(k) for k in P.MSG_KINDS)
     tid = "trim(substr(tidm, 15, length(tidm) - 15), '''')"
-    check = f"(ftc = 'true' OR {tid} NOT IN ('', 'null'))"
+    check = f"(ftc = 'true' OR (NOT px AND {tid} NOT IN ('', 'null')))"
     return f"""
 WITH src AS (
   SELECT coalesce(line, '') AS line FROM read_csv({_sq(path)}, columns={{'line': 'VARCHAR'}},
@@ -91,7 +91,8 @@ WITH src AS (
     CASE WHEN cls = 'H' THEN {_rx(P.RX_STATE)} END AS st,
     CASE WHEN cls = 'H' THEN {_rx(P.RX_FTC)} END AS ftc,
     CASE WHEN cls = 'H' THEN {_rx(P.RX_TID, 0)} END AS tidm,
-    cls = 'H' AND substr(line, 21, 6) = 'DEBUG ' AS dbg
+    cls = 'H' AND substr(line, 21, 6) = 'DEBUG ' AS dbg,
+    cls = 'H' AND contains(line, {_sq(P.PROXY_REMARK)}) AS px
   FROM c
 ), k AS (
   SELECT CASE

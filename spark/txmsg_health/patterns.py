@@ -89,6 +89,12 @@ DISCARD_MARK: Final = "has been checked too many times"
 CHECK_FAILED: Final = "Check transaction failed"
 CHECK_LINE: Final = "Check transaction"  # common prefix of the failure and 5.x check-sent lines
 CHECK_SENT_MARK: Final = "Check transaction. real_topic="
+PROXY_REMARK: Final = "Remark: end transaction from proxy"
+"""A 5.x proxy in cluster mode relays a gRPC client's EndTransaction with this remark and sets
+``fromTransactionCheck`` from the client's ``TransactionSource``, so on such a line the flag is
+right and a filled ``transactionId`` (which every gRPC first-phase answer carries) is no check
+mark. (A proxy in local mode, inside the broker, passes no remark: those lines cannot be told
+from a C++ client's.)"""
 
 WINDOW_CHARS: Final = {"minute": 16, "hour": 13}  # "yyyy-MM-dd HH:mm" / "yyyy-MM-dd HH"
 
@@ -309,7 +315,10 @@ def stage2d() -> list[Column]:
         _c("ts"),
         F.when(ok, field(3)).otherwise("").alias("st"),
         F.when(ok, field(4)).otherwise("").alias("ftc"),
-        F.when(ok, field(6)).alias("tid"),
+        # a relayed first-phase answer carries its transactionId too: not a C++ check answer
+        F.when(ok, F.when(
+            ~_c("dbg") & (field(4) == "false") & _not_in(field(6), "", "null")
+            & _c("value").contains(PROXY_REMARK), "").otherwise(field(6))).alias("tid"),
         F.when(ok, "x").otherwise("").alias("tidm"),
         _c("dbg"),
         # 4.9.x quotes the group ("producerGroup='g'"), 5.x does not

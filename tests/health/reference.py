@@ -94,7 +94,9 @@ def scan(paths: list[str]) -> Ref:
             g, msg, state = f["producerGroup"], f["msgId"], f["commitOrRollback"]
             ref.formats[broker].add("4.9" if "producerGroup='" in line else "5")
             java_check = f["fromTransactionCheck"] == "true"
-            is_check = java_check or f["transactionId"] not in ("", "null")
+            # a 5.x proxy relays gRPC answers with a true fromTransactionCheck: trust it there
+            relayed = "Remark: end transaction from proxy" in line
+            is_check = java_check or (not relayed and f["transactionId"] not in ("", "null"))
             level = words[2] if len(words) > 2 else ""
             c = ref.groups[g]
             cb = ref.by_broker[(g, broker)]

@@ -16,7 +16,8 @@ check-back.
 
 What the gRPC logs cannot show, as on a real 5.x proxy: a 5.x client sends no EndTransaction for
 an UNKNOW at send, so there is no first-phase UNKNOW line (``unknown`` is 0 on the gRPC logs; the
-per-check lines still count every check-back).  What the job misreads today is a strict xfail
+per-check lines still count every check-back).  A gRPC first-phase ROLLBACK carries its
+transactionId, as a C++ client's check answer does; the proxy's remark tells them apart
 (:func:`test_first_phase_rollbacks_over_grpc_are_not_check_answers`).
 
 Asserted: the same flagged groups from every log, and per group the same check-back count from
@@ -204,12 +205,6 @@ def test_check_backs_counted_at_info_from_the_per_check_line(summaries: dict[str
     assert _groups("remoting-5", summaries["remoting-5"])[HEALTHY]["checks_histogram"] == {"1": 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="health job: a 5.x header with fromTransactionCheck=false and a filled transactionId is "
-    "read as a C++/Python check answer, but a gRPC producer's first-phase ROLLBACK (Remark: end "
-    "transaction from proxy) carries its transactionId too, so it is counted as a check ROLLBACK",
-)
 def test_first_phase_rollbacks_over_grpc_are_not_check_answers(summaries: dict[str, Any]) -> None:
     grpc, remoting = _groups("grpc", summaries["grpc"]), _groups("remoting-5", summaries["remoting-5"])
     assert grpc[HEALTHY]["rollback"] == remoting[HEALTHY]["rollback"] == 2
