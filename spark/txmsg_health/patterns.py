@@ -4,8 +4,14 @@ Why Columns and not SQL text (``selectExpr``): a fresh process parsed the stages
 Spark's ANTLR parser in a cold JVM, ~12 % of a 50 000-line job's Java samples. Built as Columns,
 the plan is the same (analysed, optimised and physical plans compared equal, expression ids aside),
 nothing is parsed, and a cold 50 000-line process took 12.0 s instead of 12.8 s (median of six
-interleaved runs; docs/health.md). The stages still read like the SQL they were: ``_all``/``_any``
-nest long AND/OR chains the way the SQL parser does, so the generated per-line code is unchanged.
+interleaved runs; docs/health.md). ``_all``/``_any`` nest long AND/OR chains the way the SQL
+parser does.
+
+Why bytes in places (round 4, docs/health.md): Spark's string ``substr`` walks the string from
+its start character by character, and ``btrim`` with a set allocates per character; the fixed
+positions of the line's prefix and the field values after their ASCII names are cut as bytes
+instead, each where bytes and characters provably agree, so every line gets the same answer as
+the character functions would give (the per-line CPU of the scan: -18 % on 2 M lines).
 
 Why this shape (measured on this machine, 2 cores, see benchmarks/health_vs_duckdb.py): every line
 is classified with ``contains`` only, a first-byte scan over Spark's UTF-8 buffer that costs about
@@ -88,6 +94,7 @@ HEADER: Final = "EndTransactionRequestHeader{"
 DISCARD_MARK: Final = "has been checked too many times"
 CHECK_FAILED: Final = "Check transaction failed"
 CHECK_LINE: Final = "Check transaction"  # common prefix of the failure and 5.x check-sent lines
+CHECK_AND_DISCARD: Final = "heck"  # in both CHECK_LINE and DISCARD_MARK
 CHECK_SENT_MARK: Final = "Check transaction. real_topic="
 PROXY_REMARK: Final = "Remark: end transaction from proxy"
 """A 5.x proxy in cluster mode relays a gRPC client's EndTransaction with this remark and sets
@@ -166,6 +173,39 @@ def _offset(window: str) -> Column:
     return sec if window == "minute" else _sub(v, 15, 2).try_cast(IntegerType()) * 60 + sec
 
 
+def _bsub(pos: int, length: int) -> Column:
+    """``substr`` of the line's first bytes (column ``pre``): byte positions, no walk over chars."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    return F.substr(_c("pre"), F.lit(pos), F.lit(length))
+
+
+def _bytes(text: str) -> Column:
+    """A binary literal, to compare with ``_bsub``."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    return F.lit(bytearray(text.encode()))
+
+
+def _boffset(window: str) -> Column:
+    """``_offset`` read from the prefix bytes (only where they are ASCII, so bytes are chars)."""
+    from pyspark.sql.types import IntegerType, StringType  # noqa: PLC0415 - optional: the spark extra
+
+    def number(pos: int) -> Column:
+        return _bsub(pos, 2).cast(StringType()).try_cast(IntegerType())
+
+    return number(18) if window == "minute" else number(15) * 60 + number(18)
+
+
+def _trim(x: Column) -> Column:
+    """``btrim(x, "'}")`` only where x starts or ends with a quote or brace (5.x values do not):
+    Spark's trim with a set walks the whole value and allocates per character."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    edge = _any(x.startswith("'"), x.endswith("'"), x.startswith("}"), x.endswith("}"))
+    return F.when(edge, F.btrim(x, F.lit("'}"))).otherwise(x)
+
+
 def _not_in(col: Column, *values: str) -> Column:
     """``col NOT IN (...)``: NULL when ``col`` is NULL, like the SQL."""
     return ~col.isin(*values)
@@ -194,13 +234,43 @@ def _any(*terms: Column) -> Column:
     return _tree(list(terms), operator.or_)
 
 
+PREFIX_CHARS: Final = 26
+"""Timestamp (20 chars with its space) and level ("DEBUG "): every fixed-position test reads these."""
+
+
 def stage0() -> list[Column]:
-    """The line and its timestamp test (used by several branches below, so computed once)."""
-    return [_c("value"), _stamped().alias("stamped")]
+    """The line's first ``PREFIX_CHARS`` characters, as bytes.
+
+    Why: Spark's ``substr`` on a string walks it character by character from its start and
+    allocates; the fixed-position tests (timestamp shape, DEBUG, window, seconds) did that six to
+    eight times per line (JFR: ``UTF8String.substring`` 18 % of the scan). One walk here, then
+    ``substr`` on the bytes is an index. Where the prefix is all ASCII (``asc``: as many bytes as
+    characters) byte and character positions agree; any other line takes the character tests, so
+    the result is the same for every line.
+    """
+    from pyspark.sql.types import BinaryType  # noqa: PLC0415 - optional: the spark extra
+
+    return [_c("value"), _sub(_c("value"), 1, PREFIX_CHARS).cast(BinaryType()).alias("pre")]
+
+
+def stage0b() -> list[Column]:
+    """The timestamp test (used by several branches below, so computed once)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    asc = F.octet_length(_c("pre")) == PREFIX_CHARS
+    by_bytes = _all(_bsub(5, 1) == _bytes("-"), _bsub(11, 1) == _bytes(" "),
+                    _bsub(14, 1) == _bytes(":"), _bsub(20, 1) == _bytes(" "))
+    return [_c("value"), _c("pre"), asc.alias("asc"),
+            F.when(asc, by_bytes).otherwise(_stamped()).alias("stamped")]
 
 
 def stage1() -> list[Column]:
-    """Classify every line with plain substring tests (``contains`` is a fast byte scan)."""
+    """Classify every line with plain substring tests (``contains`` is a fast byte scan).
+
+    Each ``contains`` that fails scans the whole line, so the two marks that share "heck"
+    ("Check transaction", "has been checked too many times") are tried only on lines containing
+    it: a line about nothing here pays two scans instead of three (3 % of the scan's CPU).
+    """
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     v, stamped = _c("value"), _c("stamped")
@@ -211,13 +281,24 @@ def stage1() -> list[Column]:
         .when(v.contains("invoke producer exception. group="), CHECK_SEND_FAILED)
         .when(stamped, OTHER).otherwise(UNSTAMPED)
     )
+    other = F.when(stamped, OTHER).otherwise(UNSTAMPED)
     cls = (
         F.when(v.contains(HEADER), "H")
-        .when(v.contains(CHECK_LINE), check_line)
-        .when(v.contains(DISCARD_MARK), DISCARD)
-        .when(stamped, OTHER).otherwise(UNSTAMPED)
+        .when(v.contains(CHECK_AND_DISCARD), F.when(v.contains(CHECK_LINE), check_line)
+              .when(v.contains(DISCARD_MARK), DISCARD).otherwise(other))
+        .otherwise(other)
     )
-    return [v, stamped, cls.alias("cls")]
+    return [v, _c("pre"), _c("asc"), stamped, cls.alias("cls")]
+
+
+def stage1b() -> list[Column]:
+    """``dbg``: a DEBUG header line, tested once (stage 2 reads it twice)."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
+    v, cls = _c("value"), _c("cls")
+    debug = F.when(_c("asc"), _bsub(21, 6) == _bytes("DEBUG ")).otherwise(_sub(v, 21, 6) == "DEBUG ")
+    return [v, _c("pre"), _c("asc"), _c("stamped"), cls,
+            F.when(cls == "H", debug).otherwise(False).alias("dbg")]
 
 
 def stage2(window: str) -> list[Column]:
@@ -233,11 +314,11 @@ def stage2(window: str) -> list[Column]:
     is counted as bad. DEBUG lines carry no producer address and skip that regex.
     """
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import StringType  # noqa: PLC0415 - optional: the spark extra
 
     n = WINDOW_CHARS[window]
-    v, cls, stamped = _c("value"), _c("cls"), _c("stamped")
+    v, cls, stamped, asc = _c("value"), _c("cls"), _c("stamped"), _c("asc")
     header = cls == "H"
-    debug = _sub(v, 21, 6) == "DEBUG "
     event = _not_in(cls, OTHER, UNSTAMPED) & stamped
     return [
         v, cls, stamped,
@@ -245,14 +326,14 @@ def stage2(window: str) -> list[Column]:
         F.when(cls == DISCARD, _rx(RX_PGROUP))
         .when(cls.isin(NO_CHANNEL, NO_CHANNEL_BROKER_LOG), _rx(RX_GROUP_ID))
         .when(cls == CHECK_SEND_FAILED, _rx(RX_FAIL_GROUP)).alias("grp0"),
-        F.when(header & (_sub(v, 21, 6) != "DEBUG "), _rx(RX_ADDR))
+        F.when(header & ~_c("dbg"), _rx(RX_ADDR))
         .when(cls == DISCARD, _rx(RX_BORN)).alias("addr"),
         F.when(cls == DISCARD, _rx(RX_UNIQ)).when(cls == CHECK_SENT, _rx(RX_UNIQ_KEY)).alias("msg0"),
-        F.when(event, _sub(v, 1, n)).alias("win"),
+        F.when(event, F.when(asc, _bsub(1, n).cast(StringType())).otherwise(_sub(v, 1, n))).alias("win"),
         # seconds since the window's start: min/max of a small int keep Spark's hash
         # aggregation (a string min/max forces a sort of every row); window + offset = timestamp
-        F.when(event, _offset(window)).alias("ts"),
-        (header & debug).alias("dbg"),
+        F.when(event, F.when(asc, _boffset(window)).otherwise(_offset(window))).alias("ts"),
+        _c("dbg"),
     ]
 
 
@@ -289,20 +370,29 @@ def stage2c() -> list[Column]:
     """The raw values of the fields used (group, commitOrRollback, fromTransactionCheck, msgId,
     transactionId), each cut once: the group's is read twice below (value and format)."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import BinaryType, StringType  # noqa: PLC0415 - optional: the spark extra
 
     def raw(i: int) -> Column:  # the value after "name=", still quoted (4.9) or with the last "}"
-        value = F.substr(F.get(_c("f"), i), F.lit(len(HEADER_FIELDS[i]) + 1))
-        return F.when(_c("ok"), value).alias(f"f{i}")
+        # cut by byte offset (the names are ASCII): a string substr walks the whole value
+        value = F.substr(F.get(_c("f"), i).cast(BinaryType()), F.lit(len(HEADER_FIELDS[i]) + 1))
+        return F.when(_c("ok"), value.cast(StringType())).alias(f"f{i}")
 
     return [*_cols(*_KEPT), _c("ok"), *(raw(i) for i in (0, 3, 4, 5, 6))]
 
 
+def stage2t() -> list[Column]:
+    """The field values with quotes and the closing "}" trimmed, each once (``tid`` reads two of
+    them twice: inline, Spark trimmed them again)."""
+    return [*_cols(*_KEPT), _c("ok"), _c("f0"),
+            *(_trim(_c(f"f{i}")).alias(f"t{i}") for i in (0, 3, 4, 5, 6))]
+
+
 def stage2d() -> list[Column]:
-    """Name the header fields, quotes and the closing "}" trimmed."""
+    """Name the header fields."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     def field(i: int) -> Column:
-        return F.btrim(_c(f"f{i}"), F.lit("'}"))
+        return _c(f"t{i}")
 
     cls, ok = _c("cls"), _c("ok")
     header = cls == "H"
@@ -384,5 +474,5 @@ def pipeline(window: str) -> list[list[Column]]:
     previous stage's columns. Needs a SparkSession (the columns are built in its JVM)."""
     if window not in WINDOW_CHARS:
         raise ValueError(f"window must be one of {sorted(WINDOW_CHARS)}, not {window!r}")
-    return [stage0(), stage1(), stage2(window), stage2a(), stage2b(), stage2c(), stage2d(), stage3(),
-            stage4()]
+    return [stage0(), stage0b(), stage1(), stage1b(), stage2(window), stage2a(), stage2b(), stage2c(),
+            stage2t(), stage2d(), stage3(), stage4()]
