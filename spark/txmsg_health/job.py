@@ -34,6 +34,7 @@ from txmsg_health import brokers, loopback, output, startup, summary
 from txmsg_health import patterns as P
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
+from txmsg_health.windows_out import WindowsWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -248,13 +249,14 @@ def _outputs(agg: DataFrame, paths: list[str],
     broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
     parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
     os.makedirs(cfg.out, exist_ok=True)
-    wt = windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz).persist()
+    windows = WindowsWriter(agg.sparkSession,
+                            windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet)
     try:
         # The window table does not depend on the per-transaction figures: written in a second
         # thread while they are computed, so the two small jobs share the cores instead of
         # queueing (each is a few short tasks over the cached aggregate).
         with ThreadPoolExecutor(1, thread_name_prefix="health-windows") as pool:
-            written = pool.submit(_write_windows, wt, parquet)
+            written = pool.submit(windows.write)
             t = time.perf_counter()
             hist_rows = _histogram(agg, broker)
             timings["transactions"] = time.perf_counter() - t
@@ -264,12 +266,10 @@ def _outputs(agg: DataFrame, paths: list[str],
         result["inputs"] = list(cfg.inputs)
         result["parquet"] = parquet
         t = time.perf_counter()
-        series: dict[str, list[dict[str, Any]]] = {}
-        if result["flagged"]:
-            series = _series(wt.where(F.col("group").isin(*result["flagged"])).collect())
+        series = _series(windows.rows_of(list(result["flagged"])))
         timings["series"] = time.perf_counter() - t
     finally:
-        wt.unpersist()
+        windows.close()
     result["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return result, series
 
@@ -299,21 +299,11 @@ def _histogram(agg: DataFrame, broker: Column) -> list[tuple[Any, str, int, int,
     ]
 
 
-def _write_windows(wt: DataFrame, parquet: str) -> float:
-    """Write the window table as one Parquet file, sorted inside it; returns the seconds taken."""
-    t = time.perf_counter()
-    # a global orderBy would cost an extra sampling job
-    (wt.coalesce(1).sortWithinPartitions("group", "broker", "window_start")
-     .write.mode("overwrite").parquet(parquet))
-    return time.perf_counter() - t
-
-
-def _series(rows: list[Any]) -> dict[str, list[dict[str, Any]]]:
+def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Per flagged group, its windows summed over brokers, oldest first (the dashboard's chart)."""
     names = [name for name, _ in _metric_columns()]
     per: dict[tuple[str, Any], dict[str, Any]] = {}
-    for r in rows:
-        d = r.asDict()
+    for d in rows:
         cur = per.setdefault((d["group"], d["window_start"]), {**d, **{k: 0 for k in names}})
         for k in names:
             cur[k] += int(d[k])
