@@ -249,8 +249,7 @@ def _outputs(agg: DataFrame, paths: list[str],
     broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
     parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
     os.makedirs(cfg.out, exist_ok=True)
-    windows = WindowsWriter(agg.sparkSession,
-                            windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet)
+    windows = WindowsWriter(windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet)
     try:
         # The window table does not depend on the per-transaction figures: written in a second
         # thread while they are computed, so the two small jobs share the cores instead of

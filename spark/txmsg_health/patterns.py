@@ -164,13 +164,26 @@ def _stamped() -> Column:
                 _sub(v, 20, 1) == " ")
 
 
-def _offset(window: str) -> Column:
-    """Seconds since the window's start (``try_cast``: a malformed stamp gives NULL, not an error)."""
+def _offset(window: str, chars: Callable[[int, int], Column]) -> Column:
+    """Seconds since the window's start, read by ``chars`` (``_line_chars`` or ``_prefix_chars``)
+    (``try_cast``: a malformed stamp gives NULL, not an error)."""
     from pyspark.sql.types import IntegerType  # noqa: PLC0415 - optional: the spark extra
 
-    v = _c("value")
-    sec = _sub(v, 18, 2).try_cast(IntegerType())
-    return sec if window == "minute" else _sub(v, 15, 2).try_cast(IntegerType()) * 60 + sec
+    sec = chars(18, 2).try_cast(IntegerType())
+    return sec if window == "minute" else chars(15, 2).try_cast(IntegerType()) * 60 + sec
+
+
+def _line_chars(pos: int, length: int) -> Column:
+    """Characters of the line by character position (walks the line)."""
+    return _sub(_c("value"), pos, length)
+
+
+def _prefix_chars(pos: int, length: int) -> Column:
+    """The same characters read from the prefix bytes (only where they are ASCII, so bytes are
+    characters)."""
+    from pyspark.sql.types import StringType  # noqa: PLC0415 - optional: the spark extra
+
+    return _bsub(pos, length).cast(StringType())
 
 
 def _bsub(pos: int, length: int) -> Column:
@@ -185,16 +198,6 @@ def _bytes(text: str) -> Column:
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     return F.lit(bytearray(text.encode()))
-
-
-def _boffset(window: str) -> Column:
-    """``_offset`` read from the prefix bytes (only where they are ASCII, so bytes are chars)."""
-    from pyspark.sql.types import IntegerType, StringType  # noqa: PLC0415 - optional: the spark extra
-
-    def number(pos: int) -> Column:
-        return _bsub(pos, 2).cast(StringType()).try_cast(IntegerType())
-
-    return number(18) if window == "minute" else number(15) * 60 + number(18)
 
 
 def _trim(x: Column) -> Column:
@@ -274,14 +277,14 @@ def stage1() -> list[Column]:
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     v, stamped = _c("value"), _c("stamped")
+    other = F.when(stamped, OTHER).otherwise(UNSTAMPED)
     check_line = (
         F.when(v.contains(CHECK_SENT_MARK), CHECK_SENT)
         .when(v.contains("channel is null. groupId="), NO_CHANNEL)
         .when(v.contains("channel table is empty. groupId="), NO_CHANNEL_BROKER_LOG)
         .when(v.contains("invoke producer exception. group="), CHECK_SEND_FAILED)
-        .when(stamped, OTHER).otherwise(UNSTAMPED)
+        .when(stamped, OTHER).otherwise(UNSTAMPED)  # flat, not ``other``: one CASE in the plan
     )
-    other = F.when(stamped, OTHER).otherwise(UNSTAMPED)
     cls = (
         F.when(v.contains(HEADER), "H")
         .when(v.contains(CHECK_AND_DISCARD), F.when(v.contains(CHECK_LINE), check_line)
@@ -314,7 +317,6 @@ def stage2(window: str) -> list[Column]:
     is counted as bad. DEBUG lines carry no producer address and skip that regex.
     """
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-    from pyspark.sql.types import StringType  # noqa: PLC0415 - optional: the spark extra
 
     n = WINDOW_CHARS[window]
     v, cls, stamped, asc = _c("value"), _c("cls"), _c("stamped"), _c("asc")
@@ -329,10 +331,11 @@ def stage2(window: str) -> list[Column]:
         F.when(header & ~_c("dbg"), _rx(RX_ADDR))
         .when(cls == DISCARD, _rx(RX_BORN)).alias("addr"),
         F.when(cls == DISCARD, _rx(RX_UNIQ)).when(cls == CHECK_SENT, _rx(RX_UNIQ_KEY)).alias("msg0"),
-        F.when(event, F.when(asc, _bsub(1, n).cast(StringType())).otherwise(_sub(v, 1, n))).alias("win"),
+        F.when(event, F.when(asc, _prefix_chars(1, n)).otherwise(_line_chars(1, n))).alias("win"),
         # seconds since the window's start: min/max of a small int keep Spark's hash
         # aggregation (a string min/max forces a sort of every row); window + offset = timestamp
-        F.when(event, F.when(asc, _boffset(window)).otherwise(_offset(window))).alias("ts"),
+        F.when(event, F.when(asc, _offset(window, _prefix_chars))
+               .otherwise(_offset(window, _line_chars))).alias("ts"),
         _c("dbg"),
     ]
 

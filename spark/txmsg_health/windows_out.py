@@ -43,10 +43,10 @@ def local_path(spark: SparkSession, uri: str) -> str | None:
 class WindowsWriter:
     """Writes the window table once and answers the dashboard's query from what it wrote."""
 
-    def __init__(self, spark: SparkSession, wt: DataFrame, uri: str) -> None:
+    def __init__(self, wt: DataFrame, uri: str) -> None:
         self._wt = wt
         self._uri = uri
-        self._local = local_path(spark, uri)
+        self._local = local_path(wt.sparkSession, uri)
         self._table: pa.Table | None = None
         if self._local is None:
             self._wt = wt.persist()  # read again for the dashboard's rows
@@ -72,7 +72,8 @@ class WindowsWriter:
             import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
 
             wanted = pc.is_in(self._table["group"], value_set=pa.array(groups, pa.string()))
-            return list(self._table.filter(wanted).to_pylist())
+            rows: list[dict[str, Any]] = self._table.filter(wanted).to_pylist()
+            return rows
         from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
         return [r.asDict() for r in self._wt.where(F.col("group").isin(*groups)).collect()]

@@ -23,7 +23,7 @@ def _table(spark: Any) -> Any:
 
 
 def _write(spark: Any, uri: str) -> tuple[float, list[dict[str, Any]]]:
-    w = WindowsWriter(spark, _table(spark), uri)
+    w = WindowsWriter(_table(spark), uri)
     try:
         seconds = w.write()
         return seconds, w.rows_of(["g1"])
