@@ -9,9 +9,11 @@ Run it three ways with the same arguments::
 Why the shape: the file is read exactly once. Every line goes through a few cheap projections
 (``patterns.pipeline``) and one aggregation keyed by (kind, group, address, window, msgId-if-needed,
 format, file); that aggregate is small (bounded by groups x windows x files, plus one row per
-UNKNOW/checked transaction), is cached, and every output is derived from it: the broker of each
+UNKNOW/checked transaction), and every output is derived from it: the broker of each
 row is named from its file's path, and 5.x check-sent lines (no group on the line) get their
-group from the same broker's lines about that msgId (grouped together, no join). Executors need nothing but Spark:
+group from the same broker's lines about that msgId (grouped together, no join). In local mode
+the aggregate comes to the driver once as Arrow and pyarrow derives the outputs
+(``arrow_outputs``); elsewhere it is cached and small Spark jobs do. Executors need nothing but Spark:
 there are no Python UDFs, so ``spark-submit`` to a cluster ships no Python code to workers.
 """
 
@@ -34,7 +36,7 @@ from txmsg_health import brokers, loopback, output, startup, summary
 from txmsg_health import patterns as P
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
-from txmsg_health.windows_out import WindowsWriter
+from txmsg_health.windows_out import WindowsWriter, local_path, rows_in, write_local
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -202,13 +204,17 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     paths = resolve(cfg.inputs)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     try:
-        agg = aggregate(classify(spark, paths, cfg.window)).persist(StorageLevel.MEMORY_AND_DISK)
+        agg = aggregate(classify(spark, paths, cfg.window))
     except Exception as exc:  # AnalysisException for unreadable/missing remote paths
         raise HealthInputError(f"cannot read {', '.join(cfg.inputs)}: {_first_line(exc)}") from exc
+    arrow = _arrow_destination(spark, cfg) is not None
+    if not arrow:  # read by several jobs; the Arrow path reads it once
+        agg = agg.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         result, series = _outputs(agg, paths, cfg)
     finally:
-        agg.unpersist()
+        if not arrow:
+            agg.unpersist()
     seconds = time.perf_counter() - t0
     result["seconds"] = round(seconds, 3)
     output.write_summary(cfg.out, result)
@@ -219,9 +225,90 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     return JobResult(result, series, seconds)
 
 
+ARROW_OUTPUTS = "spark.txmsg.health.arrowOutputs"
+"""``false``: derive the outputs with Spark jobs even where the Arrow path could (tests, checks)."""
+
+
+def _parquet(cfg: JobConfig) -> str:
+    return cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
+
+
+def _arrow_destination(spark: SparkSession, cfg: JobConfig) -> str | None:
+    """The local path of the window table when the outputs take the Arrow path, else None.
+
+    The Arrow path needs the driver to be the executor (local mode) and to write the table itself
+    (``windows_out.local_path``); ``--conf spark.txmsg.health.arrowOutputs=false`` turns it off.
+    """
+    if str(spark.conf.get(ARROW_OUTPUTS, "true")).strip().lower() == "false":
+        return None
+    return local_path(spark, _parquet(cfg))
+
+
 def _outputs(agg: DataFrame, paths: list[str],
              cfg: JobConfig) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """Every output from the cached aggregate: summary, Parquet table, dashboard series.
+    """Every output from the aggregate: summary, Parquet table, dashboard series.
+
+    In local mode the aggregate comes to the driver once, as Arrow, and pyarrow derives the rest
+    (``arrow_outputs``: no more Spark jobs); elsewhere Spark jobs over the cached aggregate do
+    (``_outputs_spark``). Both give the same figures, row for row.
+    """
+    destination = _arrow_destination(agg.sparkSession, cfg)
+    if destination is None:
+        return _outputs_spark(agg, paths, cfg)
+    return _outputs_arrow(agg, paths, cfg, destination)
+
+
+def _outputs_arrow(agg: DataFrame, paths: list[str], cfg: JobConfig,
+                   destination: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    from txmsg_health import arrow_outputs as A  # noqa: PLC0415 - pyarrow: the spark extra
+
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    table = agg.toArrow()
+    names, totals, addr_rows = _named_totals(A.totals(table), paths, cfg)
+    timings["scan_and_totals"] = time.perf_counter() - t
+    table = A.with_broker(table, names)
+    t = time.perf_counter()
+    hist_rows = A.histogram(table)
+    timings["transactions"] = time.perf_counter() - t
+    result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
+                           thresholds=cfg.thresholds)
+    t = time.perf_counter()
+    os.makedirs(cfg.out, exist_ok=True)
+    windows = write_local(A.windows(table, _metric_columns(), cfg.window, cfg.tz), destination)
+    timings["windows"] = time.perf_counter() - t
+    result["inputs"] = list(cfg.inputs)
+    result["parquet"] = _parquet(cfg)
+    t = time.perf_counter()
+    series = _series(rows_in(windows, list(result["flagged"])))
+    timings["series"] = time.perf_counter() - t
+    result["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    return result, series
+
+
+def _named_totals(rows: list[Any], paths: list[str], cfg: JobConfig
+                  ) -> tuple[dict[str, str], list[summary.Totals],
+                             list[tuple[str, str, str, str, int]]]:
+    """Broker names of the files, then the totals and per-address rows of ``summary.build``.
+
+    ``rows``: mappings with the totals query's fields (grp, file, addr, kind, v, n, wmin, wmax).
+    """
+    if sum(int(r["n"]) for r in rows) == 0:
+        raise HealthInputError(
+            f"the input is empty: {', '.join(cfg.inputs)} contain no lines; point at the broker's "
+            "log directory (~/logs/rocketmqlogs) or its transaction.log / broker.log files"
+        )
+    names = brokers.names(sorted({r["file"] for r in rows}), paths, cfg.broker_regex)
+    totals = [(r["grp"], names[r["file"]], r["kind"], r["v"], int(r["n"]), r["wmin"], r["wmax"])
+              for r in rows]
+    addr_rows = [(r["grp"], names[r["file"]], r["addr"], r["kind"], int(r["n"])) for r in rows
+                 if r["addr"] is not None and r["grp"] is not None]
+    return names, totals, addr_rows
+
+
+def _outputs_spark(agg: DataFrame, paths: list[str],
+                   cfg: JobConfig) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """The outputs by Spark jobs over the cached aggregate (a cluster, a remote destination).
 
     Small jobs, none of them a join: per-file totals (which also name the files, hence the
     brokers), then per-transaction figures and, at the same time, the window table, then the
@@ -232,22 +319,14 @@ def _outputs(agg: DataFrame, paths: list[str],
 
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    rows = agg.groupBy("grp", "file", "addr", "kind", "v").agg(
+    rows = [r.asDict() for r in agg.groupBy("grp", "file", "addr", "kind", "v").agg(
         F.sum("n").alias("n"), F.min(_stamp("tmin")).alias("wmin"),
         F.max(_stamp("tmax")).alias("wmax"),
-    ).collect()
+    ).collect()]
     timings["scan_and_totals"] = time.perf_counter() - t
-    if sum(int(r.n) for r in rows) == 0:
-        raise HealthInputError(
-            f"the input is empty: {', '.join(cfg.inputs)} contain no lines; point at the broker's "
-            "log directory (~/logs/rocketmqlogs) or its transaction.log / broker.log files"
-        )
-    names = brokers.names(sorted({r.file for r in rows}), paths, cfg.broker_regex)
-    totals = [(r.grp, names[r.file], r.kind, r.v, int(r.n), r.wmin, r.wmax) for r in rows]
-    addr_rows = [(r.grp, names[r.file], r.addr, r.kind, int(r.n)) for r in rows
-                 if r.addr is not None and r.grp is not None]
+    names, totals, addr_rows = _named_totals(rows, paths, cfg)
     broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
-    parquet = cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
+    parquet = _parquet(cfg)
     os.makedirs(cfg.out, exist_ok=True)
     windows = WindowsWriter(windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet)
     try:

@@ -59,8 +59,7 @@ class WindowsWriter:
             (self._wt.coalesce(1).sortWithinPartitions(*SORT_KEYS)
              .write.mode("overwrite").parquet(self._uri))
         else:
-            self._table = self._wt.toArrow().sort_by([(k, "ascending") for k in SORT_KEYS])
-            _write_dir(self._table, self._local)
+            self._table = write_local(self._wt.toArrow(), self._local)
         return time.perf_counter() - t
 
     def rows_of(self, groups: list[str]) -> list[dict[str, Any]]:
@@ -68,12 +67,7 @@ class WindowsWriter:
         if not groups:
             return []
         if self._table is not None:
-            import pyarrow as pa  # noqa: PLC0415 - the spark extra
-            import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
-
-            wanted = pc.is_in(self._table["group"], value_set=pa.array(groups, pa.string()))
-            rows: list[dict[str, Any]] = self._table.filter(wanted).to_pylist()
-            return rows
+            return rows_in(self._table, groups)
         from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
         return [r.asDict() for r in self._wt.where(F.col("group").isin(*groups)).collect()]
@@ -81,6 +75,25 @@ class WindowsWriter:
     def close(self) -> None:
         if self._local is None:
             self._wt.unpersist()
+
+
+def write_local(table: pa.Table, path: str) -> pa.Table:
+    """Sort the table as Spark's writer would and write it to the local ``path``; returns it sorted."""
+    table = table.sort_by([(k, "ascending") for k in SORT_KEYS])
+    _write_dir(table, path)
+    return table
+
+
+def rows_in(table: pa.Table, groups: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``groups`` in a window table, as dicts."""
+    import pyarrow as pa  # noqa: PLC0415 - the spark extra
+    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
+
+    if not groups:
+        return []
+    wanted = pc.is_in(table["group"], value_set=pa.array(groups, pa.string()))
+    rows: list[dict[str, Any]] = table.filter(wanted).to_pylist()
+    return rows
 
 
 def _write_dir(table: pa.Table, path: str) -> None:
