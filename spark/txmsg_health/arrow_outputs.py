@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 
 
 
+def files(agg: pa.Table) -> list[str]:
+    """The distinct files of the aggregate's rows, sorted."""
+    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
+
+    return sorted(pc.unique(agg["file"]).to_pylist())
+
+
 def with_broker(agg: pa.Table, names: dict[str, str]) -> pa.Table:
     """The aggregate with a ``broker`` column: each row's file named by ``names``."""
     import pyarrow as pa  # noqa: PLC0415 - the spark extra
