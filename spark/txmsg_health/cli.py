@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from txmsg_health import brokers, job, startup
+from txmsg_health import arrow_outputs, brokers, job, startup
 from txmsg_health import follow as live
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
@@ -80,6 +80,7 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
         if follow:
             live.follow(spark, live.FollowConfig(cfg, seconds, checkpoint))
             return
+        arrow_outputs.prefer_jemalloc()  # this process runs the job once
         result = job.run(spark, cfg)
     except HealthInputError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from txmsg_health import arrow_outputs as A
 from txmsg_health import brokers, loopback, output, startup, summary
 from txmsg_health import patterns as P
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
@@ -266,8 +267,6 @@ def _outputs_arrow(agg: DataFrame, paths: list[str], cfg: JobConfig,
     makes the totals: pyarrow's kernels release the GIL, and the cores are idle once Spark is done
     (10 M lines: 0.37 s in one thread, 0.23 s in two).
     """
-    from txmsg_health import arrow_outputs as A  # noqa: PLC0415 - pyarrow: the spark extra
-
     timings: dict[str, float] = {}
     t = time.perf_counter()
     table = agg.toArrow()
@@ -512,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             follow.follow(build_session(a.master, conf), follow.FollowConfig(cfg, seconds, a.checkpoint))
             return 0
         spark = build_session(a.master, conf, fast_start=True)
+        A.prefer_jemalloc()  # this process runs the job once
         result = run(spark, cfg)
     except HealthInputError as exc:
         print(f"txmsg health: {exc}", file=sys.stderr)

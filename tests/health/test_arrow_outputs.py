@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from txmsg_health import generate, job
+from txmsg_health import arrow_outputs, generate, job
 from txmsg_health.inputs import parse_tz
 
 UNTIMED = ("seconds", "timings", "parquet")
@@ -67,3 +68,19 @@ def test_generated_logs_of_several_brokers(spark: Any, generated: tuple[Path, ge
 
 def test_real_broker_logs(spark: Any, real_logs: Path, tmp_path: Path) -> None:
     _both(spark, real_logs / "debug", tmp_path)
+
+
+def test_a_command_line_run_prefers_jemalloc_unless_the_user_chose() -> None:
+    before = pa.default_memory_pool()
+    try:
+        arrow_outputs.prefer_jemalloc({"ARROW_DEFAULT_MEMORY_POOL": "system"})
+        assert pa.default_memory_pool().backend_name == before.backend_name
+        arrow_outputs.prefer_jemalloc({})
+        try:
+            pa.jemalloc_memory_pool()
+        except NotImplementedError:  # a pyarrow built without it keeps its default
+            assert pa.default_memory_pool().backend_name == before.backend_name
+        else:
+            assert pa.default_memory_pool().backend_name == "jemalloc"
+    finally:
+        pa.set_memory_pool(before)
