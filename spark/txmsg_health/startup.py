@@ -110,6 +110,19 @@ def finish(spark: object | None = None, timeout: float = 180.0) -> None:
         spark = SparkSession.getActiveSession()
         if spark is None:
             return
+    stop_jvm(spark, timeout)
+    with contextlib.suppress(OSError):
+        if os.path.getsize(tmp) > 0 and not os.path.exists(path):
+            os.replace(tmp, path)
+
+
+def stop_jvm(spark: object, timeout: float = 180.0) -> None:
+    """Stop the session and wait for the JVM this process launched to exit.
+
+    A later session in this process then launches a fresh JVM instead of talking to the gone
+    one. Also used by the benchmark: an idle JVM left running slowed the processes timed after
+    it by ~2 s (docs/health.md, round 5).
+    """
     from pyspark import SparkContext  # noqa: PLC0415 - optional: the spark extra
 
     gateway = SparkContext._gateway
@@ -122,9 +135,5 @@ def finish(spark: object | None = None, timeout: float = 180.0) -> None:
     with contextlib.suppress(Exception):
         proc.stdin.close()  # the gateway server exits when its stdin closes
         proc.wait(timeout=timeout)
-    # a later session in this process launches a fresh JVM instead of talking to the gone one
     SparkContext._gateway = None
     SparkContext._jvm = None
-    with contextlib.suppress(OSError):
-        if os.path.getsize(tmp) > 0 and not os.path.exists(path):
-            os.replace(tmp, path)
