@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, timezone
@@ -133,9 +134,26 @@ def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
         .option("lineSep", "\n")
         .text(paths)
     )
-    for stage in P.pipeline(window):
+    for stage in _pipeline(spark, window):
         df = df.select(*stage)
     return df
+
+
+_PIPELINES: weakref.WeakKeyDictionary[Any, dict[str, list[list[Column]]]] = weakref.WeakKeyDictionary()
+
+
+def _pipeline(spark: SparkSession, window: str) -> list[list[Column]]:
+    """``patterns.pipeline(window)``, built once per SparkContext.
+
+    Why: building the stages takes ~1 400 py4j calls (0.12-0.18 s); a driver that runs the job
+    again (a notebook, a scheduler, the benchmark's warm runs) reuses them. The Columns are
+    unresolved expressions in the driver JVM, valid for any DataFrame of that JVM; a new
+    SparkContext (a new JVM after ``startup.stop_jvm``) builds them again.
+    """
+    built = _PIPELINES.setdefault(spark.sparkContext, {})
+    if window not in built:
+        built[window] = P.pipeline(window)
+    return built[window]
 
 
 def aggregate(lines: DataFrame) -> DataFrame:

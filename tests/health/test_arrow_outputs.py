@@ -84,3 +84,10 @@ def test_a_command_line_run_prefers_jemalloc_unless_the_user_chose() -> None:
             assert pa.default_memory_pool().backend_name == "jemalloc"
     finally:
         pa.set_memory_pool(before)
+
+
+def test_the_per_line_stages_are_built_once_per_spark_context(spark: Any) -> None:
+    minute = job._pipeline(spark, "minute")
+    assert job._pipeline(spark, "minute") is minute
+    assert job._pipeline(spark, "hour") is not minute
+    assert len(minute) == len(job.P.pipeline("minute"))
