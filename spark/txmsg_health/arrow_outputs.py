@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-
 def prefer_jemalloc(environ: dict[str, str] | None = None) -> None:
     """For a one-shot process: pyarrow's jemalloc pool instead of its default (mimalloc).
 

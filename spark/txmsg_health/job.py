@@ -308,7 +308,7 @@ def _outputs_arrow(agg: DataFrame, paths: list[str], cfg: JobConfig,
 
     with ThreadPoolExecutor(2, thread_name_prefix="health-arrow") as pool:
         hist_done, windows_done = pool.submit(transactions), pool.submit(windows)
-        _, totals, addr_rows = _named_totals(A.totals(table), paths, cfg)
+        totals, addr_rows = _totals(A.totals(table), names)
         timings["scan_and_totals"] = time.perf_counter() - t
         hist_rows, window_table = hist_done.result(), windows_done.result()
     result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
@@ -330,21 +330,17 @@ def _empty_input(cfg: JobConfig) -> HealthInputError:
     )
 
 
-def _named_totals(rows: list[Any], paths: list[str], cfg: JobConfig
-                  ) -> tuple[dict[str, str], list[summary.Totals],
-                             list[tuple[str, str, str, str, int]]]:
-    """Broker names of the files, then the totals and per-address rows of ``summary.build``.
+def _totals(rows: list[Any], names: dict[str, str]
+            ) -> tuple[list[summary.Totals], list[tuple[str, str, str, str, int]]]:
+    """The totals and per-address rows of ``summary.build``, each file named by ``names``.
 
     ``rows``: mappings with the totals query's fields (grp, file, addr, kind, v, n, wmin, wmax).
     """
-    if sum(int(r["n"]) for r in rows) == 0:
-        raise _empty_input(cfg)
-    names = brokers.names(sorted({r["file"] for r in rows}), paths, cfg.broker_regex)
     totals = [(r["grp"], names[r["file"]], r["kind"], r["v"], int(r["n"]), r["wmin"], r["wmax"])
               for r in rows]
     addr_rows = [(r["grp"], names[r["file"]], r["addr"], r["kind"], int(r["n"])) for r in rows
                  if r["addr"] is not None and r["grp"] is not None]
-    return names, totals, addr_rows
+    return totals, addr_rows
 
 
 def _outputs_spark(agg: DataFrame, paths: list[str],
@@ -365,7 +361,10 @@ def _outputs_spark(agg: DataFrame, paths: list[str],
         F.max(_stamp("tmax")).alias("wmax"),
     ).collect()]
     timings["scan_and_totals"] = time.perf_counter() - t
-    names, totals, addr_rows = _named_totals(rows, paths, cfg)
+    if sum(int(r["n"]) for r in rows) == 0:
+        raise _empty_input(cfg)
+    names = brokers.names(sorted({r["file"] for r in rows}), paths, cfg.broker_regex)
+    totals, addr_rows = _totals(rows, names)
     broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
     parquet = _parquet(cfg)
     os.makedirs(cfg.out, exist_ok=True)
