@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
+from txmsg_samples.order import cart, logistics, points
+from txmsg_samples.order.orders import PAID, Order
 
 from benchmarks.chaos import tracking
 from benchmarks.chaos.databases import attempts
 from benchmarks.chaos.roles import fault_of
 from benchmarks.chaos.settings import ChaosSettings
-from samples.order import cart, logistics, points
-from samples.order.orders import PAID, Order
 from txmsg.sqla import RecordState, TransactionRecord, consumed_count, duplicates_absorbed
 
 SERVICE_GROUPS = {"points": points.GROUP, "logistics": logistics.GROUP, "cart": cart.GROUP}

@@ -16,11 +16,11 @@ from urllib.parse import quote
 from sqlalchemy import DateTime, Engine, Integer, String, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from txmsg_samples.order import cart, logistics, points
+from txmsg_samples.order.orders import OrderBase
 
 from benchmarks.chaos.settings import SERVICES
 from benchmarks.chaos.tracking import SendJournalBase, TrackingBase
-from samples.order import cart, logistics, points
-from samples.order.orders import OrderBase
 from txmsg.sqla import create_engine, create_tables, make_session_factory
 from txmsg.sqla.models import utcnow
 

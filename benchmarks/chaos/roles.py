@@ -31,22 +31,22 @@ import click
 from injector import Injector
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-
-from benchmarks.chaos import tracking
-from benchmarks.chaos.databases import PaymentAttempt, finish_attempt, start_attempt
-from benchmarks.chaos.settings import ChaosSettings
-from samples.order import cart
-from samples.order.events import TOPIC
-from samples.order.keys import ORDER_GROUP, CartDb, OrdersDb
-from samples.order.orders import (
+from txmsg_samples.order import cart
+from txmsg_samples.order.events import TOPIC
+from txmsg_samples.order.keys import ORDER_GROUP, CartDb, OrdersDb
+from txmsg_samples.order.orders import (
     CREATED,
     Order,
     OrderService,
     PaymentListener,
     create_order,
 )
-from samples.order.settings import OrderSampleSettings
-from samples.order.wiring import CONSUMERS, OrderSampleModule
+from txmsg_samples.order.settings import OrderSampleSettings
+from txmsg_samples.order.wiring import CONSUMERS, OrderSampleModule
+
+from benchmarks.chaos import tracking
+from benchmarks.chaos.databases import PaymentAttempt, finish_attempt, start_attempt
+from benchmarks.chaos.settings import ChaosSettings
 from txmsg import LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
 from txmsg.message import Message
 from txmsg.sqla import create_engine, make_session_factory

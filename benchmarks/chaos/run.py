@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from txmsg_broker.app import BrokerProcess
 from txmsg_broker.cluster import BrokerCluster
 from txmsg_broker.testing import create_group, wait_until
+from txmsg_samples.order.demo_run import create_transaction_topic
+from txmsg_samples.order.events import TOPIC
 
 from benchmarks.chaos import check, faults, tracking
 from benchmarks.chaos.databases import close_all, open_all, prepare
@@ -23,8 +25,6 @@ from benchmarks.chaos.monkey import Monkey, MonkeyReport
 from benchmarks.chaos.procs import BrokerChild, Child, ServiceProcess
 from benchmarks.chaos.roles import STOP_PAYING
 from benchmarks.chaos.settings import ChaosSettings
-from samples.order.demo_run import create_transaction_topic
-from samples.order.events import TOPIC
 
 log = logging.getLogger("txmsg.chaos")
 

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
+from txmsg_samples.order import cart, logistics, points
+from txmsg_samples.order.events import TOPIC
+from txmsg_samples.order.keys import ORDER_GROUP
+from txmsg_samples.order.orders import Order, create_order, mark_paid, order_paid_event
 
 from benchmarks.chaos import check, tracking
 from benchmarks.chaos.databases import (
@@ -23,10 +27,6 @@ from benchmarks.chaos.databases import (
 )
 from benchmarks.chaos.roles import fault_of
 from benchmarks.chaos.settings import ChaosSettings
-from samples.order import cart, logistics, points
-from samples.order.events import TOPIC
-from samples.order.keys import ORDER_GROUP
-from samples.order.orders import Order, create_order, mark_paid, order_paid_event
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.sqla import RecordState, TransactionRecord, parking, wrap_idempotent
 from txmsg.sqla.journal import InflightJournal

@@ -4,7 +4,7 @@ and everything it stored reads back intact, before and after a restart.
 
 Each example is one connection (``txmsg_broker.fuzz.live.exchange``): the input, then a probe request,
 then a half-close. The in-suite budget is ``TXMSG_FUZZ_EXAMPLES`` (default 200); the long mode is
-``python -m benchmarks.fuzz_broker`` (see plugins/txmsg_broker/README.md, "Fuzzing").
+``python -m benchmarks.fuzz_broker`` (see plugins/txmsg-broker/README.md, "Fuzzing").
 """
 
 from __future__ import annotations

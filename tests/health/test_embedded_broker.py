@@ -1,4 +1,4 @@
-"""Our embedded broker's logs (plugins/txmsg_broker) read the same as a real broker's.
+"""Our embedded broker's logs (plugins/txmsg-broker/txmsg_broker) read the same as a real broker's.
 
 Real client, real broker process (ours), then the job over its log directory; counts are
 checked against the independent scan and against what the test itself did.

@@ -1,0 +1,115 @@
+"""``txmsg doctor`` hook: is the real client usable here?
+
+Checks, each as ``(label, detail, ok)``: where librocketmq is, its sha256, whether that is the
+2.1.0 build (2.0.0 silently drops every check-back), where the client writes its logs, whether
+the name server accepts a TCP connection, and whether a transaction producer can be created
+and started (then shut down).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from . import native as native_mod
+
+Check = tuple[str, str, bool]
+
+
+def report(config: Any = None) -> list[Check]:
+    checks: list[Check] = []
+    if not native_mod.client_installed():  # an optional dependency (extra `rocketmq`)
+        return [
+            (
+                f"{native_mod.CLIENT_DIST} (rocketmq backend)",
+                f"not installed: `{native_mod.INSTALL_HINT}`, then `python "
+                "txmsg install-librocketmq` (librocketmq 2.1.0, Linux x86-64); or "
+                'configure backend = "rocketmq5"',
+                False,
+            )
+        ]
+    path = native_mod.library_path()
+    if path is None:
+        checks.append(
+            (
+                "librocketmq path",
+                "not found; run `txmsg install-librocketmq` (part of `make setup`)",
+                False,
+            )
+        )
+        return checks
+    checks.append(("librocketmq path", str(path), path.exists()))
+    digest = native_mod.sha256_of(path)
+    checks.append(("librocketmq sha256", digest, True))
+    is_210 = digest == native_mod.LIB_SHA256_2_1_0
+    checks.append(
+        (
+            "librocketmq is 2.1.0",
+            "yes"
+            if is_210
+            else "no: unknown build (2.0.0 drops every check-back); reinstall with "
+            "`txmsg install-librocketmq`",
+            is_210,
+        )
+    )
+    log_dir = getattr(config, "client_log_dir", None) or "var/rocketmq-client"
+    effective = os.environ.get(native_mod.LOG_DIR_ENV) or str(Path(log_dir).expanduser().resolve())
+    writable = _writable(Path(effective))
+    checks.append(
+        (
+            "client log dir",
+            effective + ("" if writable else " (not writable: set client_log_dir or ROCKETMQ_CLIENT_LOG_DIR)"),
+            writable,
+        )
+    )
+    name_server = str(getattr(config, "name_server", None) or "127.0.0.1:9876")
+    checks.append(_name_server(name_server))
+    checks.append(_producer_starts(log_dir, name_server))
+    return checks
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(path, os.W_OK)
+
+
+def _name_server(address: str) -> Check:
+    first = address.split(";", maxsplit=1)[0].strip()
+    host, _, port = first.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0):
+            pass
+    except (OSError, ValueError) as exc:
+        return ("name server reachable", f"{first}: {exc}; start it or fix name_server", False)
+    return ("name server reachable", first, True)
+
+
+def _producer_starts(log_dir: str, name_server: str) -> Check:
+    """Create, start and shut down one transaction producer (no message is sent)."""
+    try:
+        lib = native_mod.load(log_dir)
+        dll = lib.dll
+        noop = native_mod.CHECK_CALLBACK(lambda *_: native_mod.E_UNKNOWN_TRANSACTION)
+        with native_mod.NATIVE_LOCK:
+            handle = dll.CreateTransactionProducer(b"TXMSG_DOCTOR", noop, None)
+            if not handle:
+                return ("transaction producer starts", f"create failed: {lib.last_error()}", False)
+            try:
+                dll.SetProducerInstanceName(handle, f"txmsg-doctor-{os.getpid()}".encode())
+                dll.SetProducerNameServerAddress(handle, name_server.encode())
+                status = int(dll.StartProducer(handle))
+                if status != native_mod.OK:
+                    return ("transaction producer starts", f"start failed: {lib.last_error()}", False)
+                version = dll.ShowProducerVersion(handle)
+                dll.ShutdownProducer(handle)
+            finally:
+                dll.DestroyProducer(handle)
+    except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
+        return ("transaction producer starts", f"{type(exc).__name__}: {exc}", False)
+    text = version.decode("utf-8", "replace") if version else "started"
+    return ("transaction producer starts", f"started and shut down ({text})", True)

@@ -1,0 +1,433 @@
+"""Loading librocketmq through rocketmq-client-python's ``ffi`` and typing the C calls we use.
+
+Why a module of its own:
+
+* librocketmq reads ``ROCKETMQ_CLIENT_LOG_DIR`` when it sets its logger up, so the variable has
+  to be in the environment *before* ``rocketmq.ffi`` loads the library; :func:`load` is the only
+  place that imports the wrapper.
+* The wrapper leaves several C functions untyped (``GetOrigin*`` for the message handed to the
+  local-transaction callback, ``ShowProducerVersion``...).  Untyped ctypes calls truncate
+  pointers to ``int``, so every function this plugin calls gets explicit argtypes/restype here.
+* ``MQClientManager`` in librocketmq keeps its client-factory table in an unlocked ``std::map``;
+  creating, starting and shutting down clients from several Python threads at once would race
+  on it.  :data:`NATIVE_LOCK` serialises those calls (sends and callbacks do not take it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+LIB_SHA256_2_1_0 = "ed3fce39f2b926637637a2b8b9122799f207b0cdf98dbd9110505bf43170fa30"
+"""sha256 of the ``librocketmq.so`` built from rocketmq-client-cpp 2.1.0 (see docs/rocketmq-facts.md).
+2.0.0 silently drops every transaction check-back, so the doctor insists on this hash."""
+
+LOG_DIR_ENV = "ROCKETMQ_CLIENT_LOG_DIR"
+
+NATIVE_LOCK = threading.RLock()
+"""Serialises client create/start/shutdown/destroy calls (librocketmq's factory table is unlocked)."""
+
+# C API status / enum values (CCommon.h, CTransactionStatus.h, CSendResult.h, CPushConsumer.h).
+OK = 0
+E_COMMIT_TRANSACTION = 0
+E_ROLLBACK_TRANSACTION = 1
+E_UNKNOWN_TRANSACTION = 2
+E_CONSUME_SUCCESS = 0
+E_RECONSUME_LATER = 1
+SEND_STATUS_NAMES = {
+    0: "SEND_OK",
+    1: "FLUSH_DISK_TIMEOUT",
+    2: "FLUSH_SLAVE_TIMEOUT",
+    3: "SLAVE_NOT_AVAILABLE",
+}
+
+
+# ctypes caches CFUNCTYPE classes by signature, so these are the very classes the wrapper's ffi
+# declares; its own TransactionMQProducer keeps working next to ours (the benchmarks use it).
+CHECK_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+"""``CLocalTransactionCheckerCallback(CProducer*, CMessageExt*, void* userData)``."""
+
+EXECUTE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+"""``CLocalTransactionExecutorCallback(CProducer*, CMessage*, void* userData)``."""
+
+MESSAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+"""``MessageCallBack(CPushConsumer*, CMessageExt*)``."""
+
+MAX_MESSAGE_ID_LENGTH = 256
+"""CCommon.h of librocketmq 2.1.0."""
+
+
+class CSendResult(ctypes.Structure):
+    """``CSendResult`` (CSendResult.h): the same layout as the wrapper's ``_CSendResult``.
+
+    Declared here because the asynchronous callbacks receive it *by value*; the wrapper's
+    ``SEND_SUCCESS_CALLBACK`` takes a pointer, which reads the struct's first bytes as an address.
+    """
+
+    _fields_ = [
+        ("sendStatus", ctypes.c_int),
+        ("msgId", ctypes.c_char * MAX_MESSAGE_ID_LENGTH),
+        ("offset", ctypes.c_longlong),
+    ]
+
+
+class CMQException(ctypes.Structure):
+    """``CMQException`` (CMQException.h of 2.1.0: file 256, msg 512, type 128 bytes).
+
+    The wrapper's ``_CMQException`` declares 512/512/512, which is not what the library passes;
+    a callback typed with it would read past the argument.  ``type`` is never filled by 2.1.0's
+    callbacks (uninitialised stack memory): read ``msg`` and ``error`` only.
+    """
+
+    _fields_ = [
+        ("error", ctypes.c_int),
+        ("line", ctypes.c_int),
+        ("file", ctypes.c_char * 256),
+        ("msg", ctypes.c_char * 512),
+        ("type", ctypes.c_char * 128),
+    ]
+
+
+QUEUE_SELECTOR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+"""``QueueSelectorCallback(int size, CMessage* msg, void* arg)``: returns the index of the queue in
+the topic's write-queue list; called in the sending thread, inside the send call."""
+
+ON_SEND_SUCCESS = ctypes.CFUNCTYPE(None, CSendResult, ctypes.c_void_p, ctypes.c_void_p)
+"""``COnSendSuccessCallback(CSendResult result, CMessage* msg, void* userData)`` (``SendAsync``)."""
+
+ON_SEND_EXCEPTION = ctypes.CFUNCTYPE(None, CMQException, ctypes.c_void_p, ctypes.c_void_p)
+"""``COnSendExceptionCallback(CMQException e, CMessage* msg, void* userData)`` (``SendAsync``)."""
+
+SEND_SUCCESS = ctypes.CFUNCTYPE(None, CSendResult)
+"""``CSendSuccessCallback(CSendResult result)`` (``SendMessageOrderlyAsync``: no user data)."""
+
+SEND_EXCEPTION = ctypes.CFUNCTYPE(None, CMQException)
+"""``CSendExceptionCallback(CMQException e)`` (``SendMessageOrderlyAsync``)."""
+
+
+@dataclass(frozen=True)
+class Native:
+    """The loaded library plus where it came from."""
+
+    dll: Any  # ctypes.CDLL; typed Any because every attribute is a dynamically typed C function
+    path: Path
+    wrapper: ModuleType  # the rocketmq.ffi module
+
+    def new_send_result(self) -> Any:
+        """A zeroed ``CSendResult`` of the wrapper's own struct type (argtypes must match)."""
+        return self.wrapper._CSendResult()
+
+    def last_error(self) -> str:
+        """librocketmq's last error text (thread-global in the library; best effort)."""
+        try:
+            raw = self.dll.GetLatestErrorMessage()
+        except Exception:  # noqa: BLE001 - diagnostics only
+            return ""
+        return raw.decode("utf-8", "replace") if raw else ""
+
+
+_native: Native | None = None
+_load_lock = threading.Lock()
+
+
+def configure_log_dir(log_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Create ``log_dir`` and export it as ``ROCKETMQ_CLIENT_LOG_DIR`` (unless already set).
+
+    An explicit environment variable wins, so operators can redirect logs without touching the
+    application's configuration.  Returns the directory in effect, if any.
+    """
+    current = os.environ.get(LOG_DIR_ENV)
+    if current:
+        path = Path(current)
+    elif log_dir is not None and str(log_dir):
+        path = Path(log_dir).expanduser().resolve()
+        os.environ[LOG_DIR_ENV] = str(path)
+    else:
+        return None
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+CLIENT_DIST = "rocketmq-client-python"
+INSTALL_HINT = "pip install 'txmsg[rocketmq]'"
+
+
+def client_installed() -> bool:
+    """Whether ``rocketmq-client-python`` (an optional dependency, extra ``rocketmq``) is installed."""
+    try:
+        importlib.metadata.version(CLIENT_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def missing_client_message(exc: BaseException) -> str:
+    """What to do when ``rocketmq.ffi`` does not import: the wrapper is an optional dependency
+    (``txmsg[rocketmq]``), so an install for the rocketmq5 backend alone does not have it."""
+    if isinstance(exc, ModuleNotFoundError) or not client_installed():
+        return (
+            f"the rocketmq backend needs {CLIENT_DIST} 2.0.0 and librocketmq 2.1.0 "
+            f"(Linux x86-64), which are not installed ({exc}): `{INSTALL_HINT}`, then "
+            "`txmsg install-librocketmq` for librocketmq (`make setup` does both); "
+            'or use backend = "rocketmq5" (the pure-Python 5.x client, any platform)'
+        )
+    return (
+        f"cannot load librocketmq through {CLIENT_DIST}: {exc}. Run "
+        "`txmsg install-librocketmq` (part of `make setup`)."
+    )
+
+
+def load(log_dir: str | os.PathLike[str] | None = None) -> Native:
+    """Import ``rocketmq.ffi`` (loading librocketmq) after setting up its log directory.
+
+    Raises :class:`ImportError` with the fix when the wrapper or the library is missing.
+    """
+    global _native
+    with _load_lock:
+        if _native is not None:
+            return _native
+        configure_log_dir(log_dir)
+        try:
+            import rocketmq.ffi as ffi  # noqa: PLC0415 - must happen after the env var is set
+        except ImportError as exc:
+            raise ImportError(missing_client_message(exc)) from exc
+        path = Path(getattr(ffi, "_DYLIB_PATH", "") or "")
+        _declare(ffi.dll)
+        _native = Native(dll=ffi.dll, path=path, wrapper=ffi)
+        return _native
+
+
+TRACE_OPEN = 0
+TRACE_CLOSE = 1
+
+
+def start_push_consumer(native: Native, handle: int) -> int:
+    """Start a push consumer so that shutting it down later does not segfault.
+
+    librocketmq 2.1.0's ``DefaultMQPushConsumerImpl::shutdown`` calls
+    ``m_DefaultMQProducerImpl->shutdown(false)`` on the message-trace producer without checking
+    it exists (fixed upstream in 2.2.0, apache/rocketmq-client-cpp#286); with tracing off (the
+    default) that pointer is null and every ``ShutdownPushConsumer`` crashes the process.  So we
+    switch tracing on for ``start()`` (which creates that inner producer) and off right after
+    (so no trace message is ever sent: the consume hooks check the flag).  Side effect: the
+    consumer's heartbeat also lists a producer group named like the consumer group.
+    Call with :data:`NATIVE_LOCK` held.
+    """
+    dll = native.dll
+    dll.SetPushConsumerMessageTrace(handle, TRACE_OPEN)
+    status = int(dll.StartPushConsumer(handle))
+    dll.SetPushConsumerMessageTrace(handle, TRACE_CLOSE)
+    return status
+
+
+_NEVER_STARTED: list[tuple[int, object]] = []
+"""Push consumers that never reached RUNNING (with their callback objects): parked for the life of
+the process, never destroyed."""
+
+
+def release_push_consumer(native: Native, handle: int, *, started: bool, keep: object = None) -> None:
+    """Shut a push consumer down and destroy it - unless it never started.
+
+    Why: librocketmq 2.1.0's ``DefaultMQPushConsumerImpl`` starts its timer thread (an
+    ``io_service::run`` loop) in the *constructor*, and only ``shutdown()`` of a RUNNING consumer
+    stops and joins it.  ``DestroyPushConsumer`` on a consumer that was created but never started
+    (or whose ``start`` failed) frees the io_service while that thread still waits on it: the
+    thread then writes into freed heap (valgrind: "Invalid write ... scheduler::run", freed by
+    ``~DefaultMQPushConsumerImpl``) or the destructor blocks for ever in ``pthread_cond_destroy``.
+    The freed memory belongs to whatever the process allocates next - once it was SQLite's page
+    cache ("malformed database schema" in a fresh database).  So a consumer that did not start is
+    parked here instead (one idle thread and a few KB until the process exits), together with
+    ``keep`` - the ctypes callback it was given, which a half-started consumer may still call.
+    Call with :data:`NATIVE_LOCK` held.
+    """
+    dll = native.dll
+    if started:
+        dll.ShutdownPushConsumer(handle)
+        dll.DestroyPushConsumer(handle)
+    else:
+        _NEVER_STARTED.append((handle, keep))
+
+
+SYNC_PULL_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer12setAsyncPullEb"
+PULL_THREADS_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer25setPullMsgThreadPoolCountEi"
+PULL_THREADS = 16
+"""Default pull threads per push consumer in synchronous pull mode (config key ``pull_threads``):
+one pull per queue (the topic's queues on every broker plus the retry queue) runs at a time on
+each, so keep it at least that."""
+
+
+def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS) -> bool:
+    """Switch a push consumer (before ``start``) to synchronous pulls on ``pull_threads`` threads.
+
+    Why: librocketmq 2.1.0's asynchronous pull keeps one ``AsyncPullCallback`` per queue and only
+    points it at a new ``PullRequest`` once the previous request object has been freed
+    (``getAsyncPullCallBack``; fixed upstream after 2.2.0).  When a rebalance drops a queue and
+    takes it back while the old request is still referenced - a pull that failed because the
+    broker went away is retried 1 s later, and the rebalance itself holds a copy of the table -
+    the new request's pull result is judged against the old, dropped request and the queue is
+    never pulled again by that process ("has been set as dropped. Will NOT pull this queue any
+    more" in the client log).  Consumers stop silently after broker restarts or consumers coming
+    and going; the chaos run (benchmarks/chaos) found it.  The synchronous path has no shared
+    callback.  The C API has no setter, but ``CPushConsumer*`` *is* a ``DefaultMQPushConsumer*``
+    (``CreatePushConsumer`` casts it), so the exported C++ setters are called on the handle.
+    Returns False (and the consumer keeps asynchronous pulls) if the symbols are missing.
+    """
+    dll = native.dll
+    try:
+        set_async = getattr(dll, SYNC_PULL_SYMBOL)
+        set_threads = getattr(dll, PULL_THREADS_SYMBOL)
+    except AttributeError:
+        return False
+    set_async.argtypes, set_async.restype = [ctypes.c_void_p, ctypes.c_bool], None
+    set_threads.argtypes, set_threads.restype = [ctypes.c_void_p, ctypes.c_int], None
+    set_threads(handle, int(pull_threads))
+    set_async(handle, False)
+    return True
+
+
+CONSUME_FROM_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer19setConsumeFromWhereENS_16ConsumeFromWhereE"
+CONSUME_FROM = {"last": 0, "first": 4}
+"""txmsg's names -> librocketmq's ``ConsumeFromWhere`` (CONSUME_FROM_LAST_OFFSET = 0,
+CONSUME_FROM_FIRST_OFFSET = 4 in include/ConsumeType.h)."""
+
+
+def set_consume_from(native: Native, handle: int, where: int) -> bool:
+    """``DefaultMQPushConsumer::setConsumeFromWhere`` on a push consumer before ``start``.
+
+    Why txmsg defaults to FIRST: librocketmq 2.1.0 turns a *timed-out* offset query (a request
+    sent on a connection to a broker that just died; the client notices only after 5 s) into
+    "this group has no offset" (``readOffset`` returns -1 for any ``MQBrokerException``, and a
+    null response is one), and CONSUME_FROM_LAST_OFFSET then starts the queue at its end: every
+    message between the committed offset and the end is skipped for good.  The chaos run lost 4
+    paid orders this way (docs/librocketmq-hazards.md #6).  With FIRST the same mistake replays
+    from the queue's head instead, and idempotent consumers absorb the duplicates.  The C API has
+    no setter; the handle is the C++ object (see :func:`use_sync_pull`).
+    """
+    try:
+        setter = getattr(native.dll, CONSUME_FROM_SYMBOL)
+    except AttributeError:
+        return False
+    setter.argtypes, setter.restype = [ctypes.c_void_p, ctypes.c_int], None
+    setter(handle, int(where))
+    return True
+
+
+def library_path() -> Path | None:
+    """Where the wrapper will load librocketmq from, without loading it (for the doctor)."""
+    spec = importlib.util.find_spec("rocketmq")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    packaged = folder / ("librocketmq.dylib" if sys.platform == "darwin" else "librocketmq.so")
+    if packaged.exists():
+        return packaged
+    found = ctypes.util.find_library("rocketmq")
+    return Path(found) if found else None
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _declare(dll: Any) -> None:
+    """Give every C function we call an exact signature.
+
+    Functions the wrapper already declares keep the wrapper's declaration (its classes pass
+    their own struct types and check statuses against its enum); we only fill the gaps.
+    """
+    c_void_p, c_char_p, c_int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    sigs: dict[str, tuple[list[Any], Any]] = {
+        # messages
+        "CreateMessage": ([c_char_p], c_void_p),
+        "DestroyMessage": ([c_void_p], c_int),
+        "SetMessageKeys": ([c_void_p, c_char_p], c_int),
+        "SetMessageTags": ([c_void_p, c_char_p], c_int),
+        "SetByteMessageBody": ([c_void_p, c_char_p, c_int], c_int),
+        "SetMessageProperty": ([c_void_p, c_char_p, c_char_p], c_int),
+        "GetOriginMessageTopic": ([c_void_p], c_char_p),
+        "GetOriginMessageTags": ([c_void_p], c_char_p),
+        "GetOriginMessageKeys": ([c_void_p], c_char_p),
+        "GetOriginMessageBody": ([c_void_p], c_char_p),
+        "GetOriginMessageProperty": ([c_void_p, c_char_p], c_char_p),
+        "GetMessageTopic": ([c_void_p], c_char_p),
+        "GetMessageTags": ([c_void_p], c_char_p),
+        "GetMessageKeys": ([c_void_p], c_char_p),
+        "GetMessageBody": ([c_void_p], c_char_p),
+        "GetMessageProperty": ([c_void_p, c_char_p], c_char_p),
+        "GetMessageId": ([c_void_p], c_char_p),
+        "GetMessageReconsumeTimes": ([c_void_p], c_int),
+        "GetMessageQueueId": ([c_void_p], c_int),
+        "GetMessageQueueOffset": ([c_void_p], ctypes.c_longlong),
+        "SetDelayTimeLevel": ([c_void_p, c_int], c_int),
+        "CreateBatchMessage": ([], c_void_p),
+        "AddMessage": ([c_void_p, c_void_p], c_int),
+        "DestroyBatchMessage": ([c_void_p], c_int),
+        # producers
+        "CreateProducer": ([c_char_p], c_void_p),
+        "CreateTransactionProducer": ([c_char_p, CHECK_CALLBACK, c_void_p], c_void_p),
+        "DestroyProducer": ([c_void_p], c_int),
+        "StartProducer": ([c_void_p], c_int),
+        "ShutdownProducer": ([c_void_p], c_int),
+        "SetProducerNameServerAddress": ([c_void_p, c_char_p], c_int),
+        "SetProducerInstanceName": ([c_void_p, c_char_p], c_int),
+        "SetProducerSendMsgTimeout": ([c_void_p, c_int], c_int),
+        "SetProducerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
+        "SetProducerMaxMessageSize": ([c_void_p, c_int], c_int),
+        "SendMessageOneway": ([c_void_p, c_void_p], c_int),
+        "SendBatchMessage": ([c_void_p, c_void_p, c_void_p], c_int),
+        "ShowProducerVersion": ([c_void_p], c_char_p),
+        # push consumers
+        "CreatePushConsumer": ([c_char_p], c_void_p),
+        "DestroyPushConsumer": ([c_void_p], c_int),
+        "StartPushConsumer": ([c_void_p], c_int),
+        "ShutdownPushConsumer": ([c_void_p], c_int),
+        "SetPushConsumerNameServerAddress": ([c_void_p, c_char_p], c_int),
+        "SetPushConsumerInstanceName": ([c_void_p, c_char_p], c_int),
+        "SetPushConsumerThreadCount": ([c_void_p, c_int], c_int),
+        "SetPushConsumerMessageBatchMaxSize": ([c_void_p, c_int], c_int),
+        "SetPushConsumerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
+        "SetPushConsumerMessageTrace": ([c_void_p, c_int], c_int),
+        "Subscribe": ([c_void_p, c_char_p, c_char_p], c_int),
+        "RegisterMessageCallback": ([c_void_p, MESSAGE_CALLBACK], c_int),
+        "RegisterMessageCallbackOrderly": ([c_void_p, MESSAGE_CALLBACK], c_int),
+        "UnregisterMessageCallback": ([c_void_p], c_int),
+        "GetLatestErrorMessage": ([], c_char_p),
+    }
+    for name, (argtypes, restype) in sigs.items():
+        fn = getattr(dll, name)
+        if fn.argtypes is None:
+            fn.argtypes = argtypes
+            fn.restype = restype
+    # The wrapper does not declare these (SendMessageOrderly) or declares their callbacks with the
+    # wrong types (SendAsync/SendMessageOrderlyAsync take CSendResult by value); nothing in the
+    # wrapper calls them, so our signatures replace any it has.
+    own: dict[str, tuple[list[Any], Any]] = {
+        "SendAsync": ([c_void_p, c_void_p, ON_SEND_SUCCESS, ON_SEND_EXCEPTION, c_void_p], c_int),
+        "SendMessageOrderly": (
+            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, c_int, ctypes.POINTER(CSendResult)],
+            c_int,
+        ),
+        "SendMessageOrderlyAsync": (
+            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, SEND_SUCCESS, SEND_EXCEPTION],
+            c_int,
+        ),
+        "SendMessageOnewayOrderly": ([c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p], c_int),
+    }
+    for name, (argtypes, restype) in own.items():
+        fn = getattr(dll, name)
+        fn.argtypes = argtypes
+        fn.restype = restype

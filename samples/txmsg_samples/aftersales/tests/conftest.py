@@ -1,0 +1,71 @@
+"""Fixtures of the after-sales sample's broker tests: the embedded broker (remoting and gRPC),
+each service's database, and the settings of a backend to reach the broker with."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from txmsg.sqla import make_session_factory
+from txmsg_samples.aftersales import settlement
+from txmsg_samples.aftersales.app import open_db
+from txmsg_samples.aftersales.cases import CasesBase
+
+#: backend -> its TxMsgConfig settings for a started broker fixture (as tests/contract does)
+CONNECT: dict[str, Callable[[Any, Path], dict[str, Any]]] = {
+    "rocketmq": lambda broker, tmp: {
+        "name_server": broker.namesrv_addr,
+        "client_log_dir": str(tmp / "client-logs"),
+    },
+    "rocketmq5": lambda broker, tmp: {"endpoints": broker.grpc_endpoint},
+}
+PLUGIN = {"rocketmq": "txmsg_rocketmq.backend", "rocketmq5": "txmsg_rocketmq5.backend"}
+
+
+@pytest.fixture(params=sorted(CONNECT))
+def backend_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    if importlib.util.find_spec(PLUGIN[name]) is None:
+        pytest.skip(f"backend {name} is not installed")
+    return name
+
+
+@pytest.fixture
+def broker(txmsg_broker_factory: Any) -> Any:
+    """The embedded broker with its gRPC endpoint too (both backends reach the same store);
+    consumer retries after ~0.1 s."""
+    return txmsg_broker_factory(grpc_port=0, delay_scale=0.01)
+
+
+@dataclass
+class Dbs:
+    cases: sessionmaker[Session]
+    settlement: sessionmaker[Session]
+    cases_url: str
+    settlement_url: str
+
+
+@pytest.fixture
+def dbs(tmp_path: Path) -> Iterator[Dbs]:
+    """One database per service, as in production (SQLite files)."""
+    cases_url = f"sqlite:///{tmp_path / 'cases.db'}"
+    settlement_url = f"sqlite:///{tmp_path / 'settlement.db'}"
+    engines: list[Engine] = [
+        open_db(cases_url, CasesBase),
+        open_db(settlement_url, settlement.SettlementBase),
+    ]
+    yield Dbs(
+        cases=make_session_factory(engines[0]),
+        settlement=make_session_factory(engines[1]),
+        cases_url=cases_url,
+        settlement_url=settlement_url,
+    )
+    for engine in engines:
+        engine.dispose()

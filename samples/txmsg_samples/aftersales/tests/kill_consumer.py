@@ -1,0 +1,42 @@
+"""The settlement service as a child process of ``test_kill``: ``python -m
+txmsg_samples.aftersales.tests.kill_consumer`` (config from ``$TXMSG_CONFIG``).
+
+With ``AFTERSALES_TEST_READY=<file>`` it registers one more alert hook after the sample's own: it
+writes the parked key to that file and then never returns.  txmsg calls hooks right after the park
+committed and before the handler acknowledges the message, so the test's SIGKILL lands at a known
+point: the key and its first message are parked, the message's offset is not committed, and the
+key's later messages (queued behind it) are not consumed yet."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from txmsg.orderly import ParkedEvent
+from txmsg.sqla import make_session_factory
+from txmsg_samples.aftersales import settlement
+from txmsg_samples.aftersales.app import open_db, settlement_app
+from txmsg_samples.aftersales.consumer import serve
+from txmsg_samples.aftersales.settings import load
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config, settings = load()
+    engine = open_db(settings.settlement_db, settlement.SettlementBase)
+    app = settlement_app(config, settings, make_session_factory(engine))
+    ready = os.environ.get("AFTERSALES_TEST_READY")
+    if ready:
+
+        def hold(event: ParkedEvent) -> None:
+            Path(ready).write_text(event.sharding_key)
+            threading.Event().wait()  # the test kills the process here
+
+        app.on_parked(hold)
+    serve(app)
+
+
+if __name__ == "__main__":
+    main()
