@@ -15,10 +15,18 @@ group either way.)  The ``TXMSG_`` prefix is shared with tooling (``TXMSG_ARTIFA
 looks like a misspelt key (``TXMSG_NAMESERVER``), which is an error.  Every unknown key in the
 file, every unknown key below a section in the environment, and every bad value raises
 :class:`~txmsg.errors.ConfigError` naming the key and where it came from.
+
+The core declares only its own keys (:class:`TxMsgConfig`).  A backend's keys (``name_server``,
+``endpoints``...) are declared by the backend's distribution in a settings model
+(:mod:`txmsg.settings`, entry-point group ``txmsg.settings``); they are read from the same file
+and variables, validated through that model, and a backend reads them typed with
+``RocketMQSettings.of(config)``.  A key that no installed backend declares is refused like any
+unknown key.
 """
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import os
 import tomllib
@@ -27,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from txmsg.defaults import MAX_CHECK_CONCURRENCY
 from txmsg.errors import ConfigError
@@ -40,6 +48,7 @@ from txmsg.executor import (
     refuse_removed,
     removed_setting_message,
 )
+from txmsg.settings import BackendSettings, Settings, raw_errors, settings_models
 
 ConsumeFrom = Literal["first", "last"]
 """Consume-from policy of a push consumer (see :class:`ConsumerSettings`)."""
@@ -49,8 +58,8 @@ CONFIG_ENV = "TXMSG_CONFIG"
 DEFAULT_FILE = "txmsg.toml"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(Settings):
+    """A section of the configuration: unknown keys and bad values raise ConfigError."""
 
 
 class ProducerSettings(_Section):
@@ -101,87 +110,13 @@ class SqlAlchemySettings(_Section):
     url: str | None = None
 
 
-NAME_SERVER_FORM = "host:port[;host:port] (e.g. 127.0.0.1:9876 or ns1:9876;ns2:9876), port 1..65535"
-
-
-def check_name_server(value: str) -> str:
-    """``value`` without blanks around its entries if it is ``host:port[;host:port]``, else
-    ValueError.
-
-    Checked when the configuration is loaded so that a typo (``garbage``, ``host:98760``) is
-    reported with the expected form, not later as a raw ``int()`` error or a client that never
-    finds its name server.
-    """
-    text = value.strip()
-    addresses = [part.strip() for part in text.split(";")]
-    for address in addresses:
-        host, sep, port = address.rpartition(":")
-        problem = None
-        if not address:
-            problem = f"list {text!r} has an empty entry"
-        elif not sep or not host:
-            problem = f"{address!r} is not host:port"
-        elif not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-            problem = f"{address!r} has port {port!r}, not a number in 1..65535"
-        elif any(ch.isspace() for ch in host):
-            problem = f"{address!r} has blanks in its host"
-        if problem:
-            # pydantic turns a ValueError into the ConfigError the user sees
-            raise ValueError(f"name server {problem}; expected {NAME_SERVER_FORM}")
-    return ";".join(addresses)
-
-
-ENDPOINTS_FORM = (
-    "host:port[;host:port] of RocketMQ 5 gRPC endpoints (proxies), e.g. 127.0.0.1:8081 or "
-    "proxy1:8081;proxy2:8081, port 1..65535"
-)
-NAMESPACE_PATTERN = r"^[%|a-zA-Z0-9_-]{0,64}$"
-
-
-def check_endpoints(value: str) -> str:
-    """Like :func:`check_name_server`, for the ``endpoints`` of the ``rocketmq5`` backend."""
-    try:
-        return check_name_server(value)
-    except ValueError as exc:
-        text = str(exc).replace("name server", "endpoints", 1).replace(NAME_SERVER_FORM, ENDPOINTS_FORM)
-        # pydantic turns a ValueError into the ConfigError the user sees
-        raise ValueError(text) from None
-
-
 class TxMsgConfig(_Section):
     """Typed, validated configuration of a :class:`txmsg.TxMsg` application."""
 
-    name_server: str = Field(default="127.0.0.1:9876", min_length=1)
-    """RocketMQ name server(s), ``host:port[;host:port]``."""
+    model_config = ConfigDict(extra="allow", frozen=True)
 
-    @field_validator("name_server")
-    @classmethod
-    def _valid_name_server(cls, value: str) -> str:
-        return check_name_server(value)
     backend: str = Field(default="rocketmq", min_length=1)
     """Entry point name in group ``txmsg.backends``, or ``module:attribute``."""
-    send_timeout_ms: int = Field(default=3000, gt=0)
-    client_log_dir: str = "var/rocketmq-client"
-    """Where the native client writes its logs (instead of ``~/logs/rocketmq-cpp``)."""
-    instance_prefix: str | None = None
-    access_key: str | None = None
-    secret_key: str | None = None
-    endpoints: str = Field(default="127.0.0.1:8081", min_length=1)
-    """``rocketmq5`` backend: gRPC endpoint(s) of RocketMQ 5 proxies, ``host:port[;host:port]``
-    (``access_key``/``secret_key`` are its credentials too)."""
-    namespace: str = Field(default="", pattern=NAMESPACE_PATTERN)
-    """``rocketmq5`` backend: the RocketMQ 5 namespace of topics and groups ("" = none)."""
-    tls: bool = False
-    """``rocketmq5`` backend: connect to the endpoints over TLS."""
-
-    @field_validator("endpoints")
-    @classmethod
-    def _valid_endpoints(cls, value: str) -> str:
-        return check_endpoints(value)
-
-    pull_threads: int = Field(default=16, ge=1, le=256)
-    """Pull threads per push consumer (the RocketMQ backend pulls synchronously, one queue at a
-    time per thread: keep it at least the number of queues one consumer owns, retry queue included)."""
     check_wait_timeout: float = Field(default=60.0, gt=0)
     """Seconds a check-back waits for ``check_local`` before answering UNKNOW."""
     close_timeout: float = Field(default=30.0, ge=0)
@@ -195,6 +130,25 @@ class TxMsgConfig(_Section):
     def _removed_keys(cls, data: Any) -> Any:
         return refuse_removed(data)  # max_instances_per_group
 
+    def __init__(self, /, **data: Any) -> None:
+        super().__init__(**data)
+        # The keys beyond the core's belong to backends: validated through their models, stored
+        # typed (defaults of every installed backend included, so config.name_server reads as
+        # before); the chosen backend's model goes last, so its defaults win a shared key.
+        extra = self.__pydantic_extra__
+        if extra is not None:
+            values = _backend_values(extra, self.backend, _SOURCES.get())
+            extra.clear()
+            extra.update(values)
+
+    @classmethod
+    def _config_error(cls, exc: ValidationError) -> ConfigError:
+        return _error_from(exc, _SOURCES.get())
+
+    def backend_settings(self, model: type[BackendSettings]) -> BackendSettings:
+        """This configuration's values for ``model`` (prefer ``model.of(config)``, typed)."""
+        return model.of(self)
+
     def listener_settings(self, group: str) -> ListenerSettings | None:
         """Overrides for ``group``, matching ``-`` and ``_`` alike (environment names)."""
         found: ListenerSettings | None = _by_group(self.listeners, group)
@@ -203,6 +157,52 @@ class TxMsgConfig(_Section):
     def consumer_settings(self, group: str) -> ConsumerSettings | None:
         found: ConsumerSettings | None = _by_group(self.consumers, group)
         return found
+
+
+_SOURCES: contextvars.ContextVar[ConfigSources | None] = contextvars.ContextVar("txmsg_config_sources", default=None)
+"""Where the keys being validated came from (set by :func:`resolve_config`, for the messages)."""
+
+
+def _backend_keys() -> dict[str, list[type[BackendSettings]]]:
+    """Every key an installed backend declares -> the models that declare it."""
+    keys: dict[str, list[type[BackendSettings]]] = {}
+    for model in settings_models().values():
+        for key in model.model_fields:
+            keys.setdefault(key, []).append(model)
+    return keys
+
+
+def _backend_values(
+    extra: Mapping[str, Any], backend: str, sources: ConfigSources | None
+) -> dict[str, Any]:
+    """``extra`` validated through the installed backends' models, with their defaults."""
+    sources = sources or ConfigSources()
+    declared = _backend_keys()
+    for key in extra:
+        if key not in declared:
+            installed = ", ".join(settings_models()) or "none"
+            origin = sources.keys.get(key)
+            where = f" (from {origin})" if origin else ""
+            hint = difflib.get_close_matches(key, _known_keys([]), n=1)
+            suggestion = (
+                f"; did you mean {hint[0]!r}?" if hint else
+                f"; no installed backend reads it (installed backends: {installed}): install the "
+                "backend that does, or remove the key"
+            )
+            raise ConfigError(f"unknown config key {key!r}{where}{suggestion}", key=key)
+    models = settings_models()
+    chosen = models.get(backend)
+    ordered = [m for name, m in models.items() if name != backend] + ([chosen] if chosen else [])
+    values: dict[str, Any] = {}
+    for model in ordered:
+        mine = {k: v for k, v in extra.items() if k in model.model_fields}
+        try:
+            with raw_errors():
+                validated = model(**mine)
+        except ValidationError as exc:
+            raise _error_from(exc, sources) from None
+        values |= validated.model_dump()
+    return values
 
 
 def _norm(group: str) -> str:
@@ -266,7 +266,7 @@ _MAPPED_SECTIONS = ("listeners", "consumers")
 def _env_overrides(
     env: Mapping[str, str], sources: ConfigSources, file_data: Mapping[str, Any]
 ) -> dict[str, Any]:
-    fields = TxMsgConfig.model_fields
+    fields = [*TxMsgConfig.model_fields, *_backend_keys()]
     flat_names = [n.upper() for n in fields]
     data: dict[str, Any] = {}
     for name in sorted(env):
@@ -308,7 +308,8 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _error_from(exc: ValidationError, sources: ConfigSources) -> ConfigError:
+def _error_from(exc: ValidationError, sources: ConfigSources | None) -> ConfigError:
+    sources = sources or ConfigSources()
     for err in exc.errors():  # a setting txmsg 1.0 removed: say what replaces it
         removed = (err.get("ctx") or {}).get("error")
         if isinstance(removed, RemovedSettingError):
@@ -351,7 +352,10 @@ def _known_keys(parts: list[str]) -> list[str]:
             model, skip_group = args[1], True
         else:
             model = annotation
-    return sorted(getattr(model, "model_fields", {}))
+    known = set(getattr(model, "model_fields", {}))
+    if not parts:  # the top level: the installed backends' keys too
+        known |= set(_backend_keys())
+    return sorted(known)
 
 
 def resolve_config(
@@ -371,10 +375,11 @@ def resolve_config(
         for key in _flatten(data):
             sources.keys[key] = f"file {sources.file}"
     data = _merge(data, _env_overrides(env, sources, data))
+    token = _SOURCES.set(sources)
     try:
-        return TxMsgConfig.model_validate(data), sources
-    except ValidationError as exc:
-        raise _error_from(exc, sources) from None
+        return TxMsgConfig(**data), sources
+    finally:
+        _SOURCES.reset(token)
 
 
 def load_config(

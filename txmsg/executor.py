@@ -33,10 +33,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from txmsg.defaults import CHECK_CONCURRENCY, MAX_CHECK_CONCURRENCY, QUEUE_CAPACITY
 from txmsg.errors import RejectedError
+from txmsg.settings import Settings
 
 log = logging.getLogger("txmsg.executor")
 
@@ -102,10 +103,11 @@ def parse_rejection(value: object) -> object:
     return text
 
 
-class ExecutorConfig(BaseModel):
-    """Sizing of one transactional listener's executor (see the module docstring)."""
+class ExecutorConfig(Settings):
+    """Sizing of one transactional listener's executor (see the module docstring).
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A bad value raises :class:`~txmsg.errors.ConfigError` (pydantic's detail in the message).
+    """
 
     concurrency: int = Field(default=CHECK_CONCURRENCY, ge=1, le=MAX_CHECK_CONCURRENCY)
     """Check-backs of the group that run at once = executor threads = client instances."""

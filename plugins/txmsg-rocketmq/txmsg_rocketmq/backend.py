@@ -33,17 +33,13 @@ from .announce import Announcer
 from .consumer import PushConsumer
 from .names import name_rule
 from .pool import ClientSettings, ProducerPool
-from .sender import DEFAULT_MAX_MESSAGE_SIZE, PlainSender
+from .sender import PlainSender
+from .settings import RocketMQSettings
 
 log = logging.getLogger("txmsg.rocketmq")
 
 _pool_seq = itertools.count()
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def _cfg(config: Any, name: str, default: Any) -> Any:
-    value = getattr(config, name, None) if config is not None else None
-    return default if value is None else value
 
 
 _RULES = (rocketmq_rule, name_rule)
@@ -66,20 +62,22 @@ class RocketMQBackend:
         announce: bool = True,
     ) -> None:
         self.config = config
-        self.name_server: str = str(_cfg(config, "name_server", "127.0.0.1:9876"))
-        self.send_timeout_ms: int = int(_cfg(config, "send_timeout_ms", 3000))
-        self.pull_threads: int = int(_cfg(config, "pull_threads", native_mod.PULL_THREADS))
-        self.max_message_size: int = int(_cfg(config, "max_message_size", DEFAULT_MAX_MESSAGE_SIZE))
-        self.instance_prefix: str = _SAFE.sub("_", str(_cfg(config, "instance_prefix", None) or "txmsg"))
+        self.settings_values = settings = RocketMQSettings.of(config)
+        """This backend's typed settings (``name_server``... validated by the configuration)."""
+        self.name_server: str = settings.name_server
+        self.send_timeout_ms: int = settings.send_timeout_ms
+        self.pull_threads: int = settings.pull_threads
+        self.max_message_size: int = settings.max_message_size
+        self.instance_prefix: str = _SAFE.sub("_", settings.instance_prefix or "txmsg")
         try:
-            self.native = native_mod.load(_cfg(config, "client_log_dir", "var/rocketmq-client"))
+            self.native = native_mod.load(settings.client_log_dir)
         except ImportError as exc:  # an optional dependency: txmsg[rocketmq]
             raise BackendUnavailableError(str(exc)) from exc
         self.settings = ClientSettings(
             name_server=self.name_server,
             send_timeout_ms=self.send_timeout_ms,
-            access_key=_cfg(config, "access_key", None),
-            secret_key=_cfg(config, "secret_key", None),
+            access_key=settings.access_key,
+            secret_key=settings.secret_key,
         )
         self.announcer: Announcer | None = (
             Announcer(self.native, self.name_server, credentials=self.settings.credentials) if announce else None

@@ -53,13 +53,13 @@ from .native import (
     MESSAGE_CALLBACK,
     NATIVE_LOCK,
     OK,
-    PULL_THREADS,
     Native,
     release_push_consumer,
     set_consume_from,
     start_push_consumer,
     use_sync_pull,
 )
+from .settings import PULL_THREADS
 from .timers import wait_until_quiet
 
 log = logging.getLogger("txmsg.rocketmq")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import native as native_mod
+from .settings import RocketMQSettings
 
 Check = tuple[str, str, bool]
 
@@ -54,7 +55,8 @@ def report(config: Any = None) -> list[Check]:
             is_210,
         )
     )
-    log_dir = getattr(config, "client_log_dir", None) or "var/rocketmq-client"
+    settings = RocketMQSettings.of(config)
+    log_dir = settings.client_log_dir
     effective = os.environ.get(native_mod.LOG_DIR_ENV) or str(Path(log_dir).expanduser().resolve())
     writable = _writable(Path(effective))
     checks.append(
@@ -64,7 +66,7 @@ def report(config: Any = None) -> list[Check]:
             writable,
         )
     )
-    name_server = str(getattr(config, "name_server", None) or "127.0.0.1:9876")
+    name_server = settings.name_server
     checks.append(_name_server(name_server))
     checks.append(_producer_starts(log_dir, name_server))
     return checks

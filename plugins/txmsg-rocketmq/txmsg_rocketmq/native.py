@@ -28,6 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .settings import PULL_THREADS
+
 LIB_SHA256_2_1_0 = "ed3fce39f2b926637637a2b8b9122799f207b0cdf98dbd9110505bf43170fa30"
 """sha256 of the ``librocketmq.so`` built from rocketmq-client-cpp 2.1.0 (see docs/rocketmq-facts.md).
 2.0.0 silently drops every transaction check-back, so the doctor insists on this hash."""
@@ -260,7 +262,6 @@ def release_push_consumer(native: Native, handle: int, *, started: bool, keep: o
 
 SYNC_PULL_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer12setAsyncPullEb"
 PULL_THREADS_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer25setPullMsgThreadPoolCountEi"
-PULL_THREADS = 16
 """Default pull threads per push consumer in synchronous pull mode (config key ``pull_threads``):
 one pull per queue (the topic's queues on every broker plus the retry queue) runs at a time on
 each, so keep it at least that."""

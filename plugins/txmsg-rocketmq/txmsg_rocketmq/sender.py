@@ -67,14 +67,13 @@ from .native import (
     CSendResult,
     Native,
 )
+from .settings import DEFAULT_MAX_MESSAGE_SIZE
 from .timers import wait_until_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
 MAX_DELAY_LEVEL = 18
 """RocketMQ 4's default ``messageDelayLevel`` has 18 levels (1 s ... 2 h)."""
-DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-"""A RocketMQ 4.9 broker's default ``maxMessageSize`` (4 MiB)."""
 _BATCH_ENTRY_OVERHEAD = 22 + 80
 """Bytes a batch entry adds to its body: 20-byte head + 2-byte property length (BatchMessage.cpp)
 plus the client's own properties (UNIQ_KEY, WAIT) - estimated generously."""

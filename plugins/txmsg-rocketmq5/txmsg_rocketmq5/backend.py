@@ -46,16 +46,11 @@ from .fifo import FifoConsumer
 from .names import name_rule
 from .plain import PlainSender
 from .sender import Rocketmq5Sender
+from .settings import RocketMQ5Settings
 
 log = logging.getLogger("txmsg.rocketmq5")
 
 _RULES = (rocketmq_rule, name_rule)
-DEFAULT_ENDPOINTS = "127.0.0.1:8081"
-
-
-def _cfg(config: Any, name: str, default: Any) -> Any:
-    value = getattr(config, name, None) if config is not None else None
-    return default if value is None else value
 
 
 class RocketMQ5Backend:
@@ -82,15 +77,13 @@ class RocketMQ5Backend:
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
-        self.endpoints: str = str(_cfg(config, "endpoints", DEFAULT_ENDPOINTS))
-        self.namespace: str = str(_cfg(config, "namespace", ""))
-        self.tls: bool = bool(_cfg(config, "tls", False))
-        send_timeout_ms = int(_cfg(config, "send_timeout_ms", 3000))
+        settings = RocketMQ5Settings.of(config)
+        self.endpoints: str = settings.endpoints
+        self.namespace: str = settings.namespace
+        self.tls: bool = settings.tls
         # the client puts it into an int64 protobuf field: whole seconds
-        self.request_timeout: int = max(1, math.ceil(send_timeout_ms / 1000))
-        self.credentials = Credentials(
-            _cfg(config, "access_key", "") or "", _cfg(config, "secret_key", "") or ""
-        )
+        self.request_timeout: int = max(1, math.ceil(settings.send_timeout_ms / 1000))
+        self.credentials = Credentials(settings.access_key or "", settings.secret_key or "")
         self._lock = threading.Lock()
         self._senders: list[Rocketmq5Sender] = []
         self._plain: list[PlainSender] = []

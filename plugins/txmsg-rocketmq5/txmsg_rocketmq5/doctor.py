@@ -14,6 +14,8 @@ import subprocess
 import sys
 from typing import Any
 
+from .settings import RocketMQ5Settings
+
 Check = tuple[str, str, bool]
 
 CLIENT5 = "rocketmq-python-client"
@@ -80,8 +82,8 @@ def report(config: Any = None) -> list[Check]:
     )
     if error is not None:
         return checks
-    endpoints = str(getattr(config, "endpoints", None) or "127.0.0.1:8081")
-    tls = bool(getattr(config, "tls", False))
+    settings = RocketMQ5Settings.of(config)
+    endpoints, tls = settings.endpoints, settings.tls
     addresses = [a.strip() for a in endpoints.split(";") if a.strip()]
     checks.extend(_endpoint(address, tls) for address in addresses)
     return checks

@@ -35,9 +35,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from txmsg_rocketmq.settings import RocketMQSettings, check_name_server
 
 from txmsg import ConfigError
-from txmsg.config import check_endpoints, check_name_server, resolve_config
+from txmsg.config import resolve_config
 from txmsg_samples.order.cluster import ClusterNotReady
 from txmsg_samples.order.faults import FaultPlan, Tally
 from txmsg_samples.order.verify import CONSUMER_GROUPS, Outcome, progress, verify
@@ -110,6 +111,8 @@ def _check_endpoints(ctx: click.Context, param: click.Parameter, value: str | No
     if value is None:
         return None
     try:
+        from txmsg_rocketmq5.settings import check_endpoints  # noqa: PLC0415 - extra txmsg-samples[rocketmq5]
+
         return check_endpoints(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
@@ -165,15 +168,18 @@ def backend_target(backend: str | None, endpoints: str | None) -> Backend5Target
                 f"rocketmq (from {origin}); add --backend rocketmq5, or use --name-server"
             )
         return Backend5Target(backend, origin, None, "", {})
-    settings: dict[str, Any] = {"tls": config.tls} if config.tls else {}
-    if config.namespace:
-        settings["namespace"] = config.namespace
+    from txmsg_rocketmq5.settings import RocketMQ5Settings  # noqa: PLC0415 - extra txmsg-samples[rocketmq5]
+
+    values = RocketMQ5Settings.of(config)
+    settings: dict[str, Any] = {"tls": values.tls} if values.tls else {}
+    if values.namespace:
+        settings["namespace"] = values.namespace
     if endpoints is not None:
         return Backend5Target(backend, origin, endpoints, "--endpoints", settings)
     where = _origin(sources, "endpoints")
     if where is None:
         return Backend5Target(backend, origin, None, "", settings)
-    return Backend5Target(backend, origin, config.endpoints, where, settings)
+    return Backend5Target(backend, origin, values.endpoints, where, settings)
 
 
 def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
@@ -187,13 +193,14 @@ def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
         raise DemoConfigError(
             f"{exc} (fix it, or unset it to run on the embedded broker)"
         ) from None
-    client = {k: v for k in ("access_key", "secret_key") if (v := getattr(config, k)) is not None}
+    values = RocketMQSettings.of(config)
+    client = {k: v for k, v in (("access_key", values.access_key), ("secret_key", values.secret_key)) if v is not None}
     if name_server is not None:
         return name_server, "--name-server", client
     origin = _origin(sources, "name_server")
     if origin is None:
         return None, "", client
-    return config.name_server, origin, client
+    return values.name_server, origin, client
 
 
 @click.command("demo")
