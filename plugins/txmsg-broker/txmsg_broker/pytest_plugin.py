@@ -21,13 +21,14 @@ remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransact
 
 The broker runs as a child process so a test can ``kill -9`` it and so librocketmq's threads never share
 an interpreter with the broker's event loop. ``ROCKETMQ_CLIENT_LOG_DIR`` is pointed at a temp dir unless
-already set, so the real client does not write to ``/logs``.
+already set, so the real client does not write to ``~/logs`` - only while a broker fixture is in use
+(``txmsg_client_log_dir``): the plugin loads wherever txmsg-broker is installed, and a pytest run that
+uses none of its fixtures must not see its environment changed.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any, Literal, Protocol, cast, overload
 
@@ -66,14 +67,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if "ROCKETMQ_CLIENT_LOG_DIR" not in os.environ:
-        os.environ["ROCKETMQ_CLIENT_LOG_DIR"] = tempfile.mkdtemp(prefix="rocketmq-client-logs-")
+@pytest.fixture(scope="session")
+def txmsg_client_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``ROCKETMQ_CLIENT_LOG_DIR`` for the session, unless already set, so the real client does
+    not write to ``~/logs``; restored at the end.  Used by the broker fixtures: a pytest run that
+    uses none of them sees no change to its environment."""
+    before = os.environ.get("ROCKETMQ_CLIENT_LOG_DIR")
+    if before is not None:
+        yield before
+        return
+    path = str(tmp_path_factory.mktemp("rocketmq-client-logs"))
+    os.environ["ROCKETMQ_CLIENT_LOG_DIR"] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop("ROCKETMQ_CLIENT_LOG_DIR", None)
 
 
 @pytest.fixture
 def txmsg_broker_factory(
-    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config, txmsg_client_log_dir: str
 ) -> Iterator[BrokerFactory]:
     started: list[BrokerProcess | BrokerCluster] = []
     log_format = int(pytestconfig.getoption("--txmsg-log-format", default="4") or 4)
