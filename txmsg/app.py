@@ -44,7 +44,7 @@ from txmsg.errors import (
     UnknownGroupError,
 )
 from txmsg.executor import ExecutorConfig
-from txmsg.listener import ListenerSpec, spec_of
+from txmsg.listener import ListenerSpec, bind_spec
 from txmsg.message import Message
 from txmsg.names import NameRule, check_name, rules_for_backend
 from txmsg.producer import Producer, ProducerStats
@@ -143,7 +143,8 @@ class TxMsg:
         """This app's listeners and consumers (frozen at :meth:`start`)."""
         self._backend: Backend | None = None
         self._owns_backend = False
-        self._instances: dict[str, Any] = {}
+        self._chosen: dict[str, Any] = {}  # use_listener(): group -> the user's instance
+        self._instances: dict[str, Any] = {}  # group -> the listener of the running producer
         self._producers: dict[str, Producer] = {}
         self._stops: list[Callable[[float], None]] = []
         self._lock = threading.RLock()
@@ -332,19 +333,40 @@ class TxMsg:
         for hook in registry.parked_hooks:
             self.registry.on_parked(hook)
 
-    def use_listener(self, instance: Any) -> None:
-        """Use ``instance`` (of a class declared as a transactional listener) instead of
-        letting the app create one at start."""
+    def use_listener(self, instance: Any, *, group: str | None = None) -> None:
+        """Use ``instance`` (of a class declared as a transactional listener of this app)
+        instead of letting the app create one at start.
+
+        The class is looked up in this app's declarations, not on the class, since other apps
+        may declare it too; ``group`` says which declaration when this app has the class under
+        several groups.
+
+        Raises:
+            ListenerDefinitionError: the class is not declared in this app (or, without
+                ``group``, declared several times).
+        """
         self._setup("set a listener instance")
-        spec = spec_of(instance)
-        if spec is None or self.registry.listener(spec.group) is not spec:
+        cls = type(instance)
+        specs = [
+            spec
+            for spec in self.registry.listeners.values()
+            if spec.target is cls and (group is None or spec.group == group)
+        ]
+        if not specs:
             raise ListenerDefinitionError(
-                f"{type(instance).__qualname__} is not a transactional listener of this app; "
-                "declare its class with @app.transactional_listener(group=...) (or include the "
-                "registry that declares it), or use app.add_transactional_listener(instance, "
-                "group=...)"
+                f"{cls.__qualname__} is not a transactional listener of this app"
+                + (f" for group {group!r}" if group is not None else "")
+                + "; declare its class with @app.transactional_listener(group=...) (or include "
+                "the registry that declares it), or use app.add_transactional_listener("
+                "instance, group=...)"
             )
-        self._instances[spec.group] = instance
+        if len(specs) > 1:
+            groups = ", ".join(sorted(repr(spec.group) for spec in specs))
+            raise ListenerDefinitionError(
+                f"{cls.__qualname__} is declared for several groups of this app ({groups}); "
+                "say which: app.use_listener(instance, group=...)"
+            )
+        self._chosen[specs[0].group] = instance
 
     # ---- lifecycle ------------------------------------------------------------------------------
     @property
@@ -388,6 +410,7 @@ class TxMsg:
             except BaseException:
                 self._close_all(self.config.close_timeout)
                 self._producers.clear()
+                self._instances.clear()  # closed; a retry creates fresh ones
                 if self._owns_backend:
                     self._backend = None  # closed; a retry loads a fresh one
                 raise
@@ -409,6 +432,10 @@ class TxMsg:
         declared = self.registry.producer_groups
         for group, spec in sorted(self.registry.listeners.items()):
             listener = self._instance_for(spec)
+            # The app's spec goes on the instance, never on its class (another app may declare
+            # the class under another group): txmsg.sqla reads its group and exception state
+            # there.  Raises if another app's group is bound to it already.
+            bind_spec(listener, spec)
             self._instances[group] = listener
             settings = self.config.listener_settings(group)
             executor = settings.apply(spec.executor) if settings else spec.executor
@@ -464,8 +491,8 @@ class TxMsg:
             )
 
     def _instance_for(self, spec: ListenerSpec) -> Any:
-        if spec.group in self._instances:
-            return self._instances[spec.group]
+        if spec.group in self._chosen:
+            return self._chosen[spec.group]
         if spec.is_instance:
             return spec.target
         try:

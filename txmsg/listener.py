@@ -11,8 +11,13 @@
             return LocalTransactionState.COMMIT
 
 :func:`build_spec` validates the class at once (so a mistake fails at import, not at the first
-check-back hours later); the registry stores the :class:`ListenerSpec` on the class as
-``__txmsg_listener__`` (see :class:`txmsg.ListenerRegistry`).
+check-back hours later); the registry keeps the :class:`ListenerSpec` (see
+:class:`txmsg.ListenerRegistry`).
+
+A spec belongs to the app that declared it, never to the class: one class may be declared by
+several apps under several groups (tests, two services in one process).  At ``start()`` the app
+binds its spec to the listener *instance* it uses (:func:`bind_spec`), which is how
+:mod:`txmsg.sqla` learns the group its records carry and the answer to an exception.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from txmsg.names import check_name
 from txmsg.states import LocalTransactionState
 
 SPEC_ATTRIBUTE = "__txmsg_listener__"
+"""The instance attribute holding the spec an app bound to a listener (never set on a class)."""
 
 
 @dataclass(frozen=True)
@@ -176,9 +182,82 @@ def build_spec(
 
 
 
-def spec_of(target: Any) -> ListenerSpec | None:
-    """The spec a registry stored on a listener class, or on an instance (or its class)."""
-    spec = getattr(target, "__dict__", {}).get(SPEC_ATTRIBUTE)
-    if spec is None and not isinstance(target, type):
-        spec = type(target).__dict__.get(SPEC_ATTRIBUTE)
+def bound_spec(listener: Any) -> ListenerSpec | None:
+    """The spec an app bound to the listener instance ``listener`` (:func:`bind_spec`), if any.
+
+    Only the instance's own attributes count: a spec is never inherited from a class, where it
+    would be shared by every app that declares the class.
+    """
+    if isinstance(listener, type):
+        return None
+    spec = getattr(listener, "__dict__", {}).get(SPEC_ATTRIBUTE)
     return spec if isinstance(spec, ListenerSpec) else None
+
+
+def bind_spec(listener: Any, spec: ListenerSpec) -> bool:
+    """Tell the instance ``listener`` the spec it answers for: what ``TxMsg.start()`` does for
+    each listener it uses, and what a test of a listener without an app may do itself.
+
+    Returns False when the object cannot take an attribute (``__slots__`` without
+    ``__dict__``); such a listener must name its group itself (``producer_group``).
+
+    Raises:
+        ListenerDefinitionError: ``listener`` already answers for another producer group (or
+            with another exception state), bound by another app.  A listener instance caches
+            what it derives from its group (:class:`txmsg.sqla.RecordBackedListener` its local
+            transaction), so sharing one between two groups would mix their records: give each
+            app its own instance.
+    """
+    if isinstance(listener, type):
+        raise ListenerDefinitionError(
+            f"bind_spec() binds a spec to a listener instance, not to the class {listener!r}: a "
+            "class may be declared by several apps"
+        )
+    bound = bound_spec(listener)
+    if bound is not None and bound is not spec and (bound.group, bound.on_exception) != (
+        spec.group,
+        spec.on_exception,
+    ):
+        raise ListenerDefinitionError(
+            f"this {type(listener).__qualname__} instance already answers for producer group "
+            f"{bound.group!r} (execute_exception_state {bound.on_exception.name}), so it cannot "
+            f"also answer for {spec.group!r} (execute_exception_state {spec.on_exception.name}); "
+            "give each app and group its own instance (declare the class, and the app creates "
+            "one at start)"
+        )
+    attributes = getattr(listener, "__dict__", None)
+    if not isinstance(attributes, dict):
+        return False
+    attributes[SPEC_ATTRIBUTE] = spec  # the instance's own dict: a frozen object takes it too
+    return True
+
+
+def spec_of(target: Any) -> ListenerSpec | None:
+    """The spec of a listener instance or class, for inspection (txmsg itself never needs it).
+
+    An instance an app started: the spec that app bound to it.  Otherwise (a class, or an
+    instance no app bound yet): its one declaration among the registries alive, and None if
+    there is none.
+
+    Raises:
+        ListenerDefinitionError: several registries (apps) declare ``target`` with different
+            specs, so only the app can say which one it means (``app.registry.listener(group)``).
+    """
+    spec = bound_spec(target)
+    if spec is not None:
+        return spec
+    from txmsg.registry import declarations_of  # noqa: PLC0415 - the registry imports this module
+
+    found = declarations_of(target)
+    if len(found) > 1:
+        groups = ", ".join(repr(s.group) for s in found)
+        raise ListenerDefinitionError(
+            f"{_name_of(target)} is declared by several registries (groups {groups}); its spec "
+            "depends on the app: ask that app, app.registry.listener(group)"
+        )
+    return found[0] if found else None
+
+
+def _name_of(target: Any) -> str:
+    cls = target if isinstance(target, type) else type(target)
+    return cls.__qualname__

@@ -23,8 +23,8 @@ is how tests and several apps in one process share one module's listeners.
 
 from __future__ import annotations
 
-import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +32,7 @@ from txmsg import defaults
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.errors import LifecycleError, ListenerDefinitionError
 from txmsg.executor import ExecutorConfig
-from txmsg.listener import SPEC_ATTRIBUTE, ListenerSpec, build_spec
+from txmsg.listener import ListenerSpec, build_spec
 from txmsg.names import NameKind, NameRule, check_name, rocketmq_rule
 from txmsg.states import LocalTransactionState
 
@@ -42,6 +42,27 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
+
+
+_ALIVE: weakref.WeakSet[ListenerRegistry] = weakref.WeakSet()
+"""Every registry still referenced, for :func:`declarations_of` (weak: none is kept alive)."""
+_ALIVE_LOCK = threading.Lock()
+
+
+def declarations_of(target: Any) -> list[ListenerSpec]:
+    """The distinct specs declaring ``target`` (a listener class, an instance given to
+    ``add_transactional_listener``, or an instance of a declared class) in the registries
+    alive, ordered by group.  An app's registry shares the specs of the registries it included,
+    so a module's one declaration counts once; several mean several apps declared it."""
+    with _ALIVE_LOCK:
+        registries = list(_ALIVE)
+    cls = None if isinstance(target, type) else type(target)
+    found: dict[int, ListenerSpec] = {}
+    for registry in registries:
+        for spec in registry.listeners.values():
+            if spec.target is target or (cls is not None and spec.target is cls):
+                found.setdefault(id(spec), spec)
+    return sorted(found.values(), key=lambda spec: spec.group)
 
 
 class ListenerRegistry:
@@ -56,6 +77,8 @@ class ListenerRegistry:
         self._producer_groups: dict[str, None] = {}  # insertion-ordered set
         self._parked_hooks: list[Callable[[ParkedEvent], Any]] = []
         self._frozen: str | None = None
+        with _ALIVE_LOCK:
+            _ALIVE.add(self)
 
     # ---- declaring --------------------------------------------------------------------------------
     def transactional_listener(
@@ -123,11 +146,9 @@ class ListenerRegistry:
             executor=executor,
             execute_exception_state=execute_exception_state,
         )
+        # Nothing is written on the target: a class may be declared by several apps under
+        # several groups; each app binds its own spec to the instance it uses at start.
         self.add_listener(spec)
-        # Lets txmsg.sqla find the group of the listener instance or class; an object with
-        # __slots__ or a frozen one must then say its group itself (producer_group).
-        with contextlib.suppress(AttributeError, TypeError):
-            setattr(target, SPEC_ATTRIBUTE, spec)
         return spec
 
     def message_listener(

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from txmsg import ListenerDefinitionError, ListenerRegistry
+from txmsg.listener import bind_spec
 from txmsg.message import Message
 from txmsg.sqla import RecordBackedListener, RecordState, get_record, transactional
 from txmsg.states import LocalTransactionState as S
@@ -52,6 +53,10 @@ def test_record_backed_listener_rolls_back(db: Db) -> None:
         pass
 
     listener = UnknowTransfer(db.sessions)
+    assert listener.execute_exception_state is S.ROLLBACK  # declared, but no app started it yet
+    spec = registry.listener("transfer-unknow-tx")
+    assert spec is not None
+    assert bind_spec(listener, spec)  # what the app that starts it does
     assert listener.execute_exception_state is S.UNKNOW
     msg = message("l-2")
     assert listener.execute_local(msg, {"to": "yan", "amount": 4, "fail": True}) is S.UNKNOW
@@ -121,7 +126,8 @@ def test_transactional_decorator_needs_sessions() -> None:
 
 def test_base_class_and_decorator_pass_the_core_listener_validation(db: Db) -> None:
     """txmsg's @registry.transactional_listener checks execute_local/check_local signatures at
-    decoration; both styles must pass it, and the group then comes from the core's spec."""
+    decoration; both styles must pass it, and the group then comes from the spec the app binds
+    to the instance at start (here bound by hand, as the app does)."""
     registry = ListenerRegistry()
 
     @registry.transactional_listener(group="spec-group")
@@ -134,10 +140,18 @@ def test_base_class_and_decorator_pass_the_core_listener_validation(db: Db) -> N
         pass
 
     listener = ViaSpec(db.sessions)
+    with pytest.raises(ListenerDefinitionError, match="producer group"):
+        _ = listener.group  # the class alone says nothing: several apps may declare it
+    bind_spec(listener, registry.listeners["spec-group"])
     assert listener.group == "spec-group"
     assert listener.execute_local(message("s-1"), None) is S.COMMIT
     record = get_record(db.sessions, "s-1")
     assert record is not None
     assert record.producer_group == "spec-group"
-    assert ViaDecorator(db.sessions).execute_local(message("s-2"), 1) is S.COMMIT
+    decorated = ViaDecorator(db.sessions)
+    bind_spec(decorated, registry.listeners["decorated-group"])
+    assert decorated.execute_local(message("s-2"), 1) is S.COMMIT
+    record = get_record(db.sessions, "s-2")
+    assert record is not None
+    assert record.producer_group == "decorated-group"  # the app's group beats producer_group
     assert set(registry.listeners) == {"spec-group", "decorated-group"}

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from txmsg.listener import SPEC_ATTRIBUTE, ListenerSpec
+from txmsg.listener import bound_spec
 from txmsg.message import Message
 from txmsg.sqla.check import RecordCheck
 from txmsg.sqla.engine import SessionFactory
@@ -92,15 +92,17 @@ class RecordBackedListener:
     # -- plumbing -------------------------------------------------------------------------------
     @property
     def group(self) -> str:
+        """The producer group this instance answers for: the one of the app that started it
+        (bound to this instance, since another app may declare the class under another group),
+        else ``producer_group`` (the constructor's ``group=``)."""
         return listener_group(self)
 
     @property
     def execute_exception_state(self) -> LocalTransactionState:
-        """ROLLBACK (the database transaction was rolled back), unless the decorator said
-        otherwise with ``execute_exception_state=``."""
-        # Like listener_group(): a subclass of a declared listener class inherits its spec.
-        spec = getattr(self, SPEC_ATTRIBUTE, None)
-        chosen = spec.execute_exception_state if isinstance(spec, ListenerSpec) else None
+        """ROLLBACK (the database transaction was rolled back), unless the app's declaration
+        said otherwise with ``execute_exception_state=``."""
+        spec = bound_spec(self)
+        chosen = spec.execute_exception_state if spec is not None else None
         return chosen or LocalTransactionState.ROLLBACK
 
     @property

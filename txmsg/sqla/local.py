@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from txmsg.errors import ConfigError, ListenerDefinitionError, TransactionFencedError
+from txmsg.listener import bound_spec
 from txmsg.message import Message
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.models import RecordState
@@ -240,14 +241,19 @@ class SqlAlchemyLocalTransaction:
 
 
 def listener_group(listener: object) -> str:
-    """The producer group of a listener instance: from the spec ``@transactional_listener`` stores
-    on its class (``__txmsg_listener__``), else a ``producer_group`` attribute."""
-    spec = getattr(listener, "__txmsg_listener__", None)
-    group = getattr(spec, "group", None) or getattr(listener, "producer_group", None)
+    """The producer group of a listener instance: from the spec the app that runs it bound to
+    it at start (:func:`txmsg.listener.bind_spec`), else a ``producer_group`` attribute.
+
+    Never from the class: one class may be declared by several apps under several groups, and
+    each instance must write the records of its own app's group.
+    """
+    spec = bound_spec(listener)
+    group = spec.group if spec is not None else getattr(listener, "producer_group", None)
     if not isinstance(group, str) or not group:
         raise ListenerDefinitionError(
-            f"{type(listener).__name__} has no producer group: decorate the class with "
-            "@transactional_listener(group=...) or set a producer_group attribute"
+            f"{type(listener).__name__} has no producer group: declare it with "
+            "@app.transactional_listener(group=...) and let the app start it, or set a "
+            "producer_group attribute"
         )
     return group
 
