@@ -2,8 +2,8 @@
 
 Subcommands are plugins, found the way backends are: a distribution registers a click command
 under the entry-point group ``txmsg.commands`` (``name = "module:attribute"``).  txmsg itself
-names no command module here, so a part that is not installed (PySpark, or code that lives only
-in a source checkout) breaks only its own command, which then explains why and how to fix it.
+names no command module here, so a part that is not installed properly (a dependency missing)
+breaks only its own command, which then explains why and how to fix it.
 
 Nothing is imported before it is used: ``txmsg --help`` reads each command's summary from its
 source (the docstring of the function the entry point names) instead of importing it, so the
@@ -25,9 +25,9 @@ COMMANDS_GROUP = "txmsg.commands"
 """Entry-point group of ``txmsg`` subcommands (values are ``module:attribute`` of click commands)."""
 
 SETUP_FIX = (
-    "install the missing part, or run `make setup` (bash scripts/setup.sh) in a txmsg checkout: "
-    "it installs every optional dependency and makes the commands whose code lives in the "
-    "checkout importable"
+    "install the distribution that provides it with pip (`pip install 'txmsg[rocketmq]'`, "
+    "`[rocketmq5]`, `[broker]`, `[health]` or `[demo]`; the error above names the missing module), "
+    "then `txmsg doctor`"
 )
 
 

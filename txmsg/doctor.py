@@ -40,39 +40,53 @@ _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
-def versions() -> list[Check]:
-    """Python, txmsg, every package txmsg requires, and the client packages of the extras named
-    like a backend (``txmsg[rocketmq]``, ``txmsg[rocketmq5]``): optional, so a missing one is
-    shown with its install command but is not a failure (the configured backend's own checks
-    say whether it is needed)."""
-    rows: list[Check] = [("python", f"{platform.python_version()} ({sys.executable})", True)]
-    names: list[tuple[str, str | None]] = [("txmsg", None)]
+def _requirement_names(dist: str) -> list[tuple[str, str | None]]:
+    """(requirement name, extra or None) of installed distribution ``dist`` ([] if missing)."""
     try:
-        requirements = importlib.metadata.requires("txmsg") or []
+        requirements = importlib.metadata.requires(dist) or []
     except importlib.metadata.PackageNotFoundError:
-        requirements = []
-    backends = {ep.name for ep in backend_entry_points()}
+        return []
+    found: list[tuple[str, str | None]] = []
     for requirement in requirements:
         match = _REQUIREMENT_NAME.match(requirement)
-        marker = requirement.partition(";")[2]
-        extra = _EXTRA.search(marker)
-        if match and "extra" not in marker:
-            names.append((match.group(1), None))
-        elif match and extra and extra.group(1) in backends:
-            names.append((match.group(1), extra.group(1)))
+        extra = _EXTRA.search(requirement.partition(";")[2])
+        if match:
+            found.append((match.group(1), extra.group(1) if extra else None))
+    return found
+
+
+def versions() -> list[Check]:
+    """Python, txmsg, every package txmsg requires, and for each extra named like a backend
+    (``txmsg[rocketmq]``, ``txmsg[rocketmq5]``) the backend's distribution and the client packages
+    it requires: optional, so a missing one is shown with its install command but is not a failure
+    (the configured backend's own checks say whether it is needed)."""
+    rows: list[Check] = [("python", f"{platform.python_version()} ({sys.executable})", True)]
+    backends = {ep.name for ep in backend_entry_points()}
+    names: list[tuple[str, str | None]] = [("txmsg", None)]  # (name, what it is for)
+    for name, extra in _requirement_names("txmsg"):
+        if extra is None:
+            names.append((name, None))
+        elif extra in backends:
+            names.append((name, f"backend {extra}"))
+            # the backend distribution's own requirements: its client packages
+            names += [(dep, f"backend {extra}") for dep, dep_extra in _requirement_names(name)
+                      if dep_extra is None and dep != "txmsg"]
+        elif name.startswith("txmsg-"):  # another part of the product (its own distribution)
+            names.append((name, f"txmsg[{extra}]"))
     seen: set[str] = set()
     for name, extra_name in names:
         if name in seen:
             continue
         seen.add(name)
-        label = name if extra_name is None else f"{name} (backend {extra_name})"
+        label = name if extra_name is None else f"{name} ({extra_name})"
         try:
             rows.append((label, importlib.metadata.version(name), True))
         except importlib.metadata.PackageNotFoundError:
             if extra_name is None:
-                rows.append((label, "not installed; run `make setup`", False))
+                rows.append((label, f"not installed; run `pip install {name}`", False))
             else:
-                rows.append((label, f"not installed (optional: `pip install 'txmsg[{extra_name}]'`)", True))
+                extra = extra_name.removeprefix("backend ").removeprefix("txmsg[").removesuffix("]")
+                rows.append((label, f"not installed (optional: `pip install 'txmsg[{extra}]'`)", True))
     return rows
 
 
@@ -120,7 +134,7 @@ def backend_rows() -> list[Check]:
         else:
             rows.append((f"backend {ep.name}", ep.value, True))
     if not rows:
-        rows.append(("backends", "none installed; run `make setup`", False))
+        rows.append(("backends", "none installed; run `pip install 'txmsg[rocketmq5]'` (or `txmsg[rocketmq]`)", False))
     return rows
 
 

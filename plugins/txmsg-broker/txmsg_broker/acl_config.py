@@ -87,7 +87,7 @@ def _yaml() -> Any:
     try:
         import yaml  # noqa: PLC0415 - optional: only --acl needs it
     except ImportError:
-        raise AclConfigError("--acl needs PyYAML: pip install 'txmsg[acl]' (or pyyaml)") from None
+        raise AclConfigError("--acl needs PyYAML: pip install 'txmsg-broker[acl]' (or pyyaml)") from None
     return yaml
 
 

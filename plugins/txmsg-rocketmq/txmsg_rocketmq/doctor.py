@@ -25,7 +25,7 @@ def report(config: Any = None) -> list[Check]:
         return [
             (
                 f"{native_mod.CLIENT_DIST} (rocketmq backend)",
-                f"not installed: `{native_mod.INSTALL_HINT}`, then `python "
+                f"not installed: `{native_mod.INSTALL_HINT}`, then `"
                 "txmsg install-librocketmq` (librocketmq 2.1.0, Linux x86-64); or "
                 'configure backend = "rocketmq5"',
                 False,
@@ -36,7 +36,7 @@ def report(config: Any = None) -> list[Check]:
         checks.append(
             (
                 "librocketmq path",
-                "not found; run `txmsg install-librocketmq` (part of `make setup`)",
+                "not found; run `txmsg install-librocketmq`",
                 False,
             )
         )

@@ -180,12 +180,12 @@ def missing_client_message(exc: BaseException) -> str:
         return (
             f"the rocketmq backend needs {CLIENT_DIST} 2.0.0 and librocketmq 2.1.0 "
             f"(Linux x86-64), which are not installed ({exc}): `{INSTALL_HINT}`, then "
-            "`txmsg install-librocketmq` for librocketmq (`make setup` does both); "
+            "`txmsg install-librocketmq` for librocketmq; "
             'or use backend = "rocketmq5" (the pure-Python 5.x client, any platform)'
         )
     return (
         f"cannot load librocketmq through {CLIENT_DIST}: {exc}. Run "
-        "`txmsg install-librocketmq` (part of `make setup`)."
+        "`txmsg install-librocketmq` to put librocketmq 2.1.0 in place, then `txmsg doctor`."
     )
 
 
