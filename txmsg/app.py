@@ -14,7 +14,7 @@
         app.producer("notify").send_orderly("events", {"id": 1}, sharding_key="order-1")
 
 Each app has its own listeners (``app.registry``); listeners declared in other modules come in
-through ``app.include(registry)``.  Registration is frozen at ``start()``.
+through ``app.include(registry)``.  Registration is frozen once ``start()`` succeeds.
 
 Backends are found lazily, on ``start()``, through the entry-point group ``txmsg.backends``
 (``rocketmq`` is ``txmsg_rocketmq.backend:RocketMQBackend``), so importing txmsg never loads a
@@ -140,7 +140,7 @@ class TxMsg:
             backend if backend is not None else self.config.backend
         )
         self.registry = ListenerRegistry(name_rules=self.name_rules)
-        """This app's listeners and consumers (frozen at :meth:`start`)."""
+        """This app's listeners and consumers (frozen once :meth:`start` succeeds)."""
         self._backend: Backend | None = None
         self._owns_backend = False
         self._chosen: dict[str, Any] = {}  # use_listener(): group -> the user's instance
@@ -392,7 +392,8 @@ class TxMsg:
         (:meth:`add_producer`), and subscribe every consumer.
 
         Idempotent while started.  On failure everything started so far is closed again, the app
-        stays *new* (fix the cause and call start() again) and the error propagates.
+        stays *new* and its registration open (fix the cause, declare what was missing, and call
+        start() again; listeners the app created are created afresh) and the error propagates.
 
         Raises:
             ClosedError: the app was closed; make a new one.
@@ -404,16 +405,19 @@ class TxMsg:
                 return self
             if self._state == "closed":
                 raise ClosedError("this TxMsg is closed and cannot start again; create a new TxMsg")
-            self.registry.freeze(f"{self!r} started")
-            try:
-                self._start_all()
-            except BaseException:
-                self._close_all(self.config.close_timeout)
-                self._producers.clear()
-                self._instances.clear()  # closed; a retry creates fresh ones
-                if self._owns_backend:
-                    self._backend = None  # closed; a retry loads a fresh one
-                raise
+            # Frozen while starting (a listener declared meanwhile would never run) and for
+            # good once started; a failed start thaws it, so the fix its error asks for (a
+            # missing add_producer, a listener_factory) can still be declared before the retry.
+            with self.registry.freezing(f"{self!r} started"):
+                try:
+                    self._start_all()
+                except BaseException:
+                    self._close_all(self.config.close_timeout)
+                    self._producers.clear()
+                    self._instances.clear()  # closed; a retry creates fresh ones
+                    if self._owns_backend:
+                        self._backend = None  # closed; a retry loads a fresh one
+                    raise
             self._state = "started"
         return self
 

@@ -16,16 +16,18 @@ import the app (Flask's blueprints), make a registry there and hand it to the ap
 
 Decorators only record (pluggy's "mark, then an explicit object collects"); nothing connects to
 a broker at import time.  A registry is frozen when it is included into an app and when that app
-starts, so a listener declared too late fails loudly instead of silently never running.  A frozen
+has started (a failed start leaves the app's registry open for the fix, and the retry), so a
+listener declared too late fails loudly instead of silently never running.  A frozen
 registry can still be included into further apps (each takes a copy of the declarations), which
 is how tests and several apps in one process share one module's listeners.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from txmsg import defaults
@@ -332,6 +334,27 @@ class ListenerRegistry:
         with self._lock:
             if self._frozen is None:
                 self._frozen = reason
+
+    @contextlib.contextmanager
+    def freezing(self, reason: str) -> Iterator[None]:
+        """Frozen while the block runs, and for good if it succeeds; if it raises, this freeze
+        is undone (an earlier one stays).
+
+        ``TxMsg.start()`` runs in it: a listener declared by another thread while the app
+        starts fails loudly instead of never running, yet a failed start leaves the registry
+        open for the fix its error asks for, and the retry.
+        """
+        with self._lock:
+            froze = self._frozen is None
+            if froze:
+                self._frozen = reason
+        try:
+            yield
+        except BaseException:
+            if froze:
+                with self._lock:
+                    self._frozen = None
+            raise
 
     @property
     def frozen(self) -> bool:

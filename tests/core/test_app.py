@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import types
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 
 import pytest
@@ -31,6 +32,7 @@ from txmsg import (
     UnknownGroupError,
 )
 from txmsg import LocalTransactionState as S
+from txmsg.message import OutgoingMessage, SendResult
 
 from .doubles import DoubleBackend
 
@@ -53,6 +55,32 @@ class Recorder:
     def check_local(self, message: Message) -> object:
         self.checked.append((message, threading.current_thread().name))
         return self.check_answer
+
+
+@dataclass
+class PlainSender:
+    """The plain-send client of :class:`PlainToo`: accepts every message."""
+
+    group: str
+    sent: list[OutgoingMessage] = field(default_factory=list)
+
+    def send(self, message: OutgoingMessage) -> SendResult:
+        self.sent.append(message)
+        return SendResult(message_id=f"P{len(self.sent)}", send_status="SEND_OK")
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+@dataclass
+class PlainToo(DoubleBackend):
+    """The test double with plain-send clients too (``app.add_producer``)."""
+
+    plain: dict[str, PlainSender] = field(default_factory=dict)
+
+    def create_sender(self, group: str) -> PlainSender:
+        self.plain[group] = PlainSender(group)
+        return self.plain[group]
 
 
 def started(app: TxMsg, registry: ListenerRegistry, group: str = "order-tx", **kw: object) -> Recorder:
@@ -296,6 +324,37 @@ def test_failed_start_closes_what_started() -> None:
     with pytest.raises(OSError, match="no route"):
         app.start()
     assert backend.senders["a-tx"].closed_with != "open"
+
+
+def test_a_failed_start_leaves_the_app_open_for_a_fix_and_a_retry() -> None:
+    """start() promises that a failed start can be fixed and retried: the registry must not
+    stay frozen, and the retry builds fresh listeners (the failed start closed the first)."""
+    backend = PlainToo(fail_create=OSError("broker not up yet"))
+    made: list[Recorder] = []
+
+    def factory(cls: type[Recorder]) -> Recorder:
+        made.append(cls())
+        return made[-1]
+
+    app = TxMsg(TxMsgConfig(), backend=backend, listener_factory=factory)
+    app.add_transactional_listener(Recorder, group="order-tx", topics=["orders"])
+    with pytest.raises(OSError, match="not up yet"):
+        app.start()
+    assert not app.started
+    assert not app.registry.frozen
+    app.add_producer(group="notify")  # the fix: what the failed start showed was missing
+    backend.fail_create = None
+    with app:
+        assert app.registry.frozen
+        assert sorted(app.producers) == ["notify", "order-tx"]
+        assert app.producer("notify").send("events", b"n").send_status == "SEND_OK"
+        assert app.producer("order-tx").send_in_transaction("orders", b"o").local_state is S.COMMIT
+        assert len(made) == 2
+        assert app.producer("order-tx").listener is made[1]
+        assert made[1].executed
+        assert not made[0].executed
+    with pytest.raises(LifecycleError, match="frozen"):
+        app.registry.add_producer("later")
 
 
 def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
