@@ -68,6 +68,29 @@ def backend_entry_points() -> list[importlib.metadata.EntryPoint]:
     return sorted(importlib.metadata.entry_points(group=BACKEND_GROUP), key=lambda ep: ep.name)
 
 
+BACKEND_EXTRAS = {"rocketmq": "rocketmq", "rocketmq5": "rocketmq5"}
+"""Backend name -> the extra of the ``txmsg`` distribution that installs it."""
+
+CHECKOUT_HINT = "(in a txmsg checkout: make setup)"
+"""The secondary hint: ``make setup`` exists only in a clone of the txmsg repository."""
+
+
+def install_hint(name: str) -> str:
+    """How a pip user installs backend ``name`` (an entry-point name or ``module:attribute``).
+
+    Backend errors are read by people who installed txmsg with pip and have no Makefile, so they
+    name the distribution to install: the ``txmsg`` extra of a known backend, else whatever
+    distribution provides the name.
+    """
+    extra = BACKEND_EXTRAS.get(name)
+    if extra is not None:
+        return f"`pip install 'txmsg[{extra}]'`"
+    if ":" in name:
+        package = name.partition(":")[0].partition(".")[0]
+        return f"install the distribution that provides {package!r}"
+    return f"install the distribution that provides the backend {name!r}"
+
+
 def load_backend_factory(name: str) -> Callable[..., Backend]:
     """The factory of backend ``name`` (an entry-point name or ``module:attribute``)."""
     if ":" in name:
@@ -77,23 +100,25 @@ def load_backend_factory(name: str) -> Callable[..., Backend]:
             factory: Any = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise BackendUnavailableError(
-                f"backend {target!r} cannot be imported: {exc}. Check the name, or run "
-                "`make setup` to install every part"
+                f"backend {target!r} cannot be imported: {exc}. Check the name, or "
+                f"{install_hint(name)}, then run `txmsg doctor` {CHECKOUT_HINT}"
             ) from exc
         return factory  # type: ignore[no-any-return]
     found = [ep for ep in backend_entry_points() if ep.name == name]
     if not found:
         names = ", ".join(ep.name for ep in backend_entry_points()) or "none"
         raise BackendUnavailableError(
-            f"no txmsg backend named {name!r} is installed (installed: {names}). Run `make setup` "
-            "to install every part, or set `backend` to an installed name"
+            f"no txmsg backend named {name!r} is installed (installed: {names}). To get it, "
+            f"{install_hint(name)}, then run `txmsg doctor` {CHECKOUT_HINT}; or set `backend` "
+            "to an installed name"
         )
     try:
         return found[0].load()  # type: ignore[no-any-return]
     except Exception as exc:
         raise BackendUnavailableError(
             f"backend {name!r} ({found[0].value}) failed to load: {type(exc).__name__}: {exc}. "
-            "Run `make setup` to install it and its native client, then `txmsg doctor`"
+            f"Reinstall it, {install_hint(name)}, then run `txmsg doctor` to check its native "
+            f"client {CHECKOUT_HINT}"
         ) from exc
 
 
@@ -106,8 +131,9 @@ def load_backend(name: str, config: TxMsgConfig) -> Backend:
         raise
     except Exception as exc:
         raise BackendUnavailableError(
-            f"backend {name!r} could not start: {type(exc).__name__}: {exc}. Run `make setup`, "
-            "then `txmsg doctor` to see what is missing"
+            f"backend {name!r} could not start: {type(exc).__name__}: {exc}. Run `txmsg doctor` "
+            f"to see what is missing; to (re)install the backend, {install_hint(name)} "
+            f"{CHECKOUT_HINT}"
         ) from exc
 
 

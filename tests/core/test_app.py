@@ -370,12 +370,56 @@ def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> 
     assert app.backend.closed  # created by the app, so closed by it
 
 
-def test_missing_backend_says_run_make_setup() -> None:
+def test_missing_backend_names_the_pip_fix() -> None:
+    """A pip user has no Makefile: the message names what to install (the backend's extra, or
+    the distribution that provides the name) and `txmsg doctor`."""
     app = TxMsg(TxMsgConfig(backend="nope"))
-    with pytest.raises(BackendUnavailableError, match=r"no txmsg backend named 'nope'.*rocketmq.*make setup"):
+    with pytest.raises(BackendUnavailableError, match=r"no txmsg backend named 'nope'") as caught:
         app.start()
-    with pytest.raises(BackendUnavailableError, match=r"cannot be imported.*make setup"):
+    text = str(caught.value)
+    assert "rocketmq" in text  # the installed ones
+    assert "install the distribution that provides the backend 'nope'" in text
+    assert "txmsg doctor" in text
+    assert "Run `make setup`" not in text  # a secondary hint at most
+    with pytest.raises(BackendUnavailableError, match=r"cannot be imported") as caught:
         txmsg.app.load_backend_factory("no_such_module:Backend")
+    assert "install the distribution that provides 'no_such_module'" in str(caught.value)
+    assert "Run `make setup`" not in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["rocketmq", "rocketmq5"])
+def test_a_missing_known_backend_names_its_extra(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(txmsg.app, "backend_entry_points", lambda: [])
+    with pytest.raises(BackendUnavailableError) as caught:
+        txmsg.app.load_backend_factory(name)
+    text = str(caught.value)
+    assert f"pip install 'txmsg[{name}]'" in text
+    assert "txmsg doctor" in text
+    assert "Run `make setup`" not in text
+
+
+def test_a_backend_that_fails_to_load_or_start_names_its_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = types.ModuleType("txmsg_test_broken")
+
+    def refuse(config: object) -> object:
+        raise OSError("librocketmq.so: cannot open shared object file")
+
+    module.Backend = refuse  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "txmsg_test_broken", module)
+    loads = EntryPoint(name="rocketmq", value="txmsg_test_broken:Backend", group="txmsg.backends")
+    broken = EntryPoint(name="rocketmq5", value="txmsg_test_broken:Missing", group="txmsg.backends")
+    monkeypatch.setattr(txmsg.app, "backend_entry_points", lambda: [loads, broken])
+    with pytest.raises(BackendUnavailableError, match="failed to load") as caught:
+        txmsg.app.load_backend_factory("rocketmq5")
+    assert "pip install 'txmsg[rocketmq5]'" in str(caught.value)
+    with pytest.raises(BackendUnavailableError, match="could not start") as caught:
+        txmsg.app.load_backend("rocketmq", TxMsgConfig())
+    assert "pip install 'txmsg[rocketmq]'" in str(caught.value)
+    assert "txmsg doctor" in str(caught.value)
 
 
 def test_rocketmq_backend_is_registered() -> None:
