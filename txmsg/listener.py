@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from txmsg import defaults
-from txmsg.errors import ListenerDefinitionError
+from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.executor import ExecutorConfig
 from txmsg.names import check_name
 from txmsg.states import LocalTransactionState
@@ -148,9 +148,12 @@ def build_spec(
     if isinstance(executor, Mapping):
         try:
             executor = ExecutorConfig(**executor)
-        except ValidationError as exc:
+        except (ValidationError, ConfigError) as exc:
+            # ExecutorConfig raises ConfigError (txmsg.settings); a declaration's mistake is
+            # the listener's, so it names the listener.  (ValidationError: older models.)
+            detail = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
             raise ListenerDefinitionError(
-                f"{owner}: invalid executor settings: {validation_summary(exc)}"
+                f"{owner}: invalid executor settings: {detail}"
             ) from None
     elif executor is not None and not isinstance(executor, ExecutorConfig):
         raise ListenerDefinitionError(
