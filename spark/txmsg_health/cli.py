@@ -1,4 +1,6 @@
-"""``txmsg health``: the click face of :mod:`txmsg_health.job` (same options as spark-submit's)."""
+"""The health job's one command line: ``txmsg health``, ``python -m txmsg_health.job`` and
+``spark-submit spark/txmsg_health/job.py`` all run the click command ``health`` (``job.main`` for
+the last two), so every entry point has the same options and the same defaults."""
 
 from __future__ import annotations
 
@@ -11,13 +13,17 @@ from txmsg_health.rules import Thresholds
 
 _D = Thresholds()
 
+KEEP_SESSION = "txmsg_health: keep the session"
+"""``ctx.obj`` of a caller that stops the session itself (``job.main``): no ``startup.finish``."""
+
 
 @click.command("health")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Output directory: summary.json, metrics_by_window.parquet, dashboard.html.")
-@click.option("--master", default="local[*]", show_default=True,
-              help="Spark master URL, e.g. spark://host:7077 for a standalone cluster.")
+@click.option("--master", default=None,
+              show_default=f"{job.DEFAULT_MASTER}, or spark-submit's --master under spark-submit",
+              help="Spark master URL, e.g. local[2], or spark://host:7077 for a standalone cluster.")
 @click.option("--tz", default="+08:00", show_default=True,
               help="Zone of the broker's timestamps (RocketMQ logs in UTC+8 whatever the host).")
 @click.option("--window", type=click.Choice(["minute", "hour"]), default="minute", show_default=True)
@@ -46,7 +52,7 @@ _D = Thresholds()
 @click.option("--trigger", default="30s", show_default=True, help="With --follow: how often to update.")
 @click.option("--checkpoint", default=None,
               help="With --follow: checkpoint directory (default OUT/_checkpoint); keep it to resume.")
-def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
+def health(paths: tuple[str, ...], out: str, master: str | None, tz: str, window: str,
            max_unknown_share: float, min_transactions: int, max_unknown_per_minute: float,
            max_discards: int, max_checks_per_transaction: float, max_undelivered_checks: int,
            parquet_uri: str | None, broker_regex: str | None, no_dashboard: bool,
@@ -55,8 +61,9 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
 
     PATH may be files (transaction.log, broker.log, rotated .gz), a broker's log directory, a
     glob, or any Spark-readable URI (hdfs://, s3a://). The same job runs on a cluster with
-    `spark-submit spark/txmsg_health/job.py PATH... --out DIR`. With --follow it keeps running
-    on Spark Structured Streaming over the log directories (docs/health.md, live mode).
+    `spark-submit [--master URL] spark/txmsg_health/job.py PATH... --out DIR` (same options).
+    With --follow it keeps running on Spark Structured Streaming over the log directories
+    (docs/health.md, live mode).
     """
     try:
         cfg = job.JobConfig(
@@ -85,4 +92,5 @@ def health(paths: tuple[str, ...], out: str, master: str, tz: str, window: str,
     except HealthInputError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(job.report_line(result, out))
-    startup.finish(spark)
+    if click.get_current_context().obj != KEEP_SESSION:
+        startup.finish(spark)

@@ -1,6 +1,7 @@
 """The PySpark job: broker logs in, ``summary.json`` + Parquet + ``dashboard.html`` out.
 
-Run it three ways with the same arguments::
+Run it three ways with the same arguments (one command line: the click command
+``txmsg_health.cli.health``, which ``main`` runs)::
 
     txmsg health LOGS... --out DIR [--master local[*]]
     python -m txmsg_health.job LOGS... --out DIR
@@ -19,12 +20,13 @@ there are no Python UDFs, so ``spark-submit`` to a cluster ships no Python code 
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
+import shlex
 import sys
 import time
 import weakref
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, timezone
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class JobConfig:
-    """Everything one run needs; the CLI and ``main`` both build one of these."""
+    """Everything one run needs; the command line (``cli.health``) builds one of these."""
 
     inputs: list[str]
     out: str
@@ -59,39 +61,77 @@ class JobConfig:
 
 
 JVM_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
-"""``-XX:-DontCompileHugeMethods``: the per-line stages compile into one generated method of
-~8 100 bytes of bytecode, just above HotSpot's 8 000-byte limit, so without it that method - the
-hot loop over every line - is never JIT-compiled and runs interpreted (measured: the per-line
-pipeline cost 2.2x the CPU time; see docs/health.md)."""
+"""The driver JVM's options in local mode. ``-XX:-DontCompileHugeMethods``: the per-line stages
+compile into one generated method of ~8 100 bytes of bytecode, just above HotSpot's 8 000-byte
+limit, so without it that method - the hot loop over every line - is never JIT-compiled and runs
+interpreted (measured: the per-line pipeline cost 2.2x the CPU time; see docs/health.md)."""
+
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+DEFAULT_MASTER = "local[*]"
+"""The master of a run that starts Spark itself and names none (``txmsg health LOGS --out DIR``)."""
 
 
 def build_session(master: str | None = None, conf: dict[str, str] | None = None,
                   *, fast_start: bool = False) -> SparkSession:
-    """A session tuned for this job; under spark-submit the master comes from spark-submit.
+    """A session tuned for this job (``session_settings``), with ``conf`` on top.
+
+    ``master`` None: the master Spark already has - spark-submit's ``--master`` (setting one here
+    would override it: the job would run in the driver instead of on the cluster), or the session
+    made earlier in this process - else ``local[*]``. ``fast_start`` (the command-line runs): map a
+    class-data-sharing archive into the local driver JVM, written by the first run
+    (``txmsg_health.startup``; call ``startup.finish`` after the job).
+    """
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - optional: the spark extra
+
+    launches = not loopback.jvm_running()  # this call launches the driver JVM
+    if master is None and launches:
+        master = DEFAULT_MASTER
+    builder = SparkSession.builder.appName("txmsg-health")
+    if master:
+        builder = builder.master(master)
+    settings = session_settings(master or _active_master(), conf, fast_start=fast_start,
+                                launches_jvm=launches,
+                                user_set=user_spark_keys() if launches else frozenset())
+    settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    with loopback.launch_env(master, settings):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def session_settings(master: str | None, conf: Mapping[str, str] | None = None, *,
+                     fast_start: bool = False, launches_jvm: bool = True,
+                     user_set: Collection[str] = frozenset()) -> dict[str, str]:
+    """The builder's settings for a session on ``master``: the job's defaults, ``conf`` on top.
 
     ``maxPartitionBytes`` is large and ``minPartitionNum`` two per core on purpose: Spark then
     cuts the input into 2 x cores equal splits (bytes / minPartitionNum) instead of 1 GB pieces
     plus a remainder that one core reads alone (10 M lines, 2.48 GB on 2 cores: 1 + 1 + 0.48 GB).
     In local mode the shuffle has one partition per core: every output is derived from a small
     aggregate, and each extra partition is one more task in every later job, and adaptive query
-    execution is off (nothing to coalesce or re-plan in partitions this small). ``fast_start`` (the
-    command-line runs): map a class-data-sharing archive into the local driver JVM, written by the
-    first run (``txmsg_health.startup``; call ``startup.finish`` after the job).
-    """
-    from pyspark.sql import SparkSession  # noqa: PLC0415 - optional: the spark extra
+    execution is off (nothing to coalesce or re-plan in partitions this small).
 
-    builder = SparkSession.builder.appName("txmsg-health")
+    JVM options (``JVM_OPTIONS``, the class archive with ``fast_start``) only for a driver JVM
+    that this session launches (``launches_jvm``) in local mode, and only when the user set no
+    ``spark.driver.extraJavaOptions`` (in ``conf``, or among ``user_set``: spark-defaults.conf,
+    ``PYSPARK_SUBMIT_ARGS``, see ``user_spark_keys``). Why: the builder's value replaces the
+    user's (pyspark passes it to spark-submit as ``--conf``, which beats spark-defaults.conf);
+    a cluster's JVMs are tuned by the cluster (spark-defaults, ``spark-submit --conf``), and a JVM
+    already running (spark-submit, a SparkConf's context) keeps the options it started with
+    whatever the configuration says. Executor options never: a local executor runs inside the
+    driver JVM. Pure apart from ``fast_start`` (which may claim the archive to write: ``startup``).
+    """
     local, cores = _local_cores(master)
-    if master:
-        builder = builder.master(master)
+    conf = dict(conf or {})
     defaults = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.files.maxPartitionBytes": str(1 << 30),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(cores if local else 8),
-        "spark.driver.extraJavaOptions": JVM_OPTIONS,
-        "spark.executor.extraJavaOptions": JVM_OPTIONS,
         # PySpark otherwise records the Python call site of every Column call in the JVM (for
         # error messages): ~10 py4j round trips per call, 4x the calls for building the per-line
         # stages (patterns.pipeline) and the output queries, paid again by every fresh process
@@ -103,19 +143,79 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None,
         # re-planning after each stage only costs time (interleaved runs, one session: 50 000
         # lines median 1.3 s vs 2.6 s, 2 M lines 1-4 % faster in each of four pairs)
         defaults["spark.sql.adaptive.enabled"] = "false"
-    if (fast_start and local and "spark.driver.extraJavaOptions" not in (conf or {})
-            and not loopback.jvm_running()):  # this call launches the driver JVM
-        cds = startup.java_options()
-        if cds:
-            defaults["spark.driver.extraJavaOptions"] = f"{JVM_OPTIONS} {cds}"
-    settings = {**defaults, **(conf or {})}
-    settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    with loopback.launch_env(master, settings):
-        spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+        if launches_jvm and DRIVER_JAVA_OPTIONS not in conf and DRIVER_JAVA_OPTIONS not in user_set:
+            cds = startup.java_options() if fast_start else ""
+            defaults[DRIVER_JAVA_OPTIONS] = f"{JVM_OPTIONS} {cds}" if cds else JVM_OPTIONS
+    return {**defaults, **conf}
+
+
+def user_spark_keys(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Spark keys the user set for a JVM this process launches, outside the job's ``--conf``.
+
+    Why: pyspark launches the driver JVM through spark-submit with the builder's settings as
+    ``--conf``, which beat spark-defaults.conf; so the job leaves out what the user set there.
+    Read as spark-submit reads them: ``$SPARK_CONF_DIR`` (else ``$SPARK_HOME/conf``, else the
+    pyspark package's ``conf``) ``/spark-defaults.conf``, a ``--properties-file`` in
+    ``PYSPARK_SUBMIT_ARGS``, and that variable's ``--conf`` / ``--driver-java-options`` (those win
+    over the builder anyway; listed so the job's settings do not claim otherwise).
+    """
+    env = os.environ if environ is None else environ
+    conf_dir = env.get("SPARK_CONF_DIR") or os.path.join(_spark_home(env), "conf")
+    files = [os.path.join(conf_dir, "spark-defaults.conf")]
+    keys: set[str] = set()
+    try:
+        args = shlex.split(env.get("PYSPARK_SUBMIT_ARGS", ""))
+    except ValueError:
+        args = []
+    for i, arg in enumerate(args):
+        name, eq, inline = arg.partition("=")
+        value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if name in ("--conf", "-c"):
+            keys.add(value.partition("=")[0].strip())
+        elif name == "--driver-java-options":
+            keys.add(DRIVER_JAVA_OPTIONS)
+        elif name == "--properties-file":
+            files.append(value)
+    for path in files:
+        keys.update(_property_keys(path))
+    return frozenset(keys)
+
+
+def _spark_home(env: Mapping[str, str]) -> str:
+    if env.get("SPARK_HOME"):
+        return env["SPARK_HOME"]
+    import pyspark  # noqa: PLC0415 - optional: the spark extra
+
+    return os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+def _property_keys(path: str) -> set[str]:
+    """The keys of a Java properties file (spark-defaults.conf's format); none if unreadable."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return set()
+    keys: set[str] = set()
+    continued = False
+    for raw in lines:
+        line = raw.lstrip()
+        if continued or not line or line[0] in "#!":  # a value's continuation, blank, comment
+            continued = continued and (len(line) - len(line.rstrip("\\"))) % 2 == 1
+            continue
+        continued = (len(line) - len(line.rstrip("\\"))) % 2 == 1  # odd trailing backslashes
+        m = re.match(r"((?:[^\\\s=:]|\\.)+)", line)
+        if m:
+            keys.add(re.sub(r"\\(.)", r"\1", m.group(1)))
+    return keys
+
+
+def _active_master() -> str | None:
+    """The master of this process's SparkContext, if one runs (``getOrCreate`` then reuses it)."""
+    from pyspark import SparkContext  # noqa: PLC0415 - optional: the spark extra
+
+    active = SparkContext._active_spark_context
+    return None if active is None else active.master
 
 
 def _local_cores(master: str | None) -> tuple[bool, int]:
@@ -445,66 +545,6 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-def add_threshold_args(p: argparse.ArgumentParser) -> None:
-    d = Thresholds()
-    p.add_argument("--max-unknown-share", type=float, default=d.max_unknown_share)
-    p.add_argument("--min-transactions", type=int, default=d.min_transactions)
-    p.add_argument("--max-unknown-per-minute", type=float, default=d.max_unknown_per_minute)
-    p.add_argument("--max-discards", type=int, default=d.max_discards)
-    p.add_argument("--max-checks-per-transaction", type=float, default=d.max_checks_per_transaction)
-    p.add_argument("--max-undelivered-checks", "--max-no-channel", type=int,
-                   default=d.max_undelivered_checks,
-                   help="flag a group above this many check-backs that never reached a producer "
-                        "(default 0; negative turns the rule off)")
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="txmsg_health.job",
-        description="Score RocketMQ producer groups from broker logs (files, dirs, globs, .gz, URIs).",
-    )
-    p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--out", required=True, help="output directory (summary.json, parquet, dashboard)")
-    p.add_argument("--master", default=None,
-                   help="Spark master; omit under spark-submit (default there) or use local[*]")
-    p.add_argument("--tz", default="+08:00", help="zone of the broker's timestamps (default +08:00)")
-    p.add_argument("--window", choices=sorted(P.WINDOW_CHARS), default="minute")
-    p.add_argument("--parquet-uri", default=None, help="write the Parquet table here instead")
-    p.add_argument("--broker-regex", default=None,
-                   help="name brokers by this regex's group 1 in each file's path "
-                        "(default: the directory per broker)")
-    p.add_argument("--no-dashboard", action="store_true")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Spark configuration, repeatable")
-    p.add_argument("--follow", action="store_true",
-                   help="live mode: keep reading new lines of the PATH directories (Ctrl-C/SIGTERM stops)")
-    p.add_argument("--trigger", default="30s", help="with --follow: how often to update (default 30s)")
-    p.add_argument("--checkpoint", default=None, help="with --follow: default OUT/_checkpoint")
-    add_threshold_args(p)
-    return p
-
-
-def config_from_args(a: argparse.Namespace) -> JobConfig:
-    return JobConfig(
-        inputs=list(a.paths),
-        out=a.out,
-        tz=parse_tz(a.tz),
-        window=a.window,
-        thresholds=Thresholds(
-            max_unknown_share=a.max_unknown_share,
-            min_transactions=a.min_transactions,
-            max_unknown_per_minute=a.max_unknown_per_minute,
-            max_discards=a.max_discards,
-            max_checks_per_transaction=a.max_checks_per_transaction,
-            max_undelivered_checks=(None if a.max_undelivered_checks < 0
-                                    else a.max_undelivered_checks),
-        ),
-        dashboard=not a.no_dashboard,
-        parquet_uri=a.parquet_uri,
-        broker_regex=a.broker_regex,
-    )
-
-
 def report_line(result: JobResult, out: str) -> str:
     s = result.summary
     return (
@@ -515,26 +555,31 @@ def report_line(result: JobResult, out: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
-    try:
-        cfg = config_from_args(a)
-        resolve(cfg.inputs)  # fail before the JVM starts
-        brokers.names([], [], cfg.broker_regex)
-        conf = dict(kv.split("=", 1) for kv in a.conf)
-        if a.follow:
-            from txmsg_health import follow  # noqa: PLC0415 - follow imports this module
+    """``python -m txmsg_health.job`` and ``spark-submit job.py``: the ``txmsg health`` command.
 
-            seconds = follow.parse_trigger(a.trigger)
-            follow.follow(build_session(a.master, conf), follow.FollowConfig(cfg, seconds, a.checkpoint))
-            return 0
-        spark = build_session(a.master, conf, fast_start=True)
-        A.prefer_jemalloc()  # this process runs the job once
-        result = run(spark, cfg)
-    except HealthInputError as exc:
-        print(f"txmsg health: {exc}", file=sys.stderr)
-        return 2
-    print(report_line(result, cfg.out), flush=True)
-    return 0
+    Why: one definition of the options and their defaults (``cli.health``; an argparse copy here
+    had drifted from it). Kept of this entry point's own: its exit codes (2 for an input the job
+    cannot read, as before; click's for usage errors) and messages ("txmsg health: ..." on
+    stderr), and the session is left running for the caller (the ``__main__`` block calls
+    ``startup.finish``; a test reads the session's configuration after the run).
+    """
+    import click  # noqa: PLC0415 - the command line only
+
+    from txmsg_health.cli import KEEP_SESSION, health  # noqa: PLC0415 - cli imports this module
+
+    try:
+        code = health.main(args=argv, prog_name="txmsg_health.job", standalone_mode=False,
+                           obj=KEEP_SESSION)
+    except click.ClickException as exc:
+        if isinstance(exc.__cause__, HealthInputError):
+            print(f"txmsg health: {exc.__cause__}", file=sys.stderr)
+            return 2
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        print("Aborted!", file=sys.stderr)
+        return 1
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

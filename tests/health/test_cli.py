@@ -7,8 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
+from txmsg_health import job
+from txmsg_health.cli import health
 
 from txmsg.cli import main
 
@@ -60,3 +64,56 @@ def test_spark_submit_runs_the_job_file(real_logs: Path, tmp_path: Path) -> None
     assert s["groups"]
     assert all(g["commit"] is not None for g in s["groups"].values())
     assert (tmp_path / "metrics_by_window.parquet").is_dir()
+
+
+class _Stop(Exception):
+    """Raised by the stand-in for ``build_session``: the test needs the arguments, not a JVM."""
+
+
+def _what_each_entry_point_runs(monkeypatch: pytest.MonkeyPatch, args: list[str]
+                                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The session arguments and job configuration ``txmsg health ARGS`` and
+    ``python -m txmsg_health.job ARGS`` end up with (in this process, no Spark)."""
+    seen: list[dict[str, Any]] = []
+    real_config = job.JobConfig
+
+    def config(**kw: Any) -> job.JobConfig:
+        seen.append({"cfg": real_config(**kw)})
+        return seen[-1]["cfg"]
+
+    def session(master: str | None = None, conf: dict[str, str] | None = None, *,
+                fast_start: bool = False) -> object:
+        seen[-1].update(master=master, conf=conf, fast_start=fast_start)
+        raise _Stop
+
+    monkeypatch.setattr(job, "JobConfig", config)
+    monkeypatch.setattr(job, "build_session", session)
+    r = CliRunner().invoke(main, ["health", *args])
+    assert isinstance(r.exception, _Stop), r.output
+    with pytest.raises(_Stop):
+        job.main(args)
+    assert len(seen) == 2
+    return seen[0], seen[1]
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["--follow", "--trigger", "5s"],
+    ["--master", "local[1]", "--window", "hour", "--tz", "+00:00", "--conf", "a.b=c=d",
+     "--max-undelivered-checks", "-1", "--max-discards", "3", "--no-dashboard",
+     "--broker-regex", "(broker-[a-z])", "--parquet-uri", "/tmp/p"],
+])
+def test_both_entry_points_run_the_same_job(monkeypatch: pytest.MonkeyPatch, real_logs: Path,
+                                            tmp_path: Path, extra: list[str]) -> None:
+    """One set of options and defaults (the --master default included) for every entry point."""
+    args = [str(real_logs / "info"), "--out", str(tmp_path / "o"), *extra]
+    cli_run, module_run = _what_each_entry_point_runs(monkeypatch, args)
+    assert cli_run == module_run
+
+
+def test_job_module_help_is_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert job.main(["--help"]) == 0
+    own = capsys.readouterr().out
+    expected = CliRunner().invoke(health, ["--help"], prog_name="txmsg_health.job").output
+    assert own.split() == expected.split()  # the same text, wrapped to either terminal's width
+    assert "--master" in own
