@@ -27,13 +27,12 @@ import importlib
 import importlib.metadata
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from txmsg import defaults
 from txmsg.backend import Backend, capabilities_of
 from txmsg.config import TxMsgConfig, load_config
-from txmsg.consumer import ConsumerSpec
+from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.errors import (
     BackendUnavailableError,
     ClosedError,
@@ -43,13 +42,19 @@ from txmsg.errors import (
     TxMsgError,
     UnknownGroupError,
 )
-from txmsg.executor import ExecutorConfig
-from txmsg.listener import ListenerSpec, bind_spec
+from txmsg.listener import ListenerSpec, bind_spec, build_spec
 from txmsg.message import Message
 from txmsg.names import NameRule, check_name, rules_for_backend
 from txmsg.producer import Producer, ProducerStats
-from txmsg.registry import ListenerRegistry
-from txmsg.states import LocalTransactionState
+from txmsg.registry import (
+    ClassDecorator,
+    FunctionDecorator,
+    ListenerRegistry,
+    adds_with,
+    class_decorator,
+    declares_with,
+    function_decorator,
+)
 
 if TYPE_CHECKING:
     from txmsg.orderly import ParkedEvent
@@ -58,8 +63,6 @@ log = logging.getLogger("txmsg.app")
 
 BACKEND_GROUP = "txmsg.backends"
 
-T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
 
 
@@ -184,124 +187,46 @@ class TxMsg:
                 "before app.start() (import the modules that declare them first)"
             )
 
-    def transactional_listener(
-        self,
-        *,
-        group: str,
-        topics: Sequence[str] = (),
-        executor: ExecutorConfig | Mapping[str, Any] | None = None,
-        execute_exception_state: LocalTransactionState | None = None,
-    ) -> Callable[[type[T]], type[T]]:
+    # The options of the four declaring methods are declared once, by the builders
+    # (txmsg.listener.build_spec, txmsg.consumer.build_consumer_spec): see txmsg.registry.
+    @declares_with(build_spec)
+    def transactional_listener(self, **options: Any) -> ClassDecorator:
         """Class decorator: the transactional listener of producer ``group`` in this app.
 
-        Options as in :meth:`txmsg.ListenerRegistry.transactional_listener`; names are also
+        The same keyword-only options as :meth:`txmsg.ListenerRegistry.transactional_listener`
+        (``group``, ``topics``, ``executor``, ``execute_exception_state``); names are also
         checked against this app's backend rules.
         """
-
-        def decorate(cls: type[T]) -> type[T]:
-            if not isinstance(cls, type):
-                raise ListenerDefinitionError(
-                    "@app.transactional_listener decorates a class with execute_local/check_local "
-                    f"methods, not {cls!r}; for an instance use app.add_transactional_listener()"
-                )
-            self.add_transactional_listener(
-                cls,
-                group=group,
-                topics=topics,
-                executor=executor,
-                execute_exception_state=execute_exception_state,
-            )
-            return cls
-
-        return decorate
-
-    def add_transactional_listener(
-        self,
-        target: Any,
-        *,
-        group: str,
-        topics: Sequence[str] = (),
-        executor: ExecutorConfig | Mapping[str, Any] | None = None,
-        execute_exception_state: LocalTransactionState | None = None,
-    ) -> ListenerSpec:
-        """The decorator's imperative twin; ``target`` is a listener class or a ready instance."""
-        self._setup(f"add the transactional listener of group {group!r}")
-        return self.registry.add_transactional_listener(
-            target,
-            group=group,
-            topics=topics,
-            executor=executor,
-            execute_exception_state=execute_exception_state,
+        return class_decorator(
+            lambda cls: self.add_transactional_listener(cls, **options),
+            decorator="@app.transactional_listener",
+            imperative="app.add_transactional_listener()",
         )
 
-    def message_listener(
-        self,
-        *,
-        topic: str,
-        group: str,
-        tags: str = defaults.TAGS,
-        concurrency: int | None = None,
-        max_reconsume: int | None = None,
-        idempotent: bool = False,
-        session_factory: Callable[[], Any] | None = None,
-        orderly: bool = False,
-        max_orderly_retries: int | None = None,
-        orderly_retry_delay: float | None = None,
-    ) -> Callable[[F], F]:
+    @adds_with(build_spec)
+    def add_transactional_listener(self, target: Any, **options: Any) -> ListenerSpec:
+        """The decorator's imperative twin; ``target`` is a listener class or a ready instance.
+
+        Refused once the app has started (:class:`~txmsg.LifecycleError`): a listener added
+        later would never run.
+        """
+        self._setup(f"add the transactional listener of group {options.get('group')!r}")
+        return self.registry.add_transactional_listener(target, **options)
+
+    @declares_with(build_consumer_spec)
+    def message_listener(self, **options: Any) -> FunctionDecorator:
         """Function decorator: consume ``topic`` as consumer ``group`` in this app.
 
-        Options as in :meth:`txmsg.ListenerRegistry.message_listener`; names are also checked
-        against this app's backend rules.
+        The same keyword-only options as :meth:`txmsg.ListenerRegistry.message_listener`;
+        names are also checked against this app's backend rules.
         """
+        return function_decorator(lambda fn: self.add_message_listener(fn, **options))
 
-        def decorate(fn: F) -> F:
-            self.add_message_listener(
-                fn,
-                topic=topic,
-                group=group,
-                tags=tags,
-                concurrency=concurrency,
-                max_reconsume=max_reconsume,
-                idempotent=idempotent,
-                session_factory=session_factory,
-                orderly=orderly,
-                max_orderly_retries=max_orderly_retries,
-                orderly_retry_delay=orderly_retry_delay,
-            )
-            return fn
-
-        return decorate
-
-    def add_message_listener(
-        self,
-        fn: Callable[..., Any],
-        *,
-        topic: str,
-        group: str,
-        tags: str = defaults.TAGS,
-        concurrency: int | None = None,
-        max_reconsume: int | None = None,
-        idempotent: bool = False,
-        session_factory: Callable[[], Any] | None = None,
-        orderly: bool = False,
-        max_orderly_retries: int | None = None,
-        orderly_retry_delay: float | None = None,
-    ) -> ConsumerSpec:
-        """The consumer decorator's imperative twin."""
-        self._setup(f"add the message listener of group {group!r}")
-        return self.registry.add_message_listener(
-            fn,
-            topic=topic,
-            group=group,
-            tags=tags,
-            concurrency=concurrency,
-            max_reconsume=max_reconsume,
-            idempotent=idempotent,
-            session_factory=session_factory,
-            orderly=orderly,
-            max_orderly_retries=max_orderly_retries,
-            orderly_retry_delay=orderly_retry_delay,
-        )
+    @adds_with(build_consumer_spec)
+    def add_message_listener(self, fn: Callable[..., Any], **options: Any) -> ConsumerSpec:
+        """The consumer decorator's imperative twin (refused once the app has started)."""
+        self._setup(f"add the message listener of group {options.get('group')!r}")
+        return self.registry.add_message_listener(fn, **options)
 
     def add_producer(self, *, group: str) -> None:
         """Declare producer ``group`` for plain sends without a transactional listener; its

@@ -25,18 +25,17 @@ is how tests and several apps in one process share one module's listeners.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-from txmsg import defaults
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.errors import LifecycleError, ListenerDefinitionError
-from txmsg.executor import ExecutorConfig
 from txmsg.listener import ListenerSpec, build_spec
 from txmsg.names import NameKind, NameRule, check_name, rocketmq_rule
-from txmsg.states import LocalTransactionState
 
 if TYPE_CHECKING:
     from txmsg.orderly import ParkedEvent
@@ -44,6 +43,113 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
+P = ParamSpec("P")
+A = TypeVar("A")
+R = TypeVar("R")
+S = TypeVar("S")
+
+
+class ClassDecorator(Protocol):
+    """What ``@transactional_listener(...)`` returns: records the class, returns it unchanged."""
+
+    def __call__(self, cls: type[T], /) -> type[T]: ...
+
+
+class FunctionDecorator(Protocol):
+    """What ``@message_listener(...)`` returns: records the function, returns it unchanged."""
+
+    def __call__(self, fn: F, /) -> F: ...
+
+
+# ---- one declaration of the options ---------------------------------------------------------------
+# The options of a transactional listener are the keyword-only parameters of
+# txmsg.listener.build_spec, those of a message listener the ones of
+# txmsg.consumer.build_consumer_spec: the functions that validate them and hold their defaults.
+# The decorators and their imperative twins, here and on TxMsg, take **options and get the
+# builder's signature from these two helpers: for mypy (ParamSpec), for inspect.signature and
+# help(), and for the TypeError of a wrong call.  An option is added in its builder only.
+
+
+def _options_signature(
+    fn: Callable[..., Any], build: Callable[..., Any], *, leading: int
+) -> inspect.Signature:
+    """``fn``'s first ``leading`` parameters, then the builder's keyword-only options."""
+    own = list(inspect.signature(fn).parameters.values())[:leading]
+    options = [
+        p
+        for p in inspect.signature(build).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    return inspect.signature(fn).replace(parameters=[*own, *options])
+
+
+def _with_signature(fn: Callable[..., R], signature: inspect.Signature) -> Callable[..., R]:
+    """``fn`` checked against ``signature`` before it runs, so a wrong call is a TypeError
+    naming ``fn`` (not the builder it hands the options to), and reporting ``signature``."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> R:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            exc.args = (f"{fn.__qualname__}() {exc}",)
+            raise
+        return fn(*args, **kwargs)
+
+    checked.__signature__ = signature  # type: ignore[attr-defined]
+    return checked
+
+
+def adds_with(
+    build: Callable[Concatenate[A, P], object],
+) -> Callable[[Callable[Concatenate[S, ...], R]], Callable[Concatenate[S, A, P], R]]:
+    """Method decorator: ``fn(self, target, **options)`` takes the options of ``build(target,
+    *, options...)``, with their names, types and defaults."""
+
+    def decorate(fn: Callable[Concatenate[S, ...], R]) -> Callable[Concatenate[S, A, P], R]:
+        return _with_signature(fn, _options_signature(fn, build, leading=2))
+
+    return decorate
+
+
+def declares_with(
+    build: Callable[Concatenate[Any, P], object],
+) -> Callable[[Callable[Concatenate[S, ...], R]], Callable[Concatenate[S, P], R]]:
+    """Method decorator: the decorator factory ``fn(self, **options)`` takes the options of
+    ``build(target, *, options...)``, with their names, types and defaults."""
+
+    def decorate(fn: Callable[Concatenate[S, ...], R]) -> Callable[Concatenate[S, P], R]:
+        return _with_signature(fn, _options_signature(fn, build, leading=1))
+
+    return decorate
+
+
+def class_decorator(
+    add: Callable[[type[Any]], object], *, decorator: str, imperative: str
+) -> ClassDecorator:
+    """``@<decorator>(...)``: hand the class to ``add`` and return it unchanged; anything but a
+    class is refused with the imperative twin to use for an instance."""
+
+    def decorate(cls: type[T]) -> type[T]:
+        if not isinstance(cls, type):
+            raise ListenerDefinitionError(
+                f"{decorator} decorates a class with execute_local/check_local methods, not "
+                f"{cls!r}; for an instance use {imperative}"
+            )
+        add(cls)
+        return cls
+
+    return decorate
+
+
+def function_decorator(add: Callable[[Callable[..., Any]], object]) -> FunctionDecorator:
+    """``@<decorator>(...)``: hand the function to ``add`` and return it unchanged."""
+
+    def decorate(fn: F) -> F:
+        add(fn)
+        return fn
+
+    return decorate
 
 
 _ALIVE: weakref.WeakSet[ListenerRegistry] = weakref.WeakSet()
@@ -83,164 +189,90 @@ class ListenerRegistry:
             _ALIVE.add(self)
 
     # ---- declaring --------------------------------------------------------------------------------
-    def transactional_listener(
-        self,
-        *,
-        group: str,
-        topics: Sequence[str] = (),
-        executor: ExecutorConfig | Mapping[str, Any] | None = None,
-        execute_exception_state: LocalTransactionState | None = None,
-    ) -> Callable[[type[T]], type[T]]:
+    @declares_with(build_spec)
+    def transactional_listener(self, **options: Any) -> ClassDecorator:
         """Class decorator: the class is the transactional listener of producer ``group``.
 
         The class defines ``execute_local(self, message, arg)`` (runs in the sending thread) and
         ``check_local(self, message)`` (runs when the broker checks back); both return a
         :class:`~txmsg.LocalTransactionState`.  It is validated at once, so a mistake fails at
-        import, not at the first check-back hours later.
+        import, not at the first check-back hours later.  The options are keyword-only; they
+        are declared once, by :func:`txmsg.listener.build_spec`.
 
-        Parameters:
-            group: the producer group; one listener per group.
-            topics: topics this group sends to; the backend reaches their brokers at start, so
-                check-backs of transactions left over from a previous run arrive at once.
-            executor: how many check-backs run at once, and the async-send queue
-                (:class:`~txmsg.ExecutorConfig` or a dict of its fields).
-            execute_exception_state: the answer when ``execute_local`` raises or returns
-                something that is not a state.  ``None`` (default) means the rule of
-                :data:`txmsg.defaults.EXECUTE_EXCEPTION_STATE`: UNKNOW, so the check-back decides;
-                listeners that roll their own transaction back (``txmsg.sqla``) answer ROLLBACK.
+        Keyword Args:
+            group (str): the producer group; one listener per group.
+            topics (Sequence[str]): topics this group sends to; the backend reaches their
+                brokers at start, so check-backs of transactions left over from a previous run
+                arrive at once.
+            executor (ExecutorConfig | Mapping[str, Any] | None): how many check-backs run at
+                once, and the async-send queue (:class:`~txmsg.ExecutorConfig` or a dict of its
+                fields).
+            execute_exception_state (LocalTransactionState | None): the answer when
+                ``execute_local`` raises or returns something that is not a state.  ``None``
+                (default) means the rule of :data:`txmsg.defaults.EXECUTE_EXCEPTION_STATE`:
+                UNKNOW, so the check-back decides; listeners that roll their own transaction
+                back (``txmsg.sqla``) answer ROLLBACK.
 
         Raises:
             ListenerDefinitionError, InvalidNameError: at decoration time, saying what to fix.
             LifecycleError: the registry is already frozen (its app started).
         """
-        def decorate(cls: type[T]) -> type[T]:
-            if not isinstance(cls, type):
-                raise ListenerDefinitionError(
-                    "@transactional_listener decorates a class with execute_local/check_local "
-                    f"methods, not {cls!r}; for an instance use add_transactional_listener()"
-                )
-            self.add_transactional_listener(
-                cls,
-                group=group,
-                topics=topics,
-                executor=executor,
-                execute_exception_state=execute_exception_state,
-            )
-            return cls
-
-        return decorate
-
-    def add_transactional_listener(
-        self,
-        target: Any,
-        *,
-        group: str,
-        topics: Sequence[str] = (),
-        executor: ExecutorConfig | Mapping[str, Any] | None = None,
-        execute_exception_state: LocalTransactionState | None = None,
-    ) -> ListenerSpec:
-        """The decorator's imperative twin; ``target`` is a listener class or a ready instance."""
-        self._check_open(f"add the transactional listener of group {group!r}")
-        spec = build_spec(
-            target,
-            group=group,
-            topics=topics,
-            executor=executor,
-            execute_exception_state=execute_exception_state,
+        return class_decorator(
+            lambda cls: self.add_transactional_listener(cls, **options),
+            decorator="@transactional_listener",
+            imperative="add_transactional_listener()",
         )
-        # Nothing is written on the target: a class may be declared by several apps under
-        # several groups; each app binds its own spec to the instance it uses at start.
+
+    @adds_with(build_spec)
+    def add_transactional_listener(self, target: Any, **options: Any) -> ListenerSpec:
+        """The decorator's imperative twin; ``target`` is a listener class or a ready instance.
+
+        Nothing is written on ``target``: a class may be declared by several apps under several
+        groups, and each app binds its own spec to the instance it uses at start.
+        """
+        self._check_open(f"add the transactional listener of group {options.get('group')!r}")
+        spec = build_spec(target, **options)
         self.add_listener(spec)
         return spec
 
-    def message_listener(
-        self,
-        *,
-        topic: str,
-        group: str,
-        tags: str = defaults.TAGS,
-        concurrency: int | None = None,
-        max_reconsume: int | None = None,
-        idempotent: bool = False,
-        session_factory: Callable[[], Any] | None = None,
-        orderly: bool = False,
-        max_orderly_retries: int | None = None,
-        orderly_retry_delay: float | None = None,
-    ) -> Callable[[F], F]:
+    @declares_with(build_consumer_spec)
+    def message_listener(self, **options: Any) -> FunctionDecorator:
         """Function decorator: consume ``topic`` as consumer ``group`` with ``fn(message)``.
 
         Returning means consumed; raising means redeliver later (after ``max_reconsume``
-        redeliveries RocketMQ moves the message to the group's DLQ).
+        redeliveries RocketMQ moves the message to the group's DLQ).  The options are
+        keyword-only; they are declared once, by :func:`txmsg.consumer.build_consumer_spec`.
 
-        Parameters:
-            topic: what to consume.
-            group: as which consumer group (one function per group).
-            tags: RocketMQ tag expression (``"*"``, ``"a || b"``).
-            concurrency: consumer threads (default :data:`txmsg.defaults.CONSUMER_CONCURRENCY`).
-            max_reconsume: redeliveries before the DLQ (default :data:`txmsg.defaults.MAX_RECONSUME`).
-            idempotent: ``fn(message, session)`` runs in one DB transaction with a dedup row, so a
-                redelivered message is applied once (:mod:`txmsg.sqla.idempotent`).
-            session_factory: SQLAlchemy sessions for ``idempotent=True`` and ``orderly=True``.
-            orderly: consume each queue one message at a time, in order (messages sent with
-                ``send_orderly``); a message that keeps failing parks its sharding key in the
-                database instead of blocking the queue (:mod:`txmsg.orderly`).  Needs
+        Keyword Args:
+            topic (str): what to consume.
+            group (str): as which consumer group (one function per group).
+            tags (str): RocketMQ tag expression (``"*"``, ``"a || b"``).
+            concurrency (int | None): consumer threads (default
+                :data:`txmsg.defaults.CONSUMER_CONCURRENCY`).
+            max_reconsume (int | None): redeliveries before the DLQ (default
+                :data:`txmsg.defaults.MAX_RECONSUME`).
+            idempotent (bool): ``fn(message, session)`` runs in one DB transaction with a dedup
+                row, so a redelivered message is applied once (:mod:`txmsg.sqla.idempotent`).
+            session_factory (Callable[[], Any] | None): SQLAlchemy sessions for
+                ``idempotent=True`` and ``orderly=True``.
+            orderly (bool): consume each queue one message at a time, in order (messages sent
+                with ``send_orderly``); a message that keeps failing parks its sharding key in
+                the database instead of blocking the queue (:mod:`txmsg.orderly`).  Needs
                 ``session_factory``.
-            max_orderly_retries: failures before the key is parked (default
+            max_orderly_retries (int | None): failures before the key is parked (default
                 :data:`txmsg.defaults.MAX_ORDERLY_RETRIES`).
-            orderly_retry_delay: seconds between those attempts (default
+            orderly_retry_delay (float | None): seconds between those attempts (default
                 :data:`txmsg.defaults.ORDERLY_RETRY_DELAY`).
 
         Returns the function unchanged.
         """
+        return function_decorator(lambda fn: self.add_message_listener(fn, **options))
 
-        def decorate(fn: F) -> F:
-            self.add_message_listener(
-                fn,
-                topic=topic,
-                group=group,
-                tags=tags,
-                concurrency=concurrency,
-                max_reconsume=max_reconsume,
-                idempotent=idempotent,
-                session_factory=session_factory,
-                orderly=orderly,
-                max_orderly_retries=max_orderly_retries,
-                orderly_retry_delay=orderly_retry_delay,
-            )
-            return fn
-
-        return decorate
-
-    def add_message_listener(
-        self,
-        fn: Callable[..., Any],
-        *,
-        topic: str,
-        group: str,
-        tags: str = defaults.TAGS,
-        concurrency: int | None = None,
-        max_reconsume: int | None = None,
-        idempotent: bool = False,
-        session_factory: Callable[[], Any] | None = None,
-        orderly: bool = False,
-        max_orderly_retries: int | None = None,
-        orderly_retry_delay: float | None = None,
-    ) -> ConsumerSpec:
+    @adds_with(build_consumer_spec)
+    def add_message_listener(self, fn: Callable[..., Any], **options: Any) -> ConsumerSpec:
         """The consumer decorator's imperative twin."""
-        self._check_open(f"add the message listener of group {group!r}")
-        spec = build_consumer_spec(
-            fn,
-            topic=topic,
-            group=group,
-            tags=tags,
-            concurrency=concurrency,
-            max_reconsume=max_reconsume,
-            idempotent=idempotent,
-            session_factory=session_factory,
-            orderly=orderly,
-            max_orderly_retries=max_orderly_retries,
-            orderly_retry_delay=orderly_retry_delay,
-        )
+        self._check_open(f"add the message listener of group {options.get('group')!r}")
+        spec = build_consumer_spec(fn, **options)
         self.add_consumer(spec)
         return spec
 

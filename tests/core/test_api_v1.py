@@ -151,6 +151,53 @@ def test_every_decorator_option_is_keyword_only() -> None:
         assert all(p.kind is p.KEYWORD_ONLY for p in params), fn
 
 
+def _keyword_owners(option: str) -> list[str]:
+    """The functions of the core whose signature spells out keyword-only ``option``."""
+    return [
+        f"{path.relative_to(ROOT)}:{node.name}"
+        for path in sorted((ROOT / "txmsg").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and any(arg.arg == option for arg in node.args.kwonlyargs)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("option", "declared_in"),
+    [
+        ("execute_exception_state", "txmsg/listener.py:build_spec"),
+        ("max_orderly_retries", "txmsg/consumer.py:build_consumer_spec"),
+    ],
+)
+def test_each_declaration_option_is_spelled_out_once(option: str, declared_in: str) -> None:
+    """The registry's and the app's decorators and their imperative twins take their options
+    from the one function that validates them: adding an option there adds it everywhere, with
+    its default, its type (mypy) and in ``inspect.signature``."""
+    assert _keyword_owners(option) == [declared_in]
+
+
+@pytest.mark.parametrize(
+    ("name", "builder"),
+    [
+        ("transactional_listener", "build_spec"),
+        ("add_transactional_listener", "build_spec"),
+        ("message_listener", "build_consumer_spec"),
+        ("add_message_listener", "build_consumer_spec"),
+    ],
+)
+def test_app_and_registry_declare_with_the_same_signature(name: str, builder: str) -> None:
+    from txmsg.consumer import build_consumer_spec  # noqa: PLC0415
+    from txmsg.listener import build_spec  # noqa: PLC0415
+
+    build = {"build_spec": build_spec, "build_consumer_spec": build_consumer_spec}[builder]
+    options = list(inspect.signature(build).parameters.values())[1:]
+    for owner in (TxMsg, ListenerRegistry):
+        params = list(inspect.signature(getattr(owner, name)).parameters.values())
+        skip = 2 if name.startswith("add_") else 1  # self (and the target)
+        assert params[skip:] == options, (owner, name)
+        assert inspect.getdoc(getattr(owner, name)), (owner, name)
+
+
 def test_consumer_defaults_come_from_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
     app = new_app()
     spec = app.add_message_listener(lambda m: None, topic="orders", group="points")
