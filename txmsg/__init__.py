@@ -11,7 +11,10 @@ delayed and ordered sends only), start it, send with its producer::
         def check_local(self, message): ...
 
     with app:
-        app.producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
+        app.transactional_producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
+
+``app.producer(group)`` is every group's :class:`Producer` (plain sends); a transactional
+listener's group has a :class:`TransactionalProducer`, which adds ``send_in_transaction``.
 
 Everything txmsg raises on purpose derives from :class:`TxMsgError` (see :mod:`txmsg.errors`).
 """

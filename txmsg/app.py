@@ -10,7 +10,7 @@
     app.add_producer(group="notify")            # plain sends only: no listener
 
     with app:                                   # start(), then close() at the end
-        app.producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
+        app.transactional_producer("order-tx").send_in_transaction("orders", {"id": 1}, arg=order)
         app.producer("notify").send_orderly("events", {"id": 1}, sharding_key="order-1")
 
 Each app has its own listeners (``app.registry``); listeners declared in other modules come in
@@ -45,7 +45,7 @@ from txmsg.errors import (
 from txmsg.listener import ListenerSpec, bind_spec, build_spec
 from txmsg.message import Message
 from txmsg.names import NameRule, check_name, rules_for_backend
-from txmsg.producer import Producer, ProducerStats
+from txmsg.producer import Producer, ProducerStats, TransactionalProducer
 from txmsg.registry import (
     ClassDecorator,
     FunctionDecorator,
@@ -394,7 +394,7 @@ class TxMsg:
             self._instances[group] = listener
             settings = self.config.listener_settings(group)
             executor = settings.apply(spec.executor) if settings else spec.executor
-            producer = Producer.create(
+            producer = TransactionalProducer.create(
                 backend,
                 spec,
                 listener,
@@ -499,19 +499,17 @@ class TxMsg:
     def producer(self, group: str | None = None) -> Producer:
         """The producer of ``group``; ``None`` means ``config.producer.group``, else the only one.
 
-        Transactional listener groups and plain groups (:meth:`add_producer`) alike; every
-        producer does plain sends, only a listener's group sends in transactions.
+        Transactional listener groups and plain groups (:meth:`add_producer`) alike, typed as
+        what every group can do: plain sends.  A listener group's producer is a
+        :class:`~txmsg.TransactionalProducer` (so ``app.producer(g).send_in_transaction(...)``
+        runs as before); :meth:`transactional_producer` returns it with that type, for the type
+        checker.
 
         Raises:
             NotStartedError / ClosedError: outside start() .. close().
             UnknownGroupError: no producer of that group (or several and none named).
         """
-        if self._state == "new":
-            raise NotStartedError(
-                "TxMsg is not started: call app.start() (or use `with app:`) before producer()"
-            )
-        if self._state == "closed":
-            raise ClosedError("TxMsg is closed: producers are gone; create and start a new TxMsg")
+        self._check_running("producer()")
         if group is None:
             group = self.config.producer.group
         if group is None:
@@ -533,6 +531,52 @@ class TxMsg:
                 f"app.add_producer(group={group!r}) for plain sends only",
                 group=group,
             ) from None
+
+    def transactional_producer(self, group: str | None = None) -> TransactionalProducer:
+        """The producer of transactional listener group ``group``, typed to send in
+        transactions; ``None`` means ``config.producer.group``, else the only listener group.
+
+        The same object as ``app.producer(group)``; the type is what this method adds: it
+        fails here, at the lookup, for a plain group, instead of at a send.
+
+        Raises:
+            NotStartedError / ClosedError: outside start() .. close().
+            UnknownGroupError: ``group`` is a plain producer group (:meth:`add_producer`) or
+                unknown, or there are several listener groups and none is named.
+        """
+        self._check_running("transactional_producer()")
+        if group is None:
+            group = self.config.producer.group
+        if group is None:
+            listeners = [
+                p for p in self._producers.values() if isinstance(p, TransactionalProducer)
+            ]
+            if len(listeners) == 1:
+                return listeners[0]
+            raise UnknownGroupError(
+                f"{'several' if listeners else 'no'} transactional listener groups exist "
+                f"({', '.join(sorted(p.group for p in listeners)) or 'none'}); say which: "
+                "app.transactional_producer('group') or set producer.group in the config",
+                group=None,
+            )
+        producer = self.producer(group)
+        if not isinstance(producer, TransactionalProducer):
+            raise UnknownGroupError(
+                f"producer group {group!r} is a plain producer group (app.add_producer): it has "
+                "no transactional listener, so it cannot send in a transaction; declare one with "
+                f"@app.transactional_listener(group={group!r}), or use app.producer({group!r}) "
+                "for plain sends",
+                group=group,
+            )
+        return producer
+
+    def _check_running(self, what: str) -> None:
+        if self._state == "new":
+            raise NotStartedError(
+                f"TxMsg is not started: call app.start() (or use `with app:`) before {what}"
+            )
+        if self._state == "closed":
+            raise ClosedError("TxMsg is closed: producers are gone; create and start a new TxMsg")
 
     @property
     def producers(self) -> dict[str, Producer]:

@@ -4,41 +4,49 @@
 
     class OrderService:
         @inject
-        def __init__(self, producer: Producer): ...                     # default group
+        def __init__(self, producer: TransactionalProducer): ...        # default listener group
 
-    FeeProducer = Annotated[Producer, ProducerGroup("fee-tx")]      # a type alias
+    FeeProducer = Annotated[TransactionalProducer, ProducerGroup("fee-tx")]  # a type alias
+    NotifyProducer = Annotated[Producer, ProducerGroup("notify")]            # plain sends
 
     class FeeService:
         @inject
-        def __init__(self, producer: FeeProducer): ...                  # a specific group
+        def __init__(self, fees: FeeProducer, notify: NotifyProducer): ...  # specific groups
 
     injector = Injector([TxMsgModule(app)])
     app.listener_factory = injector.get     # optional: listeners built by the injector too
     app.start()
 
-:class:`TxMsgModule` binds ``Annotated[Producer, ProducerGroup(g)]`` for every listener group and
-every plain producer group (``app.add_producer``) ``g`` of the app (and any extra ``groups``);
-``producer_for(g)`` is that key, for
-``injector.get(producer_for("fee-tx"))``.  Type checkers accept the alias as a type.
-``TransactionalProducer`` is the same class as ``Producer``, so keys written with either name are
-one key.  The groups bound are those the app has when the injector is built: declare listeners
+:class:`TxMsgModule` binds, for every listener group and every plain producer group
+(``app.add_producer``) ``g`` of the app (and any extra ``groups``), two keys:
+``Annotated[Producer, ProducerGroup(g)]`` (``app.producer(g)``; ``producer_for(g)`` is that key,
+for ``injector.get(producer_for("fee-tx"))``) and ``Annotated[TransactionalProducer,
+ProducerGroup(g)]`` (``app.transactional_producer(g)``: the same object, typed to send in
+transactions).  Unannotated, ``Producer`` is ``app.producer()`` and ``TransactionalProducer``
+``app.transactional_producer()``.  Type checkers accept the aliases as types.
+
+The groups bound are those the app has when the injector is built: declare listeners
 (``@app.transactional_listener``), ``app.add_producer`` and ``app.include(registry)`` first.
 Producers are looked up when injected, so the injector may be built before ``app.start()``;
 resolve services after it (before, injection raises :class:`~txmsg.NotStartedError`; for a group
-the app does not have, :class:`~txmsg.UnknownGroupError`).
+the app does not have, :class:`~txmsg.UnknownGroupError`).  A plain group injected under a
+``TransactionalProducer`` key (as the docs did when the two names were one class) still gets
+its plain producer, with a ``DeprecationWarning``: declare it as ``Producer``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import injector
 
 from txmsg.app import TxMsg
 from txmsg.config import TxMsgConfig
-from txmsg.producer import Producer
+from txmsg.errors import UnknownGroupError
+from txmsg.producer import Producer, TransactionalProducer
 
 
 @dataclass(frozen=True)
@@ -49,12 +57,14 @@ class ProducerGroup:
 
 
 def producer_for(group: str) -> Any:
-    """The injection key (an ``Annotated`` type) of the producer of ``group``."""
+    """The injection key (an ``Annotated`` type) of the producer of ``group``, typed for plain
+    sends (``Annotated[TransactionalProducer, ProducerGroup(group)]`` is the transactional key)."""
     return Annotated[Producer, ProducerGroup(group)]
 
 
 class TxMsgModule(injector.Module):
-    """Binds the app, its config, its default producer and one key per producer group."""
+    """Binds the app, its config, its default producers and two keys per producer group (the
+    plain type and the transactional one)."""
 
     def __init__(self, app: TxMsg, groups: Iterable[str] = ()) -> None:
         self.app = app
@@ -65,10 +75,46 @@ class TxMsgModule(injector.Module):
         binder.bind(TxMsg, to=app)
         binder.bind(TxMsgConfig, to=app.config)
         binder.bind(Producer, to=injector.CallableProvider(lambda: app.producer()))
+        binder.bind(TransactionalProducer, to=_transactional_provider(app, None))
         groups = set(app.registry.listeners) | set(app.registry.producer_groups) | set(self.groups)
         for group in sorted(groups):
             binder.bind(producer_for(group), to=_group_provider(app, group))
+            binder.bind(_transactional_key(group), to=_transactional_provider(app, group))
+
+
+def _transactional_key(group: str) -> Any:
+    return Annotated[TransactionalProducer, ProducerGroup(group)]
 
 
 def _group_provider(app: TxMsg, group: str) -> injector.CallableProvider[Producer]:
     return injector.CallableProvider(lambda: app.producer(group))
+
+
+def _transactional_provider(
+    app: TxMsg, group: str | None
+) -> injector.CallableProvider[TransactionalProducer]:
+    return injector.CallableProvider(lambda: _transactional_or_plain(app, group))
+
+
+def _transactional_or_plain(app: TxMsg, group: str | None) -> TransactionalProducer:
+    """``app.transactional_producer(group)``; for a plain group, its plain producer with a
+    DeprecationWarning.
+
+    ``TransactionalProducer`` used to be another name of ``Producer`` and the docs bound plain
+    groups under it, so a service declared that way keeps receiving its producer (and
+    sending plain messages) while the warning asks for ``Annotated[Producer, ...]``.
+    """
+    try:
+        return app.transactional_producer(group)
+    except UnknownGroupError:
+        producer = app.producer(group)  # an unknown group still raises UnknownGroupError
+        if isinstance(producer, TransactionalProducer):
+            return producer
+        warnings.warn(
+            f"producer group {producer.group!r} is a plain producer group, injected under the "
+            "key TransactionalProducer; declare it as Annotated[Producer, ProducerGroup("
+            f"{producer.group!r})] (TransactionalProducer is the type of listener groups)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return cast("TransactionalProducer", producer)

@@ -1,5 +1,10 @@
-"""``Producer``: every send of one producer group: plain, async, one-way, delayed, ordered, batch,
-and (when the group has a transactional listener) transactional.
+"""``Producer`` sends the plain messages of one producer group: plain, async, one-way, delayed,
+ordered, batch; ``TransactionalProducer`` (a ``Producer``) adds the transactional sends of a group
+that has a transactional listener.
+
+Two types rather than one with two modes: what a group can do is known when it is declared, so
+the type says it, and a type checker flags ``send_in_transaction`` on a plain group before it
+runs (``app.transactional_producer(group)`` has the transactional type).
 
 Transactional sends follow RocketMQ's protocol: the backend sends a half message, then calls our
 local executor **in the sending thread** with the message as the broker stored it (so the
@@ -16,6 +21,7 @@ transactions opens nothing more than before.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -23,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txmsg.backend import Backend, Capabilities, MessageSender, TransactionalSender, capabilities_of
 from txmsg.convert import to_body
@@ -32,7 +38,6 @@ from txmsg.dispatch import CheckDispatcher, DispatchStats
 from txmsg.errors import (
     InvalidMessageError,
     LifecycleError,
-    ListenerDefinitionError,
     ProducerClosedError,
     RejectedError,
     SendError,
@@ -129,16 +134,16 @@ def _skew(counts: Mapping[int, int]) -> float:
 
 
 class Producer:
-    """Sends the messages of one producer group.
+    """Sends the plain messages of one producer group.
 
-    Usually made by :class:`txmsg.TxMsg` (``app.producer(group)``): one per transactional listener
-    and one per group declared with ``app.add_producer(group=...)``.  Without the app, use
-    :meth:`create` (transactional) or :meth:`create_plain`.
+    Usually made by :class:`txmsg.TxMsg` (``app.producer(group)``): one per group declared with
+    ``app.add_producer(group=...)``, and a :class:`TransactionalProducer` per transactional
+    listener.  Without the app, use :meth:`create_plain`.
 
-    Plain sends (:meth:`send`, :meth:`send_async`, :meth:`send_oneway`, :meth:`send_orderly`,
-    :meth:`send_batch`) work on every producer.  :meth:`send_in_transaction` needs the group's
-    transactional listener; on a plain group it raises :class:`~txmsg.UnknownGroupError`.
-    Payloads are converted as for transactional sends (:func:`txmsg.to_body`).
+    :meth:`send`, :meth:`send_async`, :meth:`send_oneway`, :meth:`send_orderly` and
+    :meth:`send_batch` work on every producer; sending in a transaction takes a
+    :class:`TransactionalProducer`.  Payloads are converted as for transactional sends
+    (:func:`txmsg.to_body`).
     """
 
     name_rules: tuple[NameRule, ...] = (rocketmq_rule,)
@@ -146,35 +151,19 @@ class Producer:
 
     def __init__(
         self,
-        sender: TransactionalSender | None = None,
-        listener: Any = None,
-        spec: ListenerSpec | None = None,
-        executor: TxExecutor | None = None,
-        dispatcher: CheckDispatcher | None = None,
+        group: str,
         *,
-        group: str | None = None,
         backend: Backend | None = None,
         message_sender: MessageSender | None = None,
         capabilities: Capabilities | None = None,
     ) -> None:
-        if spec is None and group is None:
-            raise ListenerDefinitionError(
-                "Producer needs the listener spec (transactional) or group= (plain sends); "
-                "build it with Producer.create(...) or Producer.create_plain(...)"
-            )
-        self.sender = sender
-        """The transactional sender (None for a plain producer group)."""
-        self.listener = listener
-        self.spec = spec
-        self.executor = executor
-        self.dispatcher = dispatcher
         self.backend = backend
         """Where the plain-send client is opened on first use (None: only ``message_sender``)."""
         self.capabilities = capabilities or (
             capabilities_of(backend) if backend is not None else Capabilities()
         )
         """What the backend can send (delivery timestamps, ...): checked before each send."""
-        self._group = spec.group if spec is not None else str(group)
+        self._group = group
         self._lock = threading.Lock()
         self._plain_lock = threading.Lock()  # opening / closing the plain-send client
         self._message_sender = message_sender
@@ -196,46 +185,11 @@ class Producer:
 
     @property
     def transactional(self) -> bool:
-        """True when the group has a transactional listener (``send_in_transaction`` works)."""
-        return self.sender is not None
+        """True for a :class:`TransactionalProducer` (the group has a transactional listener)."""
+        return False
 
-    @classmethod
-    def create(
-        cls,
-        backend: Backend,
-        spec: ListenerSpec,
-        listener: Any,
-        executor_config: ExecutorConfig | None = None,
-        *,
-        check_wait_timeout: float = CHECK_WAIT_TIMEOUT,
-        name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
-        capabilities: Capabilities | None = None,
-    ) -> Producer:
-        """Build the executor and check dispatcher for ``spec`` and start a transactional sender
-        on ``backend``; the plain-send client opens on the first plain send.
-
-        ``name_rules`` check the topic of every send (the app passes its backend's rules)."""
-        executor = TxExecutor(executor_config or spec.executor, name=f"txmsg-{spec.group}")
-        dispatcher = CheckDispatcher(listener, spec, executor, wait_timeout=check_wait_timeout)
-        try:
-            sender = backend.create_transactional_sender(
-                spec.group,
-                dispatcher.handle,
-                check_concurrency=dispatcher.check_concurrency,
-                topics=spec.topics,
-            )
-        except BaseException:
-            executor.shutdown(wait=False)
-            raise
-        producer = cls(
-            sender, listener, spec, executor, dispatcher, backend=backend, capabilities=capabilities
-        )
-        producer.name_rules = name_rules
-        return producer
-
-    @classmethod
+    @staticmethod
     def create_plain(
-        cls,
         backend: Backend,
         group: str,
         *,
@@ -248,153 +202,10 @@ class Producer:
             InvalidNameError: ``group`` is refused by RocketMQ or ``name_rules``.
         """
         check_name("producer_group", group, owner="Producer.create_plain", rules=name_rules)
-        producer = cls(group=group, backend=backend, capabilities=capabilities)
+        producer = Producer(group, backend=backend, capabilities=capabilities)
         producer.name_rules = name_rules
         producer.open_sender()
         return producer
-
-    # ---- transactional sends --------------------------------------------------------------------
-    def _transactional_parts(self) -> tuple[TransactionalSender, ListenerSpec, TxExecutor]:
-        if self.sender is None or self.spec is None or self.executor is None:
-            raise UnknownGroupError(
-                f"producer group {self.group!r} has no transactional listener, so it cannot send "
-                f"in a transaction; declare one with @app.transactional_listener(group="
-                f"{self.group!r}) (plain sends need none: producer.send(...))",
-                group=self.group,
-            )
-        return self.sender, self.spec, self.executor
-
-    def send_in_transaction(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
-    ) -> TransactionSendResult:
-        """Send ``payload`` to ``topic`` as a half message, run ``execute_local(message, arg)``
-        in this thread, and end the transaction with its answer.
-
-        ``result.local_state`` is the answer after exception mapping (None when the local
-        transaction did not run because the half send failed).
-
-        Raises:
-            UnknownGroupError: the group has no transactional listener (a plain producer group).
-            InvalidNameError: the topic name is refused by RocketMQ or the backend.
-            InvalidMessageError: the payload cannot be converted (see :mod:`txmsg.convert`) or
-                ``check_immunity_seconds`` is invalid.
-            ProducerClosedError: after :meth:`close`.
-            SendError: the broker or the backend refused the half message.
-        """
-        sender, spec, _ = self._transactional_parts()
-        self._check_open()
-        message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
-        decided: list[LocalTransactionState] = []
-        listener = self.listener
-
-        def local_executor(half: Message) -> LocalTransactionState:
-            try:
-                state = run_execute_local(listener, half, arg, spec)
-            except BaseException:  # noqa: BLE001 - run_execute_local never raises; be sure
-                state = spec.on_exception
-            decided.append(state)
-            return state
-
-        try:
-            message_id, transaction_key, status, offset = sender.send_in_transaction(
-                message, local_executor
-            )
-        except TxMsgError:
-            self._count("failed")
-            raise
-        except Exception as exc:
-            self._count("failed")
-            raise SendError(
-                f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
-                "check that the name server and broker are reachable (`txmsg doctor`)"
-            ) from exc
-        state = decided[-1] if decided else None
-        self._count("sent")
-        if state is not None:
-            self._count(state.name)
-        return TransactionSendResult(
-            message_id=message_id,
-            transaction_key=transaction_key,
-            local_state=state,
-            send_status=status,
-            offset=offset,
-        )
-
-    def send_in_transaction_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
-    ) -> Future[TransactionSendResult]:
-        """:meth:`send_in_transaction` on the listener's executor; returns its future.
-
-        When every executor thread is busy and ``queue_capacity`` sends wait, the executor's
-        rejection policy applies: ``caller_runs`` (default) sends in this thread and returns a
-        finished future; ``abort`` raises :class:`RejectedError` (nothing was sent).
-
-        Raises:
-            UnknownGroupError: the group has no transactional listener (a plain producer group).
-            RejectedError: ``rejection='abort'`` and the executor is full.
-            ProducerClosedError: after :meth:`close`.
-        """
-        _, _, executor = self._transactional_parts()
-        self._check_open()
-        kwargs: dict[str, Any] = {
-            "arg": arg,
-            "keys": keys,
-            "tags": tags,
-            "properties": properties,
-            "check_immunity_seconds": check_immunity_seconds,
-        }
-        try:
-            future: Future[TransactionSendResult] = executor.submit(
-                self.send_in_transaction, topic, payload, **kwargs
-            )
-        except RejectedError as exc:
-            if executor.is_shutdown:  # closed between the check above and submit()
-                raise ProducerClosedError(f"producer group {self.group!r} is closed") from exc
-            raise
-        return future
-
-    def _outgoing(
-        self,
-        topic: str,
-        payload: Any,
-        keys: str | Sequence[str] | None,
-        tags: str | None,
-        properties: Mapping[str, Any] | None,
-        check_immunity_seconds: int | None,
-    ) -> OutgoingMessage:
-        check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
-        if check_immunity_seconds is not None and (
-            not isinstance(check_immunity_seconds, int) or check_immunity_seconds < 1
-        ):
-            raise InvalidMessageError(
-                f"check_immunity_seconds must be a positive int (seconds before the first "
-                f"check-back), got {check_immunity_seconds!r}"
-            )
-        props = {str(k): str(v) for k, v in (properties or {}).items()}
-        return OutgoingMessage(
-            topic=topic,
-            body=to_body(payload),
-            tags=tags,
-            keys=_keys_text(keys),
-            properties=props,
-            check_immunity_seconds=check_immunity_seconds,
-        )
 
     # ---- plain sends ----------------------------------------------------------------------------
     def send(
@@ -657,7 +468,7 @@ class Producer:
                 if self.backend is None:
                     raise LifecycleError(
                         f"producer group {self.group!r} was built without a backend, so it cannot "
-                        "open a client for plain sends; use Producer.create(...) or "
+                        "open a client for plain sends; use TransactionalProducer.create(...) or "
                         "Producer.create_plain(...)"
                     )
                 self._message_sender = self.backend.create_sender(self.group)
@@ -748,7 +559,6 @@ class Producer:
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
-
     def stats(self) -> ProducerStats:
         """Send outcomes, executor figures and check-back figures of this group, and how its
         ordered sends spread over the queues."""
@@ -759,6 +569,7 @@ class Producer:
         for per_topic in topic_queues.values():
             for queue, n in per_topic.items():
                 queues[queue] = queues.get(queue, 0) + n
+        executor, checks = self._transaction_figures()
         return ProducerStats(
             group=self.group,
             sent=c["sent"],
@@ -766,8 +577,8 @@ class Producer:
             rolled_back=c["ROLLBACK"],
             unknown=c["UNKNOW"],
             failed=c["failed"],
-            executor=self.executor.stats() if self.executor is not None else _NO_EXECUTOR,
-            checks=self.dispatcher.stats() if self.dispatcher is not None else _NO_CHECKS,
+            executor=executor,
+            checks=checks,
             transactional=self.transactional,
             plain_sent=c["plain_sent"],
             plain_failed=c["plain_failed"],
@@ -777,6 +588,10 @@ class Producer:
             queue_skew=max((_skew(q) for q in topic_queues.values()), default=1.0),
         )
 
+    def _transaction_figures(self) -> tuple[ExecutorStats, DispatchStats]:
+        """The executor and check-back figures: none for a plain group."""
+        return _NO_EXECUTOR, _NO_CHECKS
+
     @property
     def closed(self) -> bool:
         """True after close(); sends then raise ProducerClosedError."""
@@ -784,8 +599,7 @@ class Producer:
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop sending: close the plain-send client (it waits for pending async sends), then
-        the transactional sender (it waits for in-flight callbacks, which still need the
-        executor), then shut the executor down.  Idempotent."""
+        what a transactional producer adds (:meth:`_closers`).  Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -795,17 +609,246 @@ class Producer:
         closes: list[Callable[[], object]] = []
         if plain is not None:
             closes.append(lambda: plain.close(timeout))
-        transactional = self.sender
-        if transactional is not None:
-            closes.append(lambda: transactional.close(timeout))
-        if self.executor is not None:
-            executor = self.executor
-            closes.append(lambda: executor.shutdown(wait=True, timeout=timeout))
+        closes.extend(self._closers(timeout))
         _run_all(closes)
+
+    def _closers(self, timeout: float | None) -> list[Callable[[], object]]:
+        """What :meth:`close` closes after the plain-send client: nothing more here."""
+        return []
 
     def __repr__(self) -> str:
         kind = "transactional" if self.transactional else "plain"
-        return f"<Producer group={self.group!r} {kind} closed={self._closed}>"
+        return f"<{type(self).__name__} group={self.group!r} {kind} closed={self._closed}>"
+
+    if not TYPE_CHECKING:  # for callers without a type checker; the type has no such methods
+
+        def __getattr__(self, name: str) -> Any:
+            """Code written when every producer had ``send_in_transaction`` keeps getting
+            what it got then on a plain group: a method that raises UnknownGroupError saying
+            what to declare (type checkers see no such method, and flag the call)."""
+            if name in _TRANSACTIONAL_ONLY:
+                return functools.partial(_not_transactional, self.group)
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+            )
+
+
+class TransactionalProducer(Producer):
+    """A :class:`Producer` whose group has a transactional listener: it also sends in
+    transactions (:meth:`send_in_transaction`, :meth:`send_in_transaction_async`) and answers
+    the broker's check-backs with the listener.
+
+    Made by :class:`txmsg.TxMsg` for every transactional listener
+    (``app.transactional_producer(group)``), or by :meth:`create`.
+    """
+
+    def __init__(
+        self,
+        sender: TransactionalSender,
+        listener: Any,
+        spec: ListenerSpec,
+        executor: TxExecutor,
+        dispatcher: CheckDispatcher,
+        *,
+        backend: Backend | None = None,
+        message_sender: MessageSender | None = None,
+        capabilities: Capabilities | None = None,
+    ) -> None:
+        super().__init__(
+            spec.group, backend=backend, message_sender=message_sender, capabilities=capabilities
+        )
+        self.sender = sender
+        """The transactional sender of the group."""
+        self.listener = listener
+        """The listener instance: ``execute_local`` runs in the sending thread, ``check_local``
+        on the executor."""
+        self.spec = spec
+        self.executor = executor
+        """Check-backs and :meth:`send_in_transaction_async` run here."""
+        self.dispatcher = dispatcher
+
+    @property
+    def transactional(self) -> bool:
+        """True: the group has a transactional listener."""
+        return True
+
+    @classmethod
+    def create(
+        cls,
+        backend: Backend,
+        spec: ListenerSpec,
+        listener: Any,
+        executor_config: ExecutorConfig | None = None,
+        *,
+        check_wait_timeout: float = CHECK_WAIT_TIMEOUT,
+        name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
+        capabilities: Capabilities | None = None,
+    ) -> TransactionalProducer:
+        """Build the executor and check dispatcher for ``spec`` and start a transactional sender
+        on ``backend``; the plain-send client opens on the first plain send.
+
+        ``name_rules`` check the topic of every send (the app passes its backend's rules)."""
+        executor = TxExecutor(executor_config or spec.executor, name=f"txmsg-{spec.group}")
+        dispatcher = CheckDispatcher(listener, spec, executor, wait_timeout=check_wait_timeout)
+        try:
+            sender = backend.create_transactional_sender(
+                spec.group,
+                dispatcher.handle,
+                check_concurrency=dispatcher.check_concurrency,
+                topics=spec.topics,
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        producer = cls(
+            sender, listener, spec, executor, dispatcher, backend=backend, capabilities=capabilities
+        )
+        producer.name_rules = name_rules
+        return producer
+
+    # ---- transactional sends --------------------------------------------------------------------
+    def send_in_transaction(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        arg: Any = None,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> TransactionSendResult:
+        """Send ``payload`` to ``topic`` as a half message, run ``execute_local(message, arg)``
+        in this thread, and end the transaction with its answer.
+
+        ``result.local_state`` is the answer after exception mapping (None when the local
+        transaction did not run because the half send failed).
+
+        Raises:
+            InvalidNameError: the topic name is refused by RocketMQ or the backend.
+            InvalidMessageError: the payload cannot be converted (see :mod:`txmsg.convert`) or
+                ``check_immunity_seconds`` is invalid.
+            ProducerClosedError: after :meth:`close`.
+            SendError: the broker or the backend refused the half message.
+        """
+        sender, spec = self.sender, self.spec
+        self._check_open()
+        message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
+        decided: list[LocalTransactionState] = []
+        listener = self.listener
+
+        def local_executor(half: Message) -> LocalTransactionState:
+            try:
+                state = run_execute_local(listener, half, arg, spec)
+            except BaseException:  # noqa: BLE001 - run_execute_local never raises; be sure
+                state = spec.on_exception
+            decided.append(state)
+            return state
+
+        try:
+            message_id, transaction_key, status, offset = sender.send_in_transaction(
+                message, local_executor
+            )
+        except TxMsgError:
+            self._count("failed")
+            raise
+        except Exception as exc:
+            self._count("failed")
+            raise SendError(
+                f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
+                "check that the name server and broker are reachable (`txmsg doctor`)"
+            ) from exc
+        state = decided[-1] if decided else None
+        self._count("sent")
+        if state is not None:
+            self._count(state.name)
+        return TransactionSendResult(
+            message_id=message_id,
+            transaction_key=transaction_key,
+            local_state=state,
+            send_status=status,
+            offset=offset,
+        )
+
+    def send_in_transaction_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        arg: Any = None,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> Future[TransactionSendResult]:
+        """:meth:`send_in_transaction` on the listener's executor; returns its future.
+
+        When every executor thread is busy and ``queue_capacity`` sends wait, the executor's
+        rejection policy applies: ``caller_runs`` (default) sends in this thread and returns a
+        finished future; ``abort`` raises :class:`RejectedError` (nothing was sent).
+
+        Raises:
+            RejectedError: ``rejection='abort'`` and the executor is full.
+            ProducerClosedError: after :meth:`close`.
+        """
+        executor = self.executor
+        self._check_open()
+        kwargs: dict[str, Any] = {
+            "arg": arg,
+            "keys": keys,
+            "tags": tags,
+            "properties": properties,
+            "check_immunity_seconds": check_immunity_seconds,
+        }
+        try:
+            future: Future[TransactionSendResult] = executor.submit(
+                self.send_in_transaction, topic, payload, **kwargs
+            )
+        except RejectedError as exc:
+            if executor.is_shutdown:  # closed between the check above and submit()
+                raise ProducerClosedError(f"producer group {self.group!r} is closed") from exc
+            raise
+        return future
+
+    def _outgoing(
+        self,
+        topic: str,
+        payload: Any,
+        keys: str | Sequence[str] | None,
+        tags: str | None,
+        properties: Mapping[str, Any] | None,
+        check_immunity_seconds: int | None,
+    ) -> OutgoingMessage:
+        check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
+        if check_immunity_seconds is not None and (
+            not isinstance(check_immunity_seconds, int) or check_immunity_seconds < 1
+        ):
+            raise InvalidMessageError(
+                f"check_immunity_seconds must be a positive int (seconds before the first "
+                f"check-back), got {check_immunity_seconds!r}"
+            )
+        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        return OutgoingMessage(
+            topic=topic,
+            body=to_body(payload),
+            tags=tags,
+            keys=_keys_text(keys),
+            properties=props,
+            check_immunity_seconds=check_immunity_seconds,
+        )
+
+    # ---- figures and lifecycle ------------------------------------------------------------------
+    def _transaction_figures(self) -> tuple[ExecutorStats, DispatchStats]:
+        return self.executor.stats(), self.dispatcher.stats()
+
+    def _closers(self, timeout: float | None) -> list[Callable[[], object]]:
+        """The transactional sender (it waits for in-flight callbacks, which still need the
+        executor), then the executor."""
+        sender, executor = self.sender, self.executor
+        return [
+            lambda: sender.close(timeout),
+            lambda: executor.shutdown(wait=True, timeout=timeout),
+        ]
 
 
 def _run_all(calls: list[Callable[[], object]]) -> None:
@@ -819,7 +862,14 @@ def _run_all(calls: list[Callable[[], object]]) -> None:
     if error is not None:
         raise error
 
+_TRANSACTIONAL_ONLY = frozenset({"send_in_transaction", "send_in_transaction_async"})
 
-TransactionalProducer = Producer
-"""The 1.0 name of :class:`Producer` (it only sent in transactions then); the same class, kept so
-``Annotated[TransactionalProducer, ProducerGroup(g)]`` and existing imports keep working."""
+
+def _not_transactional(group: str, *args: Any, **kwargs: Any) -> Any:
+    """``send_in_transaction`` (or its async twin) called on the plain producer of ``group``."""
+    raise UnknownGroupError(
+        f"producer group {group!r} has no transactional listener, so it cannot send in a "
+        f"transaction; declare one with @app.transactional_listener(group={group!r}) (plain "
+        "sends need none: producer.send(...))",
+        group=group,
+    )
