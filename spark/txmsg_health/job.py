@@ -68,6 +68,11 @@ interpreted (measured: the per-line pipeline cost 2.2x the CPU time; see docs/he
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
+REQUIRED_SETTINGS = {"spark.sql.session.timeZone": "UTC"}
+"""Not defaults: settings the job's results depend on, given whatever else is configured. The
+window table's start is the broker-local window key parsed as UTC minus the broker's offset
+(``windows_table``), so another session time zone would shift every ``window_start``."""
+
 DEFAULT_MASTER = "local[*]"
 """The master of a run that starts Spark itself and names none (``txmsg health LOGS --out DIR``)."""
 
@@ -92,7 +97,7 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None,
         builder = builder.master(master)
     settings = session_settings(master or _active_master(), conf, fast_start=fast_start,
                                 launches_jvm=launches,
-                                user_set=user_spark_keys() if launches else frozenset())
+                                user_set=user_spark_keys() if launches else running_spark_keys())
     settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -107,6 +112,15 @@ def session_settings(master: str | None, conf: Mapping[str, str] | None = None, 
                      user_set: Collection[str] = frozenset()) -> dict[str, str]:
     """The builder's settings for a session on ``master``: the job's defaults, ``conf`` on top.
 
+    One rule for every default: the job gives a key only when the user set no value for it, in
+    ``conf`` (the job's ``--conf``) or among ``user_set``: for a JVM this session launches,
+    spark-defaults.conf and ``PYSPARK_SUBMIT_ARGS`` (``user_spark_keys``); for a JVM already
+    running, its configuration (``running_spark_keys``: spark-submit's ``--conf``, its
+    spark-defaults.conf, a session made earlier). Why: the builder's value replaces the user's
+    (pyspark passes it to spark-submit as ``--conf``, which beats spark-defaults.conf, and a
+    builder's setting beats what spark-submit put in the JVM's configuration), so on a cluster
+    the cluster's values stay. Only ``REQUIRED_SETTINGS`` are given whatever is configured.
+
     ``maxPartitionBytes`` is large and ``minPartitionNum`` two per core on purpose: Spark then
     cuts the input into 2 x cores equal splits (bytes / minPartitionNum) instead of 1 GB pieces
     plus a remainder that one core reads alone (10 M lines, 2.48 GB on 2 cores: 1 + 1 + 0.48 GB).
@@ -115,22 +129,19 @@ def session_settings(master: str | None, conf: Mapping[str, str] | None = None, 
     execution is off (nothing to coalesce or re-plan in partitions this small).
 
     JVM options (``JVM_OPTIONS``, the class archive with ``fast_start``) only for a driver JVM
-    that this session launches (``launches_jvm``) in local mode, and only when the user set no
-    ``spark.driver.extraJavaOptions`` (in ``conf``, or among ``user_set``: spark-defaults.conf,
-    ``PYSPARK_SUBMIT_ARGS``, see ``user_spark_keys``). Why: the builder's value replaces the
-    user's (pyspark passes it to spark-submit as ``--conf``, which beats spark-defaults.conf);
-    a cluster's JVMs are tuned by the cluster (spark-defaults, ``spark-submit --conf``), and a JVM
-    already running (spark-submit, a SparkConf's context) keeps the options it started with
-    whatever the configuration says. Executor options never: a local executor runs inside the
-    driver JVM. Pure apart from ``fast_start`` (which may claim the archive to write: ``startup``).
+    that this session launches (``launches_jvm``) in local mode: a cluster's JVMs are tuned by
+    the cluster, and a JVM already running (spark-submit, a SparkConf's context) keeps the options
+    it started with whatever the configuration says. Executor options never: a local executor
+    runs inside the driver JVM. Pure apart from ``fast_start`` (which may claim the archive to
+    write: ``startup``).
     """
     local, cores = _local_cores(master)
     conf = dict(conf or {})
+    kept = conf.keys() | set(user_set)
     defaults = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.files.maxPartitionBytes": str(1 << 30),
-        "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(cores if local else 8),
         # PySpark otherwise records the Python call site of every Column call in the JVM (for
         # error messages): ~10 py4j round trips per call, 4x the calls for building the per-line
@@ -143,10 +154,38 @@ def session_settings(master: str | None, conf: Mapping[str, str] | None = None, 
         # re-planning after each stage only costs time (interleaved runs, one session: 50 000
         # lines median 1.3 s vs 2.6 s, 2 M lines 1-4 % faster in each of four pairs)
         defaults["spark.sql.adaptive.enabled"] = "false"
-        if launches_jvm and DRIVER_JAVA_OPTIONS not in conf and DRIVER_JAVA_OPTIONS not in user_set:
+        if launches_jvm and DRIVER_JAVA_OPTIONS not in kept:  # first: java_options claims the archive
             cds = startup.java_options() if fast_start else ""
             defaults[DRIVER_JAVA_OPTIONS] = f"{JVM_OPTIONS} {cds}" if cds else JVM_OPTIONS
-    return {**defaults, **conf}
+    yielded = {k: v for k, v in defaults.items() if k not in kept}
+    return {**yielded, **conf, **REQUIRED_SETTINGS}
+
+
+def running_spark_keys(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Spark keys already set in the JVM this process uses, when it runs before ``build_session``.
+
+    An active SparkContext (``getOrCreate`` reuses it and applies the builder's runtime settings
+    to its session): its SparkConf and, with pyspark 4, what its session set since. spark-submit's
+    JVM before any context (``PYSPARK_GATEWAY_PORT``): its configuration, which is spark-submit's
+    ``--conf``, ``--properties-file`` and spark-defaults.conf. A JVM this process launched for a
+    session since stopped: what the user set for that launch (``user_spark_keys``); the rest of
+    its configuration came from the earlier builder, the job's own settings.
+    """
+    from pyspark import SparkConf, SparkContext  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - optional: the spark extra
+
+    env = os.environ if environ is None else environ
+    active = SparkContext._active_spark_context
+    if active is not None:
+        keys = {k for k, _ in active.getConf().getAll()}
+        session = SparkSession._instantiatedSession
+        if session is not None and session.sparkContext is active:
+            keys.update(getattr(session.conf, "getAll", {}))  # RuntimeConfig.getAll: pyspark 4
+        return frozenset(keys)
+    if "PYSPARK_GATEWAY_PORT" in env:
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM; launches nothing new
+        return frozenset(k for k, _ in SparkConf().getAll())
+    return user_spark_keys(env)
 
 
 def user_spark_keys(environ: Mapping[str, str] | None = None) -> frozenset[str]:
