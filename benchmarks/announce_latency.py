@@ -117,7 +117,7 @@ def measure_first_send(
         time.sleep(
             0.1
         )  # past librocketmq's own start-up heartbeat (10 ms after start, to no broker)
-        app.producer(group).send_in_transaction(topic, b"x")
+        app.transactional_producer(group).send_in_transaction(topic, b"x")
         sent = time.monotonic()
         return _wait_channels(broker, group, 1, sent, timeout=timeout)[1]
     finally:

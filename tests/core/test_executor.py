@@ -8,10 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 from txmsg_broker.testing import wait_until
 
-from txmsg import ExecutorConfig, RejectedError, RejectionPolicy, TxExecutor
+from txmsg import ConfigError, ExecutorConfig, RejectedError, RejectionPolicy, TxExecutor
 from txmsg.executor import ExecutorStats
 
 
@@ -209,18 +208,18 @@ def test_defaults_say_what_they_do() -> None:
     ],
 )
 def test_removed_settings_say_what_to_use_instead(removed: dict[str, object], hint: str) -> None:
-    with pytest.raises(ValidationError, match=hint):
+    with pytest.raises(ConfigError, match=hint):
         ExecutorConfig(**removed)  # type: ignore[arg-type]
 
 
 def test_config_validation() -> None:
-    with pytest.raises(ValidationError, match="concurrency"):
+    with pytest.raises(ConfigError, match="concurrency"):
         ExecutorConfig(concurrency=0)
-    with pytest.raises(ValidationError, match="concurrency"):
+    with pytest.raises(ConfigError, match="concurrency"):
         ExecutorConfig(concurrency=65)  # each unit is a real client instance
-    with pytest.raises(ValidationError, match="rejection"):
+    with pytest.raises(ConfigError, match="rejection"):
         ExecutorConfig(rejection="drop")  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="queue_size"):
+    with pytest.raises(ConfigError, match="queue_size"):
         ExecutorConfig(queue_size=10)  # type: ignore[call-arg]
 
 

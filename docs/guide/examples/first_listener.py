@@ -69,7 +69,7 @@ def main() -> None:
         # before the app starts: its consumer and the producers' first heartbeat need the route
         create_topic(broker.namesrv_addr, "orders", message_type="TRANSACTION")
         with build_app(broker.namesrv_addr) as app:  # start(); close() on exit
-            result = app.producer("order-tx").send_in_transaction(
+            result = app.transactional_producer("order-tx").send_in_transaction(
                 "orders", {"order": "o-1", "amount_cents": 1250}, arg="o-1", keys="o-1"
             )
             print("local transaction:", result.local_state, "key:", result.transaction_key)

@@ -30,4 +30,4 @@ def build(config: TxMsgConfig, sessions: sessionmaker[Session]) -> tuple[TxMsg, 
 
 def payment_service(app: TxMsg, sessions: sessionmaker[Session]) -> PaymentService:
     """The service, with the started app's producer of ``payment-tx``."""
-    return PaymentService(app.producer(GROUP), sessions)
+    return PaymentService(app.transactional_producer(GROUP), sessions)
