@@ -102,8 +102,9 @@ class BackendSettings(Settings):
 
     @classmethod
     def of(cls, config: Any) -> Self:
-        """This backend's settings from ``config`` (a :class:`~txmsg.TxMsgConfig`, a mapping, or
-        ``None`` for the defaults); keys of other backends are ignored."""
+        """This backend's settings from ``config``: a :class:`~txmsg.TxMsgConfig`, a mapping, any
+        object with the keys as attributes (a ``SimpleNamespace`` in a test), or ``None`` for the
+        defaults.  Keys of other backends are ignored; a ``None`` value means the default."""
         if config is None:
             return cls()
         if isinstance(config, cls):
@@ -111,9 +112,11 @@ class BackendSettings(Settings):
         values: Mapping[str, Any]
         if isinstance(config, Mapping):
             values = config
+        elif isinstance(config, BaseModel):
+            values = config.model_extra or {}
         else:
-            values = getattr(config, "model_extra", None) or {}
-        return cls(**{k: v for k, v in values.items() if k in cls.model_fields})
+            values = {k: getattr(config, k) for k in cls.model_fields if hasattr(config, k)}
+        return cls(**{k: v for k, v in values.items() if k in cls.model_fields and v is not None})
 
 
 @functools.cache

@@ -67,3 +67,12 @@ def test_a_key_no_installed_backend_reads_is_refused_with_the_fix(monkeypatch: p
     with pytest.raises(ConfigError, match=r"'pull_threads'.*no installed backend reads it.*rocketmq5"):
         TxMsgConfig(pull_threads=4)
     assert TxMsgConfig(endpoints="p:8081").model_extra == RocketMQ5Settings(endpoints="p:8081").model_dump()
+
+
+def test_of_reads_any_object_with_the_keys_as_attributes() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415 - only here
+
+    config = SimpleNamespace(name_server="10.0.0.1:9876", endpoints="p:8081", client_log_dir=None)
+    assert RocketMQSettings.of(config).name_server == "10.0.0.1:9876"
+    assert RocketMQSettings.of(config).client_log_dir == RocketMQSettings().client_log_dir
+    assert RocketMQ5Settings.of({"endpoints": "q:8081", "name_server": "x"}).endpoints == "q:8081"
