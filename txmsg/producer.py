@@ -693,7 +693,7 @@ class TransactionalProducer(Producer):
         try:
             sender = backend.create_transactional_sender(
                 spec.group,
-                dispatcher.handle,
+                dispatcher,  # callable (blocking handle) and .submit (non-blocking, rocketmq5)
                 check_concurrency=dispatcher.check_concurrency,
                 topics=spec.topics,
             )

@@ -1,4 +1,5 @@
-"""CheckDispatcher: checks run on the executor, once per transaction key at a time, never raise."""
+"""CheckDispatcher: checks run on the executor, once per transaction key at a time, never raise;
+blocking (handle) and non-blocking (submit) callers share that one path."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from txmsg import (
     TxExecutor,
 )
 from txmsg import LocalTransactionState as S
+from txmsg.dispatch import CheckSubmitter
 from txmsg.listener import ListenerSpec
 from txmsg.message import UNIQ_KEY
 from txmsg.producer import TransactionalProducer
@@ -319,4 +321,254 @@ def test_a_key_is_never_checked_twice_at_once_under_load() -> None:
     assert s.checks == 200
     assert listener.calls + s.deduplicated == 200
     assert s.in_flight == 0
+    d.executor.shutdown(timeout=10)
+
+
+# ---- the non-blocking entry: submit() (rocketmq5 answers from the future's done-callback) -------
+
+
+def test_submit_returns_at_once_and_the_check_runs_on_the_executor(slow: SlowCheck) -> None:
+    d = make(slow)
+    assert isinstance(d, CheckSubmitter)  # what a non-blocking backend looks for
+    submission = d.submit(msg("K1"))
+    assert submission.joined is False
+    assert not submission.future.done()  # the caller did not wait for check_local
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the check to start")
+    assert slow.calls[0][1].startswith("txmsg-test")  # on the executor, not in the caller
+    answered_on: list[str] = []
+    submission.future.add_done_callback(lambda _: answered_on.append(threading.current_thread().name))
+    slow.release.set()
+    assert submission.future.result(10) is S.COMMIT
+    assert answered_on[0].startswith("txmsg-test")  # the done-callback too: no other thread
+    wait_until(lambda: d.stats().in_flight == 0, timeout=10, message="the key to be forgotten")
+    s = d.stats()
+    assert (s.checks, s.deduplicated, s.rejected, s.timed_out) == (1, 0, 0, 0)
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_of_a_running_key_joins_it(slow: SlowCheck) -> None:
+    d = make(slow)
+    first = d.submit(msg("K1"))
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the first check to start")
+    again = [d.submit(msg("K1")) for _ in range(3)]
+    assert all(s.joined and s.future is first.future for s in again)
+    other = d.submit(msg("K2"))  # another key is checked on its own
+    assert not other.joined
+    slow.release.set()
+    assert first.future.result(10) is S.COMMIT
+    assert other.future.result(10) is S.COMMIT
+    assert sorted(key or "" for key, _ in slow.calls) == ["K1", "K2"]
+    s = d.stats()
+    assert (s.checks, s.deduplicated) == (5, 3)
+    # blocking and non-blocking callers share one path: a handle() of a submitted key joins it
+    slow.release.clear()
+    pending = d.submit(msg("K3"))
+    wait_until(lambda: len(slow.calls) == 3, timeout=10, message="K3 to start")
+    answers: list[S] = []
+    native = ask(d, msg("K3"), answers)
+    wait_until(lambda: d.stats().deduplicated == 4, timeout=10, message="handle() to join")
+    slow.release.set()
+    native.join(10)
+    assert answers == [S.COMMIT]
+    assert pending.future.result(10) is S.COMMIT
+    assert len(slow.calls) == 3
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_answers_unknow_for_a_failing_or_odd_check(caplog: pytest.LogCaptureFixture) -> None:
+    class Bad:
+        def check_local(self, message: Message) -> object:
+            if message.transaction_key == "K1":
+                raise RuntimeError("db down")
+            return "commit, probably"
+
+    d = make(Bad())
+    with caplog.at_level(logging.ERROR):
+        failing, odd = d.submit(msg("K1")), d.submit(msg("K2"))
+        assert failing.future.result(10) is S.UNKNOW  # a state, never the exception
+        assert odd.future.result(10) is S.UNKNOW
+    assert any("RuntimeError" in r.getMessage() for r in caplog.records)
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_rejected_by_abort_answers_unknow_at_once(
+    slow: SlowCheck, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = make(slow, concurrency=1, queue_capacity=0, rejection="abort")
+    answers: list[S] = []
+    busy = fill(d, slow, answers)  # the only thread busy (as async sends would keep it)
+    with caplog.at_level(logging.WARNING, logger="txmsg.transaction"):
+        refused = d.submit(msg("K2"))
+    assert refused.future.done()
+    assert refused.future.result() is S.UNKNOW
+    assert not refused.joined
+    (record,) = [r for r in caplog.records if "K2" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "rejection='abort'" in record.getMessage()
+    assert d.stats().rejected == 1
+    assert d.stats().in_flight == 1  # K2 is not left behind as "being checked"
+    slow.release.set()
+    busy.join(10)
+    assert answers == [S.COMMIT]
+    assert d.submit(msg("K2")).future.result(10) is S.COMMIT  # its slot was given back
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_never_runs_the_check_in_the_caller_under_caller_runs(
+    slow: SlowCheck, caplog: pytest.LogCaptureFixture
+) -> None:
+    """caller_runs would run check_local in the submitting thread: for submit() that is the
+    backend's I/O loop, which must not block, so a full pool answers UNKNOW instead."""
+    d = make(slow, concurrency=1, queue_capacity=0, rejection="caller_runs")
+    answers: list[S] = []
+    busy = fill(d, slow, answers)
+    with caplog.at_level(logging.WARNING, logger="txmsg.transaction"):
+        refused = d.submit(msg("K2"))  # would block here until release if run inline
+    assert refused.future.result(0) is S.UNKNOW
+    assert [key for key, _ in slow.calls] == ["K1"]  # check_local of K2 never ran
+    assert "I/O thread" in " ".join(r.getMessage() for r in caplog.records)
+    assert d.stats().rejected == 1
+    assert d.stats().in_flight == 1
+    slow.release.set()
+    busy.join(10)
+    # with room again, the next submit runs normally (on the executor's thread)
+    wait_until(lambda: d.executor.stats().active == 0, timeout=10, message="the thread to be idle")
+    assert d.submit(msg("K2")).future.result(10) is S.COMMIT
+    assert slow.calls[-1][0] == "K2"
+    assert slow.calls[-1][1].startswith("txmsg-test")
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_keeps_a_backlog_without_threads_and_out_of_the_executor_queue(slow: SlowCheck) -> None:
+    """At most ``concurrency`` non-blocking checks are on the executor at once (what the blocking
+    entry's native threads allow); the rest wait in the dispatcher, so a backlog of check-backs
+    never fills the executor's queue (kept for async sends) and is never rejected for it."""
+    d = make(slow, concurrency=2, queue_capacity=0, rejection="abort")
+    submissions = [d.submit(msg(f"K{i}")) for i in range(5)]
+    wait_until(lambda: len(slow.calls) == 2, timeout=10, message="two checks running")
+    s = d.stats()
+    assert (s.waiting, s.in_flight, s.rejected) == (3, 5, 0)
+    e = d.executor.stats()
+    assert (e.threads, e.queued, e.rejected) == (2, 0, 0)
+    assert [sub.future.running() for sub in submissions] == [True, True, False, False, False]
+    again = d.submit(msg("K4"))  # a waiting key is joined like a running one
+    assert again.joined
+    assert again.future is submissions[4].future
+    slow.release.set()
+    assert [sub.future.result(10) for sub in submissions] == [S.COMMIT] * 5
+    assert sorted(key or "" for key, _ in slow.calls) == [f"K{i}" for i in range(5)]
+    wait_until(lambda: d.stats().in_flight == 0, timeout=10, message="every key forgotten")
+    assert d.stats().waiting == 0
+    assert d.executor.stats().threads == 2  # never more threads than concurrency
+    d.executor.shutdown(timeout=10)
+
+
+def test_a_check_backlog_lets_queued_async_work_go_first(slow: SlowCheck) -> None:
+    """A slot that finished a check hands the next waiting one back to the executor when other
+    work (async sends) waits there: the backlog queues behind it instead of holding the thread."""
+    d = make(slow, concurrency=1, queue_capacity=8)
+    order: list[str] = []
+    slow.calls = order  # type: ignore[assignment]  # check_local appends (key, thread) here too
+    submissions = [d.submit(msg(f"K{i}")) for i in range(3)]
+    wait_until(lambda: len(order) == 1, timeout=10, message="K0 to run")
+    send = d.executor.submit(lambda: order.append(("send", threading.current_thread().name)))  # type: ignore[arg-type]
+    slow.release.set()
+    assert [sub.future.result(10) for sub in submissions] == [S.COMMIT] * 3
+    send.result(10)
+    assert [what for what, _ in order] == ["K0", "send", "K1", "K2"]
+    assert d.executor.stats().threads == 1
+    d.executor.shutdown(timeout=10)
+
+
+def test_a_slot_cancelled_in_the_executor_queue_still_answers(slow: SlowCheck) -> None:
+    """Shutdown with cancel_pending drops a slot task still queued behind other work: its check
+    and the checks waiting for its slot are answered UNKNOW, nothing is left in flight."""
+    d = make(slow, concurrency=1, queue_capacity=8)
+    hold = threading.Event()
+    blocker = d.executor.submit(hold.wait, 30)  # the only thread busy with other work
+    queued = d.submit(msg("K1"))  # its slot task waits in the executor's queue
+    waiting = d.submit(msg("K2"))  # waits for the slot
+    assert d.stats().waiting == 1
+    d.executor.shutdown(wait=False, cancel_pending=True)
+    assert queued.future.result(10) is S.UNKNOW
+    assert waiting.future.result(10) is S.UNKNOW
+    hold.set()
+    blocker.result(10)
+    assert slow.calls == []
+    s = d.stats()
+    assert (s.in_flight, s.waiting) == (0, 0)
+    d.executor.shutdown(timeout=10)
+
+
+def test_a_waiting_submission_can_be_cancelled_a_started_one_cannot(slow: SlowCheck) -> None:
+    """What a backend's close() relies on: checks not started yet are dropped, started ones are
+    waited for."""
+    d = make(slow, concurrency=1)
+    started = d.submit(msg("K1"))
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="K1 to run")
+    waiting = d.submit(msg("K2"))
+    assert not started.future.cancel()
+    assert waiting.future.cancel()
+    assert d.stats().waiting == 0
+    assert d.stats().in_flight == 1  # K2 forgotten: its next check starts afresh
+    slow.release.set()
+    assert started.future.result(10) is S.COMMIT
+    assert d.submit(msg("K2")).future.result(10) is S.COMMIT
+    assert [key for key, _ in slow.calls] == ["K1", "K2"]  # the cancelled K2 never ran
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_after_or_during_shutdown_answers_unknow(slow: SlowCheck) -> None:
+    d = make(slow, concurrency=1, queue_capacity=4)
+    running = d.submit(msg("K1"))
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="K1 to run")
+    waiting = d.submit(msg("K2"))
+    d.executor.shutdown(wait=False)  # the application closes
+    slow.release.set()
+    assert running.future.result(10) is S.COMMIT  # a running check still finishes
+    assert waiting.future.result(10) is S.UNKNOW  # refused when its slot came: shut down
+    assert d.submit(msg("K3")).future.result(0) is S.UNKNOW  # refused at once
+    assert d.stats().rejected == 2
+    assert [key for key, _ in slow.calls] == ["K1"]
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_has_no_timeout_a_late_recheck_is_reported(
+    slow: SlowCheck, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Non-blocking: the answer comes when check_local returns, however long it takes; a re-check
+    that joins a check older than wait_timeout logs the WARNING and counts timed_out."""
+    d = make(slow)
+    d.wait_timeout = 0.05
+    first = d.submit(msg("K1"))
+    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="K1 to run")
+    threading.Event().wait(0.2)  # longer than wait_timeout
+    assert not first.future.done()  # no UNKNOW sent on the check's behalf
+    with caplog.at_level(logging.WARNING, logger="txmsg.transaction"):
+        joined = d.submit(msg("K1"))
+    assert joined.joined
+    assert d.stats().timed_out == 1
+    assert any("still unanswered" in r.getMessage() for r in caplog.records)
+    slow.release.set()
+    assert first.future.result(10) is S.COMMIT
+    d.executor.shutdown(timeout=10)
+
+
+def test_submit_never_raises_and_never_strands_a_key(
+    slow: SlowCheck, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = make(slow)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("executor broke")
+
+    monkeypatch.setattr(d.executor, "submit", broken)
+    with caplog.at_level(logging.ERROR, logger="txmsg.transaction"):
+        submission = d.submit(msg("K1"))
+    assert submission.future.result(0) is S.UNKNOW
+    assert "check dispatch failed" in caplog.text
+    assert d.stats().in_flight == 0  # the next check of K1 is not stuck joining a dead one
+    monkeypatch.undo()
+    slow.release.set()
+    assert d.submit(msg("K1")).future.result(10) is S.COMMIT
     d.executor.shutdown(timeout=10)

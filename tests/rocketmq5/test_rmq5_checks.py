@@ -118,3 +118,75 @@ def test_close_waits_for_a_check_in_flight(make_app: Any, txmsg_grpc_broker: Any
         assert not closing.is_alive()
         # ... whose COMMIT reached the broker before the client shut down
         wait_until(lambda: [r.body for r in delivered] == [b"in-flight"], timeout=10, message="delivery")
+
+
+def test_a_groups_checks_occupy_only_its_executor_threads(
+    make_app: Any, txmsg_grpc_broker: Any
+) -> None:
+    """The review's finding: the sender ran check-backs on a pool of ``concurrency`` threads of
+    its own, each blocked in the dispatcher while the listener's executor ran check_local, so a
+    group held 2 x concurrency threads, half of them waiting.  Now n slow checks of a group occupy
+    exactly n threads named after it, all the listener's executor's; the client's I/O loop stays
+    free (a send completes while every check is blocked); the broker's re-checks of the blocked
+    transactions (every second here) join them, and each check_local run is answered once."""
+    n = 3
+    topic, group = unique("Tx5Threads"), unique("pg5_threads")
+    create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
+    lock = threading.Lock()
+    ran_on: list[str] = []
+    release = threading.Event()
+    registry = ListenerRegistry()
+
+    @registry.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
+    class Slow:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.COMMIT if arg == "commit" else S.UNKNOW
+
+        def check_local(self, message: Message) -> S:
+            with lock:
+                ran_on.append(threading.current_thread().name)
+            assert release.wait(30)
+            return S.COMMIT
+
+    def group_threads() -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if group in t.name)
+
+    with Clients(txmsg_grpc_broker.namesrv_addr) as clients:
+        delivered = clients.consumer(unique("Tx5ThreadsCG"), topic)
+        app = make_app(registry)
+        app.start()
+        producer = app.transactional_producer(group)
+        try:
+            for i in range(n):
+                producer.send_in_transaction(topic, f"slow{i}".encode())
+            wait_until(lambda: len(ran_on) >= n, timeout=40, message="n checks running")
+            # the client's I/O loop is not held by the checks: a send round-trips through it
+            producer.send_in_transaction(topic, b"while-checking", arg="commit")
+            threads = group_threads()
+            assert len(threads) == n, threads  # was 2 * n: n txmsg5-check-* waiting on n txmsg-*
+            assert all(name.startswith(f"txmsg-{group}-") for name in threads), threads
+            assert sorted(ran_on) == threads  # one check per executor thread, none elsewhere
+            dispatcher = producer.dispatcher
+            wait_until(
+                lambda: dispatcher.stats().deduplicated >= 1,
+                timeout=10,
+                message="a re-check joining a running check",
+            )
+        finally:
+            release.set()
+        wait_until(lambda: len(delivered) == n + 1, timeout=20, message="n + 1 deliveries")
+        sender = producer.sender
+        wait_until(
+            lambda: sender.stats()["checks_running"] == sender.stats()["answers_pending"] == 0,
+            timeout=10,
+            message="answers settled",
+        )
+        stats = sender.stats()
+        with lock:
+            runs = len(ran_on)
+        assert stats["checks_failed"] == 0
+        assert stats["checks_answered"] == runs  # one answer per check_local run
+        assert stats["checks_coalesced"] == dispatcher.stats().deduplicated >= 1
+        assert sorted(r.body for r in delivered) == sorted(
+            [f"slow{i}".encode() for i in range(n)] + [b"while-checking"]
+        )

@@ -10,8 +10,9 @@ out, swapping the client's private ``ThreadPoolExecutor(max_workers=1)`` for a b
 * ``on_recover_orphaned_transaction_command(endpoints, message, transaction_id)`` is the client's
   public hook: its telemetry stream reader calls it for every ``RecoverOrphanedTransactionCommand``
   (on the client's asyncio I/O thread, which must not block).  Overriding it gives the command
-  to txmsg at once; txmsg runs it on a pool of ``check_concurrency`` threads (see
-  :mod:`.sender`), answers with ``EndTransaction`` itself and logs every failure.
+  to txmsg at once; txmsg starts the check on the listener's executor without waiting for it
+  (``CheckDispatcher.submit``, see :mod:`.sender`), answers with ``EndTransaction`` itself from
+  the check's done-callback and logs every failure.  No thread of this backend waits for a check.
 
 The checker passed to the base class only exists because ``begin_transaction()`` refuses a
 producer without one; it is never called.
@@ -33,7 +34,8 @@ from ._client import EndTransactionRequest, Producer, TransactionChecker, Transa
 log = logging.getLogger("txmsg.rocketmq5")
 
 CheckCommand = Callable[[Any, Any, str], None]
-"""``(endpoints, protobuf message, transaction_id)``: must return at once (I/O thread)."""
+"""``(endpoints, protobuf message, transaction_id)``: must return at once (I/O thread): it
+starts the check and leaves the answer to the check's completion."""
 
 
 def shut_down(client: Any, owner: str) -> None:

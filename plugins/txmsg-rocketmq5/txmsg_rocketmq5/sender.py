@@ -5,13 +5,26 @@ Sends: ``begin_transaction()``, the half message, ``execute_local`` in the calle
 the transaction back.
 
 Check-backs: one client per group is enough here (unlike librocketmq, where a client instance has
-one check thread): :class:`~.client.CheckingProducer` hands every command to this sender, which runs
-it on a pool of exactly ``check_concurrency`` threads.  Each thread calls the core's check handler
-(the dispatcher, which runs ``check_local`` on the listener's executor and may join a running check
-of the same transaction) and answers with ``EndTransaction``.  The backend never answers on
-``check_local``'s behalf: when it cannot run a check (closing) it sends nothing and the broker asks
-again; every failure to answer is logged at ERROR.  An UNKNOW from the handler is sent as
-``TRANSACTION_RESOLUTION_UNSPECIFIED`` (the broker logs it as pending, like librocketmq's UNKNOW).
+one check thread).  :class:`~.client.CheckingProducer` hands every command over on the client's I/O
+loop, which must not block; this sender converts the message and calls the core's non-blocking
+entry, :meth:`txmsg.dispatch.CheckDispatcher.submit`, which returns a future at once and runs
+``check_local`` on the listener's executor: at most ``concurrency`` at once, a backlog waiting in the
+dispatcher without threads, a re-check of the same transaction joining the waiting or running one.
+The answer (``EndTransaction``) is sent from that future's done-callback, on the executor thread
+that ran the check.  So a group's checks use the listener's ``concurrency`` executor threads and no
+thread of this backend: an own pool here would double the threads, half of them only waiting for
+the other half (the dispatcher's blocking entry, for librocketmq, must wait; this one need not).
+
+One ``check_local`` run is answered once: a command that joined a running check (``joined``) sends
+nothing more, its transaction is resolved by that check's answer.  A handler given without the
+non-blocking entry (the backend used below the core, e.g. a bare function) has no executor: it runs
+on a pool of ``check_concurrency`` threads of its own (:class:`_BareHandler`), without dedup.
+
+The backend never answers on ``check_local``'s behalf: when a handler fails, or the check cannot run
+(closing) it sends nothing and the broker asks again; every failure to answer is logged at ERROR.
+An UNKNOW from the handler is sent as ``TRANSACTION_RESOLUTION_UNSPECIFIED`` (the broker logs it as
+pending, like librocketmq's UNKNOW).  There is no wait timeout here: the answer goes out when
+``check_local`` returns (see :mod:`txmsg.dispatch`, case b).
 """
 
 from __future__ import annotations
@@ -19,12 +32,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from txmsg.backend import CheckHandler, LocalExecutor
+from txmsg.dispatch import CheckSubmission, CheckSubmitter
 from txmsg.errors import ProducerClosedError, SendError
-from txmsg.message import OutgoingMessage
+from txmsg.message import Message, OutgoingMessage
 from txmsg.states import LocalTransactionState
 
 from . import messages
@@ -56,29 +70,34 @@ class Rocketmq5Sender:
     ) -> None:
         self.group = group
         self.topics = set(topics)
-        self._check_handler = check_handler
         self._lock = threading.Condition()
         self._closed = False
+        self._client_down = False  # set after close() shut the client down
         self._sends = 0
-        self._checks_running = 0
+        self._checks_running = 0  # commands handed over whose answer is not sent yet
+        self._pending_checks: set[Future[Any]] = set()  # their futures: close() cancels unstarted ones
         self._answers_pending = 0
         self.checks_received = 0
         self.checks_answered = 0
         self.checks_failed = 0
         self.checks_not_run = 0
         self.checks_coalesced = 0
-        self._outstanding: set[str] = set()
-        self._pool = ThreadPoolExecutor(
-            max_workers=check_concurrency, thread_name_prefix=f"txmsg5-check-{group}"
-        )
+        self._bare: _BareHandler | None = None
+        self._checks: CheckSubmitter
+        if isinstance(check_handler, CheckSubmitter):
+            self._checks = check_handler  # the core's dispatcher: its executor runs the checks
+        else:
+            self._bare = _BareHandler(check_handler, check_concurrency, group)
+            self._checks = self._bare
         self.check_concurrency = check_concurrency
-        self.producer = CheckingProducer(
-            configuration, topics, on_check=self._on_check_command, tls=tls
-        )
         try:
+            self.producer = CheckingProducer(
+                configuration, topics, on_check=self._on_check_command, tls=tls
+            )
             self.producer.startup()
         except BaseException:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._bare is not None:
+                self._bare.shutdown()
             raise
 
     # ---- sends (caller thread) -----------------------------------------------------------------
@@ -166,62 +185,88 @@ class Rocketmq5Sender:
 
     # ---- check-backs ---------------------------------------------------------------------------
     def _on_check_command(self, endpoints: Any, msg: Any, transaction_id: str) -> None:
-        """From the client's I/O thread: queue the check on this group's pool (never blocks).
+        """From the client's I/O loop: start the check and return at once (never blocks).
 
-        A command for a transaction that already has one queued or running is coalesced into it:
-        the broker re-sends checks of a transaction still unresolved (every check interval), and
-        its answer - sent by transaction id - resolves the newest copy.  Without this, re-checks
-        would queue behind slow checks and hold pool threads that only wait for the same answer.
-        """
+        The answer is sent by :meth:`_answer` when the check's future is done; a command that
+        joined a check already queued or running for the same transaction is answered by that
+        check (the broker re-sends checks of a transaction still unresolved every interval)."""
         with self._lock:
             self.checks_received += 1
-            if transaction_id in self._outstanding:
-                self.checks_coalesced += 1
-                return
-            self._outstanding.add(transaction_id)
-        try:
-            self._pool.submit(self._run_check, endpoints, msg, transaction_id)
-        except RuntimeError:  # pool shut down: closing
-            with self._lock:
+            closed = self._closed
+            if closed:
                 self.checks_not_run += 1
-                self._outstanding.discard(transaction_id)
+            else:
+                self._checks_running += 1
+        if closed:
             log.warning(
                 "group=%s transaction=%s: check-back not run: the producer is closing; no answer "
                 "sent, the broker will check again",
                 self.group,
                 transaction_id,
             )
-
-    def _run_check(self, endpoints: Any, msg: Any, transaction_id: str) -> None:
-        """On a pool thread: run the check, send the answer (its reply is handled by
-        :meth:`_replied`; the transaction stays outstanding until then, so a re-check that
-        arrives meanwhile is coalesced instead of running ``check_local`` again)."""
-        with self._lock:
-            self._checks_running += 1
-        answered = False
+            return
         try:
-            answered = self._answer(endpoints, msg, transaction_id)
+            message = messages.from_client(ClientMessage().fromProtobuf(msg))
+            submission = self._checks.submit(message)
+        except BaseException as exc:  # noqa: BLE001 - a lost check must at least be logged
+            self._settled()
+            self._failed(transaction_id, f"{type(exc).__name__}: {exc}", exc_info=True)
+            return
+        if submission.joined:
+            with self._lock:
+                self.checks_coalesced += 1
+            self._settled()
+            return
+        future = submission.future
+        with self._lock:
+            self._pending_checks.add(future)
+        future.add_done_callback(lambda done: self._answer(done, endpoints, message, transaction_id))
+
+    def _answer(
+        self, done: Future[Any], endpoints: Any, message: Message, transaction_id: str
+    ) -> None:
+        """The check finished (on the executor thread that ran it, or at once when refused):
+        send its state; the RPC's reply is handled by :meth:`_replied`.  Never raises: a
+        done-callback's exception would only be logged by ``concurrent.futures``."""
+        with self._lock:
+            self._pending_checks.discard(done)
+        try:
+            if done.cancelled():  # close() cancelled it before it started (logged there)
+                with self._lock:
+                    self.checks_not_run += 1
+                return
+            problem = done.exception()
+            if problem is not None:  # only a bare handler: the core's dispatcher never fails
+                self._failed(
+                    transaction_id, f"{type(problem).__name__}: {problem}", exc_info=problem
+                )
+                return
+            state = done.result()
+            coerced = LocalTransactionState.coerce(state) or LocalTransactionState.UNKNOW
+            with self._lock:
+                down = self._client_down
+            if down:  # close() timed out waiting for this check
+                self._failed(
+                    transaction_id, f"answer {coerced.name} not sent: the client is shut down"
+                )
+                return
+            future = self.producer.end_checked(
+                endpoints, message.topic, message.message_id or transaction_id, transaction_id,
+                RESOLUTION[coerced],
+            )
+            with self._lock:
+                self._answers_pending += 1  # before _settled: close sees no gap
+            future.add_done_callback(lambda reply: self._replied(reply, transaction_id, coerced))
         except BaseException as exc:  # noqa: BLE001 - a lost check must at least be logged
             self._failed(transaction_id, f"{type(exc).__name__}: {exc}", exc_info=True)
         finally:
-            with self._lock:
-                self._checks_running -= 1
-                if not answered:
-                    self._outstanding.discard(transaction_id)
-                self._lock.notify_all()
+            self._settled()
 
-    def _answer(self, endpoints: Any, msg: Any, transaction_id: str) -> bool:
-        message = messages.from_client(ClientMessage().fromProtobuf(msg))
-        state = self._check_handler(message)
-        coerced = LocalTransactionState.coerce(state) or LocalTransactionState.UNKNOW
-        future = self.producer.end_checked(
-            endpoints, message.topic, message.message_id or transaction_id, transaction_id,
-            RESOLUTION[coerced],
-        )
+    def _settled(self) -> None:
+        """One check's answer sent (or abandoned): close() stops waiting for it."""
         with self._lock:
-            self._answers_pending += 1
-        future.add_done_callback(lambda done: self._replied(done, transaction_id, coerced))
-        return True
+            self._checks_running -= 1
+            self._lock.notify_all()
 
     def _replied(self, done: Any, transaction_id: str, state: LocalTransactionState) -> None:
         """The broker's reply to a check-back answer (on the client's I/O thread)."""
@@ -242,10 +287,11 @@ class Rocketmq5Sender:
         finally:
             with self._lock:
                 self._answers_pending -= 1
-                self._outstanding.discard(transaction_id)
                 self._lock.notify_all()
 
-    def _failed(self, transaction_id: str, why: str, *, exc_info: bool = False) -> None:
+    def _failed(
+        self, transaction_id: str, why: str, *, exc_info: bool | BaseException = False
+    ) -> None:
         with self._lock:
             self.checks_failed += 1
         log.error(
@@ -260,8 +306,10 @@ class Rocketmq5Sender:
     def close(self, timeout: float | None = None) -> None:
         """Refuse new sends, wait (bounded) for running sends and checks, shut the client down.
 
-        Checks still queued are dropped unanswered (the broker asks again); a check still running
-        at the deadline is logged and its answer is lost with the client.
+        Checks not started yet (waiting for a slot of the dispatcher, or queued in a bare
+        handler's pool) are cancelled: dropped unanswered, the broker asks again.  Started ones are
+        waited for (the core shuts the listener's executor down after this close).  A check
+        still running at the deadline is logged and its answer is lost with the client.
         """
         deadline = time.monotonic() + (30.0 if timeout is None else max(0.0, timeout))
         with self._lock:
@@ -270,7 +318,18 @@ class Rocketmq5Sender:
             self._closed = True
             while self._sends and self._lock.wait(max(0.0, deadline - time.monotonic())):
                 pass
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            waiting = list(self._pending_checks)
+        dropped = sum(1 for future in waiting if future.cancel())  # started ones cannot be
+        if dropped:
+            log.warning(
+                "producer group %s: closing; %d check-back(s) not started yet dropped unanswered "
+                "(the broker checks them again)",
+                self.group,
+                dropped,
+            )
+        if self._bare is not None:
+            self._bare.shutdown()
         with self._lock:
             while (self._checks_running or self._answers_pending) and self._lock.wait(
                 max(0.0, deadline - time.monotonic())
@@ -287,6 +346,8 @@ class Rocketmq5Sender:
                 sends,
                 checks,
             )
+        with self._lock:
+            self._client_down = True
         shut_down(self.producer, f"producer group {self.group}")
 
     def stats(self) -> dict[str, int]:
@@ -297,7 +358,28 @@ class Rocketmq5Sender:
                 "checks_failed": self.checks_failed,
                 "checks_not_run": self.checks_not_run,
                 "checks_coalesced": self.checks_coalesced,
-                "checks_running": self._checks_running,
+                "checks_running": self._checks_running,  # started, answer not sent yet
                 "answers_pending": self._answers_pending,
                 "sends_in_flight": self._sends,
             }
+
+
+class _BareHandler:
+    """A check handler without the non-blocking entry, on a pool of its own.
+
+    Why: the core always gives its :class:`~txmsg.dispatch.CheckDispatcher` (whose executor runs
+    the checks), but the backend may be used below the core with a plain function, which cannot
+    run on the client's I/O loop.  Its failures reach :meth:`Rocketmq5Sender._answer` as the
+    future's exception (logged, no answer sent); no dedup (that is the dispatcher's)."""
+
+    def __init__(self, handler: CheckHandler, concurrency: int, group: str) -> None:
+        self._handler = handler
+        self._pool = ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix=f"txmsg5-check-{group}"
+        )
+
+    def submit(self, message: Message) -> CheckSubmission:
+        return CheckSubmission(self._pool.submit(self._handler, message), joined=False)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
