@@ -74,8 +74,9 @@ def needs(request: pytest.FixtureRequest, capabilities: Capabilities, name: str)
 
 @pytest.fixture
 def broker(txmsg_broker_factory: Any) -> Any:
-    """The embedded broker, remoting and gRPC, with the contract's short timings."""
-    return txmsg_broker_factory(grpc_port=0, **TIMINGS)
+    """The embedded broker, remoting and gRPC, with the contract's short timings; transaction.log
+    at DEBUG, so every check-back it sends has its line (remoting logs them at DEBUG only)."""
+    return txmsg_broker_factory(grpc_port=0, transaction_log_level="DEBUG", **TIMINGS)
 
 
 @pytest.fixture

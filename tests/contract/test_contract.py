@@ -1,8 +1,9 @@
 """Issue 14.5: one contract for every backend.
 
 Each test runs once per installed backend (``backend_name``, see conftest.py) through the public
-API only: ``TxMsg(config)``, ``@app.transactional_listener``, ``@app.message_listener``, producers.
-Deliveries are observed by message listeners of the same backend.  Where backends differ, the test
+API only: ``TxMsg(config)``, ``@app.transactional_listener``, ``@app.message_listener``, the same on a
+module-style ``ListenerRegistry`` taken with ``app.include``, producers.  Deliveries are observed by
+message listeners of the same backend.  Where backends differ, the test
 reads the backend's declared :class:`~txmsg.backend.Capabilities` and either asserts the
 documented alternative or is a strict expected failure (:func:`~.conftest.needs`); nothing is
 skipped.  Waits are on observable events (a delivery, a counter, a log line, a barrier), bounded
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -24,14 +26,16 @@ import pydantic
 import pytest
 from sqlalchemy import Integer, String, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from txmsg_broker.testing import AllAtOnce, create_topic, read_log, unique, wait_until
+from txmsg_broker.testing import AllAtOnce, Clients, create_topic, read_log, unique, wait_until
 
 from txmsg import (
     ExecutorConfig,
     InvalidNameError,
     ListenerDefinitionError,
+    ListenerRegistry,
     LocalTransactionState,
     Message,
+    ProducerClosedError,
     TransactionalProducer,
     TxMsg,
     TxMsgConfig,
@@ -39,6 +43,7 @@ from txmsg import (
     producer_for,
 )
 from txmsg.backend import Capabilities
+from txmsg.message import OutgoingMessage
 from txmsg.sqla import create_engine, create_tables, duplicates_absorbed, make_session_factory
 
 from .conftest import TIMINGS, needs
@@ -73,12 +78,13 @@ class Deliveries:
 class Script:
     """A transactional listener answering from a table: row -> (execute_local's answer,
     check_local's successive answers); an Exception is raised instead of returned.  The row is
-    the send's ``arg`` and ``keys``."""
+    the send's ``arg`` and ``keys``.  Every message check_local got is kept (``checked``)."""
 
     def __init__(self, table: dict[str, tuple[Any, list[Any]]]) -> None:
         self.table = table
         self.lock = threading.Lock()
         self.checks: Counter[str] = Counter()
+        self.checked: list[Message] = []
 
     def execute_local(self, message: Message, row: str) -> Any:
         answer = self.table[row][0]
@@ -91,6 +97,7 @@ class Script:
         with self.lock:
             index = self.checks[row]
             self.checks[row] += 1
+            self.checked.append(message)
         answers = self.table[row][1]
         answer = answers[min(index, len(answers) - 1)]
         if isinstance(answer, Exception):
@@ -111,20 +118,25 @@ def _topic(broker: Any, prefix: str) -> str:
 def _scripted_app(
     make_app: Callable[..., TxMsg], broker: Any, table: dict[str, tuple[Any, list[Any]]], **listener: Any
 ) -> tuple[TxMsg, str, str, Script, Deliveries]:
+    """The Script and a recording message listener (2 threads), declared on a module-style
+    ListenerRegistry that the app includes."""
     topic, group = _topic(broker, "ct"), unique("pg_ct")
-    app, script, got = make_app(), Script(table), Deliveries()
-    app.add_transactional_listener(script, group=group, topics=[topic], **listener)
-    app.add_message_listener(got, topic=topic, group=unique("cg_ct"))
+    registry, script, got = ListenerRegistry(), Script(table), Deliveries()
+    registry.add_transactional_listener(script, group=group, topics=[topic], **listener)
+    registry.add_message_listener(got, topic=topic, group=unique("cg_ct"), concurrency=2)
+    app = make_app()
+    app.include(registry)
     return app, topic, group, script, got
 
 
 def _send_rows(app: TxMsg, group: str, topic: str, rows: dict[str, Any]) -> dict[str, str]:
-    """Send one message per row (arg = keys = row); assert the local state; row -> key."""
+    """Send one message per row (arg = keys = row, tags TagA); assert the local state; row -> key."""
     producer, keys = app.producer(group), {}
     for row, state in rows.items():
-        result = producer.send_in_transaction(topic, f"body-{row}", arg=row, keys=row)
+        result = producer.send_in_transaction(topic, f"body-{row}", arg=row, keys=row, tags="TagA")
         assert result.send_status == "SEND_OK", row
         assert result.local_state == state, row
+        assert result.transaction_key == result.message_id, row  # the uniq key, as check-backs carry it
         keys[row] = result.transaction_key
     return keys
 
@@ -136,6 +148,21 @@ def _discarded(broker: Any, topic: str) -> int:
         for line in read_log(broker.log_dir).splitlines()
         if "Put checked-too-many-time half message" in line and line.endswith(f"real topic={topic}")
     )
+
+
+def _checks_sent(broker: Any, topic: str, key: str) -> int:
+    """Check-backs the broker sent for the transaction ``key`` of ``topic`` (transaction.log at
+    DEBUG: one ``Check transaction.`` line each, remoting or gRPC)."""
+    return read_log(broker.log_dir).count(f"Check transaction. real_topic={topic},uniqKey={key},")
+
+
+def _unknown_answers(broker: Any, key: str) -> int:
+    """UNKNOW answers to check-backs of ``key`` the broker got (its ``pending status.`` lines naming
+    the transaction id: librocketmq 2.1.0 sends them flagged as not from a check, the 5.x client
+    as from a check; a send's own UNKNOW carries no transaction id over remoting and is not sent
+    at all over gRPC)."""
+    named = re.compile(rf"transactionId='?{re.escape(key)}'?[,}}]")
+    return sum(1 for line in read_log(broker.log_dir).splitlines() if "pending status." in line and named.search(line))
 
 
 # ---- the transaction outcome table --------------------------------------------------------------
@@ -151,7 +178,7 @@ OUTCOMES: dict[str, tuple[Any, list[Any]]] = {
 def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) -> None:
     app, topic, group, script, got = _scripted_app(make_app, broker, OUTCOMES)
     with app:
-        _send_rows(app, group, topic, {row: answers[0] for row, answers in OUTCOMES.items()})
+        keys = _send_rows(app, group, topic, {row: answers[0] for row, answers in OUTCOMES.items()})
         wait_until(lambda: set(got.counts()) >= {"COMMIT", "U_COMMIT", "UU_COMMIT"}, timeout=20,
                    message=lambda: f"the commits delivered (got {got.counts()}, checks {script.counted()})")
         wait_until(lambda: script.counted().get("U_ROLLBACK") == 1, timeout=10, message="U_ROLLBACK checked")
@@ -159,18 +186,54 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
     assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
     assert script.counted() == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
     for row in got.counts():
-        assert got.of(row)[0].body == f"body-{row}".encode()
+        (message,) = got.of(row)
+        assert message.body == f"body-{row}".encode()
+        assert (message.message_id, message.tags, message.reconsume_times) == (keys[row], "TagA", 0)
+    # each check-back carried its send's transaction key and body
+    assert {(m.keys, m.transaction_key, m.body) for m in script.checked} == {
+        (row, keys[row], f"body-{row}".encode()) for row in script.counted()
+    }
+    # UU_COMMIT's first check answered UNKNOW: that answer reaches the broker too (it logs it)
+    assert _unknown_answers(broker, keys["UU_COMMIT"]) == 1
 
 
 def test_unknown_until_discarded(make_app: Callable[..., TxMsg], broker: Any) -> None:
     app, topic, group, script, got = _scripted_app(make_app, broker, {"U_FOREVER": (S.UNKNOW, [S.UNKNOW])})
-    with app:
-        _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})
+    # the broker's own consumer view of the discarded half message (a remoting client: the topic is
+    # a system topic some backends refuse to subscribe to)
+    with Clients(broker.namesrv_addr) as clients, app:
+        discarded = clients.consumer(unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC")
+        key = _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})["U_FOREVER"]
         wait_until(lambda: _discarded(broker, topic) == 1, timeout=20,
                    message=lambda: f"the discard after {CHECK_MAX} checks (checks {script.counted()})")
+        wait_until(lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key], timeout=20,
+                   message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC")
         threading.Event().wait(SETTLE_S)
     assert script.counted() == {"U_FOREVER": CHECK_MAX}
+    assert _checks_sent(broker, topic, key) == CHECK_MAX
     assert got.counts() == Counter()
+
+
+def test_check_backs_reach_a_topic_the_listener_did_not_declare(
+    make_app: Callable[..., TxMsg], broker: Any
+) -> None:
+    """``topics`` is optional: a topic first seen at send time is checked back all the same."""
+    topic, group = _topic(broker, "ct_undeclared"), unique("pg_ct_undeclared")
+    checked = threading.Event()
+    app = make_app()
+
+    @app.transactional_listener(group=group)
+    class Late:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        def check_local(self, message: Message) -> S:
+            checked.set()
+            return S.ROLLBACK
+
+    with app:
+        app.producer(group).send_in_transaction(topic, "later")
+        assert checked.wait(15), "no check-back for a topic first seen at send time"
 
 
 # ---- exception safety of both callbacks ---------------------------------------------------------
@@ -196,6 +259,7 @@ def test_execute_local_raising_maps_to_execute_exception_state(
         wait_until(lambda: script.counted().get("GARBAGE") == 1, timeout=10, message="GARBAGE checked")
         threading.Event().wait(SETTLE_S)
     assert got.counts() == Counter({"RAISE": 1})
+    assert script.counted() == {"RAISE": 1, "GARBAGE": 1}
     assert rb_script.counted() == {}
     assert rb_got.counts() == Counter()
     errors = "\n".join(r.getMessage() for r in caplog.records)
@@ -205,27 +269,40 @@ def test_execute_local_raising_maps_to_execute_exception_state(
 
 
 def test_check_local_raising_is_logged_and_asked_again_never_committed(
-    make_app: Callable[..., TxMsg], broker: Any, caplog: pytest.LogCaptureFixture
+    make_app: Callable[..., TxMsg],
+    broker: Any,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
     table: dict[str, tuple[Any, list[Any]]] = {
         "RAISE_THEN_COMMIT": (S.UNKNOW, [ValueError("check broke"), S.COMMIT]),
         "ALWAYS_RAISES": (S.UNKNOW, [RuntimeError("still broken")]),
         "GARBAGE_THEN_COMMIT": (S.UNKNOW, [True, S.COMMIT]),
+        # every failure in a row for one transaction: execute_local raises (UNKNOW), then check_local
+        # raises, then answers garbage, then commits - the broker asked three times
+        "FLAKY": (ValueError("local failure"), [RuntimeError("db down"), "definitely", S.COMMIT]),
     }
+    committed = {"RAISE_THEN_COMMIT", "GARBAGE_THEN_COMMIT", "FLAKY"}
     app, topic, group, script, got = _scripted_app(make_app, broker, table)
     with app:
         _send_rows(app, group, topic, dict.fromkeys(table, S.UNKNOW))
         wait_until(lambda: _discarded(broker, topic) == 1, timeout=20, message="ALWAYS_RAISES discarded")
-        wait_until(lambda: set(got.counts()) == {"RAISE_THEN_COMMIT", "GARBAGE_THEN_COMMIT"}, timeout=10,
-                   message="the second answers committed")
+        wait_until(lambda: set(got.counts()) == committed, timeout=10, message="the last answers committed")
         threading.Event().wait(SETTLE_S)
-    assert script.counted() == {"RAISE_THEN_COMMIT": 2, "GARBAGE_THEN_COMMIT": 2, "ALWAYS_RAISES": CHECK_MAX}
-    assert got.counts() == Counter({"RAISE_THEN_COMMIT": 1, "GARBAGE_THEN_COMMIT": 1})
+    assert script.counted() == {
+        "RAISE_THEN_COMMIT": 2, "GARBAGE_THEN_COMMIT": 2, "FLAKY": 3, "ALWAYS_RAISES": CHECK_MAX
+    }
+    assert got.counts() == Counter(committed)
     errors = "\n".join(r.getMessage() for r in caplog.records)
     assert "check_local raised ValueError: check broke" in errors
     assert errors.count("check_local raised RuntimeError: still broken") == CHECK_MAX
     assert "check_local returned True" in errors
+    assert "execute_local raised ValueError: local failure" in errors
+    assert "check_local raised RuntimeError: db down" in errors
+    assert "check_local returned 'definitely'" in errors
+    # nothing escaped into the client's threads (librocketmq: ctypes callbacks; 5.x: gRPC threads)
+    assert "Exception ignored" not in capfd.readouterr().err
 
 
 # ---- check-backs in parallel, joined, and in flight at close ------------------------------------
@@ -251,6 +328,41 @@ def test_check_backs_of_one_group_run_concurrently(make_app: Callable[..., TxMsg
         wait_until(lambda: together.arrived() >= n, timeout=30, message="n checks")
     assert together.broken == []
     assert set(together.passed) == keys
+
+
+def test_check_backs_of_one_group_never_exceed_its_concurrency(
+    make_app: Callable[..., TxMsg], broker: Any
+) -> None:
+    """More pending transactions than ``concurrency``: never more checks inside check_local at once
+    (declared with the decorator of a module-style registry)."""
+    n, sends = 2, 6
+    topic, group = _topic(broker, "ct_cap"), unique("pg_ct_cap")
+    lock = threading.Lock()
+    inside, most, checked = [0], [0], set()
+    registry = ListenerRegistry()
+
+    @registry.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
+    class Slow:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        def check_local(self, message: Message) -> S:
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            threading.Event().wait(0.3)
+            with lock:
+                inside[0] -= 1
+                checked.add(message.transaction_key)
+            return S.COMMIT
+
+    app = make_app()
+    app.include(registry)
+    with app:
+        producer = app.producer(group)
+        keys = {producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(sends)}
+        wait_until(lambda: keys <= checked, timeout=30, message=lambda: f"every send checked ({checked})")
+    assert 1 <= most[0] <= n
 
 
 def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], broker: Any) -> None:
@@ -286,38 +398,54 @@ def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], brok
 
 
 def test_close_waits_for_checks_in_flight(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    """Two threads of checks, two transactions checked: close returns only after every
+    check_local that started has finished, and the group's client takes no send after it."""
     topic, group = _topic(broker, "ct_close"), unique("pg_ct_close")
     inside, release = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    started: list[str] = []
+    finished: list[str] = []
     observer, got = make_app(), Deliveries()
     observer.add_message_listener(got, topic=topic, group=unique("cg_ct_close"))
     app = make_app()
 
-    @app.transactional_listener(group=group, topics=[topic])
+    @app.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=2))
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.UNKNOW
 
         def check_local(self, message: Message) -> S:
+            with lock:
+                started.append(message.keys or "")
             inside.set()
             release.wait(20)
+            with lock:
+                finished.append(message.keys or "")
             return S.COMMIT
 
     with observer:
         app.start()
-        app.producer(group).send_in_transaction(topic, b"in-flight", keys="IN_FLIGHT")
+        producer = app.producer(group)
+        for key in ("IN_FLIGHT_1", "IN_FLIGHT_2"):
+            producer.send_in_transaction(topic, b"in-flight", keys=key)
         assert inside.wait(15)
         closing = threading.Thread(target=app.close, kwargs={"timeout": 20})
         closing.start()
         closing.join(0.5)
-        assert closing.is_alive()  # close waits for the running check ...
+        assert closing.is_alive()  # close waits for the running checks ...
         release.set()
         closing.join(20)
         assert not closing.is_alive()
-        # ... whose COMMIT reached the broker before the client shut down.  At least once: the
+        with lock:
+            assert sorted(finished) == sorted(started)  # ... every one finished before it returned
+        # ... and their COMMITs reached the broker before the client shut down.  At least once: the
         # broker may have re-checked a re-put copy meanwhile, which joined the running check and
         # got its COMMIT too (a duplicate delivery, the one RocketMQ itself allows)
-        wait_until(lambda: got.counts()["IN_FLIGHT"] >= 1, timeout=15, message="the delivery")
-        assert set(got.counts()) == {"IN_FLIGHT"}
+        wait_until(lambda: set(got.counts()) >= set(started), timeout=15, message="the deliveries")
+        assert set(got.counts()) <= {"IN_FLIGHT_1", "IN_FLIGHT_2"}
+    assert producer.closed
+    with pytest.raises(ProducerClosedError):  # the backend's sender is shut down, not only the facade
+        producer.sender.send_in_transaction(OutgoingMessage(topic, b"late"), lambda m: S.COMMIT)
 
 
 # ---- consumers ----------------------------------------------------------------------------------
@@ -338,34 +466,85 @@ def _committer(app: TxMsg, topic: str) -> str:
 def test_consumer_retries_then_dead_letters(
     make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
 ) -> None:
-    topic, cg = _topic(broker, "ct_retry"), unique("cg_ct_retry")
-    dlq = f"%DLQ%{cg}"
-    attempts: list[int] = []
-    dead = Deliveries()
+    """Two consumer groups of one topic, ``max_reconsume`` 1 and 2, declared with the decorators of
+    a module-style registry: each gets the first delivery + max_reconsume redeliveries, then its
+    copy goes to its own dead-letter queue."""
+    topic = _topic(broker, "ct_retry")
+    registry = ListenerRegistry()
+
+    @registry.transactional_listener(group=unique("pg_ct_retry"), topics=[topic])
+    class Commit:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    def failing(seen: list[int]) -> Callable[[Message], None]:
+        def always_fails(message: Message) -> None:
+            seen.append(message.reconsume_times)
+            raise RuntimeError("poison")
+
+        return always_fails
+
+    attempts: dict[int, list[int]] = {1: [], 2: []}
+    groups = {n: unique(f"cg_ct_retry{n}") for n in attempts}
+    for n, cg in groups.items():
+        registry.message_listener(topic=topic, group=cg, max_reconsume=n)(failing(attempts[n]))
+
+    app = make_app()
+    app.include(registry)
+    dead = {n: Deliveries() for n in groups}
+    for n, cg in groups.items():
+        if capabilities.dlq_listener:
+            create_topic(broker.namesrv_addr, f"%DLQ%{cg}")
+            app.add_message_listener(dead[n], topic=f"%DLQ%{cg}", group=unique("cg_ct_dlq"))
+        else:  # documented alternative: the DLQ is refused as a subscription; the broker keeps it
+            with pytest.raises(InvalidNameError, match="dead-letter"):
+                app.add_message_listener(dead[n], topic=f"%DLQ%{cg}", group=unique("cg_ct_dlq"))
+    with app:
+        # the only producer group: app.producer() needs no name
+        key = app.producer().send_in_transaction(topic, {"order": 1}, keys="POISON").transaction_key
+        for n, cg in groups.items():
+            if capabilities.dlq_listener:
+                wait_until(lambda n=n: dead[n].counts() == Counter({"POISON": 1}), timeout=30,
+                           message=f"the DLQ copy of {cg}")
+                (letter,) = dead[n].of("POISON")
+                assert letter.json() == {"order": 1}
+                assert letter.keys == "POISON"
+            else:
+                line = f"send msg to DLQ %DLQ%{cg}"
+                wait_until(lambda line=line: line in read_log(broker.log_dir, "broker.log"), timeout=30,
+                           message=line)
+                assert key in read_log(broker.log_dir, "broker.log").split(line, 1)[1].splitlines()[0]
+    # the first delivery + max_reconsume redeliveries, then the DLQ
+    assert attempts == {1: [0, 1], 2: [0, 1, 2]}
+
+
+def test_close_waits_for_a_running_message_handler(make_app: Callable[..., TxMsg], broker: Any) -> None:
+    topic, cg = _topic(broker, "ct_cclose"), unique("cg_ct_cclose")
+    inside, release, finished = threading.Event(), threading.Event(), threading.Event()
     app = make_app()
     group = _committer(app, topic)
 
-    @app.message_listener(topic=topic, group=cg, max_reconsume=1)
-    def always_fails(message: Message) -> None:
-        attempts.append(message.reconsume_times)
-        raise RuntimeError("poison")
+    @app.message_listener(topic=topic, group=cg)
+    def slow(message: Message) -> None:
+        inside.set()
+        release.wait(20)
+        finished.set()
 
-    if capabilities.dlq_listener:
-        create_topic(broker.namesrv_addr, dlq)
-        app.add_message_listener(dead, topic=dlq, group=unique("cg_ct_dlq"))
-    else:  # documented alternative: the DLQ is refused as a subscription; the broker keeps it
-        with pytest.raises(InvalidNameError, match="dead-letter"):
-            app.add_message_listener(dead, topic=dlq, group=unique("cg_ct_dlq"))
-    with app:
-        key = app.producer(group).send_in_transaction(topic, {"order": 1}, keys="POISON").transaction_key
-        if capabilities.dlq_listener:
-            wait_until(lambda: dead.counts() == Counter({"POISON": 1}), timeout=30, message="the DLQ copy")
-            assert dead.of("POISON")[0].json() == {"order": 1}
-        else:
-            line = f"send msg to DLQ {dlq}"
-            wait_until(lambda: line in read_log(broker.log_dir, "broker.log"), timeout=30, message=line)
-            assert key in read_log(broker.log_dir, "broker.log").split(line, 1)[1].splitlines()[0]
-    assert attempts == [0, 1]  # the first delivery + max_reconsume redeliveries, then the DLQ
+    app.start()
+    app.producer(group).send_in_transaction(topic, b"slow")
+    assert inside.wait(30)
+    closing = threading.Thread(target=app.close, kwargs={"timeout": 20})
+    closing.start()
+    closing.join(0.5)
+    assert closing.is_alive()  # close waits for the running handler ...
+    assert not finished.is_set()
+    release.set()
+    closing.join(20)
+    assert not closing.is_alive()
+    assert finished.is_set()  # ... which finished before close returned
 
 
 def test_a_message_listener_may_read_the_dlq(
@@ -562,5 +741,7 @@ def test_topic_length_limit(backend_name: str, capabilities: Capabilities) -> No
     app = TxMsg(TxMsgConfig(backend=backend_name))
     longest = "t" * capabilities.max_topic_length
     app.add_transactional_listener(Script({}), group="pg_ct_len", topics=[longest])
+    with pytest.raises(InvalidNameError, match=str(capabilities.max_topic_length)):
+        app.add_transactional_listener(Script({}), group="pg_ct_len2", topics=[longest + "t"])
     with pytest.raises(InvalidNameError, match=str(capabilities.max_topic_length)):
         app.add_message_listener(Deliveries(), topic=longest + "t", group="cg_ct_len")

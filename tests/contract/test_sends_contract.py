@@ -74,16 +74,19 @@ def test_plain_sends_of_every_kind_arrive(
     app, topic, group, got = _plain_app(make_app, broker, "NORMAL")
     with app:
         producer = app.producer(group)
-        sync = producer.send(topic, b"sync", tags="T", keys="k-sync", properties={"p": 1})
+        sync = producer.send(topic, b"sync", tags="T", keys="k-sync k-two", properties={"p": 1})
         assert sync.send_status == "SEND_OK"
         assert sync.message_id
+        assert sync.offset is not None
         futures = [producer.send_async(topic, f"async-{i}".encode(), keys=f"k-a{i}") for i in range(4)]
         async_ids = {f.result(timeout=20).message_id for f in futures}
         producer.send_oneway(topic, b"oneway", keys="k-one")
         wait_until(lambda: len(got.bodies()) >= 6, timeout=30, message="6 plain deliveries")
     assert sorted(got.bodies()) == sorted([b"sync", b"oneway", *(f"async-{i}".encode() for i in range(4))])
     first = next(m for m in got.messages() if m.body == b"sync")
-    assert (first.message_id, first.tags, first.keys, first.properties.get("p")) == (sync.message_id, "T", "k-sync", "1")
+    assert (first.message_id, first.tags, first.keys, first.properties.get("p")) == (
+        sync.message_id, "T", "k-sync k-two", "1"
+    )
     assert first.sharding_key is None
     assert async_ids == {m.message_id for m in got.messages() if m.body.startswith(b"async-")}
     assert capabilities.oneway in (True, False)  # both deliver; the docs say what False means

@@ -1,6 +1,7 @@
-"""Issue 14 point 3: a group's check-backs run ``concurrency`` at once on the rocketmq5 backend (the
-5.x client alone runs them one at a time), every check that cannot be answered is logged, and close
-waits for checks in flight.  Proven by events (a barrier all checks must reach together), not timings.
+"""Issue 14 point 3, the rocketmq5 backend's own side of check-backs (the 5.x client alone runs them one
+at a time): every check that cannot be answered is logged, and the threads a group's checks occupy.
+That ``concurrency`` checks run at once (a barrier all must reach together), never more, and that
+close waits for checks in flight is the contract's (tests/contract/test_contract.py, every backend).
 """
 
 from __future__ import annotations
@@ -9,40 +10,13 @@ import logging
 import threading
 from typing import Any
 
-from txmsg_broker.testing import AllAtOnce, Clients, create_topic, unique, wait_until
+from txmsg_broker.testing import Clients, create_topic, unique, wait_until
 from txmsg_rocketmq5.backend import RocketMQ5Backend
 
 from txmsg import ExecutorConfig, ListenerRegistry, LocalTransactionState, Message
 from txmsg.message import OutgoingMessage
 
 S = LocalTransactionState
-
-
-def test_check_backs_of_one_group_run_concurrently(make_app: Any, txmsg_grpc_broker: Any) -> None:
-    n = 4
-    topic, group = unique("Tx5Conc"), unique("pg5_conc")
-    create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
-    together = AllAtOnce(n)
-    registry = ListenerRegistry()
-
-    @registry.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
-    class AllTogether:
-        def execute_local(self, message: Message, arg: Any) -> S:
-            return S.UNKNOW
-
-        def check_local(self, message: Message) -> S:
-            # returns only when n checks are inside check_local at once
-            return S.COMMIT if together.arrive(message.transaction_key or "") else S.UNKNOW
-
-    with make_app(registry) as app:
-        producer = app.producer(group)
-        keys = [producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(n)]
-        wait_until(lambda: together.arrived() >= n, timeout=40, message="n checks")
-        assert together.broken == []
-        assert sorted(together.passed) == sorted(keys)
-        sender = producer.sender
-        assert sender.check_concurrency == n
-        assert sender.stats()["checks_failed"] == 0
 
 
 def test_a_failed_check_is_logged_and_never_answered_for_check_local(
@@ -76,6 +50,7 @@ def test_a_failed_check_is_logged_and_never_answered_for_check_local(
             )
             wait_until(lambda: len(delivered) == 1, timeout=20, message="the second check's COMMIT")
         assert calls[:2] == [key, key]
+        assert sender.check_concurrency == 2
         stats = sender.stats()
         assert stats["checks_failed"] == 1
         assert stats["checks_answered"] >= 1
@@ -85,39 +60,6 @@ def test_a_failed_check_is_logged_and_never_answered_for_check_local(
         assert "RuntimeError: handler broke" in failed[0]
     finally:
         backend.close(timeout=10)
-
-
-def test_close_waits_for_a_check_in_flight(make_app: Any, txmsg_grpc_broker: Any) -> None:
-    topic, group = unique("Tx5Close"), unique("pg5_close")
-    create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
-    inside, release = threading.Event(), threading.Event()
-    registry = ListenerRegistry()
-
-    @registry.transactional_listener(group=group, topics=[topic])
-    class Slow:
-        def execute_local(self, message: Message, arg: Any) -> S:
-            return S.UNKNOW
-
-        def check_local(self, message: Message) -> S:
-            inside.set()
-            release.wait(20)
-            return S.COMMIT
-
-    with Clients(txmsg_grpc_broker.namesrv_addr) as clients:
-        delivered = clients.consumer(unique("Tx5CloseCG"), topic)
-        app = make_app(registry)
-        app.start()
-        app.producer(group).send_in_transaction(topic, b"in-flight")
-        assert inside.wait(15)
-        closing = threading.Thread(target=app.close, kwargs={"timeout": 20})
-        closing.start()
-        closing.join(0.5)
-        assert closing.is_alive()  # close waits for the running check ...
-        release.set()
-        closing.join(20)
-        assert not closing.is_alive()
-        # ... whose COMMIT reached the broker before the client shut down
-        wait_until(lambda: [r.body for r in delivered] == [b"in-flight"], timeout=10, message="delivery")
 
 
 def test_a_groups_checks_occupy_only_its_executor_threads(
