@@ -1,8 +1,8 @@
 """RocketMQBackend with the real librocketmq 2.1.0 against the embedded broker.
 
 These drive the backend directly (handlers in place of the core's CheckDispatcher) so each
-property of the client pool is checked on its own; test_rmq_decorator.py goes through the
-decorator API.
+property of the client pool is checked on its own; tests/contract goes through the decorator
+API on both backends.
 """
 
 from __future__ import annotations

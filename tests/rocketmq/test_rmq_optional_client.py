@@ -32,13 +32,18 @@ def test_rocketmq_backend_without_its_client_says_what_to_install(tmp_path: Path
 
 
 def test_the_wrapper_is_an_optional_dependency() -> None:
-    """pyproject: not in the base dependencies, in extra `rocketmq`; dev keeps both backends."""
-    project = tomllib.loads(
-        (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    )["project"]
-    assert not [d for d in project["dependencies"] if d.startswith("rocketmq")]
+    """The core requires neither client; the extra `rocketmq` is the txmsg-rocketmq distribution,
+    which requires the wrapper; `rocketmq5` is txmsg-rocketmq5 with the 5.x client; dev keeps both."""
+    root = Path(__file__).parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith(("rocketmq", "txmsg"))]
     extras = project["optional-dependencies"]
-    assert extras["rocketmq"] == ["rocketmq-client-python==2.0.0"]
-    assert any(d.startswith("rocketmq-python-client") for d in extras["rocketmq5"])
+    version = project["version"]
+    assert extras["rocketmq"] == [f"txmsg-rocketmq=={version}"]
+    assert extras["rocketmq5"] == [f"txmsg-rocketmq5=={version}"]
+    backend = tomllib.loads((root / "plugins/txmsg-rocketmq/pyproject.toml").read_text())["project"]
+    assert "rocketmq-client-python==2.0.0" in backend["dependencies"]
+    backend5 = tomllib.loads((root / "plugins/txmsg-rocketmq5/pyproject.toml").read_text())["project"]
+    assert any(d.startswith("rocketmq-python-client") for d in backend5["dependencies"])
     dev_self = next(d for d in extras["dev"] if d.startswith("txmsg["))
     assert {"rocketmq", "rocketmq5"} <= set(dev_self[len("txmsg[") : -1].split(","))

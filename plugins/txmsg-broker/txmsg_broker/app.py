@@ -117,11 +117,14 @@ class EmbeddedBroker:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
+            broker: Broker | None = None
             try:
                 broker = Broker(self.config)
                 loop.run_until_complete(broker.start())
                 self.broker = broker
             except BaseException as exc:  # noqa: BLE001 - reported to the caller of start()
+                if broker is not None:  # built but not started: close its files
+                    broker.release()
                 failure.append(exc)
                 ready.set()
                 loop.close()

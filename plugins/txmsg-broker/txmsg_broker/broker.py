@@ -74,6 +74,14 @@ class Broker:
         config.log_dir.mkdir(parents=True, exist_ok=True)
         self.broker_name = config.broker_name
         self.logs = BrokerLogs(config.log_dir, config.transaction_log_level)
+        try:
+            self._construct(config)
+        except BaseException:
+            self.release()  # a broker that cannot be built leaves no open log or store file behind
+            raise
+
+    def _construct(self, config: BrokerConfig) -> None:
+        """Everything after the logs are open (the constructor closes them if this raises)."""
         self.store = MessageStore(config.data_dir, config.flush, store_host=self.broker_addr)
         self.topics = TopicManager(config.data_dir, default_queue_nums=config.default_queue_nums)
         self.clients = ClientRegistry()
@@ -117,6 +125,16 @@ class Broker:
             from .grpc.server import GrpcEndpoint  # noqa: PLC0415 - optional dependency (grpcio)
 
             self.grpc = GrpcEndpoint(self)
+
+    def release(self) -> None:
+        """Close the store and the log files of a broker whose start failed (or was never
+        attempted); :meth:`stop` does this and more for a started one."""
+        store = self.__dict__.get("store")
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
+        with contextlib.suppress(Exception):
+            self.logs.close()
 
     # -- properties -----------------------------------------------------------------------------
     @property
