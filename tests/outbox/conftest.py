@@ -25,7 +25,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.append(_HERE)
 
-from outbox_kit import Base  # noqa: E402 - needs the path above
+from outbox_kit import Base, Side  # noqa: E402 - needs the path above
 
 PG_URL = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
 DATABASES = ["sqlite"] + (["postgresql"] if PG_URL else [])
@@ -97,3 +97,12 @@ def pg(tmp_path: Path) -> Iterator[Db]:
 @pytest.fixture
 def sqlite(tmp_path: Path) -> Iterator[Db]:
     yield from make_db("sqlite", tmp_path)
+
+
+@pytest.fixture(params=["rocketmq", "rocketmq5"])
+def side(request: pytest.FixtureRequest, tmp_path: Path) -> Side:
+    """Each backend on its embedded broker (``txmsg_broker`` / ``txmsg_grpc_broker``)."""
+    broker = request.getfixturevalue(
+        "txmsg_grpc_broker" if request.param == "rocketmq5" else "txmsg_broker"
+    )
+    return Side(request.param, broker, tmp_path)

@@ -133,6 +133,7 @@ class RelayStats:
     """Failed send attempts (each retried or dead)."""
     dead: int
     cycles: int
+    """Cycles run (looks at the outbox, with or without rows to send)."""
     in_back_off: int
     """Rows this relay is waiting to retry (its time wheel)."""
 
@@ -426,6 +427,8 @@ class Relay:
         """
         if self._lockable is None:
             self._check_database()
+        with self._lock:
+            self._counts["cycles"] += 1
         factory = self.outbox.session_factory
         limit = self.outbox.batch_size
         if self._lockable:
@@ -549,7 +552,6 @@ class Relay:
         """Once the marks committed: figures, the wheel, logs, hooks."""
         now = time.monotonic()
         with self._lock:
-            self._counts["cycles"] += 1
             self._counts["sent"] += marks.sent
             self._counts["failed"] += marks.failed
             self._counts["dead"] += len(marks.dead)
