@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from txmsg.sqla import create_engine, create_tables, make_session_factory
@@ -40,10 +40,13 @@ class Db:
     sessions: sessionmaker[Session]
     schema: str | None = None
 
-    def engine_kwargs(self) -> dict[str, object]:
+    def url_for_cli(self) -> str:
+        """The URL with the schema in it (for ``--database``)."""
         if self.schema is None:
-            return {}
-        return {"connect_args": {"options": f"-csearch_path={self.schema}"}}
+            return self.url
+        return str(
+            make_url(self.url).update_query_dict({"options": f"-csearch_path={self.schema}"})
+        )
 
 
 def _admin(sql: str) -> None:

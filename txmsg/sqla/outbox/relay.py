@@ -322,6 +322,43 @@ class Relay:
             in_back_off=in_back_off,
         )
 
+    def drain(self) -> int:
+        """Send what is due now in the calling thread, cycle after cycle, until a cycle finds
+        nothing due or sends nothing; returns how many rows were sent.  For ``txmsg outbox relay --drain`` (a
+        one-off or cron-style relay) and tests; not while this relay's thread runs.
+
+        Rows in back-off (not due yet) and dead rows stay.  On SQLite the relay takes the lease
+        first and gives it up at the end.
+
+        Raises:
+            LifecycleError: the relay's thread is running, or (SQLite) another relay holds the
+                lease.
+            ConfigError: as :meth:`start`.
+        """
+        if self._thread is not None and self._thread.is_alive():
+            raise LifecycleError(
+                f"outbox {self.outbox.group!r}: the relay's thread is running; drain() is for a "
+                "relay without one"
+            )
+        if self._lockable is None:
+            self._check_database()
+        if not self._lockable and not self._hold_lease():
+            raise LifecycleError(
+                f"outbox {self.outbox.group!r}: another relay ({self._holder}) sends this "
+                "outbox's rows in this SQLite database; stop it first, or let it do the work"
+            )
+        before = self.stats().sent
+        try:
+            while True:
+                sent = self.stats().sent
+                if not self.cycle() or self.stats().sent == sent:
+                    break  # nothing due, or nothing went (the broker refuses: not in a loop)
+        finally:
+            if not self._lockable:
+                store.release_lease(self.outbox.session_factory, self.outbox.group, self.owner)
+                self._renewed = -1.0e18
+        return self.stats().sent - before
+
     # ---- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
         failures = 0
