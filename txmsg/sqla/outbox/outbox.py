@@ -188,7 +188,9 @@ class Outbox:
             sharding_key: ordered: the key's rows are sent with ``send_orderly`` (RocketMQ 5: the
                 FIFO message group), one at a time, in the order their transactions committed.
                 A second transaction writing the same key waits here until the first one ends.
-            keys, tags, properties: as the message's (``TXMSG_DEDUP_KEY`` is set by the relay).
+            keys: message keys (a string or several), searchable in the broker's tools.
+            tags: the message's tag.
+            properties: user properties (``TXMSG_DEDUP_KEY`` is set by the relay).
             delay_level: RocketMQ delay level 1..18, counted from the relay's send.
             deliver_at: an aware ``datetime`` or epoch seconds (RocketMQ 5 backends).
 
