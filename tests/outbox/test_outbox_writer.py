@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from outbox_kit import Order, bodies_by_seq, outbox_rows
 from sqlalchemy import inspect, select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 from txmsg_broker.testing import wait_until
 
 from conftest import Db
@@ -327,6 +327,18 @@ def test_a_session_that_wrote_rows_wakes_the_relay_on_commit_only(db: Db) -> Non
     session.close()
     assert woken == ["wake"]
     outbox._relay = None
+
+
+def test_a_scoped_session_writes_in_its_current_session(db: Db) -> None:
+    _, outbox = app_with_outbox(db)
+    scoped = scoped_session(db.sessions)
+    try:
+        with scoped.begin():
+            scoped.add(Order(ref="scoped"))
+            outbox.send(scoped, "t", b"x", sharding_key="k")
+    finally:
+        scoped.remove()
+    assert [r.body for r in outbox_rows(db.sessions)] == [b"x"]
 
 
 def test_the_row_is_typed_as_documented(db: Db) -> None:

@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 
 from txmsg.errors import ConfigError, InvalidMessageError, LifecycleError
 from txmsg.names import NameRule, check_name, rocketmq_rule
@@ -167,7 +167,7 @@ class Outbox:
     # ---- writing --------------------------------------------------------------------------------
     def send(
         self,
-        session: Session,
+        session: Session | scoped_session[Session],
         topic: str,
         payload: Any,
         *,
@@ -200,8 +200,10 @@ class Outbox:
             InvalidNameError: the topic name is refused by RocketMQ or the app's backend.
             InvalidMessageError: the payload cannot be converted or is over ``max_body_bytes``;
                 an invalid option (a delayed ordered message, a reserved property, ...); or
-                ``session`` is not a SQLAlchemy ``Session``.
+                ``session`` is not a SQLAlchemy ``Session`` (or ``scoped_session``).
         """
+        if isinstance(session, scoped_session):
+            session = session()  # the thread's (or request's) current session
         if not isinstance(session, Session):
             raise InvalidMessageError(
                 f"outbox {self.group}: send() writes in your transaction, so it needs your "
