@@ -46,6 +46,9 @@ BENCHES: tuple[Bench, ...] = (
     Bench("orderly_throughput", "orderly listener: other keys' msgs/s with one key poisoned / "
           "unpoisoned >= 0.9 (txmsg/raw orderly consumer with 1 and 8 threads reported as t1/t8)",
           ("--messages", "3000", "--rounds", "1"), ()),
+    Bench("outbox_throughput", "outbox: commit tx/s with/without one outbox.send >= 0.8, relay / raw "
+          "plain sends msgs/s >= 0.8, p99 commit->stored <= 50 ms (ratio = worse of the two ratios)",
+          ("--seconds", "1", "--rounds", "1", "--messages", "500", "--latency-seconds", "2"), ()),
     Bench("chaos", "kill -9 chaos: every committed order processed exactly once (ratio 1.0, "
           "0 violations)", ("--mode", "short"), ("--mode", "long")),
 )

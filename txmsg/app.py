@@ -58,12 +58,15 @@ from txmsg.registry import (
 
 if TYPE_CHECKING:
     from txmsg.orderly import ParkedEvent
+    from txmsg.sqla.engine import SessionFactory
+    from txmsg.sqla.outbox import Outbox, OutboxDeadEvent, RetryPolicy
 
 log = logging.getLogger("txmsg.app")
 
 BACKEND_GROUP = "txmsg.backends"
 
 H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
+D = TypeVar("D", bound="Callable[[OutboxDeadEvent], Any]")
 
 
 def backend_entry_points() -> list[importlib.metadata.EntryPoint]:
@@ -176,6 +179,8 @@ class TxMsg:
         self._instances: dict[str, Any] = {}  # group -> the listener of the running producer
         self._producers: dict[str, Producer] = {}
         self._stops: list[Callable[[float], None]] = []
+        self._outboxes: dict[str, Outbox] = {}
+        self._outbox_dead_hooks: list[Callable[[OutboxDeadEvent], Any]] = []
         self._lock = threading.RLock()
         self._state = "new"  # new -> started -> closed
 
@@ -241,6 +246,80 @@ class TxMsg:
         :meth:`txmsg.ListenerRegistry.on_parked`."""
         self._setup("add an on_parked hook")
         return self.registry.on_parked(fn)
+
+    def add_outbox(
+        self,
+        *,
+        group: str,
+        session_factory: SessionFactory,
+        relay: bool = True,
+        retry: RetryPolicy | None = None,
+        poll_interval: float = 1.0,
+        batch_size: int = 64,
+        max_body_bytes: int | None = None,
+        lease: float = 15.0,
+    ) -> Outbox:
+        """Declare a transactional outbox whose relay sends with producer ``group``; returns it.
+
+        ``outbox.send(session, topic, payload, ...)`` writes a message in your SQLAlchemy
+        transaction; the relay sends it after the commit (:mod:`txmsg.sqla.outbox`).  With
+        ``relay=True`` (default) the relay runs in this process from :meth:`start` to
+        :meth:`close` (the group's plain-send producer is declared for it); with ``relay=False``
+        it runs elsewhere (``txmsg outbox relay --app MODULE:app``).  The other options are
+        :class:`txmsg.sqla.outbox.Outbox`'s.
+
+        Raises:
+            InvalidNameError: RocketMQ or the backend refuses ``group``.
+            ConfigError: an invalid option.
+            ListenerDefinitionError: the app has an outbox of that group already.
+        """
+        self._setup(f"add the outbox {group!r}")
+        from txmsg.sqla.outbox import Outbox  # noqa: PLC0415 - SQLAlchemy only when used
+        from txmsg.sqla.outbox.writer import DEFAULT_MAX_BODY_BYTES  # noqa: PLC0415
+
+        if group in self._outboxes:
+            raise ListenerDefinitionError(
+                f"this app has an outbox of group {group!r} already; use that one (one outbox "
+                "per group: its rows and relay belong to it)"
+            )
+        outbox = Outbox(
+            group=group,
+            session_factory=session_factory,
+            relay=relay,
+            retry=retry,
+            poll_interval=poll_interval,
+            batch_size=batch_size,
+            max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
+            lease=lease,
+            name_rules=self.name_rules,
+        )
+        if relay:
+            self.registry.add_producer(group)
+        self._outboxes[group] = outbox
+        return outbox
+
+    def on_outbox_dead(self, fn: D) -> D:
+        """Decorator: ``fn(event)`` is called with a :class:`txmsg.sqla.outbox.OutboxDeadEvent`
+        each time a relay of this app gives up on an outbox row (after the ERROR log line): page
+        someone, count a metric.  Runs on the relay's thread; an exception is logged and ignored.
+        Returns ``fn`` unchanged."""
+        self._setup("add an on_outbox_dead hook")
+        if not callable(fn):
+            raise ListenerDefinitionError(
+                f"@on_outbox_dead decorates a function fn(event) (an OutboxDeadEvent), not {fn!r}"
+            )
+        self._outbox_dead_hooks.append(fn)
+        return fn
+
+    @property
+    def outboxes(self) -> dict[str, Outbox]:
+        """A copy: outbox group -> :class:`~txmsg.sqla.outbox.Outbox`."""
+        return dict(self._outboxes)
+
+    @property
+    def outbox_dead_hooks(self) -> tuple[Callable[[OutboxDeadEvent], Any], ...]:
+        """Hooks registered with :meth:`on_outbox_dead`, in registration order."""
+        return tuple(self._outbox_dead_hooks)
 
     def include(self, registry: ListenerRegistry) -> None:
         """Take every listener, consumer, plain producer group and ``on_parked`` hook declared in
@@ -444,6 +523,10 @@ class TxMsg:
                 cspec.topic,
                 " (orderly)" if cspec.orderly else "",
             )
+        for group, outbox in sorted(self._outboxes.items()):
+            if outbox.relay_in_process:  # stopped with the consumers, before the producers
+                outbox.start_relay(self._producers[group], hooks=self.outbox_dead_hooks)
+                self._stops.append(outbox.stop_relay)
 
     def _instance_for(self, spec: ListenerSpec) -> Any:
         if spec.group in self._chosen:

@@ -20,6 +20,12 @@ SHARDING_KEY = "__SHARDINGKEY"
 """Message property holding the sharding key of an ordered send (RocketMQ's
 ``MessageConst.PROPERTY_SHARDING_KEY``), so consumers see which key a message was ordered by."""
 
+DEDUP_KEY = "TXMSG_DEDUP_KEY"
+"""Message property naming what copies of one message share, when the sender knows better than
+``UNIQ_KEY``: the outbox relay sets it to the row's stable key, because a row sent again after a
+crash gets a new ``UNIQ_KEY`` from the client.  Idempotent consumers de-duplicate on it first
+(:func:`txmsg.sqla.idempotent.message_key`)."""
+
 DELAY_LEVELS: tuple[int, ...] = (
     1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
 )

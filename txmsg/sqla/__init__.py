@@ -1,5 +1,6 @@
 """SQLAlchemy integration: local transactions with transaction records, record-backed check-backs,
-idempotent consumers, parked keys of orderly consumers (:mod:`txmsg.sqla.parking`).
+idempotent consumers, parked keys of orderly consumers (:mod:`txmsg.sqla.parking`), the
+transactional outbox (:mod:`txmsg.sqla.outbox`).
 
 Quick start::
 
@@ -45,6 +46,9 @@ from txmsg.sqla.models import (
     create_tables,
     metadata,
 )
+
+# the outbox's tables join txmsg's metadata here, so create_tables() and Alembic see them
+from txmsg.sqla.outbox import models as _outbox_models  # noqa: F401
 from txmsg.sqla.parking import (
     ParkedKeyView,
     ParkedMessageView,

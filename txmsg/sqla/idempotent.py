@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from txmsg.errors import InvalidMessageError, ListenerDefinitionError, TxMsgError
-from txmsg.message import UNIQ_KEY, Message
+from txmsg.message import DEDUP_KEY, UNIQ_KEY, Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.models import ConsumedMessage, ConsumeStat, utcnow
 
@@ -38,8 +38,10 @@ Handler = Callable[[Message, Session], object]
 
 
 def message_key(message: Message) -> str | None:
-    """The dedup key: ``UNIQ_KEY`` (the same on every copy of a message), else the message id."""
-    return message.properties.get(UNIQ_KEY) or message.message_id
+    """The dedup key: ``DEDUP_KEY`` when the sender set one (the outbox: a row sent again gets a
+    new ``UNIQ_KEY``), else ``UNIQ_KEY`` (the same on every copy of a message), else the id."""
+    props = message.properties
+    return props.get(DEDUP_KEY) or props.get(UNIQ_KEY) or message.message_id
 
 
 class DuplicateMessage(Exception):

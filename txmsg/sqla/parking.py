@@ -43,7 +43,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message
+from txmsg.message import DEDUP_KEY, SHARDING_KEY, UNIQ_KEY, Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage, utcnow
@@ -64,10 +64,12 @@ def sharding_key_of(message: Message) -> str:
 
 
 def parked_message_key(message: Message) -> str:
-    """What makes a parked message unique in its group: ``UNIQ_KEY`` (the same on every copy of a
-    message), else the message id, else its queue position; a random key when nothing identifies
+    """What makes a parked message unique in its group: ``DEDUP_KEY`` (an outbox row's stable key),
+    else ``UNIQ_KEY`` (the same on every copy of a message), else the message id, else its queue position; a random key when nothing identifies
     it (then a redelivery after a crash could be parked twice)."""
-    key = message.properties.get(UNIQ_KEY) or message.message_id
+    key = (
+        message.properties.get(DEDUP_KEY) or message.properties.get(UNIQ_KEY) or message.message_id
+    )
     if key:
         return key
     if message.queue_id is not None and message.queue_offset is not None:

@@ -1,7 +1,9 @@
 """Wire the after-sales sample: two services, two databases, two txmsg apps.
 
-* the **after-sales service** (:func:`aftersales_app`): a plain producer group
-  (``app.add_producer``) whose ``send_orderly`` publishes each order's events to one queue;
+* the **after-sales service** (:func:`aftersales_app`): a transactional outbox
+  (``app.add_outbox``) in the cases database; each step's event is written in the step's own
+  transaction and the outbox's relay publishes it with ``send_orderly`` (an order's events to one
+  queue, in commit order);
 * the **settlement service** (:func:`settlement_app`): the orderly, idempotent listener, its
   alert hook (``app.on_parked``), parked messages in its own database.
 
@@ -77,16 +79,20 @@ class ParkedAlerts:
                     out.write(json.dumps(asdict(event), default=str) + "\n")
 
 
-def aftersales_app(config: TxMsgConfig) -> TxMsg:
-    """The after-sales service's app (not started): one plain producer group."""
+def aftersales_app(
+    config: TxMsgConfig, cases_db: sessionmaker[Session], *, relay: bool = True
+) -> TxMsg:
+    """The after-sales service's app (not started): the outbox of producer group
+    ``PRODUCER_GROUP`` in the cases database, its relay started with the app (``relay=False``:
+    the relay runs elsewhere, ``txmsg outbox relay --app ...``)."""
     app = TxMsg(config)
-    app.add_producer(group=PRODUCER_GROUP)
+    app.add_outbox(group=PRODUCER_GROUP, session_factory=cases_db, relay=relay)
     return app
 
 
 def aftersales_service(app: TxMsg, cases_db: sessionmaker[Session]) -> AfterSalesService:
-    """The service, with the started app's producer."""
-    return AfterSalesService(app.producer(PRODUCER_GROUP), cases_db)
+    """The service, writing its events through the app's outbox."""
+    return AfterSalesService(app.outboxes[PRODUCER_GROUP], cases_db)
 
 
 def settlement_app(

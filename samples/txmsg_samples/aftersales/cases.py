@@ -1,32 +1,35 @@
 """After-sales service: decides liability, pays refunds, closes cases - and publishes each step.
 
 Why not ``send_in_transaction``: a transactional message is not an ordered one (its half message
-goes to any queue), and here order is the point.  So every step writes its state change and an
-*outbox* row in ONE database transaction, and :meth:`AfterSalesService.publish` sends the order's
-unsent rows with ``send_orderly(..., sharding_key=order_id)`` in ``seq`` order:
+goes to any queue), and here order is the point.  So every step writes its state change, its
+event (:class:`CaseEvent`, the order's numbered history) and the event's message through txmsg's
+transactional outbox (:meth:`txmsg.sqla.outbox.Outbox.send`) in ONE database transaction; the
+outbox's relay sends the message after the commit with ``send_orderly(sharding_key=order_id)``,
+an order's events one at a time in the order their transactions committed:
 
-* crash after the commit, before the send: the row stays unsent; :meth:`publish_pending` (run it
-  at start-up and every few seconds) sends it - nothing is lost;
-* crash after the send, before the row is marked sent: it is sent again; the consumer sees a
-  ``seq`` it already applied and skips it - nothing is applied twice;
-* two publishers of one order: the unsent rows are read ``FOR UPDATE`` (PostgreSQL row locks;
-  SQLite writers are serialised), so the second waits and then finds them sent - never reordered.
+* crash before the commit: nothing was written, nothing is sent;
+* crash after the commit, before the send: the outbox row stays; the relay (of this process
+  after a restart, or of another instance) sends it - nothing is lost;
+* crash after the send, before the row was marked sent: it is sent again with the same
+  ``TXMSG_DEDUP_KEY``; the settlement service's idempotent listener absorbs the copy (and would
+  skip a ``seq`` it already applied anyway) - nothing is applied twice;
+* the broker down: the steps still commit; their messages wait in the outbox.
 
-The sends run inside that database transaction (milliseconds each): simple and correct, at the
-price of holding the order's rows (on SQLite: the write lock) while the broker answers.
+Two steps of one order at once: the case row is locked (``with_for_update``) and the outbox
+numbers an order's rows under a lock of its own, so the order's events keep their ``seq`` order.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import cast
 
-from sqlalchemy import DateTime, Integer, LargeBinary, String, UniqueConstraint, func, select
+from sqlalchemy import Integer, String, UniqueConstraint, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from txmsg.sqla import SessionFactory
+from txmsg.sqla.outbox import Outbox
 from txmsg_samples.aftersales.events import (
     CASE_CLOSED,
     LIABILITY_DECIDED,
@@ -54,10 +57,11 @@ class AfterSalesCase(CasesBase):
     liable: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
-class OutboxEvent(CasesBase):
-    """An event committed with its state change, sent afterwards in ``seq`` order per order."""
+class CaseEvent(CasesBase):
+    """An event of an order as the service committed it: ``seq`` 1, 2, 3 ... per order.  Its
+    message goes through the outbox in the same transaction."""
 
-    __tablename__ = "aftersales_outbox"
+    __tablename__ = "aftersales_event"
     __table_args__ = (UniqueConstraint("order_id", "seq"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -65,34 +69,19 @@ class OutboxEvent(CasesBase):
     order_id: Mapped[str] = mapped_column(String(64), index=True)
     seq: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
-    body: Mapped[bytes] = mapped_column(LargeBinary)
-    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class CaseStateError(Exception):
     """The step does not follow from the case's state (e.g. paying before deciding)."""
 
 
-class OrderedPublisher(Protocol):
-    """What the service needs of a txmsg ``Producer``."""
-
-    def send_orderly(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | None = None,
-        tags: str | None = None,
-        properties: dict[str, str] | None = None,
-    ) -> Any: ...
-
-
 class AfterSalesService:
-    """The after-sales service's use cases.  ``producer`` is ``app.producer(PRODUCER_GROUP)``."""
+    """The after-sales service's use cases.  ``outbox`` is the app's outbox
+    (``app.outboxes[PRODUCER_GROUP]``, see :func:`txmsg_samples.aftersales.app.aftersales_app`);
+    ``sessions`` the service's database, the outbox's too."""
 
-    def __init__(self, producer: OrderedPublisher, sessions: SessionFactory) -> None:
-        self.producer = producer
+    def __init__(self, outbox: Outbox, sessions: SessionFactory) -> None:
+        self.outbox = outbox
         self.sessions = sessions
 
     # ---- use cases ------------------------------------------------------------------------------
@@ -129,37 +118,6 @@ class AfterSalesService:
         """Nothing left to do on the case; publishes ``CaseClosed``."""
         return self._step(case_id, REFUNDED, CLOSED, CASE_CLOSED, None)
 
-    # ---- publishing -----------------------------------------------------------------------------
-    def publish(self, order_id: str) -> int:
-        """Send the order's unsent events in ``seq`` order; returns how many were sent.
-
-        A send error propagates and rolls the marks back: those rows are sent again later
-        (:meth:`publish_pending`) and the consumer skips the ones it already applied.
-        """
-        sent = 0
-        with self.sessions() as session, session.begin():
-            rows = session.scalars(
-                select(OutboxEvent)
-                .where(OutboxEvent.order_id == order_id, OutboxEvent.sent_at.is_(None))
-                .order_by(OutboxEvent.seq)
-                .with_for_update()
-            ).all()
-            for row in rows:
-                self.producer.send_orderly(
-                    TOPIC, row.body, sharding_key=row.order_id, keys=row.event_id, tags=row.kind
-                )
-                row.sent_at = datetime.now(UTC)
-                sent += 1
-        return sent
-
-    def publish_pending(self) -> int:
-        """Send every unsent event (after a crash, and periodically); returns how many."""
-        with self.sessions() as session:
-            orders = session.scalars(
-                select(OutboxEvent.order_id).where(OutboxEvent.sent_at.is_(None)).distinct()
-            ).all()
-        return sum(self.publish(order_id) for order_id in orders)
-
     def _step(
         self,
         case_id: str,
@@ -190,22 +148,35 @@ class AfterSalesService:
                 payment_ref=payment_ref,
             )
             session.add(
-                OutboxEvent(
-                    event_id=event.event_id,
-                    order_id=event.order_id,
-                    seq=event.seq,
-                    kind=kind,
-                    body=event.body(),
+                CaseEvent(
+                    event_id=event.event_id, order_id=event.order_id, seq=event.seq, kind=kind
                 )
             )
-        self.publish(event.order_id)
+            # the message, in this transaction: the relay sends it after the commit
+            self.outbox.send(
+                session,
+                TOPIC,
+                event.body(),
+                sharding_key=event.order_id,
+                keys=event.event_id,
+                tags=kind,
+            )
         return event
 
 
 def _next_seq(session: Session, order_id: str) -> int:
     """The order's next event number (the UNIQUE (order_id, seq) stops a concurrent duplicate)."""
-    last = session.scalar(select(func.max(OutboxEvent.seq)).where(OutboxEvent.order_id == order_id))
+    last = session.scalar(select(func.max(CaseEvent.seq)).where(CaseEvent.order_id == order_id))
     return int(last or 0) + 1
+
+
+def events(sessions: SessionFactory, order_id: str | None = None) -> list[CaseEvent]:
+    """The committed events (of one order), by order and ``seq``."""
+    query = select(CaseEvent).order_by(CaseEvent.order_id, CaseEvent.seq)
+    if order_id is not None:
+        query = query.where(CaseEvent.order_id == order_id)
+    with sessions() as session:
+        return list(session.scalars(query))
 
 
 def case_status(sessions: SessionFactory, case_id: str) -> str | None:

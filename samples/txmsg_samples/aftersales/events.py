@@ -16,7 +16,7 @@ from typing import Any, Literal
 TOPIC = "aftersales-events"
 """Ordered topic of the after-sales service (a FIFO topic on RocketMQ 5)."""
 PRODUCER_GROUP = "aftersales-service"
-"""Plain producer group of the after-sales service (``app.add_producer``)."""
+"""The after-sales service's outbox (``app.add_outbox``): the producer group its relay sends with."""
 
 LIABILITY_DECIDED = "LiabilityDecided"
 REFUND_PAID = "RefundPaid"

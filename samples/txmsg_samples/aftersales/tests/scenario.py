@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from txmsg import Producer
+from txmsg.message import SendResult
 from txmsg.sqla import ConsumedMessage
 from txmsg_samples.aftersales import settlement
-from txmsg_samples.aftersales.cases import AfterSalesService, OutboxEvent
+from txmsg_samples.aftersales.cases import AfterSalesService, CaseEvent
 from txmsg_samples.aftersales.events import KINDS
 from txmsg_samples.aftersales.settlement import MerchantAccount, OrderSettlement
 
@@ -34,18 +38,51 @@ def refund_of(order_id: str) -> int:
 
 
 class QueueRecorder:
-    """Wraps the real producer: remembers the queue each sharding key went to (SendResult)."""
+    """The outbox relay's sender in the tests: the real producer, remembering the queue each
+    sharding key went to (``SendResult.queue_id``)."""
 
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Producer) -> None:
         self.producer = producer
         self.queues: dict[str, set[int | None]] = defaultdict(set)
         self._lock = threading.Lock()
 
-    def send_orderly(self, topic: str, payload: Any, *, sharding_key: str, **options: Any) -> Any:
-        result = self.producer.send_orderly(topic, payload, sharding_key=sharding_key, **options)
-        with self._lock:
-            self.queues[sharding_key].add(result.queue_id)
-        return result
+    def send_orderly_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        sharding_key: str,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> Future[SendResult]:
+        future = self.producer.send_orderly_async(
+            topic, payload, sharding_key=sharding_key, keys=keys, tags=tags, properties=properties
+        )
+
+        def note(done: Future[SendResult]) -> None:
+            if done.exception() is None:
+                with self._lock:
+                    self.queues[sharding_key].add(done.result().queue_id)
+
+        future.add_done_callback(note)
+        return future
+
+    def send_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> Future[SendResult]:
+        return self.producer.send_async(
+            topic, payload, keys=keys, tags=tags, properties=properties,
+            delay_level=delay_level, deliver_at=deliver_at,
+        )
 
 
 def open_accounts(db: sessionmaker[Session]) -> None:
@@ -84,7 +121,7 @@ def assert_applied_once_in_order(
     events in seq order 1..n, and each merchant was charged each refund once."""
     with cases_db() as session:
         sent = {
-            (e.order_id, e.seq, e.kind, e.event_id) for e in session.scalars(select(OutboxEvent))
+            (e.order_id, e.seq, e.kind, e.event_id) for e in session.scalars(select(CaseEvent))
         }
     with settlement_db() as session:
         entries = settlement.ledger(session)

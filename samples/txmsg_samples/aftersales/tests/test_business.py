@@ -1,32 +1,36 @@
-"""The after-sales sample without a broker: the service's outbox and the settlement rules."""
+"""The after-sales sample without a broker: the service's events through txmsg's outbox (written
+in each step's transaction; the relay sends them in order after the commit) and the settlement
+rules."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from txmsg import ConfigError
-from txmsg.message import UNIQ_KEY, Message
+from txmsg import ConfigError, Producer
+from txmsg.errors import SendError
+from txmsg.message import DEDUP_KEY, UNIQ_KEY, Message, OutgoingMessage, SendResult
 from txmsg.sqla import create_engine, create_tables, make_session_factory
+from txmsg.sqla.outbox import Outbox, Relay, RetryPolicy
 from txmsg_samples.aftersales import settlement
 from txmsg_samples.aftersales.cases import (
     CLOSED,
     AfterSalesService,
     CasesBase,
     CaseStateError,
-    OutboxEvent,
     case_status,
+    events,
 )
 from txmsg_samples.aftersales.events import (
     CASE_CLOSED,
     LIABILITY_DECIDED,
+    PRODUCER_GROUP,
     REFUND_PAID,
     TOPIC,
     AfterSalesEvent,
@@ -43,45 +47,70 @@ from txmsg_samples.aftersales.settlement import (
 )
 
 
-@dataclass
-class Sent:
-    topic: str
-    body: bytes
-    sharding_key: str
-    keys: str | None
-    tags: str | None
+class RecordingSender:
+    """A plain-send client of our own for the relay (the broker tests use the real ones): keeps
+    what it was handed, in order; ``fail`` makes the next sends fail the way a broker that is
+    down does."""
 
+    group = PRODUCER_GROUP
 
-@dataclass
-class RecordingPublisher:
-    """Stand-in for a txmsg Producer: keeps what ``send_orderly`` got; ``fail`` makes the next
-    sends raise, the way a broker that is down does."""
+    def __init__(self) -> None:
+        self.sent: list[OutgoingMessage] = []
+        self.fail = 0
+        self.lock = threading.Lock()
 
-    sent: list[Sent] = field(default_factory=list)
-    fail: int = 0
+    def send_async(self, message: OutgoingMessage) -> Future[SendResult]:
+        future: Future[SendResult] = Future()
+        with self.lock:
+            if self.fail:
+                self.fail -= 1
+                future.set_exception(SendError("broker unreachable"))
+                return future
+            self.sent.append(message)
+            future.set_result(SendResult(message_id=uuid.uuid4().hex, send_status="SEND_OK"))
+        return future
 
-    def send_orderly(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | None = None,
-        tags: str | None = None,
-        properties: dict[str, str] | None = None,
-    ) -> None:
-        if self.fail:
-            self.fail -= 1
-            raise ConnectionError("broker unreachable")
-        self.sent.append(Sent(topic, payload, sharding_key, keys, tags))
+    def send(self, message: OutgoingMessage) -> SendResult:
+        return self.send_async(message).result()
+
+    def send_oneway(self, message: OutgoingMessage) -> None:
+        self.send(message)
+
+    def send_batch(self, messages: object) -> SendResult:
+        raise SendError("not used by the relay")
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
 
 
 @pytest.fixture
 def cases_db(tmp_path: Path) -> Iterator[sessionmaker[Session]]:
     engine = create_engine(f"sqlite:///{tmp_path / 'cases.db'}")
     CasesBase.metadata.create_all(engine)
+    create_tables(engine)  # the outbox's tables
     yield make_session_factory(engine)
     engine.dispose()
+
+
+@pytest.fixture
+def service(cases_db: sessionmaker[Session]) -> AfterSalesService:
+    return AfterSalesService(Outbox(group=PRODUCER_GROUP, session_factory=cases_db), cases_db)
+
+
+def written(service: AfterSalesService) -> list[Message]:
+    """The messages in the outbox (not sent yet), each order's in ``seq`` order, as a consumer
+    would get them (with the stable key the relay adds)."""
+    return [
+        Message(
+            topic=row.message.topic,
+            body=row.message.body,
+            tags=row.message.tags,
+            keys=row.message.keys,
+            properties={UNIQ_KEY: uuid.uuid4().hex, DEDUP_KEY: row.message_key},
+            sharding_key=row.sharding_key,
+        )
+        for row in service.outbox.rows()
+    ]
 
 
 @pytest.fixture
@@ -91,17 +120,6 @@ def settlement_db(tmp_path: Path) -> Iterator[sessionmaker[Session]]:
     create_tables(engine)
     yield make_session_factory(engine)
     engine.dispose()
-
-
-def as_message(sent: Sent) -> Message:
-    return Message(
-        topic=sent.topic,
-        body=sent.body,
-        tags=sent.tags,
-        keys=sent.keys,
-        properties={UNIQ_KEY: uuid.uuid4().hex},
-        sharding_key=sent.sharding_key,
-    )
 
 
 def apply(db: sessionmaker[Session], message: Message) -> None:
@@ -127,64 +145,67 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         load(bad, env={})
 
 
-def test_case_publishes_its_events_in_order(cases_db: sessionmaker[Session]) -> None:
-    publisher = RecordingPublisher()
-    service = AfterSalesService(publisher, cases_db)
+def test_case_writes_its_events_in_order_in_each_steps_transaction(
+    service: AfterSalesService, cases_db: sessionmaker[Session]
+) -> None:
     service.open_case("c-1", "o-1", "m-1", 2_500)
     with pytest.raises(CaseStateError, match="RefundPaid needs it DECIDED"):
         service.pay_refund("c-1", "pay-1")  # the service itself never pays before deciding
+    assert written(service) == []  # the refused step wrote nothing
     service.decide_liability("c-1", "merchant")
     service.pay_refund("c-1", "pay-1")
     service.close_case("c-1")
     assert case_status(cases_db, "c-1") == CLOSED
-    events = [AfterSalesEvent.from_body(s.body) for s in publisher.sent]
-    assert [(e.kind, e.seq) for e in events] == [
+    messages = written(service)
+    decoded = [AfterSalesEvent.from_body(m.body) for m in messages]
+    assert [(e.kind, e.seq) for e in decoded] == [
         (LIABILITY_DECIDED, 1),
         (REFUND_PAID, 2),
         (CASE_CLOSED, 3),
     ]
-    assert {(s.topic, s.sharding_key) for s in publisher.sent} == {(TOPIC, "o-1")}
-    assert [s.tags for s in publisher.sent] == [e.kind for e in events]
-    assert [s.keys for s in publisher.sent] == [e.event_id for e in events]
+    assert {(m.topic, m.sharding_key) for m in messages} == {(TOPIC, "o-1")}
+    assert [m.tags for m in messages] == [e.kind for e in decoded]
+    assert [m.keys for m in messages] == [e.event_id for e in decoded]
+    assert [(e.seq, e.event_id) for e in events(cases_db, "o-1")] == [
+        (e.seq, e.event_id) for e in decoded
+    ]
     # a second case of the same order continues the order's counter
     service.open_case("c-2", "o-1", "m-1", 100)
     assert service.decide_liability("c-2", "platform").seq == 4
 
 
-def test_failed_send_stays_in_the_outbox_and_goes_later_in_order(
-    cases_db: sessionmaker[Session],
+def test_the_relay_sends_an_orders_events_in_order_after_failures(
+    service: AfterSalesService,
 ) -> None:
-    publisher = RecordingPublisher()
-    service = AfterSalesService(publisher, cases_db)
+    """The broker is down for the first two sends: the steps commit anyway, the relay retries,
+    and the order's events reach the broker in ``seq`` order."""
     service.open_case("c-1", "o-1", "m-1", 2_500)
-    publisher.fail = 2
-    with pytest.raises(ConnectionError):
-        service.decide_liability("c-1", "platform")  # committed; the send failed
-    with pytest.raises(ConnectionError):
-        service.pay_refund("c-1", "pay-1")  # committed too; publish tries seq 1 first and fails
-    assert publisher.sent == []
-    assert service.publish_pending() == 2
-    assert [AfterSalesEvent.from_body(s.body).seq for s in publisher.sent] == [1, 2]
-    assert service.publish_pending() == 0
-    with cases_db() as s:
-        assert all(row.sent_at is not None for row in s.scalars(select(OutboxEvent)))
+    service.decide_liability("c-1", "platform")
+    service.pay_refund("c-1", "pay-1")
+    sender = RecordingSender()
+    sender.fail = 2
+    service.outbox.retry = RetryPolicy(max_attempts=5, first_delay=0, max_delay=0)
+    relay = Relay(service.outbox, Producer(group=PRODUCER_GROUP, message_sender=sender))
+    while relay.cycle():
+        pass
+    assert [AfterSalesEvent.from_body(m.body).seq for m in sender.sent] == [1, 2]
+    assert [m.sharding_key for m in sender.sent] == ["o-1", "o-1"]
+    assert service.outbox.stats().unsent == 0
 
 
 def test_settlement_applies_in_order_and_skips_resends(
-    cases_db: sessionmaker[Session], settlement_db: sessionmaker[Session]
+    service: AfterSalesService, settlement_db: sessionmaker[Session]
 ) -> None:
-    publisher = RecordingPublisher()
-    service = AfterSalesService(publisher, cases_db)
     with settlement_db() as s, s.begin():
         settlement.open_account(s, "m-1", 10_000)
     service.open_case("c-1", "o-1", "m-1", 2_500)
     service.decide_liability("c-1", "merchant")
     service.pay_refund("c-1", "pay-1")
     service.close_case("c-1")
-    messages = [as_message(s) for s in publisher.sent]
+    messages = written(service)
     for message in messages:
         apply(settlement_db, message)
-    apply(settlement_db, as_message(publisher.sent[1]))  # the service sent it again: skipped
+    apply(settlement_db, messages[1])  # sent again (a relay died before marking it): skipped
     with settlement_db() as s:
         assert [(e.seq, e.kind, e.party, e.amount_cents) for e in settlement.ledger(s)] == [
             (1, LIABILITY_DECIDED, "merchant", 0),
@@ -200,15 +221,13 @@ def test_settlement_applies_in_order_and_skips_resends(
 
 
 def test_out_of_order_events_are_refused(
-    cases_db: sessionmaker[Session], settlement_db: sessionmaker[Session]
+    service: AfterSalesService, settlement_db: sessionmaker[Session]
 ) -> None:
     """The bug the sample is about: the refund consumed before the liability decision."""
-    publisher = RecordingPublisher()
-    service = AfterSalesService(publisher, cases_db)
     service.open_case("c-1", "o-1", "m-1", 2_500)
     service.decide_liability("c-1", "platform")
     service.pay_refund("c-1", "pay-1")
-    decided, refunded = (as_message(s) for s in publisher.sent)
+    decided, refunded = written(service)
     with pytest.raises(OutOfOrder, match="got RefundPaid seq 2 but applied only up to seq 0"):
         apply(settlement_db, refunded)
     # a refund event that claims to be the first: no decision to charge anyone by
@@ -229,13 +248,11 @@ def test_out_of_order_events_are_refused(
 
 
 def test_poison_until_the_merchant_account_exists(
-    cases_db: sessionmaker[Session], settlement_db: sessionmaker[Session]
+    service: AfterSalesService, settlement_db: sessionmaker[Session]
 ) -> None:
-    publisher = RecordingPublisher()
-    service = AfterSalesService(publisher, cases_db)
     service.open_case("c-1", "o-1", "m-new", 2_500)
     service.decide_liability("c-1", "merchant")
-    (decided,) = (as_message(s) for s in publisher.sent)
+    (decided,) = written(service)
     for _ in range(2):
         with pytest.raises(UnknownMerchant, match="merchant m-new has no settlement account"):
             apply(settlement_db, decided)

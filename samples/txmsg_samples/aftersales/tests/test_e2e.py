@@ -9,17 +9,23 @@ in order, exactly once, and the order flows live again."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
 from txmsg_broker.testing import create_group, create_topic, wait_until
 
-from txmsg import TxMsgConfig
+from txmsg import TxMsg, TxMsgConfig
 from txmsg.sqla import parking
 from txmsg_samples.aftersales import settlement
-from txmsg_samples.aftersales.app import ParkedAlerts, aftersales_app, settlement_app
-from txmsg_samples.aftersales.cases import AfterSalesService
+from txmsg_samples.aftersales.app import (
+    ParkedAlerts,
+    aftersales_app,
+    aftersales_service,
+    settlement_app,
+)
 from txmsg_samples.aftersales.events import KINDS, PRODUCER_GROUP, TOPIC, AfterSalesEvent
 from txmsg_samples.aftersales.settings import AfterSalesSettings
 from txmsg_samples.aftersales.tests.conftest import CONNECT, Dbs
@@ -34,6 +40,19 @@ from txmsg_samples.aftersales.tests.scenario import (
     others_done,
     run_cases,
 )
+
+
+@contextmanager
+def relaying(app: TxMsg) -> Iterator[QueueRecorder]:
+    """Run the started ``app``'s outbox relay over a :class:`QueueRecorder` until the block ends
+    (before the app closes its producer)."""
+    outbox = app.outboxes[PRODUCER_GROUP]
+    recorder = QueueRecorder(app.producer(PRODUCER_GROUP))
+    outbox.start_relay(recorder)
+    try:
+        yield recorder
+    finally:
+        outbox.stop_relay()
 
 
 def write_config(path: Path, backend: str, connect: dict[str, Any], dbs: Dbs, alerts: Path) -> Path:
@@ -89,9 +108,11 @@ def test_poisoned_order_parks_alone_and_replays_in_order_once(
     )
     open_accounts(dbs.settlement)
     alerts = ParkedAlerts(settings.alerts_file)
-    with settlement_app(config, settings, dbs.settlement, alerts), aftersales_app(config) as pub:
-        sender = QueueRecorder(pub.producer(PRODUCER_GROUP))
-        service = AfterSalesService(sender, dbs.cases)
+    # the after-sales service's relay sends through a recorder of the queues (started by hand)
+    pub = aftersales_app(config, dbs.cases, relay=False)
+    pub.add_producer(group=PRODUCER_GROUP)
+    with settlement_app(config, settings, dbs.settlement, alerts), pub, relaying(pub) as sender:
+        service = aftersales_service(pub, dbs.cases)
         run_cases(service)
 
         def parked_behind() -> int:

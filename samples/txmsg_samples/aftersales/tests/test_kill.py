@@ -25,9 +25,8 @@ from txmsg_broker.testing import create_group, create_topic, wait_until
 from txmsg import TxMsgConfig
 from txmsg.sqla import parking
 from txmsg_samples.aftersales import settlement
-from txmsg_samples.aftersales.app import aftersales_app
-from txmsg_samples.aftersales.cases import AfterSalesService
-from txmsg_samples.aftersales.events import KINDS, PRODUCER_GROUP, TOPIC, AfterSalesEvent
+from txmsg_samples.aftersales.app import aftersales_app, aftersales_service
+from txmsg_samples.aftersales.events import KINDS, TOPIC, AfterSalesEvent
 from txmsg_samples.aftersales.tests.conftest import CONNECT, Dbs
 from txmsg_samples.aftersales.tests.scenario import (
     NEW_MERCHANT,
@@ -102,8 +101,8 @@ def test_kill_mid_park_then_restart(
     first = Child(config_file, log, ready)
     children.append(first)
 
-    with aftersales_app(TxMsgConfig(backend=backend_name, **connect)) as pub:
-        service = AfterSalesService(pub.producer(PRODUCER_GROUP), dbs.cases)
+    with aftersales_app(TxMsgConfig(backend=backend_name, **connect), dbs.cases) as pub:
+        service = aftersales_service(pub, dbs.cases)
         run_cases(service)
         wait_until(
             ready.exists,

@@ -1,0 +1,81 @@
+"""Issue 25, step 3: the retry policy's back-off and the time wheel that wakes the relay when a
+row's back-off ends (no database, no broker)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from txmsg.errors import ConfigError, InvalidMessageError, InvalidNameError, SendError
+from txmsg.sqla.outbox import RetryPolicy, TimeWheel, is_permanent
+
+
+def test_back_off_doubles_up_to_its_cap_and_the_defaults_span_about_an_hour() -> None:
+    policy = RetryPolicy(max_attempts=6, first_delay=0.5, max_delay=3.0)
+    assert [policy.delay(n) for n in range(0, 7)] == [0.0, 0.5, 1.0, 2.0, 3.0, 3.0, 3.0]
+    assert [policy.exhausted(n) for n in (5, 6, 7)] == [False, True, True]
+    assert policy.window == 0.5 + 1 + 2 + 3 + 3
+    default = RetryPolicy()
+    assert default.max_attempts == 16
+    assert 3600 <= default.window <= 4200  # a broker down for minutes leaves no dead rows
+    assert default.delay(10_000) == default.max_delay
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_attempts": 0},
+        {"max_attempts": 1.5},
+        {"max_attempts": True},
+        {"first_delay": -1},
+        {"first_delay": float("nan")},
+        {"max_delay": "1"},
+        {"first_delay": 5, "max_delay": 1},
+    ],
+)
+def test_an_invalid_policy_is_refused(options: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        RetryPolicy(**options)  # type: ignore[arg-type]
+
+
+def test_only_what_the_backend_refused_before_sending_is_final() -> None:
+    assert is_permanent(InvalidMessageError("oversize"))
+    assert is_permanent(InvalidNameError("bad", kind="topic", name="a b"))
+    assert not is_permanent(SendError("no route"))
+    assert not is_permanent(TimeoutError())
+    assert not is_permanent(RuntimeError("?"))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_wheel_hands_out_each_entry_at_its_deadline_never_before(seed: int) -> None:
+    rng = random.Random(seed)
+    now = [1000.0]
+    wheel = TimeWheel(tick=0.05, slots=rng.choice([1, 2, 8, 64, 512]), clock=lambda: now[0])
+    deadlines: dict[int, float] = {}
+    out: list[int] = []
+    for step in range(300):
+        if rng.random() < 0.5:  # some deadlines already passed, some turns away
+            at = now[0] + rng.random() * rng.choice([0.01, 1, 5, 50]) - rng.random() * 0.1
+            deadlines[step] = at
+            wheel.schedule(step, at)
+        waiting = [at for item, at in deadlines.items() if item not in out]
+        assert wheel.next_deadline() == (min(waiting) if waiting else None)
+        now[0] += rng.random() * rng.choice([0.01, 0.3, 3, 30])
+        due = wheel.due(now[0])
+        assert all(deadlines[item] <= now[0] for item in due)  # never early
+        assert [deadlines[i] for i in due] == sorted(deadlines[i] for i in due)
+        out += due
+        assert not [i for i, at in deadlines.items() if at <= now[0] and i not in out]  # never late
+        assert len(wheel) == len(deadlines) - len(out)
+
+
+def test_the_wheel_refuses_a_nonsense_shape_and_clears() -> None:
+    with pytest.raises(ConfigError):
+        TimeWheel(tick=0)
+    with pytest.raises(ConfigError):
+        TimeWheel(slots=0)
+    wheel = TimeWheel(clock=lambda: 0.0)
+    wheel.schedule("x", 1.0)
+    wheel.clear()
+    assert (len(wheel), wheel.next_deadline(), wheel.due(5.0)) == (0, None, [])

@@ -1,0 +1,311 @@
+"""``Outbox``: messages written in the service's own database transaction, sent after it commits.
+
+::
+
+    outbox = app.add_outbox(group="order-outbox", session_factory=Session)
+
+    with Session() as session, session.begin():
+        order.status = "PAID"                                   # your change
+        outbox.send(session, "order-events", {"id": order.id, "event": "paid"},
+                    sharding_key=order.id)                      # same transaction
+    # committed: the relay sends it (ordered by order id) within milliseconds
+
+Why an outbox beside transactional (half) messages: the message is a row of the business
+transaction, so it exists exactly when the business change does, with no check-back to write;
+and what half messages cannot do works: ordered *and* transactional messages (a RocketMQ 5 topic
+is either FIFO or TRANSACTION, a 4.x transactional send cannot choose its queue), several
+messages to several topics in one transaction, delayed ones.  The price: the relay's database
+work, and delivery after the commit instead of with it (docs/guide/outbox.md compares them).
+
+Nothing leaves before the commit and a rollback leaves nothing: :meth:`Outbox.send` only inserts
+a row in the caller's session.  The relay (:mod:`txmsg.sqla.outbox.relay`) is woken by that
+session's commit through one ``after_commit`` listener on SQLAlchemy's ``Session`` class (it looks
+for a marker :meth:`Outbox.send` leaves in ``session.info``; sessions that wrote no outbox row pay
+one dictionary lookup per commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session, scoped_session
+
+from txmsg.errors import ConfigError, InvalidMessageError, LifecycleError
+from txmsg.names import NameRule, check_name, rocketmq_rule
+from txmsg.sqla.engine import SessionFactory
+from txmsg.sqla.outbox import store
+from txmsg.sqla.outbox.policy import RetryPolicy
+from txmsg.sqla.outbox.relay import DeadHook, OutboxSender, Relay, RelayStats
+from txmsg.sqla.outbox.writer import DEFAULT_MAX_BODY_BYTES, OutboxReceipt, row_values, write_row
+
+log = logging.getLogger("txmsg.outbox")
+
+WAKE_MARK = "txmsg_outbox_wake"
+"""``session.info`` key: the outboxes whose relays the session's next commit wakes."""
+
+_listening = False
+_listening_lock = threading.Lock()
+
+
+def _after_commit(session: Session) -> None:
+    outboxes = session.info.pop(WAKE_MARK, None)
+    if outboxes:
+        for outbox in outboxes:
+            outbox.wake()
+
+
+def _after_rollback(session: Session) -> None:
+    session.info.pop(WAKE_MARK, None)
+
+
+def _listen_once() -> None:
+    """Install the two ``Session`` class listeners (once per process)."""
+    global _listening
+    with _listening_lock:
+        if not _listening:
+            event.listen(Session, "after_commit", _after_commit)
+            event.listen(Session, "after_rollback", _after_rollback)
+            _listening = True
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """An outbox's backlog in its database and, when this process runs its relay, the relay's
+    figures."""
+
+    group: str
+    unsent: int
+    """Rows not sent yet: due, in back-off, or behind an earlier row of their key."""
+    oldest_unsent_age: float | None
+    """Seconds since the oldest unsent row was written (None when nothing is unsent): the
+    figure to alert on, since a growing one means the relay is not keeping up or is stuck."""
+    dead: int
+    """Rows that will not be sent until ``txmsg outbox retry``."""
+    relay: RelayStats | None
+    """This process's relay of the outbox (None when it runs elsewhere)."""
+
+
+class Outbox:
+    """An outbox of one producer group in one database.  Declare it with
+    :meth:`txmsg.TxMsg.add_outbox`; the app runs its relay between ``start()`` and ``close()``.
+
+    Parameters (keyword-only, as ``add_outbox`` takes them):
+        group: the producer group the relay sends with; also the rows' ``outbox`` column, so
+            several outboxes can share a database.
+        session_factory: sessions on the database where the business tables and txmsg's tables
+            are (``txmsg.sqla.make_session_factory(engine)``); the relay uses it too.
+        relay: run the relay in this process (default).  False for processes that only write
+            (web workers): run ``txmsg outbox relay --app MODULE:app`` elsewhere.
+        retry: back-off and attempts of failed sends (:class:`RetryPolicy`).
+        poll_interval: seconds between the relay's looks for rows its process did not write.
+        batch_size: rows a relay cycle sends at once (at most one per sharding key).
+        max_body_bytes: larger bodies are refused by :meth:`send` (the broker's limit).
+        lease: SQLite only: seconds a relay's lease lasts without renewal.
+        send_timeout: seconds a cycle waits for the broker's answers before counting a send as
+            failed (the backend's own send timeout answers first, normally).
+        name_rules: the topic rules of the app's backend (the app passes them).
+    """
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        session_factory: SessionFactory,
+        relay: bool = True,
+        retry: RetryPolicy | None = None,
+        poll_interval: float = 1.0,
+        batch_size: int = 64,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        lease: float = 15.0,
+        send_timeout: float = 30.0,
+        name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
+    ) -> None:
+        check_name("producer_group", group, owner="add_outbox", rules=name_rules)
+        if not callable(session_factory):
+            raise ConfigError(
+                f"outbox {group!r}: session_factory must return SQLAlchemy sessions "
+                f"(txmsg.sqla.make_session_factory(engine)), got {session_factory!r}"
+            )
+        for name, value, low in (
+            ("poll_interval", poll_interval, 0.01),
+            ("lease", lease, 1.0),
+            ("send_timeout", send_timeout, 0.1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"outbox {group!r}: {name} must be seconds, got {value!r}")
+            if not math.isfinite(value) or value < low:
+                raise ConfigError(f"outbox {group!r}: {name} must be >= {low} s, got {value!r}")
+        for name, count in (("batch_size", batch_size), ("max_body_bytes", max_body_bytes)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ConfigError(f"outbox {group!r}: {name} must be an int >= 1, got {count!r}")
+        if poll_interval > lease / 3:
+            raise ConfigError(
+                f"outbox {group!r}: poll_interval ({poll_interval} s) must be at most lease / 3 "
+                f"({lease / 3:.1f} s): a SQLite relay renews its lease between polls"
+            )
+        self.group = group
+        self.session_factory = session_factory
+        self.relay_in_process = bool(relay)
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.poll_interval = float(poll_interval)
+        self.batch_size = batch_size
+        self.max_body_bytes = max_body_bytes
+        self.lease = float(lease)
+        self.send_timeout = float(send_timeout)
+        self.name_rules = name_rules
+        self._relay: Relay | None = None
+        self._lock = threading.Lock()
+        _listen_once()
+
+    # ---- writing --------------------------------------------------------------------------------
+    def send(
+        self,
+        session: Session | scoped_session[Session],
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        sharding_key: str | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> OutboxReceipt:
+        """Write ``payload`` for ``topic`` into the outbox, in ``session``'s transaction.
+
+        Nothing is sent now: the relay sends the row after the transaction commits, and a
+        rollback leaves nothing.  Options are those of ``Producer.send`` /
+        ``Producer.send_orderly``:
+
+        Parameters:
+            sharding_key: ordered: the key's rows are sent with ``send_orderly`` (RocketMQ 5: the
+                FIFO message group), one at a time, in the order their transactions committed.
+                A second transaction writing the same key waits here until the first one ends.
+            keys: message keys (a string or several), searchable in the broker's tools.
+            tags: the message's tag.
+            properties: user properties (``TXMSG_DEDUP_KEY`` is set by the relay).
+            delay_level: RocketMQ delay level 1..18, counted from the relay's send.
+            deliver_at: an aware ``datetime`` or epoch seconds (RocketMQ 5 backends).
+
+        Returns the row's id, stable message key and ``seq``.
+
+        Raises:
+            InvalidNameError: the topic name is refused by RocketMQ or the app's backend.
+            InvalidMessageError: the payload cannot be converted or is over ``max_body_bytes``;
+                an invalid option (a delayed ordered message, a reserved property, ...); or
+                ``session`` is not a SQLAlchemy ``Session`` (or ``scoped_session``).
+        """
+        if isinstance(session, scoped_session):
+            session = session()  # the thread's (or request's) current session
+        if not isinstance(session, Session):
+            raise InvalidMessageError(
+                f"outbox {self.group}: send() writes in your transaction, so it needs your "
+                f"SQLAlchemy Session (outbox.send(session, topic, payload)), not "
+                f"{type(session).__name__}"
+            )
+        values = row_values(
+            self.group,
+            topic,
+            payload,
+            keys=keys,
+            tags=tags,
+            properties=properties,
+            sharding_key=sharding_key,
+            delay_level=delay_level,
+            deliver_at=deliver_at,
+            name_rules=self.name_rules,
+            max_body_bytes=self.max_body_bytes,
+        )
+        receipt = write_row(session, values)
+        session.info.setdefault(WAKE_MARK, set()).add(self)
+        return receipt
+
+    # ---- the relay ------------------------------------------------------------------------------
+    def start_relay(self, sender: OutboxSender, *, hooks: Sequence[DeadHook] = ()) -> Relay:
+        """Start this process's relay of the outbox, sending with ``sender`` (the group's
+        :class:`txmsg.Producer`); ``hooks`` get each dead row.  The app calls it at ``start()``.
+
+        Raises:
+            LifecycleError: a relay of this outbox runs in this process already.
+            ConfigError: as :meth:`Relay.start`.
+        """
+        with self._lock:
+            if self._relay is not None and self._relay.state != "closed":
+                raise LifecycleError(
+                    f"outbox {self.group!r} already has a relay in this process; close it first"
+                )
+            relay = Relay(self, sender, hooks=hooks)
+            relay.start()
+            self._relay = relay
+            return relay
+
+    @property
+    def relay(self) -> Relay | None:
+        """This process's relay of the outbox (None when it has none)."""
+        return self._relay
+
+    def wake(self) -> None:
+        """Wake this process's relay (the commit of a session that wrote rows does)."""
+        relay = self._relay
+        if relay is not None:
+            relay.wake()
+
+    def stop_relay(self, timeout: float = 10.0) -> None:
+        """Close this process's relay, if any (see :meth:`Relay.close`)."""
+        relay = self._relay
+        if relay is not None:
+            relay.close(timeout)
+
+    # ---- figures and operations -----------------------------------------------------------------
+    def stats(self) -> OutboxStats:
+        """Unsent rows, the oldest unsent row's age and dead rows (one query), with this
+        process's relay figures."""
+        (backlog,) = store.backlogs(self.session_factory, self.group)
+        relay = self._relay
+        return OutboxStats(
+            group=self.group,
+            unsent=backlog.unsent,
+            oldest_unsent_age=backlog.oldest_unsent_age(),
+            dead=backlog.dead,
+            relay=relay.stats() if relay is not None else None,
+        )
+
+    def rows(
+        self, *, state: str | None = None, sharding_key: str | None = None, limit: int = 100
+    ) -> list[store.OutboxRowView]:
+        """Unsent and dead rows (``state="DEAD"`` for dead ones only), a key's in send order."""
+        return store.rows(
+            self.session_factory, self.group, state=state, sharding_key=sharding_key, limit=limit
+        )
+
+    def retry_dead(
+        self, *, sharding_key: str | None = None, ids: Sequence[int] | None = None
+    ) -> list[int]:
+        """Make dead rows (all, a key's, or ``ids``) pending again; returns their ids."""
+        found = store.retry_dead(self.session_factory, self.group, sharding_key=sharding_key, ids=ids)
+        if found:
+            self.wake()
+        return found
+
+    def discard_dead(
+        self, *, sharding_key: str | None = None, ids: Sequence[int] | None = None
+    ) -> list[int]:
+        """Delete dead rows (all, a key's, or ``ids``) unsent; returns their ids."""
+        found = store.discard_dead(
+            self.session_factory, self.group, sharding_key=sharding_key, ids=ids
+        )
+        if found:
+            self.wake()
+        return found
+
+    def __repr__(self) -> str:
+        where = "relay in process" if self.relay_in_process else "relay elsewhere"
+        return f"<Outbox group={self.group!r} {where}>"
+

@@ -1,0 +1,71 @@
+"""How the outbox relay retries: back-off per attempt, when a row is dead, which errors are final.
+
+Why these defaults: a relay retries what the broker refused for a while (a broker restarting, a
+topic being created, a network fault) without burying the broker under retries, and gives up
+only after about an hour, so a broker outage of minutes leaves no dead rows; what can never be
+sent (an invalid name, an oversize body, a topic of the wrong type: errors the backend raises as
+:class:`~txmsg.InvalidMessageError` / :class:`~txmsg.InvalidNameError`, nothing sent) is dead at
+the first attempt, since retrying it would only hold back its key's later rows for nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from txmsg.errors import ConfigError, InvalidMessageError, InvalidNameError
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Back-off of failed sends: attempt ``n`` (1-based) failed -> wait
+    ``min(first_delay * 2 ** (n - 1), max_delay)`` seconds; after ``max_attempts`` failures the
+    row is dead.  The defaults (16 attempts, 1 s doubling up to 10 min) span about 67 minutes.
+    """
+
+    max_attempts: int = 16
+    first_delay: float = 1.0
+    max_delay: float = 600.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1 (1 = no retry), got {self.max_attempts}")
+        for name in ("first_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+        if self.max_delay < self.first_delay:
+            raise ConfigError(
+                f"max_delay ({self.max_delay}) must be >= first_delay ({self.first_delay})"
+            )
+
+    def delay(self, attempts: int) -> float:
+        """Seconds to wait after the ``attempts``-th failed send (1-based)."""
+        if attempts < 1:
+            return 0.0
+        exponent = min(attempts - 1, 64)  # 2 ** 64 s is past any max_delay
+        return float(min(self.first_delay * 2**exponent, self.max_delay))
+
+    def exhausted(self, attempts: int) -> bool:
+        """True when ``attempts`` failures make the row dead."""
+        return attempts >= self.max_attempts
+
+    @property
+    def window(self) -> float:
+        """Seconds from the first failure to the row's death, if every attempt fails at once."""
+        return sum(self.delay(n) for n in range(1, self.max_attempts))
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether a send that raised ``error`` can never succeed as it is: the backend refused the
+    message itself (invalid name, oversize body, a topic of the wrong type) before sending it."""
+    return isinstance(error, InvalidMessageError | InvalidNameError)
+
+
+def describe(error: BaseException) -> str:
+    """``"Type: message"`` as stored in ``last_error`` and logged."""
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,640 @@
+"""The relay: sends committed outbox rows with the backend's plain and ordered sends.
+
+One relay thread per outbox and process.  It runs a *cycle* whenever something may be due: woken
+by the commit of a session that wrote outbox rows (SQLAlchemy's ``after_commit``, so a message
+normally reaches the broker milliseconds after its transaction), by the time wheel when a row's
+back-off ends, and at least every ``poll_interval`` seconds for rows other processes left
+(a crashed service, another instance, ``txmsg outbox retry``).
+
+A cycle takes up to ``batch_size`` due rows (rows without a sharding key, and the *first* row of
+each key: :func:`txmsg.sqla.outbox.store.due_rows`), sends them all at once with the producer's
+asynchronous sends (``send_orderly_async`` with the sharding key for keyed rows; at most one row
+per key is in flight, so a key's rows reach the broker one at a time, in order), waits for the
+answers, then deletes the sent rows and records the failures.  A key's next row is first only
+once the row before it is gone.
+
+Several relays on PostgreSQL share the rows: a cycle's rows are taken ``FOR UPDATE SKIP LOCKED``
+and stay locked while they are sent, in the same transaction that deletes them, so a row is sent
+by one relay at a time; a killed relay's locks go with its connection and its rows are sent
+again by another.  On SQLite (no row locks; one writer at a time) one relay per outbox and
+database sends: it holds a lease row, renewed every ``lease / 3`` seconds; another relay waits
+(*standby*) and takes over when the holder closes, dies (a process of this host that no longer
+exists) or stops renewing.  The SQLite relay reads in one short transaction and deletes in
+another, never holding the database's write lock while the broker answers.
+
+Failures: a row the backend refused for good (:func:`txmsg.sqla.outbox.policy.is_permanent`) is
+dead at once; any other failure is retried after the :class:`~txmsg.sqla.outbox.policy.RetryPolicy`
+back-off (its key's later rows wait; other keys flow), and dead after the last attempt.  Dead
+rows are logged at ERROR and handed to the ``@app.on_outbox_dead`` hooks.  When every send of a
+cycle failed (a broker down), the relay also pauses as a whole, 0.5 s doubling up to 30 s, so it
+does not hammer a broker that is coming back.  When the database fails, the relay logs it and
+tries again, backing off the same way: nothing is lost, the rows wait in the database.
+
+At least once: a relay killed after the broker stored a message and before the row's deletion
+committed leaves the row, and it is sent again.  Every copy carries the row's stable key in the
+``TXMSG_DEDUP_KEY`` property, on which idempotent consumers de-duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import Engine, inspect
+
+from txmsg.errors import ClosedError, ConfigError, LifecycleError, SendError
+from txmsg.message import DEDUP_KEY, SendResult
+from txmsg.sqla.engine import is_in_memory_sqlite, read_only
+from txmsg.sqla.journal import _pid_alive, host_identity
+from txmsg.sqla.models import utcnow
+from txmsg.sqla.outbox import store
+from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease
+from txmsg.sqla.outbox.policy import describe, is_permanent
+from txmsg.sqla.outbox.wheel import TimeWheel
+
+if TYPE_CHECKING:
+    from txmsg.sqla.outbox.outbox import Outbox
+
+log = logging.getLogger("txmsg.outbox")
+
+MAX_PAUSE = 30.0
+"""Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
+PURGE_EVERY = 600.0
+"""Seconds between two purges of idle key lock rows."""
+KEY_IDLE = timedelta(hours=1)
+"""A key lock row without rows is purged after this long unused."""
+
+
+class OutboxSender(Protocol):
+    """What the relay needs of a producer: :class:`txmsg.Producer`'s asynchronous sends."""
+
+    def send_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> Future[SendResult]: ...
+
+    def send_orderly_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        sharding_key: str,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> Future[SendResult]: ...
+
+
+@dataclass(frozen=True)
+class OutboxDeadEvent:
+    """What an ``@app.on_outbox_dead`` hook receives when a row becomes dead."""
+
+    group: str
+    """The outbox (its producer group)."""
+    id: int
+    message_key: str
+    topic: str
+    sharding_key: str | None
+    attempts: int
+    error: str
+    """The last send's error, as ``"Type: message"``."""
+    permanent: bool
+    """True when the backend refused the message for good (dead at the first attempt)."""
+    dead_at: datetime
+
+
+DeadHook = Callable[[OutboxDeadEvent], Any]
+
+
+@dataclass(frozen=True)
+class RelayStats:
+    """Figures of one relay since it started."""
+
+    state: str
+    """``new``, ``running``, ``standby`` (SQLite: another relay holds the lease), ``closed``."""
+    owner: str
+    sent: int
+    failed: int
+    """Failed send attempts (each retried or dead)."""
+    dead: int
+    cycles: int
+    """Cycles run (looks at the outbox, with or without rows to send)."""
+    in_back_off: int
+    """Rows this relay is waiting to retry (its time wheel)."""
+
+
+@dataclass(frozen=True)
+class _Row:
+    """What a cycle needs of a row, read in its transaction."""
+
+    id: int
+    message_key: str
+    topic: str
+    tags: str | None
+    keys: str | None
+    properties: dict[str, str]
+    body: bytes
+    sharding_key: str | None
+    delay_level: int | None
+    deliver_at_ms: int | None
+    attempts: int
+
+    @classmethod
+    def of(cls, row: OutboxMessage) -> _Row:
+        return cls(
+            id=row.id,
+            message_key=row.message_key,
+            topic=row.topic,
+            tags=row.tags,
+            keys=row.keys,
+            properties=dict(row.properties or {}),
+            body=row.body,
+            sharding_key=row.sharding_key,
+            delay_level=row.delay_level,
+            deliver_at_ms=row.deliver_at_ms,
+            attempts=row.attempts,
+        )
+
+
+@dataclass
+class _Outcome:
+    row: _Row
+    result: SendResult | None = None
+    error: BaseException | None = None
+    skipped: bool = False
+    """Not sent because the producer is closing: the row stays as it was."""
+
+
+@dataclass
+class _Marks:
+    """What a cycle wrote, acted on once it committed."""
+
+    sent: int = 0
+    retry: list[tuple[int, float]] = field(default_factory=list)
+    """(row id, seconds of back-off)."""
+    dead: list[OutboxDeadEvent] = field(default_factory=list)
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Relay:
+    """The relay of one outbox in this process (see the module docstring).
+
+    Made by :meth:`txmsg.sqla.outbox.Outbox.start_relay` (the app calls it at ``start()``; the
+    ``txmsg outbox relay`` command in a process of its own).
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        sender: OutboxSender,
+        *,
+        hooks: Sequence[DeadHook] = (),
+    ) -> None:
+        self.outbox = outbox
+        self.sender = sender
+        self.hooks = tuple(hooks)
+        self.owner = f"{host_identity()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.host = self.owner.partition(":")[0]
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._wheel = TimeWheel()
+        self._thread: threading.Thread | None = None
+        self._lockable: bool | None = None
+        self._state = "new"
+        self._holder: str | None = None  # SQLite: who holds the lease when we stand by
+        self._renewed = -1.0e18
+        self._purged = time.monotonic()
+        self._pause_streak = 0
+        self._counts = {"sent": 0, "failed": 0, "dead": 0, "cycles": 0}
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> Relay:
+        """Check the database and start the relay's thread.
+
+        Raises:
+            ConfigError: the outbox tables are missing (``txmsg.sqla.create_tables(engine)``),
+                or the database is an in-memory SQLite one (its one connection cannot be shared
+                by the relay's thread and the writers').
+            LifecycleError: the relay was closed.
+        """
+        if self._state == "closed":
+            raise LifecycleError(f"the relay of outbox {self.outbox.group!r} is closed")
+        if self._thread is not None:
+            return self
+        self._check_database()
+        self._state = "running"
+        self._thread = threading.Thread(
+            target=self._run, name=f"txmsg-outbox-{self.outbox.group}", daemon=True
+        )
+        self._thread.start()
+        log.info("outbox=%s: relay %s started", self.outbox.group, self.owner)
+        return self
+
+    def _check_database(self) -> None:
+        with self.outbox.session_factory() as session:
+            bind = session.get_bind()
+            engine: Engine = bind if isinstance(bind, Engine) else bind.engine
+            dialect = engine.dialect.name
+            tables = [
+                OutboxMessage.__tablename__,
+                OutboxKey.__tablename__,
+                OutboxRelayLease.__tablename__,
+            ]
+            inspector = inspect(session.connection())
+            missing = [t for t in tables if not inspector.has_table(t)]
+        if missing:
+            raise ConfigError(
+                f"outbox {self.outbox.group!r}: table(s) {', '.join(missing)} missing in its "
+                "database; create them with txmsg.sqla.create_tables(engine) (or add "
+                "txmsg.sqla.metadata to your Alembic target_metadata and migrate)"
+            )
+        if dialect == "sqlite" and is_in_memory_sqlite(engine):
+            raise ConfigError(
+                f"outbox {self.outbox.group!r}: its database is an in-memory SQLite one, which "
+                "the relay's thread cannot share with your transactions; use a file "
+                "(sqlite:///var/app.db) or PostgreSQL"
+            )
+        self._lockable = dialect != "sqlite"
+
+    def wake(self) -> None:
+        """Run a cycle now (called after a commit that wrote rows of this outbox)."""
+        self._wake.set()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop after the cycle in progress (its sends are answered or time out) and give the
+        SQLite lease up so a standby relay takes over at once.  Idempotent."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning(
+                    "outbox=%s: the relay did not stop within %.0f s (a send still waiting for "
+                    "the broker); its rows stay in the outbox and are sent again",
+                    self.outbox.group,
+                    timeout,
+                )
+                return
+        if self._lockable is False:
+            try:
+                store.release_lease(self.outbox.session_factory, self.outbox.group, self.owner)
+            except Exception:  # noqa: BLE001 - the lease runs out on its own
+                log.warning("outbox=%s: could not release the relay lease", self.outbox.group)
+        log.info("outbox=%s: relay %s closed", self.outbox.group, self.owner)
+
+    @property
+    def state(self) -> str:
+        """``new``, ``running``, ``standby`` or ``closed``."""
+        return self._state
+
+    def stats(self) -> RelayStats:
+        """Figures since the relay started."""
+        with self._lock:
+            counts = dict(self._counts)
+            in_back_off = len(self._wheel)
+        return RelayStats(
+            state=self._state,
+            owner=self.owner,
+            sent=counts["sent"],
+            failed=counts["failed"],
+            dead=counts["dead"],
+            cycles=counts["cycles"],
+            in_back_off=in_back_off,
+        )
+
+    def drain(self) -> int:
+        """Send what is due now in the calling thread, cycle after cycle, until a cycle finds
+        nothing due or sends nothing; returns how many rows were sent.  For ``txmsg outbox relay --drain`` (a
+        one-off or cron-style relay) and tests; not while this relay's thread runs.
+
+        Rows in back-off (not due yet) and dead rows stay.  On SQLite the relay takes the lease
+        first and gives it up at the end.
+
+        Raises:
+            LifecycleError: the relay's thread is running, or (SQLite) another relay holds the
+                lease.
+            ConfigError: as :meth:`start`.
+        """
+        if self._thread is not None and self._thread.is_alive():
+            raise LifecycleError(
+                f"outbox {self.outbox.group!r}: the relay's thread is running; drain() is for a "
+                "relay without one"
+            )
+        if self._lockable is None:
+            self._check_database()
+        if not self._lockable and not self._hold_lease():
+            raise LifecycleError(
+                f"outbox {self.outbox.group!r}: another relay ({self._holder}) sends this "
+                "outbox's rows in this SQLite database; stop it first, or let it do the work"
+            )
+        before = self.stats().sent
+        try:
+            while True:
+                sent = self.stats().sent
+                if not self.cycle() or self.stats().sent == sent:
+                    break  # nothing due, or nothing went (the broker refuses: not in a loop)
+        finally:
+            if not self._lockable:
+                store.release_lease(self.outbox.session_factory, self.outbox.group, self.owner)
+                self._renewed = -1.0e18
+        return self.stats().sent - before
+
+    # ---- the loop -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if not self._lockable and not self._hold_lease():
+                    self._stop.wait(min(self.outbox.poll_interval, self.outbox.lease / 3))
+                    continue
+                self._wake.clear()
+                taken = self.cycle()
+                failures = 0
+                self._purge_idle_keys()
+            except Exception as exc:
+                failures += 1
+                pause = min(0.5 * 2 ** (failures - 1), MAX_PAUSE)
+                log.warning(
+                    "outbox=%s: relay cycle failed (%s); the rows stay in the outbox, trying "
+                    "again in %.1f s",
+                    self.outbox.group,
+                    describe(exc),
+                    pause,
+                    exc_info=failures == 1,
+                )
+                self._stop.wait(pause)
+                continue
+            if self._pause_streak:
+                # every send of the cycle failed: give the broker time, whatever wakes us
+                self._stop.wait(min(0.5 * 2 ** (self._pause_streak - 1), MAX_PAUSE))
+                continue
+            if taken >= self.outbox.batch_size:
+                continue  # probably more due now
+            self._wake.wait(self._timeout())
+            with self._lock:
+                self._wheel.due(time.monotonic())
+
+    def _timeout(self) -> float:
+        timeout = self.outbox.poll_interval
+        with self._lock:
+            deadline = self._wheel.next_deadline()
+        if deadline is not None:
+            timeout = min(timeout, max(0.0, deadline - time.monotonic()))
+        return timeout
+
+    def _hold_lease(self) -> bool:
+        """SQLite: take or renew the lease when due; False while another relay holds it."""
+        now = time.monotonic()
+        if self._state == "running" and now - self._renewed < self.outbox.lease / 3:
+            return True
+        held, previous = store.take_lease(
+            self.outbox.session_factory,
+            self.outbox.group,
+            self.owner,
+            lease=timedelta(seconds=self.outbox.lease),
+            is_dead=self._holder_gone,
+        )
+        if not held:
+            if self._state != "standby" or (previous and previous.owner != self._holder):
+                self._holder = previous.owner if previous else None
+                log.warning(
+                    "outbox=%s: another relay (%s) sends this outbox's rows in this SQLite "
+                    "database; this one stands by and takes over when it stops",
+                    self.outbox.group,
+                    self._holder,
+                )
+            if self._state != "closed":
+                self._state = "standby"
+            return False
+        if previous is not None:
+            log.warning(
+                "outbox=%s: relay %s took over from %s (gone)",
+                self.outbox.group,
+                self.owner,
+                previous.owner,
+            )
+        self._renewed = now
+        if self._state == "standby":
+            self._state = "running"
+        return True
+
+    def _holder_gone(self, owner: str, lease_until: datetime, now: datetime) -> bool:
+        if lease_until < now:
+            return True
+        host, _, rest = owner.partition(":")
+        pid = rest.partition(":")[0]
+        return host == self.host and pid.isdigit() and not _pid_alive(int(pid))
+
+    def _purge_idle_keys(self) -> None:
+        if time.monotonic() - self._purged < PURGE_EVERY:
+            return
+        self._purged = time.monotonic()
+        purged = store.purge_idle_keys(
+            self.outbox.session_factory, self.outbox.group, idle_for=KEY_IDLE
+        )
+        if purged:
+            log.debug("outbox=%s: purged %d idle key lock rows", self.outbox.group, purged)
+
+    # ---- one cycle ------------------------------------------------------------------------------
+    def cycle(self) -> int:
+        """Send what is due now, in the calling thread; returns how many rows it took.
+
+        The relay's thread calls it; so may a test or a one-off command (with the relay's
+        thread not running).  On SQLite it does not check the lease: the caller holds it.
+        """
+        if self._lockable is None:
+            self._check_database()
+        with self._lock:
+            self._counts["cycles"] += 1
+        factory = self.outbox.session_factory
+        limit = self.outbox.batch_size
+        if self._lockable:
+            with factory() as session, session.begin():
+                rows = [
+                    _Row.of(r)
+                    for r in store.due_rows(session, self.outbox.group, limit=limit, lock=True)
+                ]
+                if not rows:
+                    return 0
+                outcomes = self._send(rows)
+                marks = self._mark(session, outcomes)
+        else:
+            with factory() as session, session.begin():
+                read_only(session)
+                rows = [
+                    _Row.of(r)
+                    for r in store.due_rows(session, self.outbox.group, limit=limit, lock=False)
+                ]
+            if not rows:
+                return 0
+            outcomes = self._send(rows)
+            with factory() as session, session.begin():
+                marks = self._mark(session, outcomes)
+        self._after(marks)
+        return len(rows)
+
+    def _send(self, rows: list[_Row]) -> list[_Outcome]:
+        """Send every row at once (at most one per sharding key) and collect the answers."""
+        pending: list[tuple[_Outcome, Future[SendResult]]] = []
+        outcomes: list[_Outcome] = []
+        for row in rows:
+            outcome = _Outcome(row)
+            outcomes.append(outcome)
+            properties = {**row.properties, DEDUP_KEY: row.message_key}
+            try:
+                if row.sharding_key is not None:
+                    future = self.sender.send_orderly_async(
+                        row.topic,
+                        row.body,
+                        sharding_key=row.sharding_key,
+                        keys=row.keys,
+                        tags=row.tags,
+                        properties=properties,
+                    )
+                else:
+                    future = self.sender.send_async(
+                        row.topic,
+                        row.body,
+                        keys=row.keys,
+                        tags=row.tags,
+                        properties=properties,
+                        delay_level=row.delay_level,
+                        deliver_at=None if row.deliver_at_ms is None else row.deliver_at_ms / 1000,
+                    )
+            except ClosedError:
+                outcome.skipped = True
+            except Exception as exc:  # noqa: BLE001 - recorded on the row
+                outcome.error = exc
+            else:
+                pending.append((outcome, future))
+        deadline = time.monotonic() + self.outbox.send_timeout
+        for outcome, future in pending:
+            try:
+                outcome.result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                outcome.error = SendError(
+                    f"no answer from the broker within {self.outbox.send_timeout:g} s"
+                )
+            except ClosedError:
+                outcome.skipped = True
+            except Exception as exc:  # noqa: BLE001 - recorded on the row
+                outcome.error = exc
+        return outcomes
+
+    def _mark(self, session: Any, outcomes: list[_Outcome]) -> _Marks:
+        """Delete the sent rows, record the failures (in the caller's transaction)."""
+        marks = _Marks()
+        policy = self.outbox.retry
+        now = utcnow()
+        sent = [o.row.id for o in outcomes if o.result is not None]
+        store.delete_sent(session, sent)
+        marks.sent = len(sent)
+        for outcome in outcomes:
+            if outcome.error is None:
+                continue
+            row, error = outcome.row, outcome.error
+            attempts = row.attempts + 1
+            permanent = is_permanent(error)
+            text = describe(error)
+            marks.failed += 1
+            marks.errors.append(text)
+            if permanent or policy.exhausted(attempts):
+                store.bury(session, row.id, attempts=attempts, error=text, now=now)
+                marks.dead.append(
+                    OutboxDeadEvent(
+                        group=self.outbox.group,
+                        id=row.id,
+                        message_key=row.message_key,
+                        topic=row.topic,
+                        sharding_key=row.sharding_key,
+                        attempts=attempts,
+                        error=store.error_text(text),
+                        permanent=permanent,
+                        dead_at=now,
+                    )
+                )
+            else:
+                delay = policy.delay(attempts)
+                store.retry_later(
+                    session,
+                    row.id,
+                    attempts=attempts,
+                    next_at=now + timedelta(seconds=delay),
+                    error=text,
+                )
+                marks.retry.append((row.id, delay))
+        return marks
+
+    def _after(self, marks: _Marks) -> None:
+        """Once the marks committed: figures, the wheel, logs, hooks."""
+        now = time.monotonic()
+        with self._lock:
+            self._counts["sent"] += marks.sent
+            self._counts["failed"] += marks.failed
+            self._counts["dead"] += len(marks.dead)
+            for row_id, delay in marks.retry:
+                # a tick late: the row's next_attempt_at (wall clock) has surely passed then
+                self._wheel.schedule(row_id, now + delay + self._wheel.tick)
+        broker_down = marks.failed > 0 and marks.sent == 0 and not any(
+            event.permanent for event in marks.dead
+        )
+        self._pause_streak = self._pause_streak + 1 if broker_down else 0
+        if marks.retry:
+            log.warning(
+                "outbox=%s: %d send(s) failed, retried after their back-off (first error: %s); "
+                "their keys' later rows wait",
+                self.outbox.group,
+                len(marks.retry),
+                marks.errors[0] if marks.errors else "?",
+            )
+        for event in marks.dead:
+            self._dead(event)
+
+    def _dead(self, event: OutboxDeadEvent) -> None:
+        key = "" if event.sharding_key is None else f" key={event.sharding_key!r}"
+        why = "can never be sent" if event.permanent else f"dead after {event.attempts} attempts"
+        log.error(
+            "outbox=%s row=%d%s topic=%s message_key=%s: %s (%s)%s. Fix the cause, then "
+            "`txmsg outbox retry --app YOUR_MODULE:app --group %s --id %d` (or `txmsg outbox "
+            "discard ... --id %d --yes` to drop it)",
+            event.group,
+            event.id,
+            key,
+            event.topic,
+            event.message_key,
+            why,
+            event.error,
+            "; the key's later rows wait behind it" if event.sharding_key is not None else "",
+            event.group,
+            event.id,
+            event.id,
+        )
+        for hook in self.hooks:
+            try:
+                hook(event)
+            except Exception:
+                log.exception(
+                    "outbox=%s: on_outbox_dead hook %r raised (ignored)",
+                    event.group,
+                    getattr(hook, "__qualname__", hook),
+                )

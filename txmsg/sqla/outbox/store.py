@@ -1,0 +1,412 @@
+"""The outbox's queries for the relay and the operator: due rows, marks, leases, views, retry,
+discard, figures.
+
+Statements are built once (the relay runs them every cycle).  Every function takes a session
+factory or a session and never holds a transaction longer than its own statements, except
+:func:`due_rows` with ``lock=True``, whose row locks the relay keeps while it sends (see
+:mod:`txmsg.sqla.outbox.relay`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Table, and_, bindparam, delete, exists, func, or_, select, update
+from sqlalchemy.orm import Session, aliased
+
+from txmsg.message import Message
+from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.models import utcnow
+from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease, OutboxState
+
+MAX_ERROR_CHARS = 4000
+"""Errors are stored cut to this length."""
+
+_MESSAGES: Table = OutboxMessage.__table__  # type: ignore[assignment]  # declared a Table
+_M = _MESSAGES.c
+_EARLIER = aliased(OutboxMessage, name="earlier")
+
+PENDING = OutboxState.PENDING.value
+DEAD = OutboxState.DEAD.value
+
+
+def error_text(error: str) -> str:
+    """``error`` cut to :data:`MAX_ERROR_CHARS`."""
+    return error if len(error) <= MAX_ERROR_CHARS else error[: MAX_ERROR_CHARS - 3] + "..."
+
+
+# ---- the relay's rows ---------------------------------------------------------------------------
+_NO_EARLIER_ROW = ~exists().where(
+    _EARLIER.outbox == OutboxMessage.outbox,
+    _EARLIER.sharding_key == OutboxMessage.sharding_key,
+    _EARLIER.seq < OutboxMessage.seq,
+)
+"""A row of a key is sendable only when no row of that key with a smaller ``seq`` is left
+(pending, in back-off or dead): sent rows are deleted, so this is "everything before it went"."""
+
+_DUE = (
+    select(OutboxMessage)
+    .where(
+        OutboxMessage.outbox == bindparam("outbox"),
+        OutboxMessage.state == PENDING,
+        OutboxMessage.next_attempt_at <= bindparam("now"),
+        or_(OutboxMessage.sharding_key.is_(None), _NO_EARLIER_ROW),
+    )
+    .order_by(OutboxMessage.next_attempt_at, OutboxMessage.id)
+    .limit(bindparam("limit"))
+)
+_DUE_LOCKED = _DUE.with_for_update(skip_locked=True, of=OutboxMessage)
+
+
+def due_rows(
+    session: Session, outbox: str, *, limit: int, lock: bool, now: datetime | None = None
+) -> list[OutboxMessage]:
+    """Up to ``limit`` rows to send now: rows without a key, and the first row of each key, whose
+    time has come; oldest due first.  At most one row per sharding key.
+
+    ``lock``: ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): rows another relay is sending are skipped,
+    and so is the rest of their key (a key's next row is not first while the locked one is
+    there), so relays share the rows without breaking a key's order.
+    """
+    statement = _DUE_LOCKED if lock else _DUE
+    params = {"outbox": outbox, "now": now or utcnow(), "limit": limit}
+    return list(session.scalars(statement, params).all())
+
+
+_DELETE_SENT = delete(_MESSAGES).where(_M.id == bindparam("row_id"))
+_RETRY_LATER = (
+    update(_MESSAGES)
+    .where(_M.id == bindparam("row_id"))
+    .values(
+        attempts=bindparam("attempts"),
+        next_attempt_at=bindparam("next_at"),
+        last_error=bindparam("error"),
+    )
+)
+_BURY = (
+    update(_MESSAGES)
+    .where(_M.id == bindparam("row_id"))
+    .values(
+        state=DEAD,
+        attempts=bindparam("attempts"),
+        last_error=bindparam("error"),
+        dead_at=bindparam("now"),
+    )
+)
+
+
+def delete_sent(session: Session, row_ids: Sequence[int]) -> None:
+    """The rows reached the broker: they go (their copies carry their stable key)."""
+    if row_ids:
+        session.connection().execute(_DELETE_SENT, [{"row_id": i} for i in row_ids])
+
+
+def retry_later(
+    session: Session, row_id: int, *, attempts: int, next_at: datetime, error: str
+) -> None:
+    """Record a failed attempt; the row is due again at ``next_at``."""
+    session.connection().execute(
+        _RETRY_LATER,
+        {"row_id": row_id, "attempts": attempts, "next_at": next_at, "error": error_text(error)},
+    )
+
+
+def bury(session: Session, row_id: int, *, attempts: int, error: str, now: datetime) -> None:
+    """Mark the row dead: no more attempts until an operator retries it."""
+    session.connection().execute(
+        _BURY, {"row_id": row_id, "attempts": attempts, "error": error_text(error), "now": now}
+    )
+
+
+# ---- the SQLite relay lease ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Lease:
+    """Who relays an outbox (SQLite)."""
+
+    owner: str
+    lease_until: datetime
+    since: datetime
+
+
+def read_lease(session_factory: SessionFactory, outbox: str) -> Lease | None:
+    """The outbox's relay lease row, if any."""
+    with session_factory() as session, session.begin():
+        read_only(session)
+        row = session.get(OutboxRelayLease, outbox)
+        return None if row is None else Lease(row.owner, row.lease_until, row.since)
+
+
+def take_lease(
+    session_factory: SessionFactory,
+    outbox: str,
+    owner: str,
+    *,
+    lease: timedelta,
+    is_dead: Any,
+) -> tuple[bool, Lease | None]:
+    """Take or renew the lease of ``outbox`` for ``owner`` in one write transaction.
+
+    Returns (held, the previous holder when it was someone else).  ``is_dead(owner, until, now)``
+    says whether another holder is gone (then the lease is taken over at once)."""
+    now = utcnow()
+    with session_factory() as session, session.begin():
+        row = session.get(OutboxRelayLease, outbox)
+        if row is None:
+            session.add(OutboxRelayLease(outbox=outbox, owner=owner, lease_until=now + lease, since=now))
+            return True, None
+        previous = Lease(row.owner, row.lease_until, row.since)
+        if row.owner == owner:
+            row.lease_until = now + lease
+            return True, None
+        if not is_dead(row.owner, row.lease_until, now):
+            return False, previous
+        row.owner, row.lease_until, row.since = owner, now + lease, now
+        return True, previous
+
+
+def holds_lease(session: Session, outbox: str, owner: str) -> bool:
+    """Whether ``owner`` still holds the lease (read inside the caller's write transaction)."""
+    found = session.scalar(
+        select(OutboxRelayLease.owner).where(OutboxRelayLease.outbox == outbox)
+    )
+    return found == owner
+
+
+def release_lease(session_factory: SessionFactory, outbox: str, owner: str) -> None:
+    """Give the lease up (a standby relay takes over at its next look)."""
+    with session_factory() as session, session.begin():
+        session.execute(
+            delete(OutboxRelayLease).where(
+                OutboxRelayLease.outbox == outbox, OutboxRelayLease.owner == owner
+            )
+        )
+
+
+# ---- figures ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Backlog:
+    """What an outbox holds: the figures of ``stats()``, ``txmsg outbox status`` and the doctor."""
+
+    group: str
+    unsent: int
+    """Rows not sent yet (due, in back-off, or waiting behind an earlier row of their key)."""
+    oldest_unsent_at: datetime | None
+    dead: int
+
+    def oldest_unsent_age(self, now: datetime | None = None) -> float | None:
+        """Seconds since the oldest unsent row was written (None when nothing is unsent)."""
+        if self.oldest_unsent_at is None:
+            return None
+        return max(0.0, ((now or utcnow()) - self.oldest_unsent_at).total_seconds())
+
+
+def backlogs(session_factory: SessionFactory, outbox: str | None = None) -> list[Backlog]:
+    """The backlog of ``outbox`` (or of every outbox with rows), by group."""
+    query = select(
+        OutboxMessage.outbox,
+        OutboxMessage.state,
+        func.count(),
+        func.min(OutboxMessage.created_at),
+    ).group_by(OutboxMessage.outbox, OutboxMessage.state)
+    if outbox is not None:
+        query = query.where(OutboxMessage.outbox == outbox)
+    with session_factory() as session, session.begin():
+        read_only(session)
+        found = session.execute(query).all()
+    groups: dict[str, dict[str, Any]] = {}
+    if outbox is not None:
+        groups[outbox] = {}
+    for group, state, count, oldest in found:
+        groups.setdefault(group, {})[state] = (int(count), oldest)
+    out: list[Backlog] = []
+    for group, states in sorted(groups.items()):
+        unsent, oldest = states.get(PENDING, (0, None))
+        dead, _ = states.get(DEAD, (0, None))
+        # MIN() of a UtcDateTime column comes back without the type on some dialects
+        if isinstance(oldest, str):
+            oldest = datetime.fromisoformat(oldest)
+        if isinstance(oldest, datetime) and oldest.tzinfo is None:
+            oldest = oldest.replace(tzinfo=utcnow().tzinfo)
+        out.append(Backlog(group=group, unsent=unsent, oldest_unsent_at=oldest, dead=dead))
+    return out
+
+
+# ---- views for operators ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OutboxRowView:
+    """An unsent or dead row as :func:`rows` lists it; :attr:`message` is what the relay sends
+    (without the stable key property it adds)."""
+
+    id: int
+    group: str
+    message_key: str
+    sharding_key: str | None
+    seq: int | None
+    state: str
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    created_at: datetime
+    dead_at: datetime | None
+    delay_level: int | None
+    deliver_at_ms: int | None
+    message: Message
+
+
+def view(row: OutboxMessage) -> OutboxRowView:
+    """The operator's view of a row."""
+    return OutboxRowView(
+        id=row.id,
+        group=row.outbox,
+        message_key=row.message_key,
+        sharding_key=row.sharding_key,
+        seq=row.seq,
+        state=row.state,
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        last_error=row.last_error,
+        created_at=row.created_at,
+        dead_at=row.dead_at,
+        delay_level=row.delay_level,
+        deliver_at_ms=row.deliver_at_ms,
+        message=Message(
+            topic=row.topic,
+            body=row.body,
+            tags=row.tags,
+            keys=row.keys,
+            properties=dict(row.properties or {}),
+            sharding_key=row.sharding_key,
+        ),
+    )
+
+
+def _filters(
+    outbox: str | None,
+    state: str | None,
+    sharding_key: str | None,
+    ids: Sequence[int] | None,
+) -> list[Any]:
+    where: list[Any] = []
+    if outbox is not None:
+        where.append(OutboxMessage.outbox == outbox)
+    if state is not None:
+        where.append(OutboxMessage.state == state)
+    if sharding_key is not None:
+        where.append(OutboxMessage.sharding_key == sharding_key)
+    if ids is not None:
+        where.append(OutboxMessage.id.in_(list(ids)))
+    return where
+
+
+def rows(
+    session_factory: SessionFactory,
+    outbox: str | None = None,
+    *,
+    state: str | None = None,
+    sharding_key: str | None = None,
+    ids: Sequence[int] | None = None,
+    limit: int = 100,
+) -> list[OutboxRowView]:
+    """Rows still in the outbox (unsent or dead), by group, key and ``seq`` (a key's rows in the
+    order the relay sends them), then id."""
+    query = (
+        select(OutboxMessage)
+        .where(*_filters(outbox, state, sharding_key, ids))
+        .order_by(
+            OutboxMessage.outbox, OutboxMessage.sharding_key, OutboxMessage.seq, OutboxMessage.id
+        )
+        .limit(limit)
+    )
+    with session_factory() as session, session.begin():
+        read_only(session)
+        return [view(row) for row in session.scalars(query).all()]
+
+
+def retry_dead(
+    session_factory: SessionFactory,
+    outbox: str | None = None,
+    *,
+    sharding_key: str | None = None,
+    ids: Sequence[int] | None = None,
+) -> list[int]:
+    """Make dead rows pending again with fresh attempts (due now); returns their ids.
+
+    Their last error stays until the next attempt; a key's rows go again in their order.  A
+    relay sends them at its next cycle (at most its poll interval later).
+    """
+    where = _filters(outbox, DEAD, sharding_key, ids)
+    with session_factory() as session, session.begin():
+        found = [int(i) for i in session.scalars(select(OutboxMessage.id).where(*where)).all()]
+        if found:
+            session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.id.in_(found), OutboxMessage.state == DEAD)
+                .values(state=PENDING, attempts=0, next_attempt_at=utcnow(), dead_at=None)
+                .execution_options(synchronize_session=False)
+            )
+        return found
+
+
+def discard_dead(
+    session_factory: SessionFactory,
+    outbox: str | None = None,
+    *,
+    sharding_key: str | None = None,
+    ids: Sequence[int] | None = None,
+) -> list[int]:
+    """Delete dead rows without sending them; returns their ids.  Only dead rows: an unsent row
+    may be in a relay's hands right now.  Their key's later rows flow again."""
+    where = _filters(outbox, DEAD, sharding_key, ids)
+    with session_factory() as session, session.begin():
+        found = [int(i) for i in session.scalars(select(OutboxMessage.id).where(*where)).all()]
+        if found:
+            session.execute(
+                delete(OutboxMessage)
+                .where(OutboxMessage.id.in_(found), OutboxMessage.state == DEAD)
+                .execution_options(synchronize_session=False)
+            )
+        return found
+
+
+def purge_idle_keys(
+    session_factory: SessionFactory, outbox: str, *, idle_for: timedelta, batch: int = 1000
+) -> int:
+    """Delete lock rows of keys without rows, not used for ``idle_for``; returns how many.
+
+    Safe at any time: a key's lock row only serialises its writers, and numbering starts from the
+    rows still there (:mod:`txmsg.sqla.outbox.writer`).  Without this, ``txmsg_outbox_key`` keeps
+    one row per sharding key ever written.
+    """
+    cutoff = utcnow() - idle_for
+    idle = (
+        select(OutboxKey.sharding_key)
+        .where(
+            OutboxKey.outbox == outbox,
+            OutboxKey.used_at < cutoff,
+            ~exists().where(
+                and_(
+                    OutboxMessage.outbox == OutboxKey.outbox,
+                    OutboxMessage.sharding_key == OutboxKey.sharding_key,
+                )
+            ),
+        )
+        .limit(batch)
+    )
+    with session_factory() as session, session.begin():
+        keys = list(session.scalars(idle).all())
+        if not keys:
+            return 0
+        result = session.execute(
+            delete(OutboxKey)
+            .where(
+                OutboxKey.outbox == outbox,
+                OutboxKey.sharding_key.in_(keys),
+                OutboxKey.used_at < cutoff,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
+

@@ -1,0 +1,233 @@
+"""Writing an outbox row in the caller's transaction: validation, the key lock, the row.
+
+What :meth:`txmsg.sqla.outbox.Outbox.send` does, split out because it is the commit path of
+every business transaction that publishes: it must refuse at once what could never be sent (the
+caller can still decide what to do, inside its transaction), and must number a sharding key's
+rows in the order their transactions commit.
+
+Why the lock: on PostgreSQL a sequence or ``BIGSERIAL`` is handed out when a row is inserted, not
+when its transaction commits, so transaction A can take id 100, B id 101, and B commit first; a
+relay sending by id would send 101 before 100 exists.  So a writer first upserts the key's row in
+``txmsg_outbox_key`` (``INSERT ... ON CONFLICT DO UPDATE``: a row lock held until the writing
+transaction ends), and only then numbers its row ``seq = max(seq of the key's rows) + 1``.  A
+second writer of the key waits at the upsert until the first has committed (or rolled back), so
+it sees the first one's row and numbers after it: within a key, ``seq`` order is commit order.
+Writers of different keys never wait for each other.  On SQLite every writer holds the database's
+write lock until it commits, so the same statements give the same order.
+
+Rows sent by the relay are deleted, so ``max(seq)`` may go down (to nothing: the next row is 1).
+That is fine: only the rows still in the table need an order, and a key's row can be deleted at
+any time without breaking it (:func:`txmsg.sqla.outbox.store.purge_idle_keys`).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from txmsg.convert import to_body
+from txmsg.errors import InvalidMessageError
+from txmsg.message import DEDUP_KEY, DELAY_LEVELS, SHARDING_KEY, UNIQ_KEY
+from txmsg.names import NameRule, check_name
+from txmsg.sqla.models import utcnow
+from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxState
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+"""A RocketMQ broker's default ``maxMessageSize`` (4 MiB)."""
+
+RESERVED_PROPERTIES = frozenset({SHARDING_KEY, DEDUP_KEY, UNIQ_KEY})
+"""Properties the outbox or the client sets; a row may not carry its own."""
+
+_MAX_NAME = 255  # the String(255) columns
+
+_LEVELS = ", ".join(f"{n}={s}s" for n, s in enumerate(DELAY_LEVELS, start=1))
+
+_MESSAGES: Table = OutboxMessage.__table__  # type: ignore[assignment]  # declared a Table
+_KEYS: Table = OutboxKey.__table__  # type: ignore[assignment]  # declared a Table
+_M = _MESSAGES.c
+_K = _KEYS.c
+
+_INSERT_ROW = insert(_MESSAGES).returning(_M.id)
+_MAX_SEQ = select(func.max(_M.seq)).where(
+    _M.outbox == bindparam("outbox"), _M.sharding_key == bindparam("key")
+)
+_TOUCH_KEY = (
+    update(_KEYS)
+    .where(_K.outbox == bindparam("outbox"), _K.sharding_key == bindparam("key"))
+    .values(used_at=bindparam("now"))
+)
+_UPSERT_KEY: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class OutboxReceipt:
+    """What :meth:`~txmsg.sqla.outbox.Outbox.send` wrote (visible once the caller commits)."""
+
+    id: int
+    message_key: str
+    """The row's stable key: the ``TXMSG_DEDUP_KEY`` property of every copy the relay sends."""
+    seq: int | None
+    """Its place among the unsent rows of its sharding key (None without a key)."""
+
+
+def _keys_text(keys: str | Sequence[str] | None) -> str | None:
+    if keys is None or isinstance(keys, str):
+        return keys
+    return " ".join(str(k) for k in keys)  # RocketMQ's KEY_SEPARATOR
+
+
+def _deliver_at_ms(owner: str, deliver_at: Any) -> int:
+    if isinstance(deliver_at, datetime):
+        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
+            raise InvalidMessageError(
+                f"{owner}: deliver_at must be an aware datetime (e.g. "
+                "datetime.now(timezone.utc) + timedelta(minutes=5)), got a naive one"
+            )
+        return round(deliver_at.timestamp() * 1000)
+    if isinstance(deliver_at, int | float) and not isinstance(deliver_at, bool):
+        seconds = float(deliver_at)
+        if math.isfinite(seconds) and seconds >= 0:
+            return round(seconds * 1000)
+        raise InvalidMessageError(
+            f"{owner}: deliver_at in epoch seconds must be a finite number >= 0, got {deliver_at!r}"
+        )
+    raise InvalidMessageError(
+        f"{owner}: deliver_at must be an aware datetime or epoch seconds, "
+        f"got {type(deliver_at).__name__}"
+    )
+
+
+def row_values(
+    outbox: str,
+    topic: str,
+    payload: Any,
+    *,
+    keys: str | Sequence[str] | None,
+    tags: str | None,
+    properties: Mapping[str, Any] | None,
+    sharding_key: str | None,
+    delay_level: int | None,
+    deliver_at: datetime | float | None,
+    name_rules: tuple[NameRule, ...],
+    max_body_bytes: int,
+) -> dict[str, Any]:
+    """The columns of a row for this message, or an error saying what to change.
+
+    Everything refused here could never be sent, whatever the broker's state: refusing it in the
+    caller's transaction beats a dead row later.  What only the backend knows (its own size limit,
+    whether it can deliver at a time, the topic's type on the broker) is judged by the relay,
+    which makes such a row dead at its first attempt, with the backend's reason.
+
+    Raises:
+        InvalidNameError: RocketMQ or the app's backend refuses the topic name.
+        InvalidMessageError: the payload cannot be converted or is larger than
+            ``max_body_bytes``; an invalid sharding key, delay, property or tag.
+    """
+    owner = f"outbox {outbox}: topic={topic}"
+    check_name("topic", topic, owner=f"outbox {outbox}: send", rules=name_rules)
+    if sharding_key is not None and (
+        not isinstance(sharding_key, str) or not sharding_key.strip() or len(sharding_key) > _MAX_NAME
+    ):
+        raise InvalidMessageError(
+            f"{owner}: sharding_key must be a non-blank string of at most {_MAX_NAME} characters "
+            f"(the business entity whose messages must stay in order, e.g. an order id), got "
+            f"{sharding_key!r}"
+        )
+    if sharding_key is not None and (delay_level is not None or deliver_at is not None):
+        raise InvalidMessageError(
+            f"{owner}: an ordered message cannot be delayed (it would overtake or block its key's "
+            "later messages); write it without sharding_key, or without a delay"
+        )
+    if delay_level is not None and deliver_at is not None:
+        raise InvalidMessageError(f"{owner}: give delay_level or deliver_at, not both")
+    if delay_level is not None and (
+        isinstance(delay_level, bool) or not isinstance(delay_level, int) or not 1 <= delay_level <= 18
+    ):
+        raise InvalidMessageError(f"{owner}: delay_level must be an int 1..18 ({_LEVELS}), got {delay_level!r}")
+    if tags is not None and (not isinstance(tags, str) or len(tags) > _MAX_NAME):
+        raise InvalidMessageError(
+            f"{owner}: tags must be a string of at most {_MAX_NAME} characters, got {tags!r}"
+        )
+    props = {str(k): str(v) for k, v in (properties or {}).items()}
+    reserved = sorted(RESERVED_PROPERTIES.intersection(props))
+    if reserved:
+        raise InvalidMessageError(
+            f"{owner}: properties {reserved} are set by txmsg or the client; the outbox sends "
+            f"the row's stable key as {DEDUP_KEY} and the sharding key as {SHARDING_KEY} itself"
+        )
+    body = to_body(payload)
+    if len(body) > max_body_bytes:
+        raise InvalidMessageError(
+            f"{owner}: the body is {len(body)} bytes, over the outbox's max_body_bytes "
+            f"({max_body_bytes}, a broker's maxMessageSize): it could never be sent. Store the "
+            "payload elsewhere (object storage) and send its reference"
+        )
+    now = utcnow()
+    return {
+        "outbox": outbox,
+        "message_key": uuid.uuid4().hex,
+        "topic": topic,
+        "tags": tags,
+        "keys": _keys_text(keys),
+        "properties": props,
+        "body": body,
+        "sharding_key": sharding_key,
+        "seq": None,
+        "delay_level": delay_level,
+        "deliver_at_ms": None if deliver_at is None else _deliver_at_ms(owner, deliver_at),
+        "state": OutboxState.PENDING.value,
+        "attempts": 0,
+        "next_attempt_at": now,
+        "last_error": None,
+        "created_at": now,
+        "dead_at": None,
+    }
+
+
+def lock_key(session: Session, outbox: str, key: str, now: datetime) -> None:
+    """Take the key's lock row for the rest of the caller's transaction (see the module doc)."""
+    dialect = session.get_bind().dialect.name
+    params = {"outbox": outbox, "sharding_key": key, "used_at": now}
+    if dialect in ("postgresql", "sqlite"):
+        statement = _UPSERT_KEY.get(dialect)
+        if statement is None:
+            dialect_insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+            upsert = dialect_insert(_KEYS)
+            statement = _UPSERT_KEY[dialect] = upsert.on_conflict_do_update(
+                index_elements=[_K.outbox, _K.sharding_key],
+                set_={"used_at": upsert.excluded.used_at},
+            )
+        session.execute(statement, params)
+        return
+    # other databases: update (locks an existing row), else insert; a concurrent first insert
+    # of the same key loses on the primary key and updates (then waits for the winner's lock)
+    touch = {"outbox": outbox, "key": key, "now": now}
+    if getattr(session.execute(_TOUCH_KEY, touch), "rowcount", 0) == 1:
+        return
+    try:
+        with session.begin_nested():
+            session.execute(insert(_KEYS), params)
+    except IntegrityError:
+        session.execute(_TOUCH_KEY, touch)
+
+
+def write_row(session: Session, values: dict[str, Any]) -> OutboxReceipt:
+    """Insert the row ``values`` (from :func:`row_values`) in the session's transaction, numbered
+    under its key's lock when it has a sharding key."""
+    key = values["sharding_key"]
+    if key is not None:
+        lock_key(session, values["outbox"], key, values["created_at"])
+        last = session.execute(_MAX_SEQ, {"outbox": values["outbox"], "key": key}).scalar()
+        values["seq"] = int(last or 0) + 1
+    row_id = session.execute(_INSERT_ROW, values).scalar_one()
+    return OutboxReceipt(id=int(row_id), message_key=values["message_key"], seq=values["seq"])
