@@ -36,4 +36,5 @@ def test_a_user_run_without_the_fixtures_keeps_its_environment(tmp_path: Path) -
 
 def test_the_plugin_is_loaded_by_its_entry_point(tmp_path: Path) -> None:
     proc = _pytest(tmp_path, "--fixtures")
-    assert "txmsg_broker_factory" in proc.stdout and "txmsg_client_log_dir" in proc.stdout, proc.stdout
+    assert "txmsg_broker_factory" in proc.stdout, proc.stdout
+    assert "txmsg_client_log_dir" in proc.stdout, proc.stdout

@@ -66,7 +66,8 @@ def test_a_command_that_cannot_be_imported_says_why_and_how_to_fix_it(
     assert "no_such_pkg_xyz.cmd:ghost cannot be imported" in result.output
     assert "No module named 'no_such_pkg_xyz'" in result.output
     assert "Fix:" in result.output
-    assert "pip install" in result.output and "make setup" not in result.output
+    assert "pip install" in result.output
+    assert "make setup" not in result.output
 
 
 def test_an_entry_point_that_is_no_click_command_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -125,7 +125,8 @@ def test_every_wheel_carries_the_license_without_a_deprecation_warning(
         license_file = next(n for n in zf.namelist() if n.endswith(".dist-info/licenses/LICENSE"))
         text = zf.read(license_file).decode()
     assert _metadata(wheel)["License-Expression"] == "Apache-2.0"
-    assert "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    assert "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
     assert "license" not in " ".join(line for line in log.splitlines() if "Deprecat" in line).lower(), log
 
 
@@ -174,7 +175,8 @@ def test_one_version_everywhere() -> None:
             if dep.startswith("txmsg") and not dep.startswith(f"{project['name']}["):  # not a self-reference
                 assert dep.endswith(f"=={version}"), f"{directory}: {dep} (our parts pin the one version)"
     top = re.search(r"^## \[?([0-9][^\] \n]*)", (REPO / "CHANGELOG.md").read_text(), re.M)
-    assert top is not None and top.group(1) == version
+    assert top is not None
+    assert top.group(1) == version
 
 
 def test_the_core_never_imports_a_part() -> None:

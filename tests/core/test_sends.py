@@ -190,7 +190,8 @@ def plain_app(sapp: TxMsg, group: str = "notify") -> Producer:
 
 # ---- the producer types ------------------------------------------------------------------------
 def test_transactional_producer_is_a_producer_and_exported() -> None:
-    assert issubclass(TransactionalProducer, Producer) and TransactionalProducer is not Producer
+    assert issubclass(TransactionalProducer, Producer)
+    assert TransactionalProducer is not Producer
     assert txmsg.TransactionalProducer is TransactionalProducer
     assert {"Producer", "TransactionalProducer", "SendResult", "ParkedEvent"} <= set(txmsg.__all__)
 
