@@ -76,17 +76,25 @@ def _app_outboxes(reference: str, group: str | None) -> list[Any]:
     return [outboxes[group]]
 
 
-def _targets(app: str | None, database: str | None, group: str | None) -> list[Target]:
+@contextmanager
+def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
+    """The outboxes a command works on; an engine made for ``--database`` is disposed when the
+    command is done (an app's engines are its own)."""
     if app is not None and database is not None:
         raise click.UsageError("give --app or --database, not both")
     if app is not None:
-        return [Target(o.group, o.session_factory) for o in _app_outboxes(app, group)]
+        yield [Target(o.group, o.session_factory) for o in _app_outboxes(app, group)]
+        return
     if database is not None:
         try:
-            sessions = make_session_factory(create_engine(database))
+            engine = create_engine(database)
         except Exception as exc:
             raise click.ClickException(f"--database {database}: {exc}") from exc
-        return [Target(group, sessions)]
+        try:
+            yield [Target(group, make_session_factory(engine))]
+        finally:
+            engine.dispose()
+        return
     raise click.UsageError(
         "say where the outbox is: --app MODULE:ATTR (your TxMsg app) or --database URL (the "
         "service's database)"
@@ -139,10 +147,9 @@ def outbox() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_command(app: str | None, database: str | None, group: str | None, as_json: bool) -> None:
     """Unsent rows, the oldest unsent row's age and dead rows of each outbox."""
-    targets = _targets(app, database, group)
     now = utcnow()
     found: list[dict[str, Any]] = []
-    with _database("read the outbox"):
+    with _targets(app, database, group) as targets, _database("read the outbox"):
         for target in targets:
             for backlog in store.backlogs(target.sessions, target.group):
                 lease = store.read_lease(target.sessions, backlog.group)
@@ -193,9 +200,8 @@ def list_command(
 ) -> None:
     """Rows still in the outbox: unsent (due, in back-off, or behind an earlier row of their
     key) and dead, each key's in the order the relay sends them."""
-    targets = _targets(app, database, group)
     views: list[store.OutboxRowView] = []
-    with _database("read the outbox"):
+    with _targets(app, database, group) as targets, _database("read the outbox"):
         for target in targets:
             views += store.rows(
                 target.sessions,
@@ -270,9 +276,8 @@ def retry_command(
     """Make dead rows pending again with fresh attempts; a running relay sends them (a key's in
     their order) within its poll interval."""
     selection = _selection(ids, key, every, "retry")
-    targets = _targets(app, database, group)
     retried: list[int] = []
-    with _database("retry dead rows"):
+    with _targets(app, database, group) as targets, _database("retry dead rows"):
         for target in targets:
             retried += store.retry_dead(target.sessions, target.group, **selection)
     if not retried:
@@ -305,26 +310,26 @@ def discard_command(
 ) -> None:
     """Delete dead rows without sending them; their keys' later rows flow again."""
     selection = _selection(ids, key, every, "discard")
-    targets = _targets(app, database, group)
-    if not yes:
-        with _database("read the outbox"):
-            doomed = sum(
-                len(
-                    store.rows(
-                        t.sessions, t.group, state=OutboxState.DEAD.value, limit=1_000_000,
-                        **selection,
+    with _targets(app, database, group) as targets:
+        if not yes:
+            with _database("read the outbox"):
+                doomed = sum(
+                    len(
+                        store.rows(
+                            t.sessions, t.group, state=OutboxState.DEAD.value, limit=1_000_000,
+                            **selection,
+                        )
                     )
+                    for t in targets
                 )
-                for t in targets
+            raise click.ClickException(
+                f"this deletes {doomed} dead row(s) for good (their messages are never sent); add "
+                "--yes to do it"
             )
-        raise click.ClickException(
-            f"this deletes {doomed} dead row(s) for good (their messages are never sent); add "
-            "--yes to do it"
-        )
-    deleted: list[int] = []
-    with _database("discard dead rows"):
-        for target in targets:
-            deleted += store.discard_dead(target.sessions, target.group, **selection)
+        deleted: list[int] = []
+        with _database("discard dead rows"):
+            for target in targets:
+                deleted += store.discard_dead(target.sessions, target.group, **selection)
     if not deleted:
         raise click.ClickException(
             "no dead row matches; `txmsg outbox list --dead` shows the dead rows"

@@ -257,25 +257,25 @@ def test_postgresql_a_killed_relays_locks_go_with_its_connection(pg: Db) -> None
     the next relay (and sent again: the idempotent consumers absorb the copy)."""
     outbox = outbox_on(pg)
     write(outbox, pg, ("a", "a1"), ("a", "a2"))
-    victim = pg.engine.connect()
-    victim.execute(text("SET application_name = 'dying-relay'"))
-    victim.commit()
-    victim.begin()
-    held = victim.execute(
-        select(OutboxMessage.id).where(OutboxMessage.body == b"a1").with_for_update()
-    ).all()
-    assert len(held) == 1
-    other = ScriptedSender()
-    relay = Relay(outbox, scripted_producer(other))
-    assert relay.cycle() == 0  # a1 is held, a2 waits behind it
-    with pg.engine.begin() as admin:
-        admin.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'dying-relay'"
+    with pg.engine.connect() as victim:
+        victim.execute(text("SET application_name = 'dying-relay'"))
+        victim.commit()
+        victim.begin()
+        held = victim.execute(
+            select(OutboxMessage.id).where(OutboxMessage.body == b"a1").with_for_update()
+        ).all()
+        assert len(held) == 1
+        other = ScriptedSender()
+        relay = Relay(outbox, scripted_producer(other))
+        assert relay.cycle() == 0  # a1 is held, a2 waits behind it
+        with pg.engine.begin() as admin:
+            admin.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'dying-relay'"
+                )
             )
-        )
-    victim.invalidate()
+        victim.invalidate()  # closes its dead DBAPI connection
     wait_until(lambda: not _backend_alive(pg, "dying-relay"), timeout=30, message="its exit")
     relay.cycle()
     relay.cycle()
@@ -348,7 +348,8 @@ def test_a_failing_database_makes_the_relay_back_off_and_resume(
     sender = ScriptedSender()
     outbox = outbox_on(db, poll_interval=0.05, lease=1.0 * 3)
     relay = outbox.start_relay(scripted_producer(sender))
-    blocker = create_engine(db.url).raw_connection()
+    blocker_engine = create_engine(db.url)
+    blocker = blocker_engine.raw_connection()
     try:
         write(outbox, db, ("a", "a1"))
         wait_until(lambda: sender.bodies() == [b"a1"], timeout=30, message="the first send")
@@ -366,4 +367,5 @@ def test_a_failing_database_makes_the_relay_back_off_and_resume(
         assert relay.state == "running"
     finally:
         blocker.close()
+        blocker_engine.dispose()
         outbox.stop_relay()

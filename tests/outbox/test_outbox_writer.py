@@ -128,8 +128,11 @@ def test_what_could_never_be_sent_is_refused_in_the_transaction(db: Db) -> None:
     rows = outbox_rows(db.sessions)
     assert [r.body for r in rows] == [b"fine", b"later"]
     assert (rows[0].delay_level, rows[1].deliver_at_ms) == (2, round(when.timestamp() * 1000))
-    with pytest.raises(InvalidMessageError, match="SQLAlchemy Session"):
-        outbox.send(db.engine.connect(), "order-events", b"x")  # type: ignore[arg-type]
+    with (
+        db.engine.connect() as conn,
+        pytest.raises(InvalidMessageError, match="SQLAlchemy Session"),
+    ):
+        outbox.send(conn, "order-events", b"x")  # type: ignore[arg-type]
 
 
 def test_a_keys_rows_are_numbered_per_key_in_commit_order(db: Db) -> None:
