@@ -31,7 +31,10 @@ def main() -> None:
     if ready:
 
         def hold(event: ParkedEvent) -> None:
-            Path(ready).write_text(event.sharding_key)
+            # written whole, then renamed: the test reads the file as soon as it exists
+            staged = Path(f"{ready}.part")
+            staged.write_text(event.sharding_key)
+            staged.replace(ready)
             threading.Event().wait()  # the test kills the process here
 
         app.on_parked(hold)
