@@ -23,7 +23,7 @@ from txmsg_broker.codec import (
     RemotingCommand,
 )
 from txmsg_broker.rawclient import connect, read_command
-from txmsg_broker.testing import Clients, unique, wait_until
+from txmsg_broker.testing import Clients, create_topic, unique, wait_until
 
 
 def frame(header: bytes, body: bytes = b"", *, type_byte: int = 0) -> bytes:
@@ -197,6 +197,9 @@ def test_clients_that_vanish_mid_request(txmsg_broker):
 
 def test_real_client_keeps_working_during_abuse_and_data_stays_readable(txmsg_broker):
     topic, group = unique("AbuseT"), unique("CG")
+    # consumers start before the first send: without the topic they would get its queues only at
+    # librocketmq's route refresh, 30 s later (the wait below, not the abuse, took that long)
+    create_topic(txmsg_broker.namesrv_addr, topic)
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.producer()
         received = clients.consumer(group, topic)

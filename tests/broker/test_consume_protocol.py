@@ -27,6 +27,7 @@ from txmsg_broker.codec import (
     UPDATE_CONSUMER_OFFSET,
     RemotingCommand,
 )
+from txmsg_broker.config import BrokerConfig
 from txmsg_broker.membership import CHANNEL_EXPIRED_MS
 from txmsg_broker.message_codec import decode_messages
 from txmsg_broker.rawclient import call, connect, read_command
@@ -157,22 +158,39 @@ def test_orderly_locks_are_exclusive_per_client(txmsg_broker):
     assert lock("c2", mqs) == mqs
 
 
+def test_an_orderly_lock_not_renewed_comes_free_after_its_live_time(txmsg_broker_factory):
+    """``--rebalance-lock-max-live-time-ms`` (Java: ``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s):
+    a holder that stops renewing (a crashed client) loses its queue to the next client after it
+    (while it lives, it is exclusive: ``test_orderly_locks_are_exclusive_per_client``)."""
+    assert BrokerConfig().rebalance_lock_max_live_time_ms == 60000  # the real broker's default
+    broker = txmsg_broker_factory(rebalance_lock_max_live_time_ms=300)
+    addr, group = broker.broker_addr, unique("CG")
+    mq = [{"topic": "T", "brokerName": "broker-a", "queueId": 0}]
+
+    def lock(client: str) -> list:
+        body = json.dumps({"consumerGroup": group, "clientId": client, "mqSet": mq}).encode()
+        return json.loads(call(addr, LOCK_BATCH_MQ, body=body).body)["lockOKMQSet"]
+
+    assert lock("c1") == mq
+    wait_until(lambda: lock("c2") == mq, timeout=30, message="c1's lock to expire")
+
+
 def test_silent_consumer_channels_expire(tmp_path):
     """A consumer without heartbeats for 120 s loses its membership and its connection (Java's scan)."""
     with EmbeddedBroker(tmp_path / "data", tmp_path / "logs") as broker:
         group = unique("CG")
-        sock = connect(broker.broker_addr)
-        _heartbeat(sock, "10.0.0.1@1#A", group, 1)
-        _next(sock, lambda c: c.is_response and c.opaque == 1)
-        now = int(time.time() * 1000)
-        assert broker.call(lambda b: b.consumers.membership.expire_channels(now)) == 0
-        assert broker.call(lambda b: b.consumers.membership.expire_channels(now + CHANNEL_EXPIRED_MS + 5000)) == 1
-        sock.settimeout(5)
-        try:  # frames sent before the expiry (its own membership notification) may still be queued
-            while True:
-                assert not read_command(sock).is_response
-        except ConnectionError:
-            pass
+        with connect(broker.broker_addr) as sock:  # closed by the broker; ours closed too
+            _heartbeat(sock, "10.0.0.1@1#A", group, 1)
+            _next(sock, lambda c: c.is_response and c.opaque == 1)
+            now = int(time.time() * 1000)
+            assert broker.call(lambda b: b.consumers.membership.expire_channels(now)) == 0
+            assert broker.call(lambda b: b.consumers.membership.expire_channels(now + CHANNEL_EXPIRED_MS + 5000)) == 1
+            sock.settimeout(5)
+            try:  # frames sent before the expiry (its own membership notification) may still be queued
+                while True:
+                    assert not read_command(sock).is_response
+            except ConnectionError:
+                pass
         assert call(broker.broker_addr, GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}).code != 0
 
 

@@ -16,6 +16,7 @@ import pytest
 from benchmarks.chaos.faults import FAULTS
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_short_chaos_run_with_network_faults_keeps_every_service_consistent(
     tmp_path: Path,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("backend", ["rocketmq", "rocketmq5"])
 def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend: str) -> None:

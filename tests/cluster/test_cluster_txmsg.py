@@ -141,6 +141,7 @@ def test_transactions_spread_over_both_brokers_which_both_check_back(
     assert set(consumed.by_key) == keys
 
 
+@pytest.mark.slow
 def test_a_broker_killed_and_restarted_mid_run_loses_nothing(
     txmsg_broker_factory: Any, make_app: Any
 ) -> None:

@@ -136,6 +136,7 @@ def stop_and_check_journal(scene: Scene, child: Child) -> None:
     assert scene.journal() == (0, 0), "the rocketmq5 backend wrote to the in-flight journal"
 
 
+@pytest.mark.slow
 def test_the_killed_message_is_handed_again_then_the_next_follows(scene: Scene) -> None:
     started = time.monotonic()
     second, held_at = kill_in_flight(scene)
@@ -152,6 +153,7 @@ def test_the_killed_message_is_handed_again_then_the_next_follows(scene: Scene) 
     print(f"whole scenario: {time.monotonic() - started:.1f} s")
 
 
+@pytest.mark.slow
 def test_the_next_message_sent_meanwhile_waits_for_the_killed_one(scene: Scene) -> None:
     """``k/2`` sent while ``k/1`` is invisible: the FIFO queue hands out nothing before ``k/1``."""
     started = time.monotonic()

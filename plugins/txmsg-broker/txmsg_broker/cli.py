@@ -65,6 +65,9 @@ from .rawclient import call
               help="Register with these name servers (host:port[;host:port]) instead of serving one "
                    "(how --brokers runs each broker).")
 @click.option("--broker-name", default="broker-a", show_default=True)
+@click.option("--rebalance-lock-max-live-time-ms", default=60000, show_default=True, type=click.IntRange(1),
+              help="Lifetime of an orderly consumer's queue lock after its last renewal "
+                   "(Java: -Drocketmq.broker.rebalance.lockMaxLiveTime).")
 @click.option("--register-interval-ms", default=30000, show_default=True, type=click.IntRange(1000),
               help="With --namesrv-addr: how often the broker registers again (registerNameServerPeriod).")
 def broker(**options: Any) -> None:

@@ -52,6 +52,10 @@ class BrokerConfig:
     cluster_name: str = "DefaultCluster"
     default_queue_nums: int = 4
     flush_interval_ms: int = 500
+    #: how long an orderly consumer's queue lock (LOCK_BATCH_MQ) lives after its last renewal: Java's
+    #: ``-Drocketmq.broker.rebalance.lockMaxLiveTime`` (RebalanceLockManager, default 60000).  Clients
+    #: renew every 20 s; a crashed client's queues come free this long after its last renewal
+    rebalance_lock_max_live_time_ms: int = 60000
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -59,7 +63,8 @@ class BrokerConfig:
         if self.flush not in ("sync", "async"):
             raise ValueError(f"flush must be 'sync' or 'async', got {self.flush!r}")
         for name in (
-            "transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size", "register_interval_ms"
+            "transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size", "register_interval_ms",
+            "rebalance_lock_max_live_time_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

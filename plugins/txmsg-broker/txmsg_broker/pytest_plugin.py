@@ -19,6 +19,11 @@ remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransact
 ``bname``, an INFO ``Check transaction. real_topic=...`` line per check-back). Run the same tests with
 ``--txmsg-log-format 5`` to get 5.x-format logs from live runs; ``log_format=`` in the factory wins.
 
+Safe under pytest-xdist: every broker listens on free ports (0) and keeps its data and logs under
+``tmp_path_factory`` (per worker), the client log directory is per session; nothing is shared
+between workers.  Any timer of the real broker can be shortened per broker, its default unchanged,
+e.g. ``factory(rebalance_lock_max_live_time_ms=25_000)`` (``rocketmq.broker.rebalance.lockMaxLiveTime``).
+
 The broker runs as a child process so a test can ``kill -9`` it and so librocketmq's threads never share
 an interpreter with the broker's event loop. ``ROCKETMQ_CLIENT_LOG_DIR`` is pointed at a temp dir unless
 already set, so the real client does not write to ``~/logs`` - only while a broker fixture is in use

@@ -2,7 +2,9 @@
 
 Why: an orderly consumer may only consume a queue it holds the lock for, so that two clients never
 process one queue's messages in parallel during a rebalance. Locks expire like Java's
-``rebalanceLockMaxLiveTime`` (clients renew theirs periodically), so a crashed client's queues come free.
+``rebalanceLockMaxLiveTime`` (clients renew theirs periodically), so a crashed client's queues come free;
+the lifetime is ``BrokerConfig.rebalance_lock_max_live_time_ms`` (Java: the system property
+``rocketmq.broker.rebalance.lockMaxLiveTime``, 60 s).
 Locks are not persisted: after a restart clients simply lock again.
 """
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from .codec import RemotingCommand
 from .transport import Connection
 
-#: orderly-consume queue locks expire like Java's ``rebalanceLockMaxLiveTime`` (60 s)
+#: orderly-consume queue locks expire like Java's ``rebalanceLockMaxLiveTime`` (60 s), the default
 LOCK_TTL_S = 60.0
 
 #: (group, topic, broker name, queue id)
@@ -52,8 +54,10 @@ def _lock_request(cmd: RemotingCommand) -> tuple[str, str, list[QueueRef]]:
 class QueueLocks:
     """The lock table of one broker and its two handlers."""
 
-    def __init__(self) -> None:
+    def __init__(self, ttl_s: float = LOCK_TTL_S) -> None:
         self._locks: dict[LockKey, _Lock] = {}
+        #: a lock not renewed for this long is free (Java: ``isExpired``)
+        self.ttl_s = ttl_s
 
     async def lock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, mqs = _lock_request(cmd)
@@ -63,7 +67,7 @@ class QueueLocks:
             key = (group, topic, broker_name, queue_id)
             current = self._locks.get(key)
             if current is None or current.expires < now or current.client_id == client_id:
-                self._locks[key] = _Lock(client_id, now + LOCK_TTL_S)
+                self._locks[key] = _Lock(client_id, now + self.ttl_s)
                 locked.append({"topic": topic, "brokerName": broker_name, "queueId": queue_id})
         return cmd.response(body=json.dumps({"lockOKMQSet": locked}, separators=(",", ":")).encode())
 

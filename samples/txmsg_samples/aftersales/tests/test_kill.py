@@ -86,6 +86,7 @@ def parked_seqs(dbs: Dbs) -> list[int]:
     return [AfterSalesEvent.from_body(p.message.body).seq for p in parked]
 
 
+@pytest.mark.slow
 def test_kill_mid_park_then_restart(
     backend_name: str, broker: Any, dbs: Dbs, tmp_path: Path, children: list[Child]
 ) -> None:
@@ -120,7 +121,8 @@ def test_kill_mid_park_then_restart(
         second = Child(config_file, log)
         children.append(second)
         # first the dead client's hold runs out: RocketMQ 4 its queue locks
-        # (rebalanceLockMaxLiveTime, 60 s), RocketMQ 5 its received messages' invisible time (60 s)
+        # (rebalanceLockMaxLiveTime: 60 s, 25 s on the test broker), RocketMQ 5 its received
+        # messages' invisible time (60 s)
         wait_until(
             lambda: others_done(dbs.settlement) and len(parked_seqs(dbs)) == len(KINDS),
             timeout=150,

@@ -71,6 +71,7 @@ def leave_earlier_messages(name_server: str) -> int:
 DEMO_TOPIC = DEMO_NAMES.topic
 
 
+@pytest.mark.slow
 def test_name_server_option_runs_against_that_cluster(cluster: Any, clean_env: Path) -> None:
     earlier = leave_earlier_messages(cluster.namesrv_addr)
     result = invoke(["--name-server", cluster.namesrv_addr, *SMALL, "--workdir", "w1"])
