@@ -11,7 +11,8 @@ test: setup
 	@bash scripts/test.sh
 
 lint: setup
-	.venv/bin/ruff check txmsg plugins spark samples benchmarks tests
+	.venv/bin/ruff check txmsg plugins spark samples benchmarks tests conftest.py
+	.venv/bin/ruff format --check txmsg plugins spark samples benchmarks tests conftest.py
 	.venv/bin/mypy
 
 bench: setup

@@ -32,8 +32,7 @@ PREFIX_GROUPS = {
     # beside them: at most two at once, and together they no longer make the run's tail (all three
     # in one group did: 7 min of a 7 min run).  Each worker has a database of its own
     # (_per_worker_database), so their fixed schemas never meet.
-    "tests/chaos/test_chaos_run.py::test_short_chaos_run_keeps_every_service_consistent[rocketmq]":
-        "chaos-remoting",
+    "tests/chaos/test_chaos_run.py::test_short_chaos_run_keeps_every_service_consistent[rocketmq]": "chaos-remoting",
     "tests/chaos/test_chaos_network.py::": "chaos-remoting",
 }
 
@@ -208,12 +207,18 @@ class _GroupSuffix:
     after xdist's own hook, and nothing once xdist has appended the suffix itself."""
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         if not config.getvalue("loadgroup"):
             return
         for item in items:
-            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                            for m in item.iter_markers("xdist_group")})
+            names = sorted(
+                {
+                    str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")
+                }
+            )
             if not names or "@" in item.nodeid.rpartition("]")[2]:
                 continue
             nodeid = f"{item.nodeid}@{'_'.join(names)}"

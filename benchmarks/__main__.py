@@ -27,30 +27,76 @@ class Bench:
 
 
 BENCHES: tuple[Bench, ...] = (
-    Bench("import_time", "import txmsg < 150 ms (ratio = 150 ms / median)",
-          ("--runs", "10"), ("--runs", "30")),
-    Bench("broker_throughput", "ours/real RocketMQ 4.9.8 msgs/s >= 1.0",
-          ("--seconds", "2"), ("--seconds", "5")),
-    Bench("grpc_throughput", "official 5.x client over gRPC / C++ client over remoting msgs/s >= 0.7 "
-          "(ratio = worst of plain/tx x 1/4 threads)", ("--seconds", "2"), ("--seconds", "5")),
-    Bench("send_overhead", "txmsg/raw send_in_transaction >= 0.9",
-          ("--seconds", "1", "--rounds", "2"), ()),
-    Bench("check_scaling", "check-backs/s / (N/0.1 s) >= 0.9, no duplicates",
-          ("--transactions", "64", "--ns", "1,4,16"), ()),
-    Bench("health_vs_duckdb", "warm Spark <= 1.5x DuckDB, process <= 3x, counts equal",
-          ("--lines", "300000", "--runs", "1"), ()),
-    Bench("fuzz_broker", "decoders + live sockets: crashes=0 hangs=0, stored_ok ratio 1.0",
-          ("--inputs", "100000", "--socket-inputs", "5000"), ("--inputs", "1000000")),
-    Bench("announce_latency", "new group known to the broker <= 1 s after start / first send "
-          "(ratio = 1 s / worst median)", ("--runs", "3"), ("--runs", "5", "--baseline")),
-    Bench("orderly_throughput", "orderly listener: other keys' msgs/s with one key poisoned / "
-          "unpoisoned >= 0.9 (txmsg/raw orderly consumer with 1 and 8 threads reported as t1/t8)",
-          ("--messages", "3000", "--rounds", "1"), ()),
-    Bench("outbox_throughput", "outbox: commit tx/s with/without one outbox.send >= 0.8, relay / raw "
-          "plain sends msgs/s >= 0.8, p99 commit->stored <= 50 ms (ratio = worse of the two ratios)",
-          ("--seconds", "1", "--rounds", "1", "--messages", "500", "--latency-seconds", "2"), ()),
-    Bench("chaos", "kill -9 chaos: every committed order processed exactly once (ratio 1.0, "
-          "0 violations)", ("--mode", "short"), ("--mode", "long")),
+    Bench(
+        "import_time",
+        "import txmsg < 150 ms (ratio = 150 ms / median)",
+        ("--runs", "10"),
+        ("--runs", "30"),
+    ),
+    Bench(
+        "broker_throughput",
+        "ours/real RocketMQ 4.9.8 msgs/s >= 1.0",
+        ("--seconds", "2"),
+        ("--seconds", "5"),
+    ),
+    Bench(
+        "grpc_throughput",
+        "official 5.x client over gRPC / C++ client over remoting msgs/s >= 0.7 "
+        "(ratio = worst of plain/tx x 1/4 threads)",
+        ("--seconds", "2"),
+        ("--seconds", "5"),
+    ),
+    Bench(
+        "send_overhead",
+        "txmsg/raw send_in_transaction >= 0.9",
+        ("--seconds", "1", "--rounds", "2"),
+        (),
+    ),
+    Bench(
+        "check_scaling",
+        "check-backs/s / (N/0.1 s) >= 0.9, no duplicates",
+        ("--transactions", "64", "--ns", "1,4,16"),
+        (),
+    ),
+    Bench(
+        "health_vs_duckdb",
+        "warm Spark <= 1.5x DuckDB, process <= 3x, counts equal",
+        ("--lines", "300000", "--runs", "1"),
+        (),
+    ),
+    Bench(
+        "fuzz_broker",
+        "decoders + live sockets: crashes=0 hangs=0, stored_ok ratio 1.0",
+        ("--inputs", "100000", "--socket-inputs", "5000"),
+        ("--inputs", "1000000"),
+    ),
+    Bench(
+        "announce_latency",
+        "new group known to the broker <= 1 s after start / first send "
+        "(ratio = 1 s / worst median)",
+        ("--runs", "3"),
+        ("--runs", "5", "--baseline"),
+    ),
+    Bench(
+        "orderly_throughput",
+        "orderly listener: other keys' msgs/s with one key poisoned / "
+        "unpoisoned >= 0.9 (txmsg/raw orderly consumer with 1 and 8 threads reported as t1/t8)",
+        ("--messages", "3000", "--rounds", "1"),
+        (),
+    ),
+    Bench(
+        "outbox_throughput",
+        "outbox: commit tx/s with/without one outbox.send >= 0.8, relay / raw "
+        "plain sends msgs/s >= 0.8, p99 commit->stored <= 50 ms (ratio = worse of the two ratios)",
+        ("--seconds", "1", "--rounds", "1", "--messages", "500", "--latency-seconds", "2"),
+        (),
+    ),
+    Bench(
+        "chaos",
+        "kill -9 chaos: every committed order processed exactly once (ratio 1.0, 0 violations)",
+        ("--mode", "short"),
+        ("--mode", "long"),
+    ),
 )
 
 
@@ -88,7 +134,9 @@ def bench_command(full: bool, only: tuple[str, ...], timeout: float) -> None:
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", f"benchmarks.{bench.module}", *args],
-                capture_output=True, text=True, timeout=timeout,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
             )
             output, code = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired:
@@ -98,8 +146,9 @@ def bench_command(full: bool, only: tuple[str, ...], timeout: float) -> None:
             failed = True
             tail = "\n".join(output.splitlines()[-5:])
             result = f"(exit {code}, no RESULT line) {tail}"
-        table.add_row(bench.module, bench.goal, _ratio(result), f"{time.monotonic() - started:.0f}",
-                      result)
+        table.add_row(
+            bench.module, bench.goal, _ratio(result), f"{time.monotonic() - started:.0f}", result
+        )
     console.print(table)
     if failed:
         raise SystemExit(1)

@@ -28,7 +28,9 @@ def ensure_client_log_dir() -> str:
     return path
 
 
-def remoting_sender(mode: str, namesrv: str, topic: str, body: bytes) -> tuple[Callable[[], bool], Any]:
+def remoting_sender(
+    mode: str, namesrv: str, topic: str, body: bytes
+) -> tuple[Callable[[], bool], Any]:
     """The raw C++ client's send of one message (``plain``: ``send_sync``; ``tx``:
     ``send_message_in_transaction`` whose local transaction commits), and its started producer.
 
@@ -90,7 +92,12 @@ def process_cpu(pid: int) -> float:
 
 
 def drive(
-    threads: int, seconds: float, send_one: Callable[[], bool], *, warmup: int = 50, cpu_pid: int = 0
+    threads: int,
+    seconds: float,
+    send_one: Callable[[], bool],
+    *,
+    warmup: int = 50,
+    cpu_pid: int = 0,
 ) -> Window:
     """``threads`` threads calling ``send_one()`` back to back for ``seconds`` after ``warmup`` sends
     (route, connection, broker caches); an exception counts as a failed send."""
@@ -124,7 +131,9 @@ def drive(
         w.join(30)
     elapsed = time.perf_counter() - start
     cpu1, other1 = time.process_time(), process_cpu(cpu_pid) if cpu_pid else 0.0
-    return Window([x for lat in per_thread for x in lat], sum(failures), elapsed, cpu1 - cpu0, other1 - other0)
+    return Window(
+        [x for lat in per_thread for x in lat], sum(failures), elapsed, cpu1 - cpu0, other1 - other0
+    )
 
 
 def create_topic(namesrv: str, name: str, message_type: str | None = "TRANSACTION") -> None:

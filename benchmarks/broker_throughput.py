@@ -67,15 +67,23 @@ def _run(mode: str, threads: int, seconds: float, body: bytes, namesrv: str, top
         window = drive(threads, seconds, send_one)
     finally:
         producer.shutdown()
-    return Run(mode, threads, len(window.latencies), window.failed, window.elapsed, window.latencies)
+    return Run(
+        mode, threads, len(window.latencies), window.failed, window.elapsed, window.latencies
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each run (default 5)")
-    parser.add_argument("--threads", default="1,4", help="comma-separated client thread counts (default 1,4)")
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="duration of each run (default 5)"
+    )
+    parser.add_argument(
+        "--threads", default="1,4", help="comma-separated client thread counts (default 1,4)"
+    )
     parser.add_argument("--modes", default="plain,tx", help="plain and/or tx (default both)")
-    parser.add_argument("--flush", choices=("async", "sync"), default="async", help="broker flush mode")
+    parser.add_argument(
+        "--flush", choices=("async", "sync"), default="async", help="broker flush mode"
+    )
     parser.add_argument("--body", type=int, default=128, help="body size in bytes (default 128)")
     args = parser.parse_args(argv)
 
@@ -88,25 +96,42 @@ def main(argv: list[str] | None = None) -> int:
     body = b"x" * args.body
     runs: list[Run] = []
     try:
-        print(f"embedded broker {broker.namesrv_addr} (flush {args.flush}), {args.seconds:g} s per run, "
-              f"{args.body}-byte bodies")
-        print(f"{'mode':<6} {'thr':>3} {'msgs/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'fail':>5} | "
-              f"{'real/s':>7} {'p50':>5} {'p99':>5} | {'ours/real':>9}")
+        print(
+            f"embedded broker {broker.namesrv_addr} (flush {args.flush}), {args.seconds:g} s per run, "
+            f"{args.body}-byte bodies"
+        )
+        print(
+            f"{'mode':<6} {'thr':>3} {'msgs/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'fail':>5} | "
+            f"{'real/s':>7} {'p50':>5} {'p99':>5} | {'ours/real':>9}"
+        )
         for mode in modes:
             for n in threads:
-                run = _run(mode, n, args.seconds, body, broker.namesrv_addr, unique(f"Bench_{mode}"))
+                run = _run(
+                    mode, n, args.seconds, body, broker.namesrv_addr, unique(f"Bench_{mode}")
+                )
                 runs.append(run)
                 ref = REFERENCE.get((mode, n))
-                ref_txt = f"{ref[0]:>7.0f} {ref[1]:>5.2f} {ref[2]:>5.1f}" if ref else f"{'-':>7} {'-':>5} {'-':>5}"
+                ref_txt = (
+                    f"{ref[0]:>7.0f} {ref[1]:>5.2f} {ref[2]:>5.1f}"
+                    if ref
+                    else f"{'-':>7} {'-':>5} {'-':>5}"
+                )
                 ratio = f"{run.rate / ref[0]:>9.2f}" if ref else f"{'-':>9}"
-                print(f"{mode:<6} {n:>3} {run.rate:>8.0f} {run.percentile(0.5):>7.2f} "
-                      f"{run.percentile(0.99):>7.2f} {run.failed:>5} | {ref_txt} | {ratio}", flush=True)
+                print(
+                    f"{mode:<6} {n:>3} {run.rate:>8.0f} {run.percentile(0.5):>7.2f} "
+                    f"{run.percentile(0.99):>7.2f} {run.failed:>5} | {ref_txt} | {ratio}",
+                    flush=True,
+                )
     finally:
         broker.stop()
-    ratios = [r.rate / REFERENCE[(r.mode, r.threads)][0] for r in runs if (r.mode, r.threads) in REFERENCE]
+    ratios = [
+        r.rate / REFERENCE[(r.mode, r.threads)][0] for r in runs if (r.mode, r.threads) in REFERENCE
+    ]
     parts = " ".join(f"{r.mode}{r.threads}={r.rate:.0f}" for r in runs)
     p50s = " ".join(f"p50_{r.mode}{r.threads}={r.percentile(0.5):.2f}ms" for r in runs)
-    print(f"RESULT broker_throughput {parts} {p50s} ratio={min(ratios) if ratios else float('nan'):.2f}")
+    print(
+        f"RESULT broker_throughput {parts} {p50s} ratio={min(ratios) if ratios else float('nan'):.2f}"
+    )
     return 0
 
 

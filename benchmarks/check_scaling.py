@@ -99,7 +99,10 @@ def run_txmsg(
             return LocalTransactionState.COMMIT
 
     stop_consumer = (consumers or backend).subscribe(
-        topic, _name(f"cg_scale_{label}"), lambda m: deliveries.add(m.transaction_key), concurrency=4
+        topic,
+        _name(f"cg_scale_{label}"),
+        lambda m: deliveries.add(m.transaction_key),
+        concurrency=4,
     )
     spec = ListenerSpec(group=group, target=Slow, topics=(topic,), executor=config)
     producer = TransactionalProducer.create(backend, spec, Slow())
@@ -159,7 +162,9 @@ def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, A
         return str(result.msg_id)
 
     try:
-        return _drive(send, recorder, deliveries, ideal=1 / args.sleep, args=args, extra={"instances": 1})
+        return _drive(
+            send, recorder, deliveries, ideal=1 / args.sleep, args=args, extra={"instances": 1}
+        )
     finally:
         # Shutting down a raw producer with a check callback running segfaults: drain first.
         gate.drain(quiet=1.0, timeout=120)
@@ -169,7 +174,9 @@ def run_raw(backend: Any, namesrv: str, args: argparse.Namespace) -> dict[str, A
         stop_consumer()
 
 
-def run_raw5(consumers: Any, endpoint: str, namesrv: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_raw5(
+    consumers: Any, endpoint: str, namesrv: str, args: argparse.Namespace
+) -> dict[str, Any]:
     """The official 5.x client alone: its checker runs on the producer's one check thread."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker  # noqa: PLC0415 - optional: 5.x client
     from rocketmq.grpc_protocol import TransactionResolution  # noqa: PLC0415 - optional: 5.x client
@@ -187,7 +194,9 @@ def run_raw5(consumers: Any, endpoint: str, namesrv: str, args: argparse.Namespa
                     recorder.check(str(message.message_id))
                 return TransactionResolution.COMMIT
 
-    raw = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,), Checker())
+    raw = Producer(
+        ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,), Checker()
+    )
     raw.startup()
     stop_consumer = consumers.subscribe(
         topic, _name("cg_scale_raw5"), lambda m: deliveries.add(m.transaction_key), concurrency=4
@@ -201,7 +210,9 @@ def run_raw5(consumers: Any, endpoint: str, namesrv: str, args: argparse.Namespa
         return str(receipt.message_id)
 
     try:
-        return _drive(send, recorder, deliveries, ideal=1 / args.sleep, args=args, extra={"instances": 1})
+        return _drive(
+            send, recorder, deliveries, ideal=1 / args.sleep, args=args, extra={"instances": 1}
+        )
     finally:
         gate.drain(quiet=1.0, timeout=120)
         raw.shutdown()
@@ -297,8 +308,10 @@ def _drive(
         reached(functools.partial(deliveries.settled, keys, quiet=quiet), timeout=args.max_wait)
         if overrun <= 0 or attempt == args.attempts:
             break
-        print(f"  (burst of {send_s:.2f}s overran the check-pass window by {overrun:.2f}s: again)",
-              flush=True)
+        print(
+            f"  (burst of {send_s:.2f}s overran the check-pass window by {overrun:.2f}s: again)",
+            flush=True,
+        )
     result = {**recorder.summary(keys), **deliveries.summary(keys), **extra, "send_s": send_s}
     result["overrun_s"] = overrun
     result["attempt"] = attempt
@@ -317,24 +330,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--transactions", type=int, default=200)
     parser.add_argument(
-        "--ns", default="default,1,4,16,32",
+        "--ns",
+        default="default,1,4,16,32",
         help="comma-separated ExecutorConfig.concurrency values; 'default' = ExecutorConfig()",
     )
     parser.add_argument("--sleep", type=float, default=0.1, help="check_local duration (s)")
     parser.add_argument("--check-interval-ms", type=int, default=3000)
     parser.add_argument(
-        "--transaction-timeout-ms", type=int, default=200,
+        "--transaction-timeout-ms",
+        type=int,
+        default=200,
         help="short, so a burst has interval - timeout (2.8 s) to fit into one check pass; "
-             "re-checks do not depend on it (a re-put copy keeps its birth time)",
+        "re-checks do not depend on it (a re-put copy keeps its birth time)",
     )
     parser.add_argument("--max-wait", type=float, default=180.0)
     parser.add_argument(
-        "--attempts", type=int, default=3,
+        "--attempts",
+        type=int,
+        default=3,
         help="bursts per variant until one fits into one check pass (the last one counts anyway)",
     )
     parser.add_argument("--no-raw", action="store_true", help="skip the raw-client baseline")
     parser.add_argument(
-        "--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq",
+        "--backend",
+        choices=("rocketmq", "rocketmq5"),
+        default="rocketmq",
         help="rocketmq: librocketmq over remoting; rocketmq5: the official 5.x client over gRPC",
     )
     args = parser.parse_args(argv)

@@ -92,9 +92,18 @@ def _percentile(data: list[float], q: float) -> float:
 
 # -- workers (child processes) --------------------------------------------------------------------
 def _cell(side: str, mode: str, threads: int, window: Window) -> Cell:
-    return Cell(side, mode, threads, len(window.latencies), window.failed, window.elapsed,
-                _percentile(window.latencies, 0.5), _percentile(window.latencies, 0.99),
-                window.client_cpu, window.broker_cpu)
+    return Cell(
+        side,
+        mode,
+        threads,
+        len(window.latencies),
+        window.failed,
+        window.elapsed,
+        _percentile(window.latencies, 0.5),
+        _percentile(window.latencies, 0.99),
+        window.client_cpu,
+        window.broker_cpu,
+    )
 
 
 def _grpc_worker(args: argparse.Namespace, body: bytes) -> Cell:
@@ -108,8 +117,11 @@ def _grpc_worker(args: argparse.Namespace, body: bytes) -> Cell:
             return Resolution.COMMIT
 
     topic, mode = args.topic, args.mode
-    producer = Producer(ClientConfiguration(args.target, Credentials(), request_timeout=10), (topic,),
-                        CommitChecker() if mode == "tx" else None)
+    producer = Producer(
+        ClientConfiguration(args.target, Credentials(), request_timeout=10),
+        (topic,),
+        CommitChecker() if mode == "tx" else None,
+    )
     producer.startup()
 
     def send_one() -> bool:
@@ -124,14 +136,20 @@ def _grpc_worker(args: argparse.Namespace, body: bytes) -> Cell:
             producer.send(message)  # raises unless the answer is OK
         return True
 
-    return _cell("grpc", mode, args.threads_n,
-                 drive(args.threads_n, args.seconds, send_one, warmup=WARMUP_SENDS, cpu_pid=args.broker_pid))
+    return _cell(
+        "grpc",
+        mode,
+        args.threads_n,
+        drive(args.threads_n, args.seconds, send_one, warmup=WARMUP_SENDS, cpu_pid=args.broker_pid),
+    )
 
 
 def _remoting_worker(args: argparse.Namespace, body: bytes) -> Cell:
     """``benchmarks.broker_throughput``'s loop: one librocketmq producer shared by the threads."""
     send_one, _producer = remoting_sender(args.mode, args.target, args.topic, body)
-    window = drive(args.threads_n, args.seconds, send_one, warmup=WARMUP_SENDS, cpu_pid=args.broker_pid)
+    window = drive(
+        args.threads_n, args.seconds, send_one, warmup=WARMUP_SENDS, cpu_pid=args.broker_pid
+    )
     return _cell("remoting", args.mode, args.threads_n, window)
 
 
@@ -149,16 +167,44 @@ def worker_main(args: argparse.Namespace) -> int:
     os._exit(0)
 
 
-def _run_worker(side: str, target: str, topic: str, mode: str, threads: int, seconds: float, body: int,
-                broker_pid: int) -> Cell:
-    cmd = [sys.executable, "-m", "benchmarks.grpc_throughput", "--worker", side, "--target", target,
-           "--topic", topic, "--mode", mode, "--threads-n", str(threads), "--seconds", str(seconds),
-           "--body", str(body), "--broker-pid", str(broker_pid)]
+def _run_worker(
+    side: str,
+    target: str,
+    topic: str,
+    mode: str,
+    threads: int,
+    seconds: float,
+    body: int,
+    broker_pid: int,
+) -> Cell:
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.grpc_throughput",
+        "--worker",
+        side,
+        "--target",
+        target,
+        "--topic",
+        topic,
+        "--mode",
+        mode,
+        "--threads-n",
+        str(threads),
+        "--seconds",
+        str(seconds),
+        "--body",
+        str(body),
+        "--broker-pid",
+        str(broker_pid),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("CELL ")]
     if proc.returncode != 0 or not lines:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise RuntimeError(f"{side} worker ({mode}, {threads} threads) failed with exit {proc.returncode}:\n{tail}")
+        raise RuntimeError(
+            f"{side} worker ({mode}, {threads} threads) failed with exit {proc.returncode}:\n{tail}"
+        )
     return Cell(**json.loads(lines[-1].removeprefix("CELL ")))
 
 
@@ -171,11 +217,19 @@ def _median_cell(cells: list[Cell]) -> Cell:
 # -- driver ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each run (default 5)")
-    parser.add_argument("--threads", default="1,4", help="comma-separated client thread counts (default 1,4)")
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="duration of each run (default 5)"
+    )
+    parser.add_argument(
+        "--threads", default="1,4", help="comma-separated client thread counts (default 1,4)"
+    )
     parser.add_argument("--modes", default="plain,tx", help="plain and/or tx (default both)")
-    parser.add_argument("--rounds", type=int, default=1, help="runs per side and cell; the median counts")
-    parser.add_argument("--flush", choices=("async", "sync"), default="async", help="broker flush mode")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="runs per side and cell; the median counts"
+    )
+    parser.add_argument(
+        "--flush", choices=("async", "sync"), default="async", help="broker flush mode"
+    )
     parser.add_argument("--body", type=int, default=128, help="body size in bytes (default 128)")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
@@ -190,14 +244,18 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(args)
 
     base = tempfile.mkdtemp(prefix="grpc-throughput-")
-    broker = BrokerProcess(os.path.join(base, "data"), os.path.join(base, "logs"), flush=args.flush, grpc_port=0)
+    broker = BrokerProcess(
+        os.path.join(base, "data"), os.path.join(base, "logs"), flush=args.flush, grpc_port=0
+    )
     broker.start()
     threads = [int(t) for t in args.threads.split(",") if t.strip()]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: dict[tuple[str, int], dict[str, Cell]] = {}
     try:
         if broker.grpc_endpoint is None:
-            raise RuntimeError("the broker started without its gRPC endpoint (grpc_port=0 was asked)")
+            raise RuntimeError(
+                "the broker started without its gRPC endpoint (grpc_port=0 was asked)"
+            )
         topics = {"plain": unique("BenchGrpcPlain"), "tx": unique("BenchGrpcTx")}
         create_topic(broker.namesrv_addr, topics["plain"], "NORMAL")
         create_topic(broker.namesrv_addr, topics["tx"], "TRANSACTION")
@@ -205,37 +263,59 @@ def main(argv: list[str] | None = None) -> int:
         if broker.proc is None:
             raise RuntimeError("the broker process is not running")
         broker_pid = broker.proc.pid
-        print(f"embedded broker {broker.namesrv_addr} gRPC {broker.grpc_endpoint} (flush {args.flush}), "
-              f"{args.seconds:g} s per run, {args.rounds} round(s), {args.body}-byte bodies")
+        print(
+            f"embedded broker {broker.namesrv_addr} gRPC {broker.grpc_endpoint} (flush {args.flush}), "
+            f"{args.seconds:g} s per run, {args.rounds} round(s), {args.body}-byte bodies"
+        )
         print("msgs/s, latency (ms) and CPU per message (us, client and broker process) per side")
-        print(f"{'mode':<6} {'thr':>3} | {'gRPC/s':>7} {'p50':>5} {'p99':>6} {'cli':>5} {'brk':>5} {'fail':>4} | "
-              f"{'remoting/s':>10} {'p50':>5} {'p99':>6} {'cli':>5} {'brk':>5} {'fail':>4} | {'gRPC/rem':>8}")
+        print(
+            f"{'mode':<6} {'thr':>3} | {'gRPC/s':>7} {'p50':>5} {'p99':>6} {'cli':>5} {'brk':>5} {'fail':>4} | "
+            f"{'remoting/s':>10} {'p50':>5} {'p99':>6} {'cli':>5} {'brk':>5} {'fail':>4} | {'gRPC/rem':>8}"
+        )
         for mode in modes:
             for n in threads:
                 runs: dict[str, list[Cell]] = {side: [] for side in SIDES}
                 for r in range(args.rounds):
                     order = SIDES if r % 2 == 0 else SIDES[::-1]
                     for side in order:
-                        runs[side].append(_run_worker(side, targets[side], topics[mode], mode, n,
-                                                      args.seconds, args.body, broker_pid))
+                        runs[side].append(
+                            _run_worker(
+                                side,
+                                targets[side],
+                                topics[mode],
+                                mode,
+                                n,
+                                args.seconds,
+                                args.body,
+                                broker_pid,
+                            )
+                        )
                 cell = {side: _median_cell(runs[side]) for side in SIDES}
                 results[(mode, n)] = cell
                 g, rem = cell["grpc"], cell["remoting"]
                 ratio = g.rate / rem.rate if rem.rate else float("nan")
-                print(f"{mode:<6} {n:>3} | {g.rate:>7.0f} {g.p50:>5.2f} {g.p99:>6.1f} {g.cpu_us('client'):>5.0f} "
-                      f"{g.cpu_us('broker'):>5.0f} {g.failed:>4} | {rem.rate:>10.0f} {rem.p50:>5.2f} {rem.p99:>6.1f} "
-                      f"{rem.cpu_us('client'):>5.0f} {rem.cpu_us('broker'):>5.0f} {rem.failed:>4} | {ratio:>8.2f}",
-                      flush=True)
+                print(
+                    f"{mode:<6} {n:>3} | {g.rate:>7.0f} {g.p50:>5.2f} {g.p99:>6.1f} {g.cpu_us('client'):>5.0f} "
+                    f"{g.cpu_us('broker'):>5.0f} {g.failed:>4} | {rem.rate:>10.0f} {rem.p50:>5.2f} {rem.p99:>6.1f} "
+                    f"{rem.cpu_us('client'):>5.0f} {rem.cpu_us('broker'):>5.0f} {rem.failed:>4} | {ratio:>8.2f}",
+                    flush=True,
+                )
     finally:
         broker.stop()
-    ratios = {f"{mode}{n}": c["grpc"].rate / c["remoting"].rate if c["remoting"].rate else 0.0
-              for (mode, n), c in results.items()}
+    ratios = {
+        f"{mode}{n}": c["grpc"].rate / c["remoting"].rate if c["remoting"].rate else 0.0
+        for (mode, n), c in results.items()
+    }
     worst = min(ratios.values()) if ratios else float("nan")
     positive = [r for r in ratios.values() if r > 0]
     geomean = math.exp(statistics.fmean(math.log(r) for r in positive)) if positive else 0.0
     parts = " ".join(f"{k}={v:.2f}" for k, v in ratios.items())
-    rates = " ".join(f"{side}_{mode}{n}={c[side].rate:.0f}" for (mode, n), c in results.items() for side in SIDES)
-    print(f"RESULT grpc_throughput {parts} {rates} worst={worst:.2f} geomean={geomean:.2f} ratio={worst:.2f}")
+    rates = " ".join(
+        f"{side}_{mode}{n}={c[side].rate:.0f}" for (mode, n), c in results.items() for side in SIDES
+    )
+    print(
+        f"RESULT grpc_throughput {parts} {rates} worst={worst:.2f} geomean={geomean:.2f} ratio={worst:.2f}"
+    )
     return 0
 
 

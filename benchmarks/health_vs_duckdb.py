@@ -33,12 +33,32 @@ from txmsg_health import patterns as P
 from txmsg_health.inputs import parse_tz
 from txmsg_health.rules import Thresholds
 
-COMPARED = ("unknown", "rollback", "commit", "check_unknown", "check_rollback", "check_commit",
-            "checks", "checked_transactions", "max_checks_per_transaction",
-            "transactions_with_unknown", "discarded", "no_channel", "check_send_failed",
-            "bad_lines", "first_seen", "last_seen", "flagged", "reasons", "addresses",
-            "checks_sent", "undelivered_checks", "checks_per_transaction", "formats",
-            "flagged_brokers")
+COMPARED = (
+    "unknown",
+    "rollback",
+    "commit",
+    "check_unknown",
+    "check_rollback",
+    "check_commit",
+    "checks",
+    "checked_transactions",
+    "max_checks_per_transaction",
+    "transactions_with_unknown",
+    "discarded",
+    "no_channel",
+    "check_send_failed",
+    "bad_lines",
+    "first_seen",
+    "last_seen",
+    "flagged",
+    "reasons",
+    "addresses",
+    "checks_sent",
+    "undelivered_checks",
+    "checks_per_transaction",
+    "formats",
+    "flagged_brokers",
+)
 
 
 def _sq(s: str) -> str:
@@ -54,8 +74,10 @@ def _rx(pattern: str, group: int = 1) -> str:
 
 def duckdb_sql(path: str) -> str:
     """The same classification and aggregation as the Spark job, in DuckDB's dialect."""
-    stamped = ("(substr(line, 5, 1) = '-' AND substr(line, 11, 1) = ' ' "
-               "AND substr(line, 14, 1) = ':' AND substr(line, 20, 1) = ' ')")
+    stamped = (
+        "(substr(line, 5, 1) = '-' AND substr(line, 11, 1) = ' ' "
+        "AND substr(line, 14, 1) = ':' AND substr(line, 20, 1) = ' ')"
+    )
     keep_msg = ", ".join(_sq(k) for k in P.MSG_KINDS)
     tid = "trim(substr(tidm, 15, length(tidm) - 15), '''')"
     check = f"(ftc = 'true' OR (NOT px AND {tid} NOT IN ('', 'null')))"
@@ -136,24 +158,34 @@ def run_duckdb(path: str, out: str | None = None) -> tuple[dict[str, Any], float
     check_kinds = ", ".join(_sq(k) for k in P.CHECK_KINDS)
     unk_kinds = ", ".join(_sq(k) for k in P.UNKNOWN_KINDS)
     totals = [
-        (g, broker, k, v, n, a, b) for g, k, v, n, a, b in con.execute(
+        (g, broker, k, v, n, a, b)
+        for g, k, v, n, a, b in con.execute(
             "SELECT grp, kind, v, sum(n)::BIGINT, min(win || '|' || lpad(tmin::VARCHAR, 4, '0')), "
-            "max(win || '|' || lpad(tmax::VARCHAR, 4, '0')) FROM agg GROUP BY ALL").fetchall()]
+            "max(win || '|' || lpad(tmax::VARCHAR, 4, '0')) FROM agg GROUP BY ALL"
+        ).fetchall()
+    ]
     by_addr = [
-        (g, broker, a, k, n) for g, a, k, n in con.execute(
+        (g, broker, a, k, n)
+        for g, a, k, n in con.execute(
             "SELECT grp, addr, kind, sum(n)::BIGINT FROM agg WHERE addr IS NOT NULL AND grp IS NOT NULL "
-            "GROUP BY ALL").fetchall()]
+            "GROUP BY ALL"
+        ).fetchall()
+    ]
     # one file = one broker; a 5.x check-sent row (no group) takes its transaction's group
     hist = [
-        (g, broker, c, ntx, nu, sent) for g, c, ntx, nu, sent in con.execute(
+        (g, broker, c, ntx, nu, sent)
+        for g, c, ntx, nu, sent in con.execute(
             f"SELECT grp, greatest(a, s) AS c, count(*), sum(u)::BIGINT, sum(s)::BIGINT FROM ("  # noqa: S608 - constants
             f"SELECT min(grp) AS grp, msg, "
             f"sum(CASE WHEN kind IN ({check_kinds}) THEN n ELSE 0 END)::BIGINT AS a, "
             f"sum(CASE WHEN kind = '{P.CHECK_SENT}' THEN n ELSE 0 END)::BIGINT AS s, "
             f"max(CASE WHEN kind IN ({unk_kinds}) THEN 1 ELSE 0 END) AS u "
-            f"FROM agg WHERE msg IS NOT NULL GROUP BY msg) GROUP BY ALL").fetchall()]
-    s = summary.build(totals, by_addr, hist, window="minute", tz=parse_tz("+08:00"),
-                      thresholds=Thresholds())
+            f"FROM agg WHERE msg IS NOT NULL GROUP BY msg) GROUP BY ALL"
+        ).fetchall()
+    ]
+    s = summary.build(
+        totals, by_addr, hist, window="minute", tz=parse_tz("+08:00"), thresholds=Thresholds()
+    )
     seconds = time.perf_counter() - t0
     if out:
         with open(out, "w", encoding="utf-8") as f:
@@ -192,8 +224,11 @@ def ensure_log(data_dir: str, lines: int, seed: int) -> tuple[str, generate.Mani
     os.replace(path + ".tmp", path)
     man.files = [path]
     man.save(meta)
-    print(f"generated {lines} lines ({os.path.getsize(path) / 1e9:.2f} GB) in "
-          f"{time.perf_counter() - t0:.1f}s -> {path}", flush=True)
+    print(
+        f"generated {lines} lines ({os.path.getsize(path) / 1e9:.2f} GB) in "
+        f"{time.perf_counter() - t0:.1f}s -> {path}",
+        flush=True,
+    )
     return path, man
 
 
@@ -220,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
 
     path, man = ensure_log(a.data_dir, a.lines, a.seed)
     size_gb = os.path.getsize(path) / 1e9
-    print(f"input: {path} ({man.lines} lines, {size_gb:.2f} GB, planted {len(man.planted)})", flush=True)
+    print(
+        f"input: {path} ({man.lines} lines, {size_gb:.2f} GB, planted {len(man.planted)})",
+        flush=True,
+    )
 
     out = tempfile.mkdtemp(prefix="health-bench-")
     t0 = time.perf_counter()
@@ -246,42 +284,64 @@ def main(argv: list[str] | None = None) -> int:
     startup.stop_jvm(spark)
     duck = min(duck_times)
     warm = min(spark_times)
-    print(f"duckdb in-process: {duck:.2f}s (runs {', '.join(f'{x:.2f}' for x in duck_times)})", flush=True)
-    print(f"spark session start-up: {start_s:.2f}s; job in warm session: {warm:.2f}s "
-          f"(runs {', '.join(f'{x:.2f}' for x in spark_times)}); phases of the last run: "
-          f"{spark_s.get('timings')}", flush=True)
+    print(
+        f"duckdb in-process: {duck:.2f}s (runs {', '.join(f'{x:.2f}' for x in duck_times)})",
+        flush=True,
+    )
+    print(
+        f"spark session start-up: {start_s:.2f}s; job in warm session: {warm:.2f}s "
+        f"(runs {', '.join(f'{x:.2f}' for x in spark_times)}); phases of the last run: "
+        f"{spark_s.get('timings')}",
+        flush=True,
+    )
 
     diffs = compare(spark_s, duck_s)
     # the planted groups and the legacy ones whose check-backs never arrive
     planted_ok = sorted(spark_s["flagged"]) == sorted([*man.planted, *man.legacy_groups])
     for d in diffs[:20]:
         print("DIFF", d)
-    print(f"flagged {len(spark_s['flagged'])} groups; planted flagged exactly: {planted_ok}", flush=True)
+    print(
+        f"flagged {len(spark_s['flagged'])} groups; planted flagged exactly: {planted_ok}",
+        flush=True,
+    )
 
     spark_cmd = [sys.executable, "-m", "txmsg_health.job", path, "--out", out, "--master", a.master]
     cds_dir = startup.cache_dir(os.environ)
     if cds_dir and not os.path.isfile(startup.archive_path(cds_dir, os.environ)):
         # the first command-line run on a machine writes the JVM's class archive (once)
-        print(f"first spark process on this machine (writes the class archive): "
-              f"{_timed_process(spark_cmd):.2f}s", flush=True)
+        print(
+            f"first spark process on this machine (writes the class archive): "
+            f"{_timed_process(spark_cmd):.2f}s",
+            flush=True,
+        )
     # alternating and best of --runs, as the in-process runs: one process run of either side
     # moves by +-2 s with the load of the shared cores
     duck_procs, spark_procs = [], []
     for _ in range(a.runs):
-        duck_procs.append(_timed_process(
-            [sys.executable, "-m", "benchmarks.health_vs_duckdb", "--duckdb-only", path]))
+        duck_procs.append(
+            _timed_process(
+                [sys.executable, "-m", "benchmarks.health_vs_duckdb", "--duckdb-only", path]
+            )
+        )
         spark_procs.append(_timed_process(spark_cmd))
     duck_proc, spark_proc = min(duck_procs), min(spark_procs)
-    print(f"whole process: duckdb {duck_proc:.2f}s (runs {', '.join(f'{x:.2f}' for x in duck_procs)}), "
-          f"spark {spark_proc:.2f}s (runs {', '.join(f'{x:.2f}' for x in spark_procs)})", flush=True)
+    print(
+        f"whole process: duckdb {duck_proc:.2f}s (runs {', '.join(f'{x:.2f}' for x in duck_procs)}), "
+        f"spark {spark_proc:.2f}s (runs {', '.join(f'{x:.2f}' for x in spark_procs)})",
+        flush=True,
+    )
 
     warm_ratio = warm / duck
     process_ratio = spark_proc / duck_proc
     equal = not diffs and planted_ok
-    print(f"lines/s: duckdb {man.lines / duck / 1e6:.2f} M, spark warm {man.lines / warm / 1e6:.2f} M; "
-          f"goal warm <= 1.3x, process <= 2.5x")
-    print(f"RESULT health_vs_duckdb warm_ratio={warm_ratio:.2f} process_ratio={process_ratio:.2f} "
-          f"counts_equal={equal} ratio={warm_ratio:.2f}")
+    print(
+        f"lines/s: duckdb {man.lines / duck / 1e6:.2f} M, spark warm {man.lines / warm / 1e6:.2f} M; "
+        f"goal warm <= 1.3x, process <= 2.5x"
+    )
+    print(
+        f"RESULT health_vs_duckdb warm_ratio={warm_ratio:.2f} process_ratio={process_ratio:.2f} "
+        f"counts_equal={equal} ratio={warm_ratio:.2f}"
+    )
     return 0 if equal else 1
 
 

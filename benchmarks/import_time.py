@@ -42,7 +42,10 @@ def _timed(statement: str, cwd: str) -> tuple[float, float]:
     """Wall and CPU milliseconds of ``statement`` in a fresh interpreter (start-up not counted)."""
     proc = subprocess.run(
         [sys.executable, "-c", _TIMED.format(statement=statement)],
-        cwd=cwd, check=True, capture_output=True, text=True,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     wall, cpu = proc.stdout.split()[-2:]
     return float(wall) * 1000.0, float(cpu) * 1000.0
@@ -71,7 +74,10 @@ def importtime(statement: str, cwd: str) -> list[Entry]:
     """The ``-X importtime`` table of ``statement`` (children are listed before their parent)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", statement],
-        cwd=cwd, check=True, capture_output=True, text=True,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     entries = []
     for line in proc.stderr.splitlines():
@@ -90,7 +96,7 @@ def _importer(entries: list[Entry], index: int) -> str:
     entry listed after ``txmsg`` itself was loaded at run time by txmsg's lazy ``__getattr__``
     (the lazily loaded module then shows as a sibling, not as the parent)."""
     depth = entries[index].depth
-    for later in entries[index + 1:]:
+    for later in entries[index + 1 :]:
         if later.depth < depth:
             depth = later.depth
             if later.name.split(".")[0] == "txmsg":
@@ -122,13 +128,17 @@ def heaviest(entries: list[Entry], top: int) -> list[tuple[Entry, str]]:
 def report(statement: str, cwd: str, top: int) -> float:
     """Print the heaviest imports of ``statement``; return its -X importtime total (ms)."""
     entries = importtime(statement, cwd)
-    total = sum(e.cumulative_us for e in entries if e.depth == 0 and e.name.split(".")[0] == "txmsg")
+    total = sum(
+        e.cumulative_us for e in entries if e.depth == 0 and e.name.split(".")[0] == "txmsg"
+    )
     print(f"-X importtime {statement!r}: txmsg modules {total / 1000:.1f} ms (cumulative)")
     for entry, who in heaviest(entries, top):
         print(f"    {entry.cumulative_us / 1000:7.1f} ms  {entry.name:<24} imported by {who}")
     own = sorted((e for e in entries if e.name.split(".")[0] == "txmsg"), key=lambda e: -e.self_us)
-    print("    txmsg's own module bodies (self): "
-          + ", ".join(f"{e.name} {e.self_us / 1000:.1f} ms" for e in own[:5]))
+    print(
+        "    txmsg's own module bodies (self): "
+        + ", ".join(f"{e.name} {e.self_us / 1000:.1f} ms" for e in own[:5])
+    )
     return total / 1000.0
 
 
@@ -148,14 +158,18 @@ def main(argv: list[str] | None = None) -> int:
         print("cpu  per run (ms): " + ", ".join(f"{c:.1f}" for c in cpus))
         first_walls, _ = measure(FIRST_USE, max(3, args.runs // 2), cwd)
         median, cpu, first_use = (statistics.median(x) for x in (walls, cpus, first_walls))
-        print(f"{args.statement!r}: median {median:.1f} ms wall, {cpu:.1f} ms CPU, min "
-              f"{min(walls):.1f} ms (goal < {GOAL_MS:.0f} ms); {FIRST_USE!r}: median "
-              f"{first_use:.1f} ms wall")
+        print(
+            f"{args.statement!r}: median {median:.1f} ms wall, {cpu:.1f} ms CPU, min "
+            f"{min(walls):.1f} ms (goal < {GOAL_MS:.0f} ms); {FIRST_USE!r}: median "
+            f"{first_use:.1f} ms wall"
+        )
         report(args.statement, cwd, args.top)
         report(FIRST_USE, cwd, args.top)
     ratio = GOAL_MS / max(median, 1e-3)
-    print(f"RESULT import_time median_ms={median:.1f} cpu_ms={cpu:.1f} min_ms={min(walls):.1f} "
-          f"first_use_ms={first_use:.1f} goal_ms={GOAL_MS:.0f} ratio={ratio:.2f}")
+    print(
+        f"RESULT import_time median_ms={median:.1f} cpu_ms={cpu:.1f} min_ms={min(walls):.1f} "
+        f"first_use_ms={first_use:.1f} goal_ms={GOAL_MS:.0f} ratio={ratio:.2f}"
+    )
     return 0
 
 

@@ -178,19 +178,35 @@ def judge(name: str, arrivals: Arrivals, expected: set[bytes], complete: bool) -
     rate = len(got) / seconds if seconds > 0 else 0.0
     steps = [b - a for a, b in zip([start or 0.0, *got], got, strict=False)]
     idle = sum(step for step in steps if step > IDLE_GAP)
-    return Figures(name, rate, len(got), seconds, idle, duplicates, violations, mismatches, complete)
+    return Figures(
+        name, rate, len(got), seconds, idle, duplicates, violations, mismatches, complete
+    )
 
 
 # ---- the topic --------------------------------------------------------------------------------------
 def create_topic(namesrv: str, topic: str) -> None:
     subprocess.run(
-        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic, "--namesrv", namesrv,
-         "--queues", str(QUEUES)],
-        check=True, capture_output=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "topic",
+            "create",
+            topic,
+            "--namesrv",
+            namesrv,
+            "--queues",
+            str(QUEUES),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
 
 
-def prefill(namesrv: str, topic: str, messages: int, keys: int, senders: int = 4) -> dict[str, list[bytes]]:
+def prefill(
+    namesrv: str, topic: str, messages: int, keys: int, senders: int = 4
+) -> dict[str, list[bytes]]:
     """Send ``messages`` bodies ``<key>|<seq>`` round-robin over ``keys`` sharding keys with the
     raw client's ``SendMessageOrderlyByShardingKey`` (it sets ``__SHARDINGKEY`` and hashes the key
     to a queue).  Each key is sent from one thread, in sequence order.  Returns the bodies per key."""
@@ -261,7 +277,10 @@ class RawOrderly:
             self.handle = int(handle)
             for status, what in (
                 (dll.SetPushConsumerNameServerAddress(handle, namesrv.encode()), "name server"),
-                (dll.SetPushConsumerInstanceName(handle, unique("orderly-raw").encode()), "instance"),
+                (
+                    dll.SetPushConsumerInstanceName(handle, unique("orderly-raw").encode()),
+                    "instance",
+                ),
                 (dll.SetPushConsumerThreadCount(handle, threads), "threads"),
                 (dll.Subscribe(handle, topic.encode(), b"*"), "subscribe"),
                 (dll.RegisterMessageCallbackOrderly(handle, self.callback), "callback"),
@@ -333,7 +352,10 @@ class TxmsgOrderly:
         """Bodies parked under ``key`` (in their original order)."""
         import txmsg.sqla  # noqa: PLC0415
 
-        return [row.message.body for row in txmsg.sqla.parked_messages(self.session_factory, self.group, key)]
+        return [
+            row.message.body
+            for row in txmsg.sqla.parked_messages(self.session_factory, self.group, key)
+        ]
 
     def stop(self) -> None:
         self.app.close(timeout=30)
@@ -356,8 +378,13 @@ def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float]
     sessions = txmsg.sqla.make_session_factory(engine)
 
     def message(i: int) -> Message:
-        return Message(topic="bench", body=f"{POISON_KEY}|{i}".encode(), message_id=f"m{i}",
-                       properties={"UNIQ_KEY": f"m{i}"}, sharding_key=POISON_KEY)
+        return Message(
+            topic="bench",
+            body=f"{POISON_KEY}|{i}".encode(),
+            message_id=f"m{i}",
+            properties={"UNIQ_KEY": f"m{i}"},
+            sharding_key=POISON_KEY,
+        )
 
     checks, parks = [], []
     for i in range(calls):
@@ -418,17 +445,33 @@ def show(f: Figures) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=10000, help="messages in the topic (default 10000)")
+    parser.add_argument(
+        "--messages", type=int, default=10000, help="messages in the topic (default 10000)"
+    )
     parser.add_argument("--keys", type=int, default=64, help="sharding keys (default 64)")
     parser.add_argument("--threads", default="1,8", help="consumer thread counts (default 1,8)")
-    parser.add_argument("--rounds", type=int, default=3, help="back-to-back pairs per figure (default 3)")
-    parser.add_argument("--poison-threads", type=int, default=8,
-                        help="consumer threads of the poisoned/unpoisoned runs (default 8; 0 skips them)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="back-to-back pairs per figure (default 3)"
+    )
+    parser.add_argument(
+        "--poison-threads",
+        type=int,
+        default=8,
+        help="consumer threads of the poisoned/unpoisoned runs (default 8; 0 skips them)",
+    )
     parser.add_argument("--retries", type=int, default=3, help="max_orderly_retries (default 3)")
-    parser.add_argument("--retry-delay", type=float, default=0.05,
-                        help="orderly_retry_delay in seconds (default 0.05)")
-    parser.add_argument("--only", choices=("all", "raw", "txmsg"), default="all",
-                        help="raw or txmsg alone (no ratios; for trying one side)")
+    parser.add_argument(
+        "--retry-delay",
+        type=float,
+        default=0.05,
+        help="orderly_retry_delay in seconds (default 0.05)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("all", "raw", "txmsg"),
+        default="all",
+        help="raw or txmsg alone (no ratios; for trying one side)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="per-variant limit in seconds")
     args = parser.parse_args(argv)
     thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
@@ -455,8 +498,14 @@ def main(argv: list[str] | None = None) -> int:
 
     def tx(threads: int, poison: bytes | None = None) -> Callable[[Arrivals], Any]:
         return lambda arrivals: TxmsgOrderly(
-            broker.namesrv_addr, topic, threads, arrivals, workdir,
-            poison=poison, retries=args.retries, retry_delay=args.retry_delay,
+            broker.namesrv_addr,
+            topic,
+            threads,
+            arrivals,
+            workdir,
+            poison=poison,
+            retries=args.retries,
+            retry_delay=args.retry_delay,
         )
 
     rates: dict[str, list[float]] = {}
@@ -474,7 +523,9 @@ def main(argv: list[str] | None = None) -> int:
                     order.reverse()
                 got: dict[str, Figures] = {}
                 for name, start in order:
-                    figures, _ = run_variant(f"{name} {threads} thr", start, everything, args.timeout)
+                    figures, _ = run_variant(
+                        f"{name} {threads} thr", start, everything, args.timeout
+                    )
                     show(figures)
                     got[name] = figures
                     rates.setdefault(f"{name}{threads}", []).append(figures.busy_rate)
@@ -484,15 +535,21 @@ def main(argv: list[str] | None = None) -> int:
                     pair_ratios.append(got["txmsg"].busy_rate / got["raw"].busy_rate)
             if pair_ratios:
                 ratios[f"t{threads}"] = statistics.median(pair_ratios)
-                print(f"threads {threads}: txmsg/raw = {ratios[f't{threads}']:.3f} (median of "
-                      f"{', '.join(f'{r:.2f}' for r in pair_ratios)})", flush=True)
+                print(
+                    f"threads {threads}: txmsg/raw = {ratios[f't{threads}']:.3f} (median of "
+                    f"{', '.join(f'{r:.2f}' for r in pair_ratios)})",
+                    flush=True,
+                )
 
         if args.poison_threads > 0 and args.only in ("all", "txmsg"):
             n = args.poison_threads
             poisoned_key = per_key[POISON_KEY]
-            print(f"poisoned key {POISON_KEY} ({len(poisoned_key)} messages; the first always fails): "
-                  f"max_orderly_retries={args.retries}, orderly_retry_delay={args.retry_delay:g} s, "
-                  f"{n} threads; throughput of the other {len(others)} messages", flush=True)
+            print(
+                f"poisoned key {POISON_KEY} ({len(poisoned_key)} messages; the first always fails): "
+                f"max_orderly_retries={args.retries}, orderly_retry_delay={args.retry_delay:g} s, "
+                f"{n} threads; throughput of the other {len(others)} messages",
+                flush=True,
+            )
             pair_ratios = []
             for round_no in range(args.rounds):
                 order = [("unpoisoned", tx(n)), ("poisoned", tx(n, poison_first))]
@@ -500,14 +557,22 @@ def main(argv: list[str] | None = None) -> int:
                     order.reverse()
                 got = {}
                 for name, start in order:
-                    settle = (lambda c: c.parked(POISON_KEY) == poisoned_key) if name == "poisoned" else None
-                    figures, consumer = run_variant(f"{name} {n} thr", start, others, args.timeout, settle)
+                    settle = (
+                        (lambda c: c.parked(POISON_KEY) == poisoned_key)
+                        if name == "poisoned"
+                        else None
+                    )
+                    figures, consumer = run_variant(
+                        f"{name} {n} thr", start, others, args.timeout, settle
+                    )
                     show(figures)
                     if name == "poisoned":
                         parked = consumer.parked(POISON_KEY)
                         if parked != poisoned_key:
-                            print(f"  parked rows of {POISON_KEY}: {len(parked)} of {len(poisoned_key)}"
-                                  f"{'' if parked == poisoned_key[:len(parked)] else ' OUT OF ORDER'}")
+                            print(
+                                f"  parked rows of {POISON_KEY}: {len(parked)} of {len(poisoned_key)}"
+                                f"{'' if parked == poisoned_key[: len(parked)] else ' OUT OF ORDER'}"
+                            )
                             violations += 1
                     got[name] = figures
                     rates.setdefault(f"{name}{n}", []).append(figures.rate)  # wall: stalls count
@@ -516,21 +581,29 @@ def main(argv: list[str] | None = None) -> int:
                 if got["unpoisoned"].rate > 0:
                     pair_ratios.append(got["poisoned"].rate / got["unpoisoned"].rate)
             ratios["poison"] = statistics.median(pair_ratios)
-            print(f"other keys: poisoned/unpoisoned = {ratios['poison']:.3f} (median of "
-                  f"{', '.join(f'{r:.2f}' for r in pair_ratios)}; goal >= 0.9)", flush=True)
+            print(
+                f"other keys: poisoned/unpoisoned = {ratios['poison']:.3f} (median of "
+                f"{', '.join(f'{r:.2f}' for r in pair_ratios)}; goal >= 0.9)",
+                flush=True,
+            )
         check_ms, park_ms, journal_ms = (
             parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0)
         )
-        print(f"parking alone, SQLite: is the key parked? {check_ms:.2f} ms (every message); "
-              f"park behind a parked key {park_ms:.2f} ms (every message of a parked key); "
-              f"in-flight journal write + delete {journal_ms:.2f} ms (every message)", flush=True)
+        print(
+            f"parking alone, SQLite: is the key parked? {check_ms:.2f} ms (every message); "
+            f"park behind a parked key {park_ms:.2f} ms (every message of a parked key); "
+            f"in-flight journal write + delete {journal_ms:.2f} ms (every message)",
+            flush=True,
+        )
     finally:
         broker.stop()
     best = " ".join(f"{name}={max(values):.0f}" for name, values in rates.items())
     parts = " ".join(f"{name}={value:.3f}" for name, value in ratios.items())
-    print(f"RESULT orderly_throughput {best} {parts} parked_check_ms={check_ms:.2f} "
-          f"park_behind_ms={park_ms:.2f} journal_ms={journal_ms:.2f} "
-          f"violations={violations} incomplete={incomplete} ratio={ratios.get('poison', 0.0):.3f}")
+    print(
+        f"RESULT orderly_throughput {best} {parts} parked_check_ms={check_ms:.2f} "
+        f"park_behind_ms={park_ms:.2f} journal_ms={journal_ms:.2f} "
+        f"violations={violations} incomplete={incomplete} ratio={ratios.get('poison', 0.0):.3f}"
+    )
     return 0
 
 

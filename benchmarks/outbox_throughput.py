@@ -150,8 +150,13 @@ class Acks:
         deliver_at: datetime | float | None = None,
     ) -> Future[SendResult]:
         future = self.producer.send_async(
-            topic, payload, keys=keys, tags=tags, properties=properties,
-            delay_level=delay_level, deliver_at=deliver_at,
+            topic,
+            payload,
+            keys=keys,
+            tags=tags,
+            properties=properties,
+            delay_level=delay_level,
+            deliver_at=deliver_at,
         )
         self._note(properties, future)
         return future
@@ -195,8 +200,9 @@ class Bench:
         """An app with an outbox whose relay (over :class:`Acks`) is not started yet."""
         app = TxMsg(self.config(), backend="rocketmq")
         self.apps.append(app)
-        outbox = app.add_outbox(group=unique("bench_outbox"), session_factory=db.sessions,
-                                relay=False)
+        outbox = app.add_outbox(
+            group=unique("bench_outbox"), session_factory=db.sessions, relay=False
+        )
         app.add_producer(group=outbox.group)
         app.start()
         return app, outbox, Acks(app.producer(outbox.group))
@@ -228,7 +234,9 @@ def rate_of(work: Any, seconds: float) -> float:
     return n / (time.perf_counter() - began)
 
 
-def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> tuple[float, float, float]:
+def commit_ratio(
+    bench: Bench, db: Database, seconds: float, rounds: int
+) -> tuple[float, float, float]:
     """(median ratio, best outbox tx/s, best plain tx/s) - see the module docstring."""
     _, outbox, acks = bench.relay_app(db)
     outbox.start_relay(acks)
@@ -246,15 +254,24 @@ def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> tup
                     got[name] = rate_of(lambda n: bench.with_outbox(db, outbox, n), seconds)
                     written = round(got[name] * seconds)
                     t0 = time.perf_counter()
-                    wait_until(lambda: outbox.stats().unsent == 0, timeout=300,
-                               message="the relay to drain the outbox")
-                    print(f"  {db.name} outbox run: {got[name]:.0f} tx/s; the relay drained what "
-                          f"was left in {time.perf_counter() - t0:.2f} s "
-                          f"({acks.count() - sent_before} of ~{written} sent)", flush=True)
+                    wait_until(
+                        lambda: outbox.stats().unsent == 0,
+                        timeout=300,
+                        message="the relay to drain the outbox",
+                    )
+                    print(
+                        f"  {db.name} outbox run: {got[name]:.0f} tx/s; the relay drained what "
+                        f"was left in {time.perf_counter() - t0:.2f} s "
+                        f"({acks.count() - sent_before} of ~{written} sent)",
+                        flush=True,
+                    )
                 best[name] = max(best[name], got[name])
             ratios.append(got["outbox"] / got["plain"])
-            print(f"  {db.name} round {round_no + 1}: plain {got['plain']:.0f} tx/s, outbox "
-                  f"{got['outbox']:.0f} tx/s, ratio {ratios[-1]:.3f}", flush=True)
+            print(
+                f"  {db.name} round {round_no + 1}: plain {got['plain']:.0f} tx/s, outbox "
+                f"{got['outbox']:.0f} tx/s, ratio {ratios[-1]:.3f}",
+                flush=True,
+            )
     finally:
         outbox.stop_relay()
     return statistics.median(ratios), best["outbox"], best["plain"]
@@ -268,8 +285,12 @@ def relay_rate(bench: Bench, db: Database, messages: int) -> float:
     began = time.perf_counter()
     outbox.start_relay(acks)
     try:
-        wait_until(lambda: acks.count() >= messages, timeout=600, interval=0.005,
-                   message="the relay to send every row")
+        wait_until(
+            lambda: acks.count() >= messages,
+            timeout=600,
+            interval=0.005,
+            message="the relay to send every row",
+        )
         elapsed = max(acks.at.values()) - began
     finally:
         outbox.stop_relay()
@@ -307,8 +328,12 @@ def latencies(bench: Bench, db: Database, rate: float, seconds: float) -> list[f
             key = bench.with_outbox(db, outbox, n)
             committed[key] = time.perf_counter()
             n += 1
-        wait_until(lambda: all(k in acks.at for k in committed), timeout=120, interval=0.01,
-                   message="every paced message stored")
+        wait_until(
+            lambda: all(k in acks.at for k in committed),
+            timeout=120,
+            interval=0.01,
+            message="every paced message stored",
+        )
     finally:
         outbox.stop_relay()
     return sorted(max(0.0, acks.at[k] - t) * 1000 for k, t in committed.items())
@@ -321,8 +346,12 @@ def end_to_end(bench: Bench, db: Database, transactions: int) -> tuple[float, fl
     try:
         began = time.perf_counter()
         keys = [bench.with_outbox(db, outbox, n) for n in range(transactions)]
-        wait_until(lambda: all(k in acks.at for k in keys), timeout=600, interval=0.005,
-                   message="every outbox message stored")
+        wait_until(
+            lambda: all(k in acks.at for k in keys),
+            timeout=600,
+            interval=0.005,
+            message="every outbox message stored",
+        )
         outbox_tps = transactions / (max(acks.at[k] for k in keys) - began)
     finally:
         outbox.stop_relay()
@@ -355,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per commit-rate run (3)")
     parser.add_argument("--rounds", type=int, default=2, help="plain/outbox pairs (2)")
-    parser.add_argument("--messages", type=int, default=2000, help="relay and end-to-end size (2000)")
+    parser.add_argument(
+        "--messages", type=int, default=2000, help="relay and end-to-end size (2000)"
+    )
     parser.add_argument("--keys", type=int, default=64, help="sharding keys (64)")
     parser.add_argument("--latency-seconds", type=float, default=4.0, help="paced run (4)")
     parser.add_argument("--database-url", help="PostgreSQL too (commit_ratio_pg)")
@@ -365,8 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, filename=str(workdir / "txmsg.log"))
     broker = BrokerProcess(str(workdir / "data"), str(workdir / "logs")).start()
     bench = Bench(broker.namesrv_addr, workdir, args.keys)
-    print(f"broker {broker.namesrv_addr}, topic {bench.topic} ({QUEUES} queues), {args.keys} "
-          f"sharding keys, {len(BODY)}-byte bodies; logs in {workdir}", flush=True)
+    print(
+        f"broker {broker.namesrv_addr}, topic {bench.topic} ({QUEUES} queues), {args.keys} "
+        f"sharding keys, {len(BODY)}-byte bodies; logs in {workdir}",
+        flush=True,
+    )
     extra: dict[str, float] = {}
     try:
         with sqlite_database(workdir) as db:
@@ -375,17 +409,26 @@ def main(argv: list[str] | None = None) -> int:
             relay = relay_rate(bench, db, args.messages)
             raw = raw_rate(bench, args.messages)
             relay_ratio = relay / raw
-            print(f"relay {relay:.0f} msgs/s, raw plain sends {raw:.0f} msgs/s: relay_ratio = "
-                  f"{relay_ratio:.3f} (goal >= 0.8)", flush=True)
+            print(
+                f"relay {relay:.0f} msgs/s, raw plain sends {raw:.0f} msgs/s: relay_ratio = "
+                f"{relay_ratio:.3f} (goal >= 0.8)",
+                flush=True,
+            )
             paced = latencies(bench, db, relay / 2, args.latency_seconds)
             p50 = statistics.median(paced)
             p99 = paced[min(len(paced) - 1, int(len(paced) * 0.99))]
-            print(f"commit -> stored at {relay / 2:.0f} tx/s ({len(paced)} messages): p50 "
-                  f"{p50:.1f} ms, p99 {p99:.1f} ms (goal p99 <= 50 ms)", flush=True)
+            print(
+                f"commit -> stored at {relay / 2:.0f} tx/s ({len(paced)} messages): p50 "
+                f"{p50:.1f} ms, p99 {p99:.1f} ms (goal p99 <= 50 ms)",
+                flush=True,
+            )
             outbox_e2e, half_e2e = end_to_end(bench, db, args.messages)
             vs_half = outbox_e2e / half_e2e
-            print(f"end to end: outbox {outbox_e2e:.0f} tx/s, half messages {half_e2e:.0f} tx/s: "
-                  f"vs_half = {vs_half:.3f}", flush=True)
+            print(
+                f"end to end: outbox {outbox_e2e:.0f} tx/s, half messages {half_e2e:.0f} tx/s: "
+                f"vs_half = {vs_half:.3f}",
+                flush=True,
+            )
         if args.database_url:
             with postgres_database(args.database_url) as pg:
                 extra["commit_ratio_pg"], _, _ = commit_ratio(bench, pg, args.seconds, args.rounds)
@@ -394,10 +437,12 @@ def main(argv: list[str] | None = None) -> int:
         bench.close()
         broker.stop()
     more = "".join(f" {name}={value:.3f}" for name, value in extra.items())
-    print(f"RESULT outbox commit_ratio={ratio:.3f} relay_ratio={relay_ratio:.3f} p50_ms={p50:.1f} "
-          f"p99_ms={p99:.1f} vs_half={vs_half:.3f}{more} outbox_tps={outbox_tps:.0f} "
-          f"plain_tps={plain_tps:.0f} relay_msgs={relay:.0f} raw_msgs={raw:.0f} "
-          f"ratio={min(ratio, relay_ratio):.3f}")
+    print(
+        f"RESULT outbox commit_ratio={ratio:.3f} relay_ratio={relay_ratio:.3f} p50_ms={p50:.1f} "
+        f"p99_ms={p99:.1f} vs_half={vs_half:.3f}{more} outbox_tps={outbox_tps:.0f} "
+        f"plain_tps={plain_tps:.0f} relay_msgs={relay:.0f} raw_msgs={raw:.0f} "
+        f"ratio={min(ratio, relay_ratio):.3f}"
+    )
     return 0
 
 

@@ -87,8 +87,12 @@ def raw_sender(namesrv: str, topic: str) -> tuple[Callable[[int], None], Callabl
     from rocketmq.client import Message, TransactionMQProducer, TransactionStatus  # noqa: PLC0415
     from txmsg_rocketmq import native  # noqa: PLC0415
 
-    producer = TransactionMQProducer(f"overhead_raw_{os.getpid()}", lambda m: TransactionStatus.COMMIT)
-    native.load().dll.SetProducerInstanceName(producer._handle, f"overhead-raw-{os.getpid()}".encode())
+    producer = TransactionMQProducer(
+        f"overhead_raw_{os.getpid()}", lambda m: TransactionStatus.COMMIT
+    )
+    native.load().dll.SetProducerInstanceName(
+        producer._handle, f"overhead-raw-{os.getpid()}".encode()
+    )
     producer.set_name_server_address(namesrv)
     producer.start()
 
@@ -154,7 +158,9 @@ def txmsg_sender(
         def check_local(self, message: Any) -> LocalTransactionState:
             return LocalTransactionState.COMMIT
 
-    spec = ListenerSpec(group=f"overhead_tx_{os.getpid()}", target=Commit, topics=(topic,), executor=executor)
+    spec = ListenerSpec(
+        group=f"overhead_tx_{os.getpid()}", target=Commit, topics=(topic,), executor=executor
+    )
     producer = TransactionalProducer.create(backend, spec, Commit())
 
     def send(i: int) -> None:
@@ -169,11 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,4")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument(
-        "--instances", type=int, default=None,
+        "--instances",
+        type=int,
+        default=None,
         help="client instances of the txmsg group (its ExecutorConfig.concurrency; default 8)",
     )
     parser.add_argument(
-        "--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq",
+        "--backend",
+        choices=("rocketmq", "rocketmq5"),
+        default="rocketmq",
         help="rocketmq: librocketmq over remoting; rocketmq5: the official 5.x client over gRPC",
     )
     args = parser.parse_args(argv)

@@ -14,7 +14,9 @@ if [ -z "${TXMSG_TEST_PG_URL:-}" ]; then
   # If we started it, we stop it: a server left running holds its port after this checkout is gone.
   [ "$pg_was_running" = no ] && trap 'bash scripts/pg.sh stop' EXIT
 fi
-.venv/bin/ruff check txmsg plugins spark samples benchmarks tests || exit 1
+.venv/bin/ruff check txmsg plugins spark samples benchmarks tests conftest.py || exit 1
+# formatting is checked, not applied: run `.venv/bin/ruff format` before committing
+.venv/bin/ruff format --check txmsg plugins spark samples benchmarks tests conftest.py || exit 1
 .venv/bin/mypy || exit 1
 # The docs site (mkdocs.yml: the guide in docs/, the API reference from the docstrings); any
 # warning - a broken link, a docstring griffe cannot parse - fails the run.

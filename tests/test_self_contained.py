@@ -24,8 +24,21 @@ FORBIDDEN = re.compile(
 # Texts that may quote the old locations on purpose: this test, and change logs / issue texts.
 EXEMPT = re.compile(r"^(?:CHANGELOG[^/]*|docs/issues/.*|issues/.*)$", re.IGNORECASE)
 # Directories a checkout without git may still contain; never part of the repository.
-UNTRACKED_DIRS = {".git", ".venv", "venv", "var", "artifacts", "build", "node_modules", "__pycache__",
-                  ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "spark-warehouse"}
+UNTRACKED_DIRS = {
+    ".git",
+    ".venv",
+    "venv",
+    "var",
+    "artifacts",
+    "build",
+    "node_modules",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
+    "spark-warehouse",
+}
 
 
 def repository_files() -> list[str]:
@@ -33,7 +46,10 @@ def repository_files() -> list[str]:
     try:
         out = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=REPO, capture_output=True, check=True, timeout=60,
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+            timeout=60,
         ).stdout
         return sorted({p for p in out.decode().split("\0") if p})
     except (OSError, subprocess.CalledProcessError):
@@ -54,7 +70,10 @@ def test_nothing_points_at_shared() -> None:
         path = REPO / rel
         try:
             data = path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError):  # deleted in the working tree, or a submodule
+        except (
+            FileNotFoundError,
+            IsADirectoryError,
+        ):  # deleted in the working tree, or a submodule
             continue
         if b"\0" in data[:8192]:  # binary
             continue
@@ -68,9 +87,19 @@ def test_nothing_points_at_shared() -> None:
 
 
 def test_the_pattern_catches_what_it_must() -> None:
-    for text in ['REPO.parent / "shared" / "logs"', "see ../shared/facts/x.md",
-                 "``shared/facts/remoting-protocol.md``", "/work/shared/logs/real-broker-4.9.8/",
-                 "os.path.join(root, 'shared', 'logs')", "(see ../shared/README.md)"]:
+    for text in [
+        'REPO.parent / "shared" / "logs"',
+        "see ../shared/facts/x.md",
+        "``shared/facts/remoting-protocol.md``",
+        "/work/shared/logs/real-broker-4.9.8/",
+        "os.path.join(root, 'shared', 'logs')",
+        "(see ../shared/README.md)",
+    ]:
         assert FORBIDDEN.search(text), text
-    for text in ["a shared store", "shared with other jobs", "the shared factory", 'name="shared_pool"']:
+    for text in [
+        "a shared store",
+        "shared with other jobs",
+        "the shared factory",
+        'name="shared_pool"',
+    ]:
         assert not FORBIDDEN.search(text), text

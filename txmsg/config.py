@@ -159,7 +159,9 @@ class TxMsgConfig(_Section):
         return found
 
 
-_SOURCES: contextvars.ContextVar[ConfigSources | None] = contextvars.ContextVar("txmsg_config_sources", default=None)
+_SOURCES: contextvars.ContextVar[ConfigSources | None] = contextvars.ContextVar(
+    "txmsg_config_sources", default=None
+)
 """Where the keys being validated came from (set by :func:`resolve_config`, for the messages)."""
 
 
@@ -185,8 +187,9 @@ def _backend_values(
             where = f" (from {origin})" if origin else ""
             hint = difflib.get_close_matches(key, _known_keys([]), n=1)
             suggestion = (
-                f"; did you mean {hint[0]!r}?" if hint else
-                f"; no installed backend reads it (installed backends: {installed}): install the "
+                f"; did you mean {hint[0]!r}?"
+                if hint
+                else f"; no installed backend reads it (installed backends: {installed}): install the "
                 "backend that does, or remove the key"
             )
             raise ConfigError(f"unknown config key {key!r}{where}{suggestion}", key=key)
@@ -274,7 +277,9 @@ def _env_overrides(
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         if path[0] in REMOVED_SETTINGS:
-            raise ConfigError(f"environment variable {name}: {removed_setting_message(path[0])}", key=name)
+            raise ConfigError(
+                f"environment variable {name}: {removed_setting_message(path[0])}", key=name
+            )
         if path[0] not in fields:
             close = difflib.get_close_matches(path[0].upper(), flat_names, n=1, cutoff=0.85)
             if close:

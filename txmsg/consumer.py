@@ -151,7 +151,9 @@ def build_consumer_spec(
     check_name("topic", topic, owner=owner)
     check_name("consumer_group", group, owner=owner)
     if not isinstance(concurrency, int) or concurrency < 1:
-        raise ListenerDefinitionError(f"{owner}: concurrency must be an int >= 1, got {concurrency!r}")
+        raise ListenerDefinitionError(
+            f"{owner}: concurrency must be an int >= 1, got {concurrency!r}"
+        )
     if not isinstance(max_reconsume, int) or max_reconsume < 0:
         raise ListenerDefinitionError(
             f"{owner}: max_reconsume must be an int >= 0, got {max_reconsume!r}"

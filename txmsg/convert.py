@@ -25,14 +25,18 @@ _encoders: dict[type, Encoder] = {}
 _decoders: dict[type, Decoder] = {}
 
 
-def register_converter(type_: type[T], encode: Callable[[T], bytes], decode: Callable[[bytes], T] | None = None) -> None:
+def register_converter(
+    type_: type[T], encode: Callable[[T], bytes], decode: Callable[[bytes], T] | None = None
+) -> None:
     """Teach txmsg to turn ``type_`` (and its subclasses) into bytes, and optionally back.
 
     A registered converter wins over the built-in rules, so it can also change how e.g. a
     dataclass is encoded.
     """
     if not isinstance(type_, type):
-        raise ListenerDefinitionError(f"register_converter needs a type as first argument, got {type_!r}")
+        raise ListenerDefinitionError(
+            f"register_converter needs a type as first argument, got {type_!r}"
+        )
     with _lock:
         _encoders[type_] = cast(Encoder, encode)
         if decode is not None:
@@ -56,11 +60,15 @@ def _lookup(table: dict[type, Any], type_: type) -> Any:
 
 
 def _is_pydantic(value: Any) -> bool:
-    return callable(getattr(value, "model_dump_json", None)) and hasattr(type(value), "model_fields")
+    return callable(getattr(value, "model_dump_json", None)) and hasattr(
+        type(value), "model_fields"
+    )
 
 
 def _json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_json_default).encode()
+    return json.dumps(
+        value, ensure_ascii=False, separators=(",", ":"), default=_json_default
+    ).encode()
 
 
 def _json_default(value: Any) -> Any:

@@ -315,7 +315,9 @@ class CheckDispatcher:
         current: _Waiting | None = item
         while current is not None:
             if self.executor.is_shutdown:  # closing: waiting checks are not started any more
-                self._refused(current.answer, current.key, f"executor {self.executor.name!r} is shut down")
+                self._refused(
+                    current.answer, current.key, f"executor {self.executor.name!r} is shut down"
+                )
             else:
                 self._check_one(current)
             current = self._take_next()
@@ -413,7 +415,9 @@ class CheckDispatcher:
 
         future.add_done_callback(forget)
 
-    def _wait(self, future: Future[LocalTransactionState], key: str | None) -> LocalTransactionState:
+    def _wait(
+        self, future: Future[LocalTransactionState], key: str | None
+    ) -> LocalTransactionState:
         try:
             state = future.result(timeout=self.wait_timeout)
         except CancelledError:  # joined a waiting non-blocking check its backend cancelled

@@ -69,8 +69,11 @@ def versions() -> list[Check]:
         elif extra in backends:
             names.append((name, f"backend {extra}"))
             # the backend distribution's own requirements: its client packages
-            names += [(dep, f"backend {extra}") for dep, dep_extra in _requirement_names(name)
-                      if dep_extra is None and dep != "txmsg"]
+            names += [
+                (dep, f"backend {extra}")
+                for dep, dep_extra in _requirement_names(name)
+                if dep_extra is None and dep != "txmsg"
+            ]
         elif name.startswith("txmsg-"):  # another part of the product (its own distribution)
             names.append((name, f"txmsg[{extra}]"))
     seen: set[str] = set()
@@ -86,7 +89,9 @@ def versions() -> list[Check]:
                 rows.append((label, f"not installed; run `pip install {name}`", False))
             else:
                 extra = extra_name.removeprefix("backend ").removeprefix("txmsg[").removesuffix("]")
-                rows.append((label, f"not installed (optional: `pip install 'txmsg[{extra}]'`)", True))
+                rows.append(
+                    (label, f"not installed (optional: `pip install 'txmsg[{extra}]'`)", True)
+                )
     return rows
 
 
@@ -134,7 +139,13 @@ def backend_rows() -> list[Check]:
         else:
             rows.append((f"backend {ep.name}", ep.value, True))
     if not rows:
-        rows.append(("backends", "none installed; run `pip install 'txmsg[rocketmq5]'` (or `txmsg[rocketmq]`)", False))
+        rows.append(
+            (
+                "backends",
+                "none installed; run `pip install 'txmsg[rocketmq5]'` (or `txmsg[rocketmq]`)",
+                False,
+            )
+        )
     return rows
 
 
@@ -153,7 +164,9 @@ def run_check(ep: importlib.metadata.EntryPoint, config: TxMsgConfig) -> list[Ch
     try:
         report: Any = ep.load()
     except Exception as exc:  # noqa: BLE001 - a check that does not load is a finding
-        return [(f"{ep.name} doctor", f"{ep.value} not importable: {type(exc).__name__}: {exc}", False)]
+        return [
+            (f"{ep.name} doctor", f"{ep.value} not importable: {type(exc).__name__}: {exc}", False)
+        ]
     try:
         rows: Iterable[Any] = report(config)
         return [(str(a), mask_secrets(str(b)), bool(c)) for a, b, c in rows]

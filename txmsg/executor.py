@@ -149,7 +149,11 @@ class _Task:
     __slots__ = ("args", "fn", "future", "kwargs")
 
     def __init__(
-        self, future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        future: Future[Any],
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> None:
         self.future = future
         self.fn = fn
@@ -347,4 +351,3 @@ class TxExecutor:
             f"<TxExecutor {self.name} concurrency={c.concurrency} threads={s.threads} "
             f"active={s.active} queue={s.queued}/{c.queue_capacity} rejection={c.rejection.value}>"
         )
-

@@ -70,8 +70,6 @@ class ListenerSpec:
         return not isinstance(self.target, type)
 
 
-
-
 def validation_summary(exc: ValidationError) -> str:
     """One line per problem: ``key: message`` (pydantic's text spans several lines)."""
     parts = []
@@ -152,9 +150,7 @@ def build_spec(
             # ExecutorConfig raises ConfigError (txmsg.settings); a declaration's mistake is
             # the listener's, so it names the listener.  (ValidationError: older models.)
             detail = validation_summary(exc) if isinstance(exc, ValidationError) else str(exc)
-            raise ListenerDefinitionError(
-                f"{owner}: invalid executor settings: {detail}"
-            ) from None
+            raise ListenerDefinitionError(f"{owner}: invalid executor settings: {detail}") from None
     elif executor is not None and not isinstance(executor, ExecutorConfig):
         raise ListenerDefinitionError(
             f"{owner}: executor must be ExecutorConfig(...) or a dict of its fields, "
@@ -181,8 +177,6 @@ def build_spec(
         executor=executor or ExecutorConfig(),
         execute_exception_state=state,
     )
-
-
 
 
 def bound_spec(listener: Any) -> ListenerSpec | None:
@@ -217,9 +211,14 @@ def bind_spec(listener: Any, spec: ListenerSpec) -> bool:
             "class may be declared by several apps"
         )
     bound = bound_spec(listener)
-    if bound is not None and bound is not spec and (bound.group, bound.on_exception) != (
-        spec.group,
-        spec.on_exception,
+    if (
+        bound is not None
+        and bound is not spec
+        and (bound.group, bound.on_exception)
+        != (
+            spec.group,
+            spec.on_exception,
+        )
     ):
         raise ListenerDefinitionError(
             f"this {type(listener).__qualname__} instance already answers for producer group "

@@ -27,7 +27,24 @@ crash gets a new ``UNIQ_KEY`` from the client.  Idempotent consumers de-duplicat
 (:func:`txmsg.sqla.idempotent.message_key`)."""
 
 DELAY_LEVELS: tuple[int, ...] = (
-    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
 )
 """Seconds of RocketMQ's delay levels 1..18 (the broker's ``messageDelayLevel`` default:
 1s 5s 10s 30s 1m..10m 20m 30m 1h 2h); ``DELAY_LEVELS[level - 1]``."""

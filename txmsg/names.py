@@ -40,7 +40,7 @@ def rocketmq_rule(kind: NameKind, name: str) -> str | None:
         return None
     return (
         "RocketMQ names are 1-255 characters from letters, digits, '-', '_', '%' and '|' "
-        f"(e.g. {_LABEL[kind]}=\"order-tx\")"
+        f'(e.g. {_LABEL[kind]}="order-tx")'
     )
 
 
@@ -51,8 +51,11 @@ def rules_for_backend(backend: object) -> tuple[NameRule, ...]:
     extra: object = None
     if isinstance(backend, str):
         if ":" not in backend:
-            found = [ep for ep in importlib.metadata.entry_points(group=NAME_RULES_GROUP)
-                     if ep.name == backend]
+            found = [
+                ep
+                for ep in importlib.metadata.entry_points(group=NAME_RULES_GROUP)
+                if ep.name == backend
+            ]
             if found:
                 try:
                     extra = found[0].load()

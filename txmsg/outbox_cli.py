@@ -316,7 +316,10 @@ def discard_command(
                 doomed = sum(
                     len(
                         store.rows(
-                            t.sessions, t.group, state=OutboxState.DEAD.value, limit=1_000_000,
+                            t.sessions,
+                            t.group,
+                            state=OutboxState.DEAD.value,
+                            limit=1_000_000,
                             **selection,
                         )
                     )
@@ -338,11 +341,19 @@ def discard_command(
 
 
 @outbox.command("relay")
-@click.option("--app", "app", required=True, metavar="MODULE:ATTR",
-              help="Your TxMsg app (or a factory returning it): its outboxes and configuration.")
+@click.option(
+    "--app",
+    "app",
+    required=True,
+    metavar="MODULE:ATTR",
+    help="Your TxMsg app (or a factory returning it): its outboxes and configuration.",
+)
 @click.option("--group", "groups", multiple=True, help="Only this outbox (repeatable).")
-@click.option("--drain", is_flag=True,
-              help="Send what is due now, then exit (instead of relaying until stopped).")
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="Send what is due now, then exit (instead of relaying until stopped).",
+)
 def relay_command(app: str, groups: tuple[str, ...], drain: bool) -> None:
     """Run the relays of the app's outboxes in this process until SIGTERM or Ctrl-C."""
     from txmsg.app import TxMsg  # noqa: PLC0415 - the command's own import, loaded when run
@@ -384,9 +395,7 @@ def relay_command(app: str, groups: tuple[str, ...], drain: bool) -> None:
                     each.start_relay(relay_app.producer(each.group), hooks=hooks)
                 except TxMsgError as exc:
                     raise click.ClickException(str(exc)) from exc
-            click.echo(
-                f"relaying {', '.join(o.group for o in outboxes)} (SIGTERM or Ctrl-C stops)"
-            )
+            click.echo(f"relaying {', '.join(o.group for o in outboxes)} (SIGTERM or Ctrl-C stops)")
             stop.wait()
         finally:
             for each in outboxes:

@@ -559,6 +559,7 @@ class Producer:
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
+
     def stats(self) -> ProducerStats:
         """Send outcomes, executor figures and check-back figures of this group, and how its
         ordered sends spread over the queues."""
@@ -861,6 +862,7 @@ def _run_all(calls: list[Callable[[], object]]) -> None:
             error = error or exc
     if error is not None:
         raise error
+
 
 _TRANSACTIONAL_ONLY = frozenset({"send_in_transaction", "send_in_transaction_async"})
 

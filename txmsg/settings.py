@@ -46,7 +46,8 @@ def describe(exc: ValidationError, owner: str) -> ConfigError:
     if first["type"] == "extra_forbidden":
         return ConfigError(f"{owner}: unknown setting {key!r}{more}", key=key)
     return ConfigError(
-        f"{owner}: bad value for {key!r}: {first['msg']} (got {first.get('input')!r}){more}", key=key
+        f"{owner}: bad value for {key!r}: {first['msg']} (got {first.get('input')!r}){more}",
+        key=key,
     )
 
 

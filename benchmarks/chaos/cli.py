@@ -239,8 +239,13 @@ def table(result: ChaosResult) -> Table:
         ("settle time (s)", f"{result.settle_seconds:.0f}"),
     ]
     services = ("points", "logistics", "cart")
-    rows.extend((f"processed by {service}", len(final.processed.get(service, ()))) for service in services)
-    rows.extend((f"duplicates absorbed by {service}", final.duplicates.get(service, 0)) for service in services)
+    rows.extend(
+        (f"processed by {service}", len(final.processed.get(service, ()))) for service in services
+    )
+    rows.extend(
+        (f"duplicates absorbed by {service}", final.duplicates.get(service, 0))
+        for service in services
+    )
     stream = final.stream
     rows.extend(
         [
@@ -248,12 +253,17 @@ def table(result: ChaosResult) -> Table:
             ("  in doubt (send failed or producer died)", len(stream.in_doubt - stream.acked)),
             ("ordered events applied by tracking (orderly)", stream.applied_count),
             ("  orders with events", len(stream.applied)),
-            ("  resends skipped / redeliveries absorbed", f"{len(stream.skipped)} / {final.stream_duplicates}"),
+            (
+                "  resends skipped / redeliveries absorbed",
+                f"{len(stream.skipped)} / {final.stream_duplicates}",
+            ),
             ("  keys parked", len(stream.parked)),
             (
                 "  killed consumers' in-flight messages finished: handed again / "
                 "before the key's next / by the sweeper",
-                " / ".join(map(str, tracking.recovered_in(result.settings.workdir / "logs").values())),
+                " / ".join(
+                    map(str, tracking.recovered_in(result.settings.workdir / "logs").values())
+                ),
             ),
         ]
     )

@@ -215,7 +215,9 @@ class Producer:
                 continue
             outcome = self.pay(order_id)
             if outcome == "COMMIT":
-                tracking.send_events(self.app.producer(ORDER_GROUP), self.orders_db, order_id, self.name)
+                tracking.send_events(
+                    self.app.producer(ORDER_GROUP), self.orders_db, order_id, self.name
+                )
             elif outcome == "ERROR":
                 time.sleep(0.5)  # the broker is probably restarting
             time.sleep(self.settings.pay_interval)
@@ -289,7 +291,12 @@ def consumer(settings_file: str, service: str, index: int) -> None:
     engine = create_engine(settings.database_urls[service])
     sessions = make_session_factory(engine)
     app.add_message_listener(
-        handler, topic=topic, group=group, idempotent=True, session_factory=sessions, orderly=orderly
+        handler,
+        topic=topic,
+        group=group,
+        idempotent=True,
+        session_factory=sessions,
+        orderly=orderly,
     )
     app.start()
     _ready(f"{service}-{index}")

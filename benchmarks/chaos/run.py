@@ -252,7 +252,9 @@ class ChaosRun:
         """Start the broker process(es); the name server address."""
         base = workdir / "broker"
         if self.options.brokers == 1:
-            self.brokers = [BrokerChild(BrokerProcess(base / "data", base / "logs", **self.broker_settings))]
+            self.brokers = [
+                BrokerChild(BrokerProcess(base / "data", base / "logs", **self.broker_settings))
+            ]
             self.brokers[0].start()
             return self.brokers[0].process.namesrv_addr
         self.cluster = BrokerCluster(
@@ -272,7 +274,9 @@ class ChaosRun:
             return all(c.ready for c in children)
 
         try:
-            wait_until(all_ready, timeout=timeout, interval=0.5, message="the chaos processes to start")
+            wait_until(
+                all_ready, timeout=timeout, interval=0.5, message="the chaos processes to start"
+            )
         except AssertionError:
             tails = "; ".join(f"{c.name}: {_tail(c.log)}" for c in children if not c.ready)
             raise RuntimeError(f"processes did not start within {timeout:.0f} s: {tails}") from None
@@ -311,8 +315,20 @@ def create_fifo_topic(name_server: str, topic: str, queues: int) -> None:
     """The ordered stream's topic, type FIFO: a RocketMQ 5 broker consumes a group orderly only on
     a FIFO topic (remoting clients ignore the type)."""
     done = subprocess.run(
-        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic,
-         "--namesrv", name_server, "--type", "FIFO", "--queues", str(queues)],
+        [
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "topic",
+            "create",
+            topic,
+            "--namesrv",
+            name_server,
+            "--type",
+            "FIFO",
+            "--queues",
+            str(queues),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -70,13 +70,23 @@ def totals(agg: pa.Table) -> list[Any]:
     """
     import pyarrow as pa  # noqa: PLC0415 - the spark extra
 
-    t = pa.table({
-        "grp": agg["grp"], "file": agg["file"], "addr": agg["addr"], "kind": agg["kind"],
-        "v": agg["v"], "n": agg["n"], "wmin": _stamp(agg, "tmin"), "wmax": _stamp(agg, "tmax"),
-    })
-    out = t.group_by(["grp", "file", "addr", "kind", "v"], use_threads=False).aggregate(
-        [("n", "sum"), ("wmin", "min"), ("wmax", "max")]
-    ).rename_columns(["grp", "file", "addr", "kind", "v", "n", "wmin", "wmax"])
+    t = pa.table(
+        {
+            "grp": agg["grp"],
+            "file": agg["file"],
+            "addr": agg["addr"],
+            "kind": agg["kind"],
+            "v": agg["v"],
+            "n": agg["n"],
+            "wmin": _stamp(agg, "tmin"),
+            "wmax": _stamp(agg, "tmax"),
+        }
+    )
+    out = (
+        t.group_by(["grp", "file", "addr", "kind", "v"], use_threads=False)
+        .aggregate([("n", "sum"), ("wmin", "min"), ("wmax", "max")])
+        .rename_columns(["grp", "file", "addr", "kind", "v", "n", "wmin", "wmax"])
+    )
     rows: list[Any] = out.to_pylist()
     return rows
 
@@ -99,27 +109,41 @@ def histogram(agg: pa.Table) -> list[tuple[Any, str, int, int, int, int]]:
     t = agg.filter(pc.is_valid(agg["msg"]))
     kind, n = t["kind"], t["n"]
     zero = pa.scalar(0, pa.int64())
-    per = pa.table({
-        "broker": t["broker"], "msg": t["msg"], "grp": t["grp"],
-        "a": pc.if_else(pc.is_in(kind, value_set=pa.array(P.CHECK_KINDS)), n, zero),
-        "s": pc.if_else(pc.equal(kind, P.CHECK_SENT), n, zero),
-        "u": pc.cast(pc.is_in(kind, value_set=pa.array(P.UNKNOWN_KINDS)), pa.int64()),
-    }).group_by(["broker", "msg"], use_threads=False).aggregate(
-        [("grp", "min"), ("a", "sum"), ("s", "sum"), ("u", "max")]
+    per = (
+        pa.table(
+            {
+                "broker": t["broker"],
+                "msg": t["msg"],
+                "grp": t["grp"],
+                "a": pc.if_else(pc.is_in(kind, value_set=pa.array(P.CHECK_KINDS)), n, zero),
+                "s": pc.if_else(pc.equal(kind, P.CHECK_SENT), n, zero),
+                "u": pc.cast(pc.is_in(kind, value_set=pa.array(P.UNKNOWN_KINDS)), pa.int64()),
+            }
+        )
+        .group_by(["broker", "msg"], use_threads=False)
+        .aggregate([("grp", "min"), ("a", "sum"), ("s", "sum"), ("u", "max")])
     )
-    tx = pa.table({
-        "broker": per["broker"], "grp": per["grp_min"],
-        "c": pc.max_element_wise(per["a_sum"], per["s_sum"]), "u": per["u_max"], "s": per["s_sum"],
-    })
+    tx = pa.table(
+        {
+            "broker": per["broker"],
+            "grp": per["grp_min"],
+            "c": pc.max_element_wise(per["a_sum"], per["s_sum"]),
+            "u": per["u_max"],
+            "s": per["s_sum"],
+        }
+    )
     out = tx.group_by(["broker", "grp", "c"], use_threads=False).aggregate(
         [([], "count_all"), ("u", "sum"), ("s", "sum")]
     )
-    return [(r["grp"], r["broker"], int(r["c"]), int(r["count_all"]), int(r["u_sum"]),
-             int(r["s_sum"])) for r in out.to_pylist()]
+    return [
+        (r["grp"], r["broker"], int(r["c"]), int(r["count_all"]), int(r["u_sum"]), int(r["s_sum"]))
+        for r in out.to_pylist()
+    ]
 
 
-def windows(agg: pa.Table, metrics: list[tuple[str, tuple[str, ...]]], window: str,
-            tz: timezone) -> pa.Table:
+def windows(
+    agg: pa.Table, metrics: list[tuple[str, tuple[str, ...]]], window: str, tz: timezone
+) -> pa.Table:
     """Per group, broker and window: the metrics, the window start in UTC (``job.windows_table``)."""
     import pyarrow as pa  # noqa: PLC0415 - the spark extra
     import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
@@ -130,15 +154,22 @@ def windows(agg: pa.Table, metrics: list[tuple[str, tuple[str, ...]]], window: s
     for name, kinds in metrics:
         cols[name] = pc.if_else(pc.is_in(t["kind"], value_set=pa.array(kinds)), t["n"], zero)
     names = [name for name, _ in metrics]
-    w = pa.table(cols).group_by(["grp", "broker", "win"], use_threads=False).aggregate(
-        [(name, "sum") for name in names]
+    w = (
+        pa.table(cols)
+        .group_by(["grp", "broker", "win"], use_threads=False)
+        .aggregate([(name, "sum") for name in names])
     )
     offset = int((tz.utcoffset(None) or UTC.utcoffset(None)).total_seconds())
     local = pc.strptime(w["win"], format=WINDOW_FORMATS[window], unit="us", error_is_null=True)
-    start = pc.cast(pc.subtract(pc.cast(local, pa.int64()), offset * 1_000_000),
-                    pa.timestamp("us", tz="UTC"))
-    return pa.table({
-        "group": w["grp"], "broker": w["broker"], "window_start": start,
-        "window": pa.array([window] * w.num_rows, pa.string()),
-        **{name: w[f"{name}_sum"] for name in names},
-    })
+    start = pc.cast(
+        pc.subtract(pc.cast(local, pa.int64()), offset * 1_000_000), pa.timestamp("us", tz="UTC")
+    )
+    return pa.table(
+        {
+            "group": w["grp"],
+            "broker": w["broker"],
+            "window_start": start,
+            "window": pa.array([window] * w.num_rows, pa.string()),
+            **{name: w[f"{name}_sum"] for name in names},
+        }
+    )

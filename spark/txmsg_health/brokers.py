@@ -52,7 +52,7 @@ def name_for(file_uri: str, roots: list[str], regex: str | None = None) -> str:
         if root and path.startswith(root + "/") and len(root) > len(best) and not _is_glob(root):
             best = root
     if best and not os.path.isfile(best):
-        first = path[len(best) + 1:].split("/", 1)
+        first = path[len(best) + 1 :].split("/", 1)
         if len(first) == 2 and first[0] not in ROTATION_DIRS:
             return first[0]
         return os.path.basename(best) or "-"
@@ -69,6 +69,8 @@ def names(files: list[str], roots: list[str], regex: str | None = None) -> dict[
         try:
             re.compile(regex)
         except re.error as exc:
-            raise HealthInputError(f"--broker-regex {regex!r}: {exc}; give a Python regex whose "
-                                   "group 1 is the broker name, e.g. 'logs/([^/]+)/'") from exc
+            raise HealthInputError(
+                f"--broker-regex {regex!r}: {exc}; give a Python regex whose "
+                "group 1 is the broker name, e.g. 'logs/([^/]+)/'"
+            ) from exc
     return {f: name_for(f, roots, regex) for f in files}

@@ -61,7 +61,9 @@ def parse_trigger(text: str) -> float:
     """``30s``, ``500ms``, ``2m``, ``1h`` or plain seconds -> seconds."""
     m = _TRIGGER.match(text)
     if not m or float(m.group(1)) <= 0:
-        raise HealthInputError(f"--trigger {text!r}: use a positive duration such as 30s, 500ms or 2m")
+        raise HealthInputError(
+            f"--trigger {text!r}: use a positive duration such as 30s, 500ms or 2m"
+        )
     scale = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2)]
     return float(m.group(1)) * scale
 
@@ -200,8 +202,10 @@ class Follower:
 
     def __init__(self, spark: SparkSession, cfg: FollowConfig) -> None:
         if cfg.job.parquet_uri:
-            raise HealthInputError("--parquet-uri is not supported with --follow: the live table "
-                                   "is swapped in place under --out")
+            raise HealthInputError(
+                "--parquet-uri is not supported with --follow: the live table "
+                "is swapped in place under --out"
+            )
         self.spark = spark
         self.cfg = cfg
         self.roots = resolve(cfg.job.inputs)
@@ -213,8 +217,10 @@ class Follower:
         self.state_dir = os.path.join(self.ckpt, "state")
         self.meta_path = os.path.join(self.ckpt, "state.json")
         if os.path.exists(self.meta_path) and not os.path.isdir(os.path.join(self.ckpt, "spark")):
-            raise HealthInputError(f"{self.ckpt}: the state is there but Spark's checkpoint "
-                                   "(spark/) is not; delete the whole directory to start over")
+            raise HealthInputError(
+                f"{self.ckpt}: the state is there but Spark's checkpoint "
+                "(spark/) is not; delete the whole directory to start over"
+            )
         os.makedirs(self.state_dir, exist_ok=True)
         self.tailer = Tailer(self.roots, self.ckpt)
         self.stopping = False
@@ -246,8 +252,11 @@ class Follower:
         if meta["version"]:
             prev = self.spark.read.parquet(os.path.join(self.state_dir, meta["version"]))
             agg = prev.unionByName(agg)
-        merged = agg.groupBy(*KEYS).agg(F.sum("n").cast("long").alias("n"),
-                                        F.min("tmin").alias("tmin"), F.max("tmax").alias("tmax"))
+        merged = agg.groupBy(*KEYS).agg(
+            F.sum("n").cast("long").alias("n"),
+            F.min("tmin").alias("tmin"),
+            F.max("tmax").alias("tmax"),
+        )
         version = f"v{batch_id:08d}"
         merged.coalesce(1).write.mode("overwrite").parquet(os.path.join(self.state_dir, version))
         old = meta["version"]
@@ -259,8 +268,9 @@ class Follower:
             shutil.rmtree(os.path.join(self.state_dir, old), ignore_errors=True)
         self.batches += 1
 
-    def _write_outputs(self, state: DataFrame, batch_id: int,
-                       before: dict[str, list[str]]) -> dict[str, list[str]]:
+    def _write_outputs(
+        self, state: DataFrame, batch_id: int, before: dict[str, list[str]]
+    ) -> dict[str, list[str]]:
         from pyspark import StorageLevel  # noqa: PLC0415 - optional: the spark extra
 
         os.makedirs(self.out, exist_ok=True)
@@ -274,8 +284,11 @@ class Follower:
         finally:
             state.unpersist()
         result["inputs"] = list(self.cfg.job.inputs)
-        result["follow"] = {"batch": batch_id, "updated": datetime.now(UTC).isoformat(),
-                            "trigger_seconds": self.cfg.trigger_seconds}
+        result["follow"] = {
+            "batch": batch_id,
+            "updated": datetime.now(UTC).isoformat(),
+            "trigger_seconds": self.cfg.trigger_seconds,
+        }
         self._swap_parquet(pq_name)
         result["parquet"] = os.path.join(self.out, "metrics_by_window.parquet")
         output.write_summary(self.out, result)
@@ -302,7 +315,11 @@ class Follower:
         os.symlink(pq_name, tmp)
         os.replace(tmp, link)
         for name in os.listdir(self.out):
-            if name.startswith(".metrics_by_window.") and name.endswith(".parquet") and name != pq_name:
+            if (
+                name.startswith(".metrics_by_window.")
+                and name.endswith(".parquet")
+                and name != pq_name
+            ):
                 shutil.rmtree(os.path.join(self.out, name), ignore_errors=True)
 
     def run(self) -> int:
@@ -316,7 +333,9 @@ class Follower:
 
     def _run(self) -> int:
         self.tailer.poll()
-        stream = self.spark.readStream.format("text").option("lineSep", "\n").load(self.tailer.staging)
+        stream = (
+            self.spark.readStream.format("text").option("lineSep", "\n").load(self.tailer.staging)
+        )
         from txmsg_health import patterns as P  # noqa: PLC0415 - kept next to its one use
 
         for stage in P.pipeline(self.cfg.job.window):
@@ -324,7 +343,9 @@ class Follower:
         query = (
             stream.writeStream.foreachBatch(self.apply)
             .option("checkpointLocation", os.path.join(self.ckpt, "spark"))
-            .trigger(processingTime=f"{max(1, round(self.cfg.trigger_seconds * 1000))} milliseconds")
+            .trigger(
+                processingTime=f"{max(1, round(self.cfg.trigger_seconds * 1000))} milliseconds"
+            )
             .start()
         )
         _log(f"following {', '.join(self.roots)} every {self.cfg.trigger_seconds:g}s -> {self.out}")
@@ -341,7 +362,9 @@ class Follower:
         finally:
             # let a running trigger finish, so the checkpoint and the outputs agree
             deadline = time.monotonic() + 60
-            while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            while (
+                query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline
+            ):
                 time.sleep(0.1)
             query.stop()
             self.tailer.save()
@@ -363,7 +386,9 @@ class Follower:
 
 
 def _log(msg: str) -> None:
-    print(f"{datetime.now(UTC).strftime('%H:%M:%S')} txmsg health: {msg}", file=sys.stderr, flush=True)
+    print(
+        f"{datetime.now(UTC).strftime('%H:%M:%S')} txmsg health: {msg}", file=sys.stderr, flush=True
+    )
 
 
 def follow(spark: SparkSession, cfg: FollowConfig) -> int:

@@ -72,8 +72,28 @@ class Manifest:
             json.dump(asdict(self), f, indent=1)
 
 
-_WORDS = ("order", "pay", "stock", "ship", "refund", "coupon", "user", "ledger", "audit", "cart",
-          "mail", "points", "bill", "risk", "price", "search", "cache", "report", "tax", "fx")
+_WORDS = (
+    "order",
+    "pay",
+    "stock",
+    "ship",
+    "refund",
+    "coupon",
+    "user",
+    "ledger",
+    "audit",
+    "cart",
+    "mail",
+    "points",
+    "bill",
+    "risk",
+    "price",
+    "search",
+    "cache",
+    "report",
+    "tax",
+    "fx",
+)
 
 
 def make_groups(n: int, planted: int, rng: random.Random) -> list[Group]:
@@ -98,22 +118,40 @@ def make_groups(n: int, planted: int, rng: random.Random) -> list[Group]:
             debug = True
         elif profile == "heavy_rate":
             debug = False
-        addrs = [f"10.{rng.randrange(1, 250)}.{rng.randrange(256)}.{rng.randrange(1, 255)}:"
-                 f"{rng.randrange(30000, 65000)}" for _ in range(rng.choice((1, 1, 2, 3)))]
-        groups.append(Group(
-            name=name, client=rng.choice(("java", "cpp")), fmt=fmt, debug=debug,
-            unknown_p=0.40 if profile != "healthy" else 0.01,
-            rollback_p=0.03, profile=profile, addrs=addrs,
-        ))
+        addrs = [
+            f"10.{rng.randrange(1, 250)}.{rng.randrange(256)}.{rng.randrange(1, 255)}:"
+            f"{rng.randrange(30000, 65000)}"
+            for _ in range(rng.choice((1, 1, 2, 3)))
+        ]
+        groups.append(
+            Group(
+                name=name,
+                client=rng.choice(("java", "cpp")),
+                fmt=fmt,
+                debug=debug,
+                unknown_p=0.40 if profile != "healthy" else 0.01,
+                rollback_p=0.03,
+                profile=profile,
+                addrs=addrs,
+            )
+        )
     return groups
 
 
 class _Sim:
     """The broker simulation: a clock, pending check-backs, and line formatting."""
 
-    def __init__(self, groups: list[Group], rng: random.Random, lines_per_minute: int,
-                 check_max: int, check_interval_s: float, timeout_s: float, bad_every: int,
-                 replicas: int = 1) -> None:
+    def __init__(
+        self,
+        groups: list[Group],
+        rng: random.Random,
+        lines_per_minute: int,
+        check_max: int,
+        check_interval_s: float,
+        timeout_s: float,
+        bad_every: int,
+        replicas: int = 1,
+    ) -> None:
         self.g = groups
         self.rng = rng
         self.dt = 60.0 / lines_per_minute
@@ -146,12 +184,16 @@ class _Sim:
         self.clo += self.rng.randrange(280, 420)
         f = "true" if ftc else "false"
         if g.fmt == "4.9":
-            return (f"EndTransactionRequestHeader{{producerGroup='{g.name}', tranStateTableOffset={self.offset}, "
-                    f"commitLogOffset={self.clo}, commitOrRollback={state}, fromTransactionCheck={f}, "
-                    f"msgId='{msg}', transactionId='{tid}', bname='broker-a'}}")
-        return (f"EndTransactionRequestHeader{{producerGroup={g.name}, tranStateTableOffset={self.offset}, "
+            return (
+                f"EndTransactionRequestHeader{{producerGroup='{g.name}', tranStateTableOffset={self.offset}, "
                 f"commitLogOffset={self.clo}, commitOrRollback={state}, fromTransactionCheck={f}, "
-                f"msgId={msg}, transactionId={tid}}}")
+                f"msgId='{msg}', transactionId='{tid}', bname='broker-a'}}"
+            )
+        return (
+            f"EndTransactionRequestHeader{{producerGroup={g.name}, tranStateTableOffset={self.offset}, "
+            f"commitLogOffset={self.clo}, commitOrRollback={state}, fromTransactionCheck={f}, "
+            f"msgId={msg}, transactionId={tid}}}"
+        )
 
     def answer(self, g: Group, addr: str, state: int, msg: str, check: bool) -> list[str]:
         """The lines one end-transaction request produces."""
@@ -166,16 +208,25 @@ class _Sim:
             out.append(f"{ts} DEBUG {thread} - Transaction request:{hdr}")
         remark = "null" if java else ""
         if ftc:
-            what = {0: "but it's pending status", 8: "the producer commit the message",
-                    12: "the producer rollback the message"}[state]
-            out.append(f"{ts} WARN {thread} - Check producer[{addr}] transaction state, {what}."
-                       f"RequestHeader: {hdr} Remark: {remark}")
+            what = {
+                0: "but it's pending status",
+                8: "the producer commit the message",
+                12: "the producer rollback the message",
+            }[state]
+            out.append(
+                f"{ts} WARN {thread} - Check producer[{addr}] transaction state, {what}."
+                f"RequestHeader: {hdr} Remark: {remark}"
+            )
         elif state == 0:
-            out.append(f"{ts} WARN {thread} - The producer[{addr}] end transaction in sending message,  "
-                       f"and it's pending status.RequestHeader: {hdr} Remark: {remark}")
+            out.append(
+                f"{ts} WARN {thread} - The producer[{addr}] end transaction in sending message,  "
+                f"and it's pending status.RequestHeader: {hdr} Remark: {remark}"
+            )
         elif state == 12:
-            out.append(f"{ts} WARN {thread} - The producer[{addr}] end transaction in sending message, "
-                       f"rollback the message.RequestHeader: {hdr} Remark: {remark}")
+            out.append(
+                f"{ts} WARN {thread} - The producer[{addr}] end transaction in sending message, "
+                f"rollback the message.RequestHeader: {hdr} Remark: {remark}"
+            )
         return out
 
     def discard(self, g: Group, addr: str, msg: str, times: int) -> list[str]:
@@ -198,8 +249,10 @@ class _Sim:
 
     def check_sent(self, g: Group, msg: str) -> str:
         """5.1+: INFO, one per check-back, before it is sent (no group on the line)."""
-        return (f"{self.stamp()} INFO TransactionalMessageCheckService - Check transaction. "
-                f"real_topic=t_{g.name},uniqKey={msg},offset={self.offset},commitLogOffset={self.clo}")
+        return (
+            f"{self.stamp()} INFO TransactionalMessageCheckService - Check transaction. "
+            f"real_topic=t_{g.name},uniqKey={msg},offset={self.offset},commitLogOffset={self.clo}"
+        )
 
     def undelivered(self, g: Group) -> list[tuple[str, str]]:
         """A check-back that never reaches the producer: no channel (both files), or send failed."""
@@ -207,15 +260,26 @@ class _Sim:
         thread = "Transaction-msg-check-thread" + ("1" if g.fmt == "5" else "")
         if self.rng.random() < 0.8:
             return [
-                ("broker", f"{ts} WARN {thread} - Check transaction failed, channel table is empty. "
-                           f"groupId={g.name}"),
-                ("tx", f"{ts} WARN {thread} - Check transaction failed, channel is null. groupId={g.name}"),
+                (
+                    "broker",
+                    f"{ts} WARN {thread} - Check transaction failed, channel table is empty. "
+                    f"groupId={g.name}",
+                ),
+                (
+                    "tx",
+                    f"{ts} WARN {thread} - Check transaction failed, channel is null. groupId={g.name}",
+                ),
             ]
-        return [("broker", f"{ts} ERROR {thread} - Check transaction failed because invoke producer "
-                           f"exception. group={g.name}, msgId=0A00000B00002A9F{self.clo:016X}, "
-                           f"error=org.apache.rocketmq.remoting.exception.RemotingTimeoutException: "
-                           f"invokeOnewayImpl tryAcquire semaphore timeout, 10ms, waiting thread nums: 0 "
-                           f"semaphoreOnewayValue: 0")]
+        return [
+            (
+                "broker",
+                f"{ts} ERROR {thread} - Check transaction failed because invoke producer "
+                f"exception. group={g.name}, msgId=0A00000B00002A9F{self.clo:016X}, "
+                f"error=org.apache.rocketmq.remoting.exception.RemotingTimeoutException: "
+                f"invokeOnewayImpl tryAcquire semaphore timeout, 10ms, waiting thread nums: 0 "
+                f"semaphoreOnewayValue: 0",
+            )
+        ]
 
     def noise(self) -> tuple[str, list[str]]:
         """One noise event: ("tx"|"broker", lines). Mostly one line; stack traces are several."""
@@ -223,28 +287,40 @@ class _Sim:
         r = self.rng.random()
         o = self.offset
         if r < 0.30:
-            return "tx", [self.rng.choice((
-                f"{ts} INFO TransactionalMessageCheckService - Begin to check prepare message, begin time:{1795342324039 + o}",
-                f"{ts} INFO TransactionalMessageCheckService - End to check prepare message, consumed time:{o % 97}",
-                f"{ts} INFO TransactionalMessageCheckService - Before check, the queue=MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC, brokerName=broker-a, queueId=0] msgOffset={o} opOffset={o - 7}",
-                f"{ts} WARN TransactionalMessageCheckService - No new message. GetMessageStatus=OFFSET_OVERFLOW_ONE, topic=RMQ_SYS_TRANS_OP_HALF_TOPIC, groupId=CID_RMQ_SYS_TRANS, requestOffset={o}",
-                f"{ts} WARN TransactionalMessageCheckService - The miss op offset={o} in queue=MessageQueue [topic=RMQ_SYS_TRANS_OP_HALF_TOPIC, brokerName=broker-a, queueId=0] is NO_NEW_MSG, pullResult=PullResult [pullStatus=NO_NEW_MSG, nextBeginOffset={o}, minOffset=0, maxOffset={o}, msgFoundList=0]",
-            ))]
+            return "tx", [
+                self.rng.choice(
+                    (
+                        f"{ts} INFO TransactionalMessageCheckService - Begin to check prepare message, begin time:{1795342324039 + o}",
+                        f"{ts} INFO TransactionalMessageCheckService - End to check prepare message, consumed time:{o % 97}",
+                        f"{ts} INFO TransactionalMessageCheckService - Before check, the queue=MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC, brokerName=broker-a, queueId=0] msgOffset={o} opOffset={o - 7}",
+                        f"{ts} WARN TransactionalMessageCheckService - No new message. GetMessageStatus=OFFSET_OVERFLOW_ONE, topic=RMQ_SYS_TRANS_OP_HALF_TOPIC, groupId=CID_RMQ_SYS_TRANS, requestOffset={o}",
+                        f"{ts} WARN TransactionalMessageCheckService - The miss op offset={o} in queue=MessageQueue [topic=RMQ_SYS_TRANS_OP_HALF_TOPIC, brokerName=broker-a, queueId=0] is NO_NEW_MSG, pullResult=PullResult [pullStatus=NO_NEW_MSG, nextBeginOffset={o}, minOffset=0, maxOffset={o}, msgFoundList=0]",
+                    )
+                )
+            ]
         if r < 0.62:
-            return "broker", [self.rng.choice((
-                f"{ts} INFO brokerOutApi_thread_{o % 4 + 1} - register broker[0]to name server 127.0.0.1:9876 OK",
-                f"{ts} INFO BrokerControllerScheduledThread1 - dispatch behind commit log {o % 5000} bytes",
-                f"{ts} INFO SendMessageThread_{o % 8 + 1} - Create new topic by default topic:[TBW102] config:[TopicConfig [topicName=t_{o % 50}, readQueueNums=4, writeQueueNums=4, perm=RW-]]",
-                f"{ts} ERROR NettyServerNIOSelector_3_{o % 4 + 1} - RemotingCommand [code=11, language=CPP, version=333, opaque={o}, flag(B)=0, remark=, extFields={{queueId=0, maxMsgNums=32, sysFlag=2, commitOffset=0, subscription=*}}, serializeTypeCurrentRPC=JSON]",
-            ))]
+            return "broker", [
+                self.rng.choice(
+                    (
+                        f"{ts} INFO brokerOutApi_thread_{o % 4 + 1} - register broker[0]to name server 127.0.0.1:9876 OK",
+                        f"{ts} INFO BrokerControllerScheduledThread1 - dispatch behind commit log {o % 5000} bytes",
+                        f"{ts} INFO SendMessageThread_{o % 8 + 1} - Create new topic by default topic:[TBW102] config:[TopicConfig [topicName=t_{o % 50}, readQueueNums=4, writeQueueNums=4, perm=RW-]]",
+                        f"{ts} ERROR NettyServerNIOSelector_3_{o % 4 + 1} - RemotingCommand [code=11, language=CPP, version=333, opaque={o}, flag(B)=0, remark=, extFields={{queueId=0, maxMsgNums=32, sysFlag=2, commitOffset=0, subscription=*}}, serializeTypeCurrentRPC=JSON]",
+                    )
+                )
+            ]
         g = self.g[self.rng.randrange(len(self.g))]
         if r < 0.70:  # decoys: mention the group, are not transaction events
-            return "broker", [self.rng.choice((
-                f"{ts} INFO HeartbeatThread_{o % 4 + 1} - new producer connected, group: {g.name} channel: ClientChannelInfo [channel=[id: 0x5d86ddd8, L:/10.0.0.11:10911 - R:/{g.addrs[0]}], clientId={g.addrs[0].split(':')[0]}@{o % 9999}#DEFAULT, language={'JAVA' if g.client == 'java' else 'CPP'}, version=333, lastUpdateTimestamp=1795342808133]",
-                f"{ts} WARN AdminBrokerThread_{o % 4 + 1} - RemotingCommand [code=37, language=JAVA, version=401, opaque={o}, flag(B)=0, remark=null, extFields={{producerGroup={g.name}, tranStateTableOffset={o}, commitOrRollback=0, fromTransactionCheck=false, msgId=7F000001{o:024X}}}] request dropped: broker busy",
-                f"{ts} INFO ClientManageThread_{o % 4 + 1} - unregister a producer group[{g.name}] from groupChannelTable",
-                f"{ts} INFO AdminBrokerThread_{o % 4 + 1} - query producer connection, producerGroup={g.name}, connections=1",
-            ))]
+            return "broker", [
+                self.rng.choice(
+                    (
+                        f"{ts} INFO HeartbeatThread_{o % 4 + 1} - new producer connected, group: {g.name} channel: ClientChannelInfo [channel=[id: 0x5d86ddd8, L:/10.0.0.11:10911 - R:/{g.addrs[0]}], clientId={g.addrs[0].split(':')[0]}@{o % 9999}#DEFAULT, language={'JAVA' if g.client == 'java' else 'CPP'}, version=333, lastUpdateTimestamp=1795342808133]",
+                        f"{ts} WARN AdminBrokerThread_{o % 4 + 1} - RemotingCommand [code=37, language=JAVA, version=401, opaque={o}, flag(B)=0, remark=null, extFields={{producerGroup={g.name}, tranStateTableOffset={o}, commitOrRollback=0, fromTransactionCheck=false, msgId=7F000001{o:024X}}}] request dropped: broker busy",
+                        f"{ts} INFO ClientManageThread_{o % 4 + 1} - unregister a producer group[{g.name}] from groupChannelTable",
+                        f"{ts} INFO AdminBrokerThread_{o % 4 + 1} - query producer connection, producerGroup={g.name}, connections=1",
+                    )
+                )
+            ]
         if r < 0.76:
             return "tx", [
                 f"{ts} DEBUG EndTransactionThread_{o % 12 + 1} - Transaction op message write successfully. messageId=7F00000100002A9F{o:016X}, queueId=0 msgExt:MessageExt [brokerName=null, queueId=0, storeSize=292, queueOffset={o}, sysFlag=0, bornTimestamp=1795342808187, bornHost=/{g.addrs[0]}, msgId=7F00000100002A9F{o:016X}, toString()=Message{{topic='RMQ_SYS_TRANS_HALF_TOPIC', flag=0, properties={{UNIQ_KEY=7F000001{o:024X}, CLUSTER=DefaultCluster, PGROUP={g.name}, WAIT=true}}, body=[98], transactionId='null'}}]"
@@ -259,11 +335,17 @@ class _Sim:
             ]
         if r < 0.83:
             lg = self.legacy[o % len(self.legacy)]
-            return "tx", [f"{ts} WARN Transaction-msg-check-thread - Check transaction failed, channel is null. groupId={lg}"]
+            return "tx", [
+                f"{ts} WARN Transaction-msg-check-thread - Check transaction failed, channel is null. groupId={lg}"
+            ]
         if r < 0.84:
             lg = self.legacy[o % len(self.legacy)]
-            return "broker", [f"{ts} WARN Transaction-msg-check-thread - Check transaction failed, channel table is empty. groupId={lg}"]
-        return "tx", [f"{ts} INFO TransactionalMessageCheckService - Check topic=RMQ_SYS_TRANS_HALF_TOPIC, queues=[MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC, brokerName=broker-a, queueId=0]]"]
+            return "broker", [
+                f"{ts} WARN Transaction-msg-check-thread - Check transaction failed, channel table is empty. groupId={lg}"
+            ]
+        return "tx", [
+            f"{ts} INFO TransactionalMessageCheckService - Check topic=RMQ_SYS_TRANS_HALF_TOPIC, queues=[MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC, brokerName=broker-a, queueId=0]]"
+        ]
 
     # -- the event loop ---------------------------------------------------------------------
     def events(self, target: int) -> Iterator[tuple[str, str, str]]:
@@ -279,8 +361,12 @@ class _Sim:
             if noise <= txl:
                 kind, lines = self.noise()
                 broker = groups[rng.randrange(len(groups))].broker_of(
-                    rng.randrange(self.replicas), self.replicas)
-                if self.bad_every and (emitted + len(lines)) // self.bad_every != emitted // self.bad_every:
+                    rng.randrange(self.replicas), self.replicas
+                )
+                if (
+                    self.bad_every
+                    and (emitted + len(lines)) // self.bad_every != emitted // self.bad_every
+                ):
                     lines = [*lines, self._bad(rng)]
                     kind = "tx"
                 for ln in lines:
@@ -309,8 +395,9 @@ class _Sim:
                     lines = self.answer(g, addr, 0, msg, False)
                     self.seq += 1
                     plan = self._plan(g) if planted_here else self._plan_healthy()
-                    heapq.heappush(self.pending,
-                                   (self.t + self.timeout, self.seq, gi, addr, msg, 0, plan, rep))
+                    heapq.heappush(
+                        self.pending, (self.t + self.timeout, self.seq, gi, addr, msg, 0, plan, rep)
+                    )
                 elif r < unknown_p + g.rollback_p:
                     lines = self.answer(g, addr, 12, msg, False)
                 else:
@@ -340,17 +427,24 @@ class _Sim:
             return "unknown1"
         return "rollback1" if r < 0.20 else "commit1"
 
-    def _check(self, g: Group, gi: int, addr: str, msg: str, checks: int, plan: str,
-               rep: int) -> list[tuple[str, str]]:
+    def _check(
+        self, g: Group, gi: int, addr: str, msg: str, checks: int, plan: str, rep: int
+    ) -> list[tuple[str, str]]:
         if plan in ("stuck", "nochannel") and checks >= self.check_max:
             return [("tx", ln) for ln in self.discard(g, addr, msg, checks)]
         checks += 1
         sent = [("tx", self.check_sent(g, msg))] if g.fmt == "5" else []
         if plan == "nochannel":
             self.seq += 1
-            heapq.heappush(self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan, rep))
+            heapq.heappush(
+                self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan, rep)
+            )
             return sent + self.undelivered(g)
-        if plan == "stuck" or (plan == "unknown1" and checks == 1) or (plan == "unknown4" and checks <= 4):
+        if (
+            plan == "stuck"
+            or (plan == "unknown1" and checks == 1)
+            or (plan == "unknown4" and checks <= 4)
+        ):
             state = 0
         elif plan == "rollback1":
             state = 12
@@ -359,7 +453,9 @@ class _Sim:
         lines = self.answer(g, addr, state, msg, True)
         if state == 0:
             self.seq += 1
-            heapq.heappush(self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan, rep))
+            heapq.heappush(
+                self.pending, (self.t + self.interval, self.seq, gi, addr, msg, checks, plan, rep)
+            )
         return sent + [("tx", ln) for ln in lines]
 
     def _bad(self, rng: random.Random) -> str:
@@ -376,10 +472,22 @@ def _addr_hex(addr: str) -> str:
     return "".join(f"{int(x):02X}" for x in ip) + "0000"
 
 
-def generate(out: str, lines: int = 200_000, *, groups: int = 200, planted: int = 6, seed: int = 7,
-             layout: str = "brokers", gz: bool = True, lines_per_minute: int = 28_000,
-             check_max: int = 5, check_interval_s: float = 10.0, timeout_s: float = 6.0,
-             bad_every: int = 20_000, replicas: int = 1) -> Manifest:
+def generate(
+    out: str,
+    lines: int = 200_000,
+    *,
+    groups: int = 200,
+    planted: int = 6,
+    seed: int = 7,
+    layout: str = "brokers",
+    gz: bool = True,
+    lines_per_minute: int = 28_000,
+    check_max: int = 5,
+    check_interval_s: float = 10.0,
+    timeout_s: float = 6.0,
+    bad_every: int = 20_000,
+    replicas: int = 1,
+) -> Manifest:
     """Write logs under ``out`` (a directory per broker, or one file ``out`` when single).
 
     ``layout="brokers"``: ``out/<broker>/transaction.log``, ``broker.log`` and, with ``gz``, the
@@ -388,15 +496,29 @@ def generate(out: str, lines: int = 200_000, *, groups: int = 200, planted: int 
     """
     rng = random.Random(seed)  # noqa: S311 - seeded on purpose: the same logs for the same seed
     gs = make_groups(groups, planted, rng)
-    sim = _Sim(gs, rng, lines_per_minute, check_max, check_interval_s, timeout_s, bad_every,
-               replicas=max(1, replicas))
-    man = Manifest(lines=0, planted=sorted(g.name for g in gs if g.profile != "healthy"),
-                   groups=sorted(g.name for g in gs), legacy_groups=sim.legacy, seed=seed,
-                   check_max=check_max, replicas=max(1, replicas),
-                   never_arrives=sorted([*(g.name for g in gs if g.profile == "no_producer"),
-                                         *sim.legacy]),
-                   flagged_brokers={g.name: [g.broker_of(0, max(1, replicas))]
-                                    for g in gs if g.profile != "healthy"})
+    sim = _Sim(
+        gs,
+        rng,
+        lines_per_minute,
+        check_max,
+        check_interval_s,
+        timeout_s,
+        bad_every,
+        replicas=max(1, replicas),
+    )
+    man = Manifest(
+        lines=0,
+        planted=sorted(g.name for g in gs if g.profile != "healthy"),
+        groups=sorted(g.name for g in gs),
+        legacy_groups=sim.legacy,
+        seed=seed,
+        check_max=check_max,
+        replicas=max(1, replicas),
+        never_arrives=sorted([*(g.name for g in gs if g.profile == "no_producer"), *sim.legacy]),
+        flagged_brokers={
+            g.name: [g.broker_of(0, max(1, replicas))] for g in gs if g.profile != "healthy"
+        },
+    )
     if layout == "single":
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         n = 0
@@ -451,11 +573,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--layout", choices=("brokers", "single"), default="brokers")
     p.add_argument("--no-gz", action="store_true")
-    p.add_argument("--replicas", type=int, default=1,
-                   help="brokers per kind (-a, -b, ...); planted groups misbehave on -a only")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="brokers per kind (-a, -b, ...); planted groups misbehave on -a only",
+    )
     a = p.parse_args(argv)
-    m = generate(a.out, a.lines, groups=a.groups, planted=a.planted, seed=a.seed, layout=a.layout,
-                 gz=not a.no_gz, replicas=a.replicas)
+    m = generate(
+        a.out,
+        a.lines,
+        groups=a.groups,
+        planted=a.planted,
+        seed=a.seed,
+        layout=a.layout,
+        gz=not a.no_gz,
+        replicas=a.replicas,
+    )
     print(json.dumps({"lines": m.lines, "planted": m.planted, "files": len(m.files)}))
     return 0
 

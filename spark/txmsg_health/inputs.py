@@ -30,7 +30,7 @@ def resolve(paths: list[str] | tuple[str, ...]) -> list[str]:
         if _SCHEME.match(p) and not p.startswith("file://"):
             out.append(p)
             continue
-        local = p[len("file://"):] if p.startswith("file://") else p
+        local = p[len("file://") :] if p.startswith("file://") else p
         local = os.path.expanduser(local)
         if _GLOB.search(local):
             if not glob.glob(local, recursive=True):

@@ -77,8 +77,9 @@ DEFAULT_MASTER = "local[*]"
 """The master of a run that starts Spark itself and names none (``txmsg health LOGS --out DIR``)."""
 
 
-def build_session(master: str | None = None, conf: dict[str, str] | None = None,
-                  *, fast_start: bool = False) -> SparkSession:
+def build_session(
+    master: str | None = None, conf: dict[str, str] | None = None, *, fast_start: bool = False
+) -> SparkSession:
     """A session tuned for this job (``session_settings``), with ``conf`` on top.
 
     ``master`` None: the master Spark already has - spark-submit's ``--master`` (setting one here
@@ -95,9 +96,13 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None,
     builder = SparkSession.builder.appName("txmsg-health")
     if master:
         builder = builder.master(master)
-    settings = session_settings(master or _active_master(), conf, fast_start=fast_start,
-                                launches_jvm=launches,
-                                user_set=user_spark_keys() if launches else running_spark_keys())
+    settings = session_settings(
+        master or _active_master(),
+        conf,
+        fast_start=fast_start,
+        launches_jvm=launches,
+        user_set=user_spark_keys() if launches else running_spark_keys(),
+    )
     settings.update(loopback.session_conf(master, settings))  # local driver on 127.0.0.1
     for k, v in settings.items():
         builder = builder.config(k, v)
@@ -107,9 +112,14 @@ def build_session(master: str | None = None, conf: dict[str, str] | None = None,
     return spark
 
 
-def session_settings(master: str | None, conf: Mapping[str, str] | None = None, *,
-                     fast_start: bool = False, launches_jvm: bool = True,
-                     user_set: Collection[str] = frozenset()) -> dict[str, str]:
+def session_settings(
+    master: str | None,
+    conf: Mapping[str, str] | None = None,
+    *,
+    fast_start: bool = False,
+    launches_jvm: bool = True,
+    user_set: Collection[str] = frozenset(),
+) -> dict[str, str]:
     """The builder's settings for a session on ``master``: the job's defaults, ``conf`` on top.
 
     One rule for every default: the job gives a key only when the user set no value for it, in
@@ -154,7 +164,9 @@ def session_settings(master: str | None, conf: Mapping[str, str] | None = None, 
         # re-planning after each stage only costs time (interleaved runs, one session: 50 000
         # lines median 1.3 s vs 2.6 s, 2 M lines 1-4 % faster in each of four pairs)
         defaults["spark.sql.adaptive.enabled"] = "false"
-        if launches_jvm and DRIVER_JAVA_OPTIONS not in kept:  # first: java_options claims the archive
+        if (
+            launches_jvm and DRIVER_JAVA_OPTIONS not in kept
+        ):  # first: java_options claims the archive
             cds = startup.java_options() if fast_start else ""
             defaults[DRIVER_JAVA_OPTIONS] = f"{JVM_OPTIONS} {cds}" if cds else JVM_OPTIONS
     yielded = {k: v for k, v in defaults.items() if k not in kept}
@@ -268,17 +280,15 @@ def _local_cores(master: str | None) -> tuple[bool, int]:
 
 def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
     """One row per input line: kind, group, address, window key, msgId (only where needed)."""
-    df = (
-        spark.read.option("recursiveFileLookup", "true")
-        .option("lineSep", "\n")
-        .text(paths)
-    )
+    df = spark.read.option("recursiveFileLookup", "true").option("lineSep", "\n").text(paths)
     for stage in _pipeline(spark, window):
         df = df.select(*stage)
     return df
 
 
-_PIPELINES: weakref.WeakKeyDictionary[Any, dict[str, list[list[Column]]]] = weakref.WeakKeyDictionary()
+_PIPELINES: weakref.WeakKeyDictionary[Any, dict[str, list[list[Column]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _pipeline(spark: SparkSession, window: str) -> list[list[Column]]:
@@ -332,11 +342,16 @@ def windows_table(agg: DataFrame, window: str, tz: timezone) -> DataFrame:
     # types as DataType objects, here and below: a type name ("long") is parsed by Spark's SQL
     # parser, which the job otherwise never loads in a fresh process (patterns: no SQL text)
     sums = [
-        F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0)).cast(LongType()).alias(name)
+        F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0))
+        .cast(LongType())
+        .alias(name)
         for name, kinds in _metric_columns()
     ]
-    w = (agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull())
-         .groupBy("grp", "broker", "win").agg(*sums))
+    w = (
+        agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull())
+        .groupBy("grp", "broker", "win")
+        .agg(*sums)
+    )
     start = F.to_timestamp(F.col("win"), fmt) - F.make_interval(secs=F.lit(offset))
     return w.select(
         F.col("grp").alias("group"),
@@ -402,8 +417,9 @@ def _arrow_destination(spark: SparkSession, cfg: JobConfig) -> str | None:
     return local_path(spark, _parquet(cfg))
 
 
-def _outputs(agg: DataFrame, paths: list[str],
-             cfg: JobConfig) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+def _outputs(
+    agg: DataFrame, paths: list[str], cfg: JobConfig
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Every output from the aggregate: summary, Parquet table, dashboard series.
 
     In local mode the aggregate comes to the driver once, as Arrow, and pyarrow derives the rest
@@ -416,8 +432,9 @@ def _outputs(agg: DataFrame, paths: list[str],
     return _outputs_arrow(agg, paths, cfg, destination)
 
 
-def _outputs_arrow(agg: DataFrame, paths: list[str], cfg: JobConfig,
-                   destination: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+def _outputs_arrow(
+    agg: DataFrame, paths: list[str], cfg: JobConfig, destination: str
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """The outputs from the aggregate collected once as Arrow (local mode).
 
     The per-transaction figures and the window table are computed in two threads while this one
@@ -450,15 +467,17 @@ def _outputs_arrow(agg: DataFrame, paths: list[str], cfg: JobConfig,
         totals, addr_rows = _totals(A.totals(table), names)
         timings["scan_and_totals"] = time.perf_counter() - t
         hist_rows, window_table = hist_done.result(), windows_done.result()
-    result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
-                           thresholds=cfg.thresholds)
+    result = summary.build(
+        totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz, thresholds=cfg.thresholds
+    )
     result["inputs"] = list(cfg.inputs)
     result["parquet"] = _parquet(cfg)
     t = time.perf_counter()
     series = _series(rows_in(window_table, list(result["flagged"])))
     timings["series"] = time.perf_counter() - t
-    result["timings"] = {k: round(timings[k], 3)
-                         for k in ("scan_and_totals", "transactions", "windows", "series")}
+    result["timings"] = {
+        k: round(timings[k], 3) for k in ("scan_and_totals", "transactions", "windows", "series")
+    }
     return result, series
 
 
@@ -469,21 +488,28 @@ def _empty_input(cfg: JobConfig) -> HealthInputError:
     )
 
 
-def _totals(rows: list[Any], names: dict[str, str]
-            ) -> tuple[list[summary.Totals], list[tuple[str, str, str, str, int]]]:
+def _totals(
+    rows: list[Any], names: dict[str, str]
+) -> tuple[list[summary.Totals], list[tuple[str, str, str, str, int]]]:
     """The totals and per-address rows of ``summary.build``, each file named by ``names``.
 
     ``rows``: mappings with the totals query's fields (grp, file, addr, kind, v, n, wmin, wmax).
     """
-    totals = [(r["grp"], names[r["file"]], r["kind"], r["v"], int(r["n"]), r["wmin"], r["wmax"])
-              for r in rows]
-    addr_rows = [(r["grp"], names[r["file"]], r["addr"], r["kind"], int(r["n"])) for r in rows
-                 if r["addr"] is not None and r["grp"] is not None]
+    totals = [
+        (r["grp"], names[r["file"]], r["kind"], r["v"], int(r["n"]), r["wmin"], r["wmax"])
+        for r in rows
+    ]
+    addr_rows = [
+        (r["grp"], names[r["file"]], r["addr"], r["kind"], int(r["n"]))
+        for r in rows
+        if r["addr"] is not None and r["grp"] is not None
+    ]
     return totals, addr_rows
 
 
-def _outputs_spark(agg: DataFrame, paths: list[str],
-                   cfg: JobConfig) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+def _outputs_spark(
+    agg: DataFrame, paths: list[str], cfg: JobConfig
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """The outputs by Spark jobs over the cached aggregate (a cluster, a remote destination).
 
     Small jobs, none of them a join: per-file totals (which also name the files, hence the
@@ -495,10 +521,16 @@ def _outputs_spark(agg: DataFrame, paths: list[str],
 
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    rows = [r.asDict() for r in agg.groupBy("grp", "file", "addr", "kind", "v").agg(
-        F.sum("n").alias("n"), F.min(_stamp("tmin")).alias("wmin"),
-        F.max(_stamp("tmax")).alias("wmax"),
-    ).collect()]
+    rows = [
+        r.asDict()
+        for r in agg.groupBy("grp", "file", "addr", "kind", "v")
+        .agg(
+            F.sum("n").alias("n"),
+            F.min(_stamp("tmin")).alias("wmin"),
+            F.max(_stamp("tmax")).alias("wmax"),
+        )
+        .collect()
+    ]
     timings["scan_and_totals"] = time.perf_counter() - t
     if sum(int(r["n"]) for r in rows) == 0:
         raise _empty_input(cfg)
@@ -507,7 +539,9 @@ def _outputs_spark(agg: DataFrame, paths: list[str],
     broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
     parquet = _parquet(cfg)
     os.makedirs(cfg.out, exist_ok=True)
-    windows = WindowsWriter(windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet)
+    windows = WindowsWriter(
+        windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet
+    )
     try:
         # The window table does not depend on the per-transaction figures: written in a second
         # thread while they are computed, so the two small jobs share the cores instead of
@@ -517,8 +551,14 @@ def _outputs_spark(agg: DataFrame, paths: list[str],
             t = time.perf_counter()
             hist_rows = _histogram(agg, broker)
             timings["transactions"] = time.perf_counter() - t
-            result = summary.build(totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz,
-                                   thresholds=cfg.thresholds)
+            result = summary.build(
+                totals,
+                addr_rows,
+                hist_rows,
+                window=cfg.window,
+                tz=cfg.tz,
+                thresholds=cfg.thresholds,
+            )
             timings["windows"] = written.result()
         result["inputs"] = list(cfg.inputs)
         result["parquet"] = parquet
@@ -575,8 +615,10 @@ def _stamp(col: str) -> Column:
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
     from pyspark.sql.types import StringType  # noqa: PLC0415 - optional: the spark extra
 
-    return F.when(F.col(col).isNotNull(),
-                  F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast(StringType()), 4, "0")))
+    return F.when(
+        F.col(col).isNotNull(),
+        F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast(StringType()), 4, "0")),
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -607,8 +649,9 @@ def main(argv: list[str] | None = None) -> int:
     from txmsg_health.cli import KEEP_SESSION, health  # noqa: PLC0415 - cli imports this module
 
     try:
-        code = health.main(args=argv, prog_name="txmsg_health.job", standalone_mode=False,
-                           obj=KEEP_SESSION)
+        code = health.main(
+            args=argv, prog_name="txmsg_health.job", standalone_mode=False, obj=KEEP_SESSION
+        )
     except click.ClickException as exc:
         if isinstance(exc.__cause__, HealthInputError):
             print(f"txmsg health: {exc.__cause__}", file=sys.stderr)

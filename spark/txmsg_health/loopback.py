@@ -40,8 +40,9 @@ def user_chose_address(conf: Mapping[str, str], environ: Mapping[str, str]) -> b
     return any(k in conf for k in DRIVER_KEYS) or any(environ.get(k) for k in ENV_KEYS)
 
 
-def driver_conf(master: str | None, conf: Mapping[str, str],
-                environ: Mapping[str, str]) -> dict[str, str]:
+def driver_conf(
+    master: str | None, conf: Mapping[str, str], environ: Mapping[str, str]
+) -> dict[str, str]:
     """The driver keys to add to ``conf`` so a local driver binds to loopback (may be empty).
 
     ``conf`` must hold everything the user configured: the job's ``--conf`` values and, when the

@@ -73,7 +73,9 @@ DISCARD: Final = "D"
 NO_CHANNEL: Final = "N"  # transaction.log
 NO_CHANNEL_BROKER_LOG: Final = "Nb"  # broker.log twin of the same event
 CHECK_SEND_FAILED: Final = "F"
-CHECK_SENT: Final = "S"  # 5.x INFO "Check transaction. real_topic=...,uniqKey=..." (group joined later)
+CHECK_SENT: Final = (
+    "S"  # 5.x INFO "Check transaction. real_topic=...,uniqKey=..." (group joined later)
+)
 BAD: Final = "bad"  # carries a transaction marker but a field is missing or malformed
 OTHER: Final = "other"  # a well-formed log line that is not about transactions
 UNSTAMPED: Final = "unstamped"  # no timestamp: stack traces, wrapped text, foreign or binary lines
@@ -86,8 +88,19 @@ MSG_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD, CHECK_SENT)
 # Kinds whose msgId names the transaction's group, for attributing 5.x check-sent lines.
 OWNER_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD)
 ALL_KINDS: Final = (
-    FIRST_UNKNOWN, FIRST_ROLLBACK, FIRST_COMMIT, *CHECK_KINDS, DEBUG_OTHER, DISCARD,
-    NO_CHANNEL, NO_CHANNEL_BROKER_LOG, CHECK_SEND_FAILED, CHECK_SENT, BAD, OTHER, UNSTAMPED,
+    FIRST_UNKNOWN,
+    FIRST_ROLLBACK,
+    FIRST_COMMIT,
+    *CHECK_KINDS,
+    DEBUG_OTHER,
+    DISCARD,
+    NO_CHANNEL,
+    NO_CHANNEL_BROKER_LOG,
+    CHECK_SEND_FAILED,
+    CHECK_SENT,
+    BAD,
+    OTHER,
+    UNSTAMPED,
 )
 # Check-backs that never reached a producer (no channel, or the send failed).
 UNDELIVERED_KINDS: Final = (NO_CHANNEL, NO_CHANNEL_BROKER_LOG, CHECK_SEND_FAILED)
@@ -109,7 +122,9 @@ WINDOW_CHARS: Final = {"minute": 16, "hour": 13}  # "yyyy-MM-dd HH:mm" / "yyyy-M
 
 
 # One small pattern per field, each starting with a literal so the regex engine skips ahead.
-RX_HEADER_BODY: Final = r"EndTransactionRequestHeader(\{[^}]*\}?)"  # "{" up to and with the first "}"
+RX_HEADER_BODY: Final = (
+    r"EndTransactionRequestHeader(\{[^}]*\}?)"  # "{" up to and with the first "}"
+)
 RX_GROUP: Final = r"\{producerGroup='?([^,'}]*)"
 RX_STATE: Final = r"commitOrRollback=([0-9]+)"
 RX_FTC: Final = r"fromTransactionCheck=([a-z]+)"
@@ -123,8 +138,15 @@ RX_GROUP_ID: Final = r"groupId=(\S+)"
 RX_FAIL_GROUP: Final = r"exception\. group=([^,]+)"
 RX_UNIQ_KEY: Final = r"uniqKey=([^,]+)"
 
-HEADER_FIELDS: Final = ("producerGroup=", " tranStateTableOffset=", " commitLogOffset=",
-                         " commitOrRollback=", " fromTransactionCheck=", " msgId=", " transactionId=")
+HEADER_FIELDS: Final = (
+    "producerGroup=",
+    " tranStateTableOffset=",
+    " commitLogOffset=",
+    " commitOrRollback=",
+    " fromTransactionCheck=",
+    " msgId=",
+    " transactionId=",
+)
 """The header's fields in the order both 4.9.x and 5.x print them (4.9.5+ add `` bname=``)."""
 _BODY_FIELDS: Final = ("{" + HEADER_FIELDS[0], *HEADER_FIELDS[1:])  # the body keeps its "{"
 
@@ -163,8 +185,9 @@ def _stamped() -> Column:
     2 M lines: the four ``locate`` calls 8.7 % of the scan's samples, the four ``substr`` 6.6-7.6 %).
     """
     v = _c("value")
-    return _all(_sub(v, 5, 1) == "-", _sub(v, 11, 1) == " ", _sub(v, 14, 1) == ":",
-                _sub(v, 20, 1) == " ")
+    return _all(
+        _sub(v, 5, 1) == "-", _sub(v, 11, 1) == " ", _sub(v, 14, 1) == ":", _sub(v, 20, 1) == " "
+    )
 
 
 def _offset(window: str, chars: Callable[[int, int], Column]) -> Column:
@@ -265,10 +288,19 @@ def stage0b() -> list[Column]:
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     asc = F.octet_length(_c("pre")) == PREFIX_CHARS
-    by_bytes = _all(_bsub(5, 1) == _bytes("-"), _bsub(11, 1) == _bytes(" "),
-                    _bsub(14, 1) == _bytes(":"), _bsub(20, 1) == _bytes(" "))
-    return [_c("value"), _c("pre"), asc.alias("asc"),
-            F.when(asc, by_bytes).otherwise(_stamped()).alias("stamped"), _rx(RX_HEADER_BODY).alias("hb")]
+    by_bytes = _all(
+        _bsub(5, 1) == _bytes("-"),
+        _bsub(11, 1) == _bytes(" "),
+        _bsub(14, 1) == _bytes(":"),
+        _bsub(20, 1) == _bytes(" "),
+    )
+    return [
+        _c("value"),
+        _c("pre"),
+        asc.alias("asc"),
+        F.when(asc, by_bytes).otherwise(_stamped()).alias("stamped"),
+        _rx(RX_HEADER_BODY).alias("hb"),
+    ]
 
 
 def stage1() -> list[Column]:
@@ -288,12 +320,17 @@ def stage1() -> list[Column]:
         .when(v.contains("channel is null. groupId="), NO_CHANNEL)
         .when(v.contains("channel table is empty. groupId="), NO_CHANNEL_BROKER_LOG)
         .when(v.contains("invoke producer exception. group="), CHECK_SEND_FAILED)
-        .when(stamped, OTHER).otherwise(UNSTAMPED)  # flat, not ``other``: one CASE in the plan
+        .when(stamped, OTHER)
+        .otherwise(UNSTAMPED)  # flat, not ``other``: one CASE in the plan
     )
     cls = (
         F.when(_c("hb") != "", "H")
-        .when(v.contains(CHECK_AND_DISCARD), F.when(v.contains(CHECK_LINE), check_line)
-              .when(v.contains(DISCARD_MARK), DISCARD).otherwise(other))
+        .when(
+            v.contains(CHECK_AND_DISCARD),
+            F.when(v.contains(CHECK_LINE), check_line)
+            .when(v.contains(DISCARD_MARK), DISCARD)
+            .otherwise(other),
+        )
         .otherwise(other)
     )
     return [v, _c("pre"), _c("asc"), stamped, _c("hb"), cls.alias("cls")]
@@ -311,10 +348,20 @@ def stage1b() -> list[Column]:
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     v, cls = _c("value"), _c("cls")
-    debug = F.when(_c("asc"), _bsub(21, 6) == _bytes("DEBUG ")).otherwise(_sub(v, 21, 6) == "DEBUG ")
+    debug = F.when(_c("asc"), _bsub(21, 6) == _bytes("DEBUG ")).otherwise(
+        _sub(v, 21, 6) == "DEBUG "
+    )
     hdr = cls == "H"
-    return [v, _c("pre"), _c("asc"), _c("stamped"), _c("hb"), cls, hdr.alias("hdr"),
-            F.when(hdr, debug).otherwise(False).alias("dbg")]
+    return [
+        v,
+        _c("pre"),
+        _c("asc"),
+        _c("stamped"),
+        _c("hb"),
+        cls,
+        hdr.alias("hdr"),
+        F.when(hdr, debug).otherwise(False).alias("dbg"),
+    ]
 
 
 def stage2(window: str) -> list[Column]:
@@ -337,20 +384,28 @@ def stage2(window: str) -> list[Column]:
     header = _c("hdr")
     event = _not_in(cls, OTHER, UNSTAMPED) & stamped
     return [
-        v, cls, stamped, header,
+        v,
+        cls,
+        stamped,
+        header,
         F.when(header, _c("hb")).alias("rest"),
-        F.when(header, None).when(cls == DISCARD, _rx(RX_PGROUP))
+        F.when(header, None)
+        .when(cls == DISCARD, _rx(RX_PGROUP))
         .when(cls.isin(NO_CHANNEL, NO_CHANNEL_BROKER_LOG), _rx(RX_GROUP_ID))
-        .when(cls == CHECK_SEND_FAILED, _rx(RX_FAIL_GROUP)).alias("grp0"),
-        F.when(header & ~_c("dbg"), _rx(RX_ADDR))
-        .when(cls == DISCARD, _rx(RX_BORN)).alias("addr"),
-        F.when(header, None).when(cls == DISCARD, _rx(RX_UNIQ))
-        .when(cls == CHECK_SENT, _rx(RX_UNIQ_KEY)).alias("msg0"),
+        .when(cls == CHECK_SEND_FAILED, _rx(RX_FAIL_GROUP))
+        .alias("grp0"),
+        F.when(header & ~_c("dbg"), _rx(RX_ADDR)).when(cls == DISCARD, _rx(RX_BORN)).alias("addr"),
+        F.when(header, None)
+        .when(cls == DISCARD, _rx(RX_UNIQ))
+        .when(cls == CHECK_SENT, _rx(RX_UNIQ_KEY))
+        .alias("msg0"),
         F.when(event, F.when(asc, _prefix_chars(1, n)).otherwise(_line_chars(1, n))).alias("win"),
         # seconds since the window's start: min/max of a small int keep Spark's hash
         # aggregation (a string min/max forces a sort of every row); window + offset = timestamp
-        F.when(event, F.when(asc, _offset(window, _prefix_chars))
-               .otherwise(_offset(window, _line_chars))).alias("ts"),
+        F.when(
+            event,
+            F.when(asc, _offset(window, _prefix_chars)).otherwise(_offset(window, _line_chars)),
+        ).alias("ts"),
         _c("dbg"),
     ]
 
@@ -363,8 +418,11 @@ def stage2a() -> list[Column]:
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
     header, rest = _c("hdr"), _c("rest")
-    return [*_cols(*_KEPT), F.when(header, F.split(rest, ",")).alias("f"),
-            F.when(header, rest.endswith("}")).alias("closed")]
+    return [
+        *_cols(*_KEPT),
+        F.when(header, F.split(rest, ",")).alias("f"),
+        F.when(header, rest.endswith("}")).alias("closed"),
+    ]
 
 
 def stage2b() -> list[Column]:
@@ -379,8 +437,11 @@ def stage2b() -> list[Column]:
 
     f = _c("f")
     # 7 fields and a closing "}", or more (4.9.5+ bname) after the transactionId's comma
-    ok = _all(_c("hdr"), (F.size(f) >= 8) | ((F.size(f) == 7) & _c("closed")),
-              *(F.get(f, i).startswith(name) for i, name in enumerate(_BODY_FIELDS)))
+    ok = _all(
+        _c("hdr"),
+        (F.size(f) >= 8) | ((F.size(f) == 7) & _c("closed")),
+        *(F.get(f, i).startswith(name) for i, name in enumerate(_BODY_FIELDS)),
+    )
     return [*_cols(*_KEPT), ok.alias("ok"), f]
 
 
@@ -401,8 +462,12 @@ def stage2c() -> list[Column]:
 def stage2t() -> list[Column]:
     """The field values with quotes and the closing "}" trimmed, each once (``tid`` reads two of
     them twice: inline, Spark trimmed them again)."""
-    return [*_cols(*_KEPT), _c("ok"), _c("f0"),
-            *(_trim(_c(f"f{i}")).alias(f"t{i}") for i in (0, 3, 4, 5, 6))]
+    return [
+        *_cols(*_KEPT),
+        _c("ok"),
+        _c("f0"),
+        *(_trim(_c(f"f{i}")).alias(f"t{i}") for i in (0, 3, 4, 5, 6)),
+    ]
 
 
 def stage2d() -> list[Column]:
@@ -415,8 +480,11 @@ def stage2d() -> list[Column]:
     cls, ok = _c("cls"), _c("ok")
     header = _c("hdr")
     return [
-        cls, header,
-        F.when(header, F.when(ok, field(0)).otherwise(_rx(RX_GROUP))).otherwise(_c("grp0")).alias("grp"),
+        cls,
+        header,
+        F.when(header, F.when(ok, field(0)).otherwise(_rx(RX_GROUP)))
+        .otherwise(_c("grp0"))
+        .alias("grp"),
         _c("addr"),
         F.when(header, F.when(ok, field(5))).otherwise(_c("msg0")).alias("msg"),
         _c("win"),
@@ -424,14 +492,22 @@ def stage2d() -> list[Column]:
         F.when(ok, field(3)).otherwise("").alias("st"),
         F.when(ok, field(4)).otherwise("").alias("ftc"),
         # a relayed first-phase answer carries its transactionId too: not a C++ check answer
-        F.when(ok, F.when(
-            ~_c("dbg") & (field(4) == "false") & _not_in(field(6), "", "null")
-            & _c("value").contains(PROXY_REMARK), "").otherwise(field(6))).alias("tid"),
+        F.when(
+            ok,
+            F.when(
+                ~_c("dbg")
+                & (field(4) == "false")
+                & _not_in(field(6), "", "null")
+                & _c("value").contains(PROXY_REMARK),
+                "",
+            ).otherwise(field(6)),
+        ).alias("tid"),
         F.when(ok, "x").otherwise("").alias("tidm"),
         _c("dbg"),
         # 4.9.x quotes the group ("producerGroup='g'"), 5.x does not
         F.when(ok, F.when(_c("f0").startswith("'"), "4.9").otherwise("5"))
-        .when(~header & (cls == CHECK_SENT), "5").alias("v"),
+        .when(~header & (cls == CHECK_SENT), "5")
+        .alias("v"),
     ]
 
 
@@ -444,22 +520,46 @@ def stage3() -> list[Column]:
     check = (ftc == "true") | _not_in(_c("tid"), "", "null")
 
     def by_state(commit: str) -> Column:  # CASE st WHEN '0' ... WHEN '12' ... WHEN '8' ...
-        unknown, rollback = (CHECK_UNKNOWN, CHECK_ROLLBACK) if commit == CHECK_COMMIT else (
-            FIRST_UNKNOWN, FIRST_ROLLBACK)
-        return (F.when(st == "0", unknown).when(st == "12", rollback).when(st == "8", commit)
-                .otherwise(BAD))
+        unknown, rollback = (
+            (CHECK_UNKNOWN, CHECK_ROLLBACK)
+            if commit == CHECK_COMMIT
+            else (FIRST_UNKNOWN, FIRST_ROLLBACK)
+        )
+        return (
+            F.when(st == "0", unknown)
+            .when(st == "12", rollback)
+            .when(st == "8", commit)
+            .otherwise(BAD)
+        )
 
     kind = (
         F.when(cls.isin(OTHER, UNSTAMPED), cls)
         .when(_c("win").isNull() | ((grp.isNull() | (grp == "")) & (cls != CHECK_SENT)), BAD)
-        .when(~_c("hdr"), F.when(cls.isin(DISCARD, CHECK_SENT) & (msg.isNull() | (msg == "")), BAD)
-              .otherwise(cls))
-        .when(_any(st == "", msg == "", _c("tidm") == "", _not_in(ftc, "true", "false"),
-                   ~dbg & (_c("addr") == "")), BAD)
-        .when(dbg, F.when(_not_in(st, "0", "8", "12"), BAD)
-              .when((st == "8") & (ftc == "false"),
-                    F.when(check, CHECK_COMMIT_DEBUG).otherwise(FIRST_COMMIT))
-              .otherwise(DEBUG_OTHER))
+        .when(
+            ~_c("hdr"),
+            F.when(cls.isin(DISCARD, CHECK_SENT) & (msg.isNull() | (msg == "")), BAD).otherwise(
+                cls
+            ),
+        )
+        .when(
+            _any(
+                st == "",
+                msg == "",
+                _c("tidm") == "",
+                _not_in(ftc, "true", "false"),
+                ~dbg & (_c("addr") == ""),
+            ),
+            BAD,
+        )
+        .when(
+            dbg,
+            F.when(_not_in(st, "0", "8", "12"), BAD)
+            .when(
+                (st == "8") & (ftc == "false"),
+                F.when(check, CHECK_COMMIT_DEBUG).otherwise(FIRST_COMMIT),
+            )
+            .otherwise(DEBUG_OTHER),
+        )
         .when(check, by_state(CHECK_COMMIT))
         .otherwise(by_state(FIRST_COMMIT))
     )
@@ -492,5 +592,17 @@ def pipeline(window: str) -> list[list[Column]]:
     previous stage's columns. Needs a SparkSession (the columns are built in its JVM)."""
     if window not in WINDOW_CHARS:
         raise ValueError(f"window must be one of {sorted(WINDOW_CHARS)}, not {window!r}")
-    return [stage0(), stage0b(), stage1(), stage1b(), stage2(window), stage2a(), stage2b(), stage2c(),
-            stage2t(), stage2d(), stage3(), stage4()]
+    return [
+        stage0(),
+        stage0b(),
+        stage1(),
+        stage1b(),
+        stage2(window),
+        stage2a(),
+        stage2b(),
+        stage2c(),
+        stage2t(),
+        stage2d(),
+        stage3(),
+        stage4(),
+    ]

@@ -85,11 +85,13 @@ def never_arrives_reason(g: dict[str, Any], limit: int) -> str:
     if g.get("no_channel"):
         parts.append(
             f"no producer of this group was connected when the broker tried to check back "
-            f"{g['no_channel']} times (\"channel is null\" / \"channel table is empty\")")
+            f'{g["no_channel"]} times ("channel is null" / "channel table is empty")'
+        )
     if g.get("check_send_failed"):
         parts.append(
             f"{g['check_send_failed']} check-backs could not be sent to a connected producer "
-            f"(\"invoke producer exception\")")
+            f'("invoke producer exception")'
+        )
     return (
         f"check_never_arrives: {'; '.join(parts)}; the transactions stay undecided, are checked "
         f"again every check interval and are discarded after the check maximum (limit {limit})"

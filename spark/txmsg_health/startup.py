@@ -50,7 +50,9 @@ def cache_dir(environ: Mapping[str, str]) -> str | None:
 def archive_path(directory: str, environ: Mapping[str, str]) -> str:
     import pyspark  # noqa: PLC0415 - optional: the spark extra
 
-    key = f"{pyspark.__version__}|{environ.get('JAVA_HOME', '')}|{os.path.realpath(pyspark.__file__)}"
+    key = (
+        f"{pyspark.__version__}|{environ.get('JAVA_HOME', '')}|{os.path.realpath(pyspark.__file__)}"
+    )
     return os.path.join(directory, f"spark-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa")
 
 

@@ -57,7 +57,9 @@ def build(
     5.x check-sent lines of those transactions); group None: check-sent lines whose transaction
     appears on no other line of that broker.
     """
-    kinds: dict[str, dict[str, defaultdict[str, int]]] = defaultdict(lambda: defaultdict(_empty_counts))
+    kinds: dict[str, dict[str, defaultdict[str, int]]] = defaultdict(
+        lambda: defaultdict(_empty_counts)
+    )
     spans: dict[tuple[str, str], list[str]] = {}
     lines: dict[str, int] = defaultdict(int)
     formats: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
@@ -99,9 +101,21 @@ def build(
 
     groups: dict[str, Any] = {}
     for grp in sorted(kinds):
-        groups[grp] = _with_brokers(grp, kinds[grp], spans, addrs.get(grp, {}), hist, unknown_tx,
-                                    formats[grp], window, tz, thresholds)
-    flagged = sorted((g for g, v in groups.items() if v["flagged"]), key=lambda g: _rank(groups[g], g))
+        groups[grp] = _with_brokers(
+            grp,
+            kinds[grp],
+            spans,
+            addrs.get(grp, {}),
+            hist,
+            unknown_tx,
+            formats[grp],
+            window,
+            tz,
+            thresholds,
+        )
+    flagged = sorted(
+        (g for g, v in groups.items() if v["flagged"]), key=lambda g: _rank(groups[g], g)
+    )
     total = sum(lines.values())
     brokers = {
         b: {
@@ -165,9 +179,23 @@ def _addr_entry(c: dict[str, int]) -> dict[str, int]:
     }
 
 
-BROKER_FIELDS = ("unknown", "rollback", "commit", "checks", "checks_sent", "checks_per_transaction",
-                 "discarded", "no_channel", "check_send_failed", "undelivered_checks",
-                 "unknown_per_minute", "first_seen", "last_seen", "flagged", "reasons")
+BROKER_FIELDS = (
+    "unknown",
+    "rollback",
+    "commit",
+    "checks",
+    "checks_sent",
+    "checks_per_transaction",
+    "discarded",
+    "no_channel",
+    "check_send_failed",
+    "undelivered_checks",
+    "unknown_per_minute",
+    "first_seen",
+    "last_seen",
+    "flagged",
+    "reasons",
+)
 
 
 def _with_brokers(
@@ -207,9 +235,17 @@ def _with_brokers(
     for f in formats.values():
         for k, n in f.items():
             fmts[k] += n
-    g = _group(total, span, addrs, dict(ghist),
-               sum(unknown_tx.get((grp, b), 0) for b in per_broker), window, tz, t,
-               no_channel=no_channel)
+    g = _group(
+        total,
+        span,
+        addrs,
+        dict(ghist),
+        sum(unknown_tx.get((grp, b), 0) for b in per_broker),
+        window,
+        tz,
+        t,
+        no_channel=no_channel,
+    )
     g["formats"] = dict(sorted(fmts.items()))
     g["brokers"] = each
     flagged_on = [b for b in each if each[b]["flagged"]]
@@ -220,10 +256,12 @@ def _with_brokers(
         healthy = [b for b in each if b not in flagged_on]
         if healthy:
             g["reasons"].append(
-                f"broker_scope: flagged on {', '.join(flagged_on)} only; healthy on {', '.join(healthy)}")
+                f"broker_scope: flagged on {', '.join(flagged_on)} only; healthy on {', '.join(healthy)}"
+            )
     elif len(each) > 1 and g["reasons"]:
-        g["reasons"].append(f"broker_scope: no single broker trips a rule; only the sum over "
-                            f"{', '.join(each)} does")
+        g["reasons"].append(
+            f"broker_scope: no single broker trips a rule; only the sum over {', '.join(each)} does"
+        )
     g["flagged"] = bool(g["reasons"])
     return g
 
@@ -269,7 +307,9 @@ def _group(
         "checks": checks,
         "checks_sent": c[P.CHECK_SENT],
         "checked_transactions": checked,
-        "checks_per_transaction": (sum(k * n for k, n in hist.items()) / checked) if checked else None,
+        "checks_per_transaction": (sum(k * n for k, n in hist.items()) / checked)
+        if checked
+        else None,
         "max_checks_per_transaction": max(hist) if hist else 0,
         "checks_histogram": {str(k): hist[k] for k in sorted(hist)},
         "transactions_with_unknown": unknown_tx,

@@ -34,7 +34,9 @@ def local_path(spark: SparkSession, uri: str) -> str | None:
     parsed = urlparse(uri)
     if parsed.scheme == "file":
         return parsed.path
-    if parsed.scheme and len(parsed.scheme) > 1:  # hdfs://, s3a://, ... (one letter: a Windows drive)
+    if (
+        parsed.scheme and len(parsed.scheme) > 1
+    ):  # hdfs://, s3a://, ... (one letter: a Windows drive)
         return None
     default_fs = spark.sparkContext._jsc.hadoopConfiguration().get("fs.defaultFS") or "file:///"
     return os.path.abspath(uri) if str(default_fs).startswith("file:") else None
@@ -56,8 +58,12 @@ class WindowsWriter:
         t = time.perf_counter()
         if self._local is None:
             # a global orderBy would cost an extra sampling job
-            (self._wt.coalesce(1).sortWithinPartitions(*SORT_KEYS)
-             .write.mode("overwrite").parquet(self._uri))
+            (
+                self._wt.coalesce(1)
+                .sortWithinPartitions(*SORT_KEYS)
+                .write.mode("overwrite")
+                .parquet(self._uri)
+            )
         else:
             self._table = write_local(self._wt.toArrow(), self._local)
         return time.perf_counter() - t

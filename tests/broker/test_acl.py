@@ -57,22 +57,44 @@ def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def send_header(topic: str, group: str = "AclRawPG") -> dict[str, Any]:
-    return {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1, "h": 0,
-            "i": "KEYS\x01k\x02", "j": 0, "k": "false", "l": 16, "m": "false"}
+    return {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 0,
+        "g": 1,
+        "h": 0,
+        "i": "KEYS\x01k\x02",
+        "j": 0,
+        "k": "false",
+        "l": 16,
+        "m": "false",
+    }
 
 
 def stored(broker: Any, topic: str) -> int:
     """Messages in ``topic`` (sum of the queues' max offsets), asked with the admin's keys."""
     total = 0
     for queue_id in range(4):
-        answer = call(broker.broker_addr, GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id}, credentials=ADMIN)
+        answer = call(
+            broker.broker_addr,
+            GET_MAX_OFFSET,
+            {"topic": topic, "queueId": queue_id},
+            credentials=ADMIN,
+        )
         assert answer.code == SUCCESS, answer.remark
         total += int(answer.ext("offset"))
     return total
 
 
 def acl_lines(broker: Any, text: str) -> list[str]:
-    return [line for line in read_log(broker.log_dir, "broker.log").splitlines() if "(ACL)" in line and text in line]
+    return [
+        line
+        for line in read_log(broker.log_dir, "broker.log").splitlines()
+        if "(ACL)" in line and text in line
+    ]
 
 
 # --- raw clients: the exact answers --------------------------------------------------------------
@@ -80,23 +102,54 @@ def test_raw_answers_are_4_9_8s(acl_broker: Any) -> None:
     addr = acl_broker.broker_addr
     before = stored(acl_broker, TOPIC)
     cases = [
-        (None, TOPIC, f"{PREFIX}No accessKey is configured, {AT}validate(PlainPermissionManager.java:664)"),
-        (("someone-else", APP[1]), TOPIC, f"{PREFIX}No acl config for someone-else, {AT}validate(PlainPermissionManager.java:668)"),
-        ((APP[0], "wrong-secret"), TOPIC,
-         f"{PREFIX}Check signature failed for accessKey={APP[0]}, {AT}validate(PlainPermissionManager.java:684)"),
-        (APP, DENIED_TOPIC, f"{PREFIX}No default permission for topic:{DENIED_TOPIC}, {AT}checkPerm(PlainPermissionManager.java:611)"),
-        (APP, "AclNotListed", f"{PREFIX}No default permission for topic:AclNotListed, {AT}checkPerm(PlainPermissionManager.java:606)"),
+        (
+            None,
+            TOPIC,
+            f"{PREFIX}No accessKey is configured, {AT}validate(PlainPermissionManager.java:664)",
+        ),
+        (
+            ("someone-else", APP[1]),
+            TOPIC,
+            f"{PREFIX}No acl config for someone-else, {AT}validate(PlainPermissionManager.java:668)",
+        ),
+        (
+            (APP[0], "wrong-secret"),
+            TOPIC,
+            f"{PREFIX}Check signature failed for accessKey={APP[0]}, {AT}validate(PlainPermissionManager.java:684)",
+        ),
+        (
+            APP,
+            DENIED_TOPIC,
+            f"{PREFIX}No default permission for topic:{DENIED_TOPIC}, {AT}checkPerm(PlainPermissionManager.java:611)",
+        ),
+        (
+            APP,
+            "AclNotListed",
+            f"{PREFIX}No default permission for topic:AclNotListed, {AT}checkPerm(PlainPermissionManager.java:606)",
+        ),
     ]
     for credentials, topic, remark in cases:
-        answer = call(addr, SEND_MESSAGE_V2, send_header(topic), b"refused", credentials=credentials)
+        answer = call(
+            addr, SEND_MESSAGE_V2, send_header(topic), b"refused", credentials=credentials
+        )
         assert (answer.code, answer.remark) == (SYSTEM_ERROR, remark)
     assert stored(acl_broker, TOPIC) == before  # nothing of the refused sends was stored
     assert stored(acl_broker, DENIED_TOPIC) == 0
     assert call(addr, SEND_MESSAGE_V2, send_header(TOPIC), b"ok", credentials=APP).code == SUCCESS
     assert stored(acl_broker, TOPIC) == before + 1
 
-    pull = {"consumerGroup": DENIED_GROUP, "topic": TOPIC, "queueId": 0, "queueOffset": 0, "maxMsgNums": 1,
-            "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}
+    pull = {
+        "consumerGroup": DENIED_GROUP,
+        "topic": TOPIC,
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 1,
+        "sysFlag": 0,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
     answer = call(addr, PULL_MESSAGE, pull, credentials=APP)
     assert (answer.code, answer.remark) == (
         SYSTEM_ERROR,
@@ -108,7 +161,9 @@ def test_raw_answers_are_4_9_8s(acl_broker: Any) -> None:
         f"{PREFIX}Need admin permission for request code=17, but accessKey={APP[0]} is not, "
         f"{AT}checkPerm(PlainPermissionManager.java:581)"
     )
-    assert call(acl_broker.namesrv_addr, 105, {"topic": TOPIC}).code == SUCCESS  # the name server checks nothing
+    assert (
+        call(acl_broker.namesrv_addr, 105, {"topic": TOPIC}).code == SUCCESS
+    )  # the name server checks nothing
     assert acl_lines(acl_broker, "Check signature failed")  # broker.log says why
 
 
@@ -133,7 +188,9 @@ def test_real_client_with_the_right_keys_sends_and_consumes(acl_broker: Any) -> 
         received = clients.consumer(unique("AclCG"), TOPIC)
         body = unique("acl-ok").encode()
         assert _send(clients, TOPIC, body) is None
-        wait_until(lambda: any(r.body == body for r in received), timeout=30, message="the signed message")
+        wait_until(
+            lambda: any(r.body == body for r in received), timeout=30, message="the signed message"
+        )
 
 
 @pytest.mark.parametrize(
@@ -164,8 +221,11 @@ def test_real_consumer_of_a_denied_group_gets_nothing(acl_broker: Any) -> None:
     with Clients(acl_broker.namesrv_addr, credentials=APP) as clients:
         received = clients.consumer(DENIED_GROUP, TOPIC)
         assert _send(clients, TOPIC, unique("acl-for-nobody").encode()) is None
-        wait_until(lambda: acl_lines(acl_broker, f"No default permission for group:{DENIED_GROUP}"), timeout=30,
-                   message="the refused heartbeat/pull of the denied group")
+        wait_until(
+            lambda: acl_lines(acl_broker, f"No default permission for group:{DENIED_GROUP}"),
+            timeout=30,
+            message="the refused heartbeat/pull of the denied group",
+        )
     assert received == []
 
 
@@ -180,9 +240,20 @@ def test_white_addresses_on_loopback(txmsg_broker_factory: Any) -> None:
     assert stored(closed, TOPIC) == 0
     assert stored(open_broker, TOPIC) == 1
     # an account's own whiteRemoteAddress lets its requests in without a (valid) signature
-    own = txmsg_broker_factory(acl={"accounts": [
-        {**ACL["accounts"][1], "whiteRemoteAddress": "127.0.0.*"}, ACL["accounts"][0],
-    ]})
+    own = txmsg_broker_factory(
+        acl={
+            "accounts": [
+                {**ACL["accounts"][1], "whiteRemoteAddress": "127.0.0.*"},
+                ACL["accounts"][0],
+            ]
+        }
+    )
     create_topic(own.namesrv_addr, TOPIC, credentials=ADMIN)
-    answer = call(own.broker_addr, SEND_MESSAGE_V2, send_header(TOPIC), b"x", credentials=(APP[0], "not-the-secret"))
+    answer = call(
+        own.broker_addr,
+        SEND_MESSAGE_V2,
+        send_header(TOPIC),
+        b"x",
+        credentials=(APP[0], "not-the-secret"),
+    )
     assert answer.code == SUCCESS

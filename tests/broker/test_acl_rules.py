@@ -54,12 +54,21 @@ ACL: dict[str, Any] = {
             "topicPerms": ["topicA=DENY", "topicB=PUB|SUB", "topicC=SUB"],
             "groupPerms": ["groupA=DENY", "groupB=PUB|SUB", "groupC=SUB"],
         },
-        {"accessKey": "rocketmq2", "secretKey": 12345678, "whiteRemoteAddress": "192.168.1.*", "admin": True},
+        {
+            "accessKey": "rocketmq2",
+            "secretKey": 12345678,
+            "whiteRemoteAddress": "192.168.1.*",
+            "admin": True,
+        },
     ],
 }
 PREFIX = "org.apache.rocketmq.acl.common.AclException: "
-AT_VALIDATE = "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate(PlainPermissionManager.java:"
-AT_CHECK = "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:"
+AT_VALIDATE = (
+    "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate(PlainPermissionManager.java:"
+)
+AT_CHECK = (
+    "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:"
+)
 
 
 @pytest.fixture
@@ -69,11 +78,15 @@ def validator() -> AccessValidator:
 
 def send(topic: str, group: str = "PG", body: bytes = b"hello") -> RemotingCommand:
     return RemotingCommand.request(
-        SEND_MESSAGE_V2, {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1}, body
+        SEND_MESSAGE_V2,
+        {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 1},
+        body,
     )
 
 
-def refusal(validator: AccessValidator, cmd: RemotingCommand, addr: str = "127.0.0.1:5000") -> str | None:
+def refusal(
+    validator: AccessValidator, cmd: RemotingCommand, addr: str = "127.0.0.1:5000"
+) -> str | None:
     answer = validator.refusal(cmd, addr)
     if answer is None:
         return None
@@ -83,8 +96,14 @@ def refusal(validator: AccessValidator, cmd: RemotingCommand, addr: str = "127.0
 
 # --- the signature ---------------------------------------------------------------------------------
 def test_signature_is_hmac_sha1_over_sorted_values_then_body() -> None:
-    ext = {"b": "T", "a": "G", "AccessKey": "RocketMQ", "OnsChannel": "ALIYUN", "Signature": "x",
-           "_UNIQUE_KEY_QUERY": "true"}
+    ext = {
+        "b": "T",
+        "a": "G",
+        "AccessKey": "RocketMQ",
+        "OnsChannel": "ALIYUN",
+        "Signature": "x",
+        "_UNIQUE_KEY_QUERY": "true",
+    }
     content = signing_content(ext, b"BODY")
     # key order: AccessKey, OnsChannel, a, b (Signature and _UNIQUE_KEY_QUERY left out)
     assert content == b"RocketMQALIYUNGTBODY"
@@ -110,7 +129,10 @@ def test_a_signed_request_passes_and_any_change_breaks_it(validator: AccessValid
 
 # --- 4.9.8's order of checks ------------------------------------------------------------------------
 def test_refusal_remarks_are_4_9_8s(validator: AccessValidator) -> None:
-    assert refusal(validator, send("topicB")) == f"{PREFIX}No accessKey is configured, {AT_VALIDATE}664)"
+    assert (
+        refusal(validator, send("topicB"))
+        == f"{PREFIX}No accessKey is configured, {AT_VALIDATE}664)"
+    )
     unsigned_cpp = send("topicB")
     unsigned_cpp.ext_fields["AccessKey"] = ""  # librocketmq without credentials
     assert refusal(validator, unsigned_cpp) == f"{PREFIX}No acl config for , {AT_VALIDATE}668)"
@@ -135,7 +157,9 @@ def test_refusal_remarks_are_4_9_8s(validator: AccessValidator) -> None:
 
 
 def test_white_addresses(validator: AccessValidator) -> None:
-    assert refusal(validator, send("anything"), "10.10.103.7:4000") is None  # global: no keys at all
+    assert (
+        refusal(validator, send("anything"), "10.10.103.7:4000") is None
+    )  # global: no keys at all
     assert refusal(validator, send("anything"), "10.10.104.7:4000") is not None
     # the account's own white address: no signature needed, and admin
     unsigned = send("anything")
@@ -146,33 +170,55 @@ def test_white_addresses(validator: AccessValidator) -> None:
 
 def test_group_permissions_and_the_request_code_table(validator: AccessValidator) -> None:
     def pull(group: str, topic: str = "topicC") -> RemotingCommand:
-        cmd = RemotingCommand.request(PULL_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": 0})
+        cmd = RemotingCommand.request(
+            PULL_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": 0}
+        )
         return sign_request(cmd, "RocketMQ", "12345678")
 
     assert refusal(validator, pull("groupC")) is None
     assert refusal(validator, pull("anyGroup")) is None  # defaultGroupPerm SUB
-    assert refusal(validator, pull("groupA")) == f"{PREFIX}No default permission for group:groupA, {AT_CHECK}611)"
+    assert (
+        refusal(validator, pull("groupA"))
+        == f"{PREFIX}No default permission for group:groupA, {AT_CHECK}611)"
+    )
     assert refusal(validator, pull("groupC", "topicA")) is not None
     # sends to %RETRY% topics need SUB on the group (a consumer's re-send), not PUB on the topic
     assert needed_resources(send("%RETRY%groupC", "groupC")) == {"%RETRY%groupC": SUB}
     assert needed_resources(send("topicB")) == {"topicB": PUB}
-    heartbeat = RemotingCommand.request(HEART_BEAT, body=json.dumps({
-        "clientID": "c", "producerDataSet": [{"groupName": "PG"}],
-        "consumerDataSet": [{"groupName": "groupC", "subscriptionDataSet": [{"topic": "topicC"}, {"topic": "x"}]}],
-    }).encode())
+    heartbeat = RemotingCommand.request(
+        HEART_BEAT,
+        body=json.dumps(
+            {
+                "clientID": "c",
+                "producerDataSet": [{"groupName": "PG"}],
+                "consumerDataSet": [
+                    {
+                        "groupName": "groupC",
+                        "subscriptionDataSet": [{"topic": "topicC"}, {"topic": "x"}],
+                    }
+                ],
+            }
+        ).encode(),
+    )
     assert needed_resources(heartbeat) == {"%RETRY%groupC": SUB, "topicC": SUB, "x": SUB}
     offset = RemotingCommand.request(UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "t"})
     assert needed_resources(offset) == {"%RETRY%g": SUB, "t": SUB}
     # a producer's unregister names consumerGroup "" (librocketmq): 4.9.8 checks group ""
-    assert needed_resources(RemotingCommand.request(UNREGISTER_CLIENT, {"consumerGroup": ""})) == {"%RETRY%": SUB}
+    assert needed_resources(RemotingCommand.request(UNREGISTER_CLIENT, {"consumerGroup": ""})) == {
+        "%RETRY%": SUB
+    }
     # END_TRANSACTION needs a valid signature only
-    end = RemotingCommand.request(END_TRANSACTION, {"producerGroup": "PG", "commitOrRollback": "8"}, oneway=True)
+    end = RemotingCommand.request(
+        END_TRANSACTION, {"producerGroup": "PG", "commitOrRollback": "8"}, oneway=True
+    )
     assert needed_resources(end) == {}
     assert "No accessKey" in (refusal(validator, end) or "")
     assert refusal(validator, sign_request(end, "RocketMQ", "12345678")) is None
 
 
-def test_an_unreadable_heartbeat_is_refused_even_from_a_white_address(validator: AccessValidator) -> None:
+def test_an_unreadable_heartbeat_is_refused_even_from_a_white_address(
+    validator: AccessValidator,
+) -> None:
     bad = RemotingCommand.request(HEART_BEAT, body=b"{not json")
     remark = refusal(validator, bad, "10.10.103.1:1") or ""
     assert remark.startswith(PREFIX + "heartbeat body is not HeartbeatData JSON")
@@ -181,7 +227,10 @@ def test_an_unreadable_heartbeat_is_refused_even_from_a_white_address(validator:
 
 def test_first_missing_resource_in_java_hashmap_order() -> None:
     assert java_hashmap_order(["c", "b", "a"]) == ["a", "b", "c"]  # buckets 97, 98, 99 (mod 16)
-    assert java_hashmap_order(["BB", "Aa"]) == ["BB", "Aa"]  # equal String.hashCode: insertion order
+    assert java_hashmap_order(["BB", "Aa"]) == [
+        "BB",
+        "Aa",
+    ]  # equal String.hashCode: insertion order
     keys = [f"topic{i}" for i in range(20)]  # > 12 keys: the table has grown to 32 buckets
     order = java_hashmap_order(keys)
     assert sorted(order) == sorted(keys)
@@ -215,19 +264,29 @@ def test_address_patterns(pattern: str, inside: list[str], outside: list[str]) -
         ("accounts: [\n  - accessKey: x\n", "is not valid YAML"),
         ("", "every request would be refused"),
         ("accounts:\n  - accessKey: short\n    secretKey: 12345678\n", "longer than 6 characters"),
-        ("accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    topicPerm: [a=PUB]\n",
-         "unknown key(s) topicPerm"),
-        ("accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    topicPerms: [a=PUBLISH]\n",
-         "unknown permission 'PUBLISH'"),
-        ("accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    groupPerms: [justaname]\n",
-         "the expected format is 'name=PERM'"),
+        (
+            "accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    topicPerm: [a=PUB]\n",
+            "unknown key(s) topicPerm",
+        ),
+        (
+            "accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    topicPerms: [a=PUBLISH]\n",
+            "unknown permission 'PUBLISH'",
+        ),
+        (
+            "accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    groupPerms: [justaname]\n",
+            "the expected format is 'name=PERM'",
+        ),
         ("globalWhiteRemoteAddresses: [300.1.*.*]\n", "is not an address pattern"),
-        ("accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    whiteRemoteAddress: 1.2.3\n",
-         "is not an address pattern"),
+        (
+            "accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    whiteRemoteAddress: 1.2.3\n",
+            "is not an address pattern",
+        ),
         ("acounts: []\n", "unknown key(s) acounts"),
     ],
 )
-def test_a_malformed_acl_file_is_a_clear_startup_error(tmp_path: Path, content: str, message: str) -> None:
+def test_a_malformed_acl_file_is_a_clear_startup_error(
+    tmp_path: Path, content: str, message: str
+) -> None:
     path = tmp_path / "plain_acl.yml"
     path.write_text(content)
     with pytest.raises(AclConfigError, match="the ACL file") as info:
@@ -236,8 +295,18 @@ def test_a_malformed_acl_file_is_a_clear_startup_error(tmp_path: Path, content: 
     assert "12345678" not in str(info.value)  # secrets never appear in errors
     result = CliRunner().invoke(
         broker_command,
-        ["--acl", str(path), "--namesrv-port", "0", "--broker-port", "0", "--data-dir", str(tmp_path / "d"),
-         "--log-dir", str(tmp_path / "l")],
+        [
+            "--acl",
+            str(path),
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--log-dir",
+            str(tmp_path / "l"),
+        ],
     )
     assert result.exit_code == 2, result.output  # a usage error, before anything listens
     assert message in result.output
@@ -256,10 +325,12 @@ def test_missing_file_and_grpc_combination(tmp_path: Path) -> None:
 
 
 def test_the_first_of_repeated_access_keys_wins(tmp_path: Path) -> None:
-    data = {"accounts": [
-        {"accessKey": "twice-key", "secretKey": "first-secret", "admin": True},
-        {"accessKey": "twice-key", "secretKey": "second-secret"},
-    ]}
+    data = {
+        "accounts": [
+            {"accessKey": "twice-key", "secretKey": "first-secret", "admin": True},
+            {"accessKey": "twice-key", "secretKey": "second-secret"},
+        ]
+    }
     config = load_acl(write_acl(tmp_path / "acl.yml", data))
     assert config.accounts["twice-key"].secret_key == "first-secret"  # noqa: S105 - test data
     assert "first-secret" not in repr(config.accounts["twice-key"])

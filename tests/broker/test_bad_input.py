@@ -27,12 +27,22 @@ from txmsg_broker.testing import Clients, create_topic, unique, wait_until
 
 
 def frame(header: bytes, body: bytes = b"", *, type_byte: int = 0) -> bytes:
-    return struct.pack(">II", 4 + len(header) + len(body), (type_byte << 24) | len(header)) + header + body
+    return (
+        struct.pack(">II", 4 + len(header) + len(body), (type_byte << 24) | len(header))
+        + header
+        + body
+    )
 
 
 def header(code, ext=None, *, opaque=5, flag=0, **extra) -> bytes:
-    data = {"code": code, "opaque": opaque, "flag": flag, "language": "CPP", "version": 333,
-            "extFields": ext if ext is not None else {}}
+    data = {
+        "code": code,
+        "opaque": opaque,
+        "flag": flag,
+        "language": "CPP",
+        "version": 333,
+        "extFields": ext if ext is not None else {},
+    }
     data.update(extra)
     return json.dumps(data).encode()
 
@@ -59,8 +69,12 @@ def healthy(broker) -> None:
     route = ask(broker.namesrv_addr, frame(header(GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})))
     assert route.is_response
     assert route.code == 0
-    offset = ask(broker.broker_addr, frame(header(QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "TBW102",
-                                                                          "queueId": "0"})))
+    offset = ask(
+        broker.broker_addr,
+        frame(
+            header(QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "TBW102", "queueId": "0"})
+        ),
+    )
     assert offset.is_response
     assert offset.code == 0
 
@@ -89,10 +103,19 @@ def test_malformed_frames_close_only_that_connection(txmsg_broker, port, case):
     bystander = connect(addr)  # an idle, well-behaved connection must survive
     with connect(addr) as sock:
         sock.sendall(CLOSING_CASES[case])
-        assert closed_by_peer(sock), f"{case}: the broker neither answered nor closed the connection"
+        assert closed_by_peer(sock), (
+            f"{case}: the broker neither answered nor closed the connection"
+        )
     with bystander:
-        bystander.sendall(frame(header(QUERY_CONSUMER_OFFSET if port == "broker" else GET_ROUTEINFO_BY_TOPIC,
-                                       {"consumerGroup": "g", "topic": "TBW102", "queueId": "0"}, opaque=9)))
+        bystander.sendall(
+            frame(
+                header(
+                    QUERY_CONSUMER_OFFSET if port == "broker" else GET_ROUTEINFO_BY_TOPIC,
+                    {"consumerGroup": "g", "topic": "TBW102", "queueId": "0"},
+                    opaque=9,
+                )
+            )
+        )
         answer = read_command(bystander)
         assert answer.opaque == 9
         assert answer.code == 0
@@ -102,7 +125,9 @@ def test_malformed_frames_close_only_that_connection(txmsg_broker, port, case):
 def test_unknown_request_codes_answer_code_3_and_keep_the_connection(txmsg_broker):
     for addr in (txmsg_broker.namesrv_addr, txmsg_broker.broker_addr):
         with connect(addr) as sock:
-            for i, code in enumerate((9999, -5, 0, 2**31 - 1, 106 if addr == txmsg_broker.broker_addr else 34)):
+            for i, code in enumerate(
+                (9999, -5, 0, 2**31 - 1, 106 if addr == txmsg_broker.broker_addr else 34)
+            ):
                 sock.sendall(frame(header(code, opaque=100 + i)))
                 answer = read_command(sock)
                 assert answer.is_response
@@ -117,21 +142,81 @@ def test_unknown_request_codes_answer_code_3_and_keep_the_connection(txmsg_broke
 
 
 WRONG_TYPES = {
-    "pull queueId is a word": (PULL_MESSAGE, {"consumerGroup": "g", "topic": "TBW102", "queueId": "first",
-                                              "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 0}),
-    "pull queueOffset is an object": (PULL_MESSAGE, {"consumerGroup": "g", "topic": "TBW102", "queueId": 0,
-                                                     "queueOffset": {"a": 1}, "maxMsgNums": 32, "sysFlag": 0}),
+    "pull queueId is a word": (
+        PULL_MESSAGE,
+        {
+            "consumerGroup": "g",
+            "topic": "TBW102",
+            "queueId": "first",
+            "queueOffset": "0",
+            "maxMsgNums": 32,
+            "sysFlag": 0,
+        },
+    ),
+    "pull queueOffset is an object": (
+        PULL_MESSAGE,
+        {
+            "consumerGroup": "g",
+            "topic": "TBW102",
+            "queueId": 0,
+            "queueOffset": {"a": 1},
+            "maxMsgNums": 32,
+            "sysFlag": 0,
+        },
+    ),
     "pull without topic": (PULL_MESSAGE, {"consumerGroup": "g", "queueId": 0, "queueOffset": "0"}),
-    "pull negative queue": (PULL_MESSAGE, {"consumerGroup": "g", "topic": "TBW102", "queueId": -1,
-                                           "queueOffset": "0", "sysFlag": 0}),
-    "query offset queueId float": (QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "T", "queueId": 1.5}),
-    "update offset commitOffset word": (UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "T", "queueId": 0,
-                                                                "commitOffset": "many"}),
-    "send queueId list": (SEND_MESSAGE_V2, {"a": "PG", "b": "BadT", "c": "TBW102", "d": 4, "e": [1], "f": 0,
-                                            "g": "0", "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}),
-    "send sysFlag word": (SEND_MESSAGE_V2, {"a": "PG", "b": "BadT", "c": "TBW102", "d": 4, "e": 0, "f": "x",
-                                            "g": "0", "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}),
-    "send back offset word": (36, {"group": "g", "offset": "here", "delayLevel": 0, "maxReconsumeTimes": 16}),
+    "pull negative queue": (
+        PULL_MESSAGE,
+        {"consumerGroup": "g", "topic": "TBW102", "queueId": -1, "queueOffset": "0", "sysFlag": 0},
+    ),
+    "query offset queueId float": (
+        QUERY_CONSUMER_OFFSET,
+        {"consumerGroup": "g", "topic": "T", "queueId": 1.5},
+    ),
+    "update offset commitOffset word": (
+        UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": "g", "topic": "T", "queueId": 0, "commitOffset": "many"},
+    ),
+    "send queueId list": (
+        SEND_MESSAGE_V2,
+        {
+            "a": "PG",
+            "b": "BadT",
+            "c": "TBW102",
+            "d": 4,
+            "e": [1],
+            "f": 0,
+            "g": "0",
+            "h": 0,
+            "i": "",
+            "j": "0",
+            "k": "0",
+            "l": 16,
+            "m": "0",
+        },
+    ),
+    "send sysFlag word": (
+        SEND_MESSAGE_V2,
+        {
+            "a": "PG",
+            "b": "BadT",
+            "c": "TBW102",
+            "d": 4,
+            "e": 0,
+            "f": "x",
+            "g": "0",
+            "h": 0,
+            "i": "",
+            "j": "0",
+            "k": "0",
+            "l": 16,
+            "m": "0",
+        },
+    ),
+    "send back offset word": (
+        36,
+        {"group": "g", "offset": "here", "delayLevel": 0, "maxReconsumeTimes": 16},
+    ),
     "send back group with spaces": (36, {"group": "my group", "offset": "0", "delayLevel": 0}),
     "lock body not JSON": (41, {}),
     "heartbeat body not JSON": (HEART_BEAT, {}),
@@ -150,24 +235,53 @@ def test_wrong_field_types_get_an_error_answer(txmsg_broker, case):
         assert answer.opaque == 31
         assert answer.code not in (0, REQUEST_CODE_NOT_SUPPORTED), (answer.code, answer.remark)
         assert answer.remark, "an error answer must say what is wrong"
-        assert "internal error" not in answer.remark, answer.remark  # validated, not an unexpected crash
+        assert "internal error" not in answer.remark, (
+            answer.remark
+        )  # validated, not an unexpected crash
         # the same connection keeps working
-        sock.sendall(frame(header(QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "T", "queueId": "0"},
-                                  opaque=32)))
+        sock.sendall(
+            frame(
+                header(
+                    QUERY_CONSUMER_OFFSET,
+                    {"consumerGroup": "g", "topic": "T", "queueId": "0"},
+                    opaque=32,
+                )
+            )
+        )
         assert read_command(sock).opaque == 32
 
 
 def test_route_query_for_invalid_topic_names(txmsg_broker):
     for topic in ("", "a" * 300, "bad topic!", "\u00e9t\u00e9", 12345):
-        answer = ask(txmsg_broker.namesrv_addr, frame(header(GET_ROUTEINFO_BY_TOPIC, {"topic": topic})))
+        answer = ask(
+            txmsg_broker.namesrv_addr, frame(header(GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        )
         assert answer.code != 0 or topic == 12345, (topic, answer.code)
 
 
 def test_clients_that_vanish_mid_request(txmsg_broker):
     addr = txmsg_broker.broker_addr
-    full = frame(header(SEND_MESSAGE_V2, {"a": "PG", "b": "VanishT", "c": "TBW102", "d": 4, "e": 0, "f": 0,
-                                          "g": "0", "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}),
-                 b"z" * 5000)
+    full = frame(
+        header(
+            SEND_MESSAGE_V2,
+            {
+                "a": "PG",
+                "b": "VanishT",
+                "c": "TBW102",
+                "d": 4,
+                "e": 0,
+                "f": 0,
+                "g": "0",
+                "h": 0,
+                "i": "",
+                "j": "0",
+                "k": "0",
+                "l": 16,
+                "m": "0",
+            },
+        ),
+        b"z" * 5000,
+    )
     for cut in (1, 3, 4, 7, 8, 40, len(full) - 1):
         with connect(addr) as sock:
             sock.sendall(full[:cut])
@@ -178,9 +292,22 @@ def test_clients_that_vanish_mid_request(txmsg_broker):
     sock.close()
     # a held long poll whose client disappears, then a put wakes it: the answer goes nowhere, nothing breaks
     sock = connect(addr)
-    sock.sendall(frame(header(PULL_MESSAGE, {"consumerGroup": "g", "topic": "VanishT", "queueId": 0,
-                                             "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 2,
-                                             "suspendTimeoutMillis": "15000"})))
+    sock.sendall(
+        frame(
+            header(
+                PULL_MESSAGE,
+                {
+                    "consumerGroup": "g",
+                    "topic": "VanishT",
+                    "queueId": 0,
+                    "queueOffset": "0",
+                    "maxMsgNums": 32,
+                    "sysFlag": 2,
+                    "suspendTimeoutMillis": "15000",
+                },
+            )
+        )
+    )
     time.sleep(0.3)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -188,8 +315,18 @@ def test_clients_that_vanish_mid_request(txmsg_broker):
     assert sent.code == 0, sent.remark
     # many requests sent and the client gone before reading any answer
     sock = connect(addr)
-    sock.sendall(b"".join(frame(header(QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "T", "queueId": "0"},
-                                       opaque=i)) for i in range(2000)))
+    sock.sendall(
+        b"".join(
+            frame(
+                header(
+                    QUERY_CONSUMER_OFFSET,
+                    {"consumerGroup": "g", "topic": "T", "queueId": "0"},
+                    opaque=i,
+                )
+            )
+            for i in range(2000)
+        )
+    )
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     healthy(txmsg_broker)

@@ -39,7 +39,9 @@ def test_produce_then_consume_every_message_once(txmsg_broker):
         wait_until(
             lambda: {r.body.decode() for r in received} >= sent,
             timeout=30,
-            message=lambda: f"all sent messages; missing {sent - {r.body.decode() for r in received}}",
+            message=lambda: (
+                f"all sent messages; missing {sent - {r.body.decode() for r in received}}"
+            ),
         )
         # then new messages arrive through the long-polled pull
         later = {f"late{i}" for i in range(10)}
@@ -86,7 +88,11 @@ def test_two_consumers_share_the_queues(txmsg_broker):
         bodies = {f"s{i}" for i in range(80)}
         # wait until the rebalance has split the 4 queues: then both receive
         wait_until(
-            lambda: _send_and_check(producer, topic, bodies, seen, lock) and bool(first) and bool(second),
+            lambda: (
+                _send_and_check(producer, topic, bodies, seen, lock)
+                and bool(first)
+                and bool(second)
+            ),
             timeout=40,
             message=lambda: f"both instances to receive; first={len(first)} second={len(second)}",
         )
@@ -118,7 +124,9 @@ def test_orderly_consumer_gets_each_queue_in_order(txmsg_broker):
 
     # Create the topic up front: an orderly send does not retry route discovery, so a topic
     # that is only auto-created by the first send races the client's route cache.
-    created = CliRunner().invoke(topic_cli, ["create", topic, "--namesrv", txmsg_broker.namesrv_addr])
+    created = CliRunner().invoke(
+        topic_cli, ["create", topic, "--namesrv", txmsg_broker.namesrv_addr]
+    )
     assert created.exit_code == 0, created.output
 
     producer = Producer(unique("PG"), orderly=True)
@@ -158,7 +166,9 @@ def test_large_compressed_bodies_and_retry_of_them(txmsg_broker):
 
     def fail_once(item):
         attempts.append(item.reconsume_times)
-        return ConsumeStatus.RECONSUME_LATER if len(attempts) == 1 else ConsumeStatus.CONSUME_SUCCESS
+        return (
+            ConsumeStatus.RECONSUME_LATER if len(attempts) == 1 else ConsumeStatus.CONSUME_SUCCESS
+        )
 
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.producer()

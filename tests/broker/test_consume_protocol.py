@@ -34,26 +34,62 @@ from txmsg_broker.rawclient import call, connect, read_command
 from txmsg_broker.testing import create_topic, unique, wait_until
 
 
-def send(addr: str, topic: str, body: bytes, *, queue_id: int = 0, tags: str = "") -> RemotingCommand:
+def send(
+    addr: str, topic: str, body: bytes, *, queue_id: int = 0, tags: str = ""
+) -> RemotingCommand:
     props = f"UNIQ_KEY\x01{unique('K')}\x02" + (f"TAGS\x01{tags}\x02" if tags else "")
-    r = call(addr, SEND_MESSAGE_V2, {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": 0, "g": "0",
-                                     "h": 0, "i": props, "j": "0", "k": "0", "l": 16, "m": "0"}, body)
+    r = call(
+        addr,
+        SEND_MESSAGE_V2,
+        {
+            "a": "PG",
+            "b": topic,
+            "c": "TBW102",
+            "d": 4,
+            "e": queue_id,
+            "f": 0,
+            "g": "0",
+            "h": 0,
+            "i": props,
+            "j": "0",
+            "k": "0",
+            "l": 16,
+            "m": "0",
+        },
+        body,
+    )
     assert r.code == 0, r.remark
     return r
 
 
-def pull_fields(topic: str, offset: int, *, sys_flag: int = 0, sub: str = "*", suspend: int = 15000) -> dict:
-    return {"consumerGroup": "g", "topic": topic, "queueId": 0, "queueOffset": str(offset), "maxMsgNums": 32,
-            "sysFlag": sys_flag, "commitOffset": "0", "subVersion": "0", "suspendTimeoutMillis": str(suspend),
-            "subscription": sub}
+def pull_fields(
+    topic: str, offset: int, *, sys_flag: int = 0, sub: str = "*", suspend: int = 15000
+) -> dict:
+    return {
+        "consumerGroup": "g",
+        "topic": topic,
+        "queueId": 0,
+        "queueOffset": str(offset),
+        "maxMsgNums": 32,
+        "sysFlag": sys_flag,
+        "commitOffset": "0",
+        "subVersion": "0",
+        "suspendTimeoutMillis": str(suspend),
+        "subscription": sub,
+    }
 
 
 def test_held_pull_is_woken_by_a_new_message(txmsg_broker):
     addr, topic = txmsg_broker.broker_addr, unique("HoldT")
     send(addr, topic, b"first")
-    with connect(addr, timeout=10) as sock:  # far below the 20 s hold: only a wake-up answers in time
-        sock.sendall(RemotingCommand.request(PULL_MESSAGE, pull_fields(topic, 1, sys_flag=2, suspend=20000),
-                                             opaque=3).encode())
+    with connect(
+        addr, timeout=10
+    ) as sock:  # far below the 20 s hold: only a wake-up answers in time
+        sock.sendall(
+            RemotingCommand.request(
+                PULL_MESSAGE, pull_fields(topic, 1, sys_flag=2, suspend=20000), opaque=3
+            ).encode()
+        )
         threading.Timer(0.5, send, args=(addr, topic, b"second")).start()
         answer = read_command(sock)
     assert answer.code == 0
@@ -68,7 +104,10 @@ def test_pull_result_codes_follow_java(txmsg_broker):
     unknown = call(addr, PULL_MESSAGE, pull_fields(topic, 0))
     assert unknown.code == TOPIC_NOT_EXIST
     assert "txmsg topic create" in (unknown.remark or "")
-    assert call(txmsg_broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == TOPIC_NOT_EXIST
+    assert (
+        call(txmsg_broker.namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code
+        == TOPIC_NOT_EXIST
+    )
     create_topic(txmsg_broker.namesrv_addr, topic)  # a route query creates nothing (as 4.9.8)
     empty = call(addr, PULL_MESSAGE, pull_fields(topic, 0))
     assert (empty.code, empty.ext_fields["nextBeginOffset"]) == (PULL_NOT_FOUND, "0")
@@ -81,10 +120,16 @@ def test_pull_result_codes_follow_java(txmsg_broker):
     assert found.ext_fields["nextBeginOffset"] == "3"
     assert [m.plain_body() for m in decode_messages(found.body)] == [b"m0"]
     unmatched = call(addr, PULL_MESSAGE, pull_fields(topic, 1, sub="TagA || TagC"))
-    assert (unmatched.code, unmatched.ext_fields["nextBeginOffset"]) == (PULL_RETRY_IMMEDIATELY, "3")
+    assert (unmatched.code, unmatched.ext_fields["nextBeginOffset"]) == (
+        PULL_RETRY_IMMEDIATELY,
+        "3",
+    )
     at_end = call(addr, PULL_MESSAGE, pull_fields(topic, 3))
     assert (at_end.code, at_end.ext_fields["nextBeginOffset"], at_end.ext_fields["maxOffset"]) == (
-        PULL_NOT_FOUND, "3", "3")
+        PULL_NOT_FOUND,
+        "3",
+        "3",
+    )
     beyond = call(addr, PULL_MESSAGE, pull_fields(topic, 9))
     assert (beyond.code, beyond.ext_fields["nextBeginOffset"]) == (PULL_OFFSET_MOVED, "3")
     assert call(addr, GET_MAX_OFFSET, {"topic": topic, "queueId": 0}).ext_fields["offset"] == "3"
@@ -94,10 +139,17 @@ def test_pull_result_codes_follow_java(txmsg_broker):
 def test_offsets_update_query_and_commit_flag(txmsg_broker):
     addr, topic = txmsg_broker.broker_addr, unique("OffT")
     q = {"consumerGroup": "g", "topic": topic, "queueId": 0}
-    assert call(addr, QUERY_CONSUMER_OFFSET, q).ext_fields["offset"] == "0"  # new group: from the start
-    with connect(addr) as sock:  # oneway update (as the client sends it), then a query on the same connection
-        sock.sendall(RemotingCommand.request(UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "7"}, opaque=1,
-                                             oneway=True).encode())
+    assert (
+        call(addr, QUERY_CONSUMER_OFFSET, q).ext_fields["offset"] == "0"
+    )  # new group: from the start
+    with connect(
+        addr
+    ) as sock:  # oneway update (as the client sends it), then a query on the same connection
+        sock.sendall(
+            RemotingCommand.request(
+                UPDATE_CONSUMER_OFFSET, {**q, "commitOffset": "7"}, opaque=1, oneway=True
+            ).encode()
+        )
         sock.sendall(RemotingCommand.request(QUERY_CONSUMER_OFFSET, q, opaque=2).encode())
         answer = read_command(sock)
     assert answer.opaque == 2
@@ -109,9 +161,20 @@ def test_offsets_update_query_and_commit_flag(txmsg_broker):
 
 
 def _heartbeat(sock, client_id: str, group: str, opaque: int) -> None:
-    body = json.dumps({"clientID": client_id, "consumerDataSet": [{
-        "groupName": group, "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,
-        "subscriptionDataSet": [{"topic": "T", "subString": "*", "subVersion": "1"}]}]}).encode()
+    body = json.dumps(
+        {
+            "clientID": client_id,
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": 1,
+                    "messageModel": 1,
+                    "consumeFromWhere": 0,
+                    "subscriptionDataSet": [{"topic": "T", "subString": "*", "subVersion": "1"}],
+                }
+            ],
+        }
+    ).encode()
     sock.sendall(RemotingCommand.request(HEART_BEAT, {}, body, opaque=opaque).encode())
 
 
@@ -184,14 +247,23 @@ def test_silent_consumer_channels_expire(tmp_path):
             _next(sock, lambda c: c.is_response and c.opaque == 1)
             now = int(time.time() * 1000)
             assert broker.call(lambda b: b.consumers.membership.expire_channels(now)) == 0
-            assert broker.call(lambda b: b.consumers.membership.expire_channels(now + CHANNEL_EXPIRED_MS + 5000)) == 1
+            assert (
+                broker.call(
+                    lambda b: b.consumers.membership.expire_channels(
+                        now + CHANNEL_EXPIRED_MS + 5000
+                    )
+                )
+                == 1
+            )
             sock.settimeout(5)
             try:  # frames sent before the expiry (its own membership notification) may still be queued
                 while True:
                     assert not read_command(sock).is_response
             except ConnectionError:
                 pass
-        assert call(broker.broker_addr, GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}).code != 0
+        assert (
+            call(broker.broker_addr, GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}).code != 0
+        )
 
 
 def test_held_pull_is_released_when_its_client_disconnects(tmp_path):
@@ -200,8 +272,11 @@ def test_held_pull_is_released_when_its_client_disconnects(tmp_path):
         create_topic(broker.namesrv_addr, topic)
         held = lambda: broker.call(lambda b: b.consumers.long_polls.held())  # noqa: E731
         sock = connect(broker.broker_addr)
-        sock.sendall(RemotingCommand.request(PULL_MESSAGE, pull_fields(topic, 0, sys_flag=2, suspend=20000),
-                                             opaque=4).encode())
+        sock.sendall(
+            RemotingCommand.request(
+                PULL_MESSAGE, pull_fields(topic, 0, sys_flag=2, suspend=20000), opaque=4
+            ).encode()
+        )
         wait_until(lambda: held() == 1, timeout=5)
         sock.close()
         wait_until(lambda: held() == 0, timeout=5, message="the hold to end with its connection")

@@ -279,12 +279,8 @@ def test_real_client_send_is_refused_nothing_stored_reads_go_on_then_recovers(
             )
         )
         assert "ERROR SendMessageThread_1 - the message store is not writable: " in logged
-        assert (
-            str(small_disk.path / "data") in logged
-        )
-        assert (
-            "Free space on that file system" in logged
-        )
+        assert str(small_disk.path / "data") in logged
+        assert "Free space on that file system" in logged
         assert "(code 14): " + REMARK_START in logged
 
         small_disk.free()

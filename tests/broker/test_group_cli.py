@@ -18,13 +18,25 @@ def stored_groups(data_dir: Path) -> dict[str, dict[str, object]]:
 
 def test_create_then_update_an_orderly_group(txmsg_broker):
     name = unique("OrderlyCG")
-    result = CliRunner().invoke(group_cli, ["create", name, "--orderly", "--namesrv", txmsg_broker.namesrv_addr])
+    result = CliRunner().invoke(
+        group_cli, ["create", name, "--orderly", "--namesrv", txmsg_broker.namesrv_addr]
+    )
     assert result.exit_code == 0, result.output
     assert "create subscription group to" in result.output
     assert stored_groups(txmsg_broker.data_dir)[name]["consumeMessageOrderly"] is True
 
-    result = CliRunner().invoke(group_cli, ["create", name, "--no-orderly", "--retry-max-times", "3",
-                                            "--namesrv", txmsg_broker.namesrv_addr])
+    result = CliRunner().invoke(
+        group_cli,
+        [
+            "create",
+            name,
+            "--no-orderly",
+            "--retry-max-times",
+            "3",
+            "--namesrv",
+            txmsg_broker.namesrv_addr,
+        ],
+    )
     assert result.exit_code == 0, result.output
     stored = stored_groups(txmsg_broker.data_dir)[name]
     assert stored["consumeMessageOrderly"] is False

@@ -35,7 +35,7 @@ def header_version(line: str) -> str:
     names = patterns.HEADER_FIELDS
     assert len(fields) >= len(names), line
     assert all(f.startswith(n) for f, n in zip(fields, names, strict=False)), line
-    return "4.9" if fields[0][len("producerGroup="):].startswith("'") else "5"
+    return "4.9" if fields[0][len("producerGroup=") :].startswith("'") else "5"
 
 
 def run_transactions(namesrv: str, log_dir: object) -> tuple[str, str, str]:
@@ -51,12 +51,17 @@ def run_transactions(namesrv: str, log_dir: object) -> tuple[str, str, str]:
         return str(producer.send_message_in_transaction(msg, lambda m, a: state).msg_id)
 
     with Clients(namesrv) as clients:
-        producer = clients.transaction_producer(group, lambda m: next(answers, TransactionStatus.ROLLBACK))
+        producer = clients.transaction_producer(
+            group, lambda m: next(answers, TransactionStatus.ROLLBACK)
+        )
         rolled_back = send(producer, "r", TransactionStatus.ROLLBACK)
         pending = send(producer, "u", TransactionStatus.UNKNOWN)
         clients.heartbeat(producer)  # check-backs need a heartbeat
-        wait_until(lambda: read_log(log_dir).count("rollback the message") >= 2, timeout=30,
-                   message=lambda: read_log(log_dir))
+        wait_until(
+            lambda: read_log(log_dir).count("rollback the message") >= 2,
+            timeout=30,
+            message=lambda: read_log(log_dir),
+        )
         return group, rolled_back, pending
 
 
@@ -70,7 +75,9 @@ def test_remoting_lines_in_the_chosen_format(
     headers = [line for line in log.splitlines() if patterns.HEADER in line]
     assert len(headers) >= 3, log  # send-time rollback, send-time pending, check answers
     assert {header_version(line) for line in headers} == {version}
-    assert any(f"msgId={rolled_back}" in line or f"msgId='{rolled_back}'" in line for line in headers)
+    assert any(
+        f"msgId={rolled_back}" in line or f"msgId='{rolled_back}'" in line for line in headers
+    )
     checks = [line for line in log.splitlines() if CHECK_SENT_MARK in line]
     if log_format == 5:
         assert all("bname" not in line for line in headers)

@@ -33,7 +33,9 @@ ROLLBACK = re.compile(
     r" WARN EndTransactionThread_\d+ - The producer\[127\.0\.0\.1:\d+\] end transaction in sending "
     r"message, rollback the message\.RequestHeader: " + HEADER
 )
-DEBUG_REQUEST = re.compile(r" DEBUG EndTransactionThread_\d+ - Transaction request:" + HEADER[:-len(r" Remark: $")] + "$")
+DEBUG_REQUEST = re.compile(
+    r" DEBUG EndTransactionThread_\d+ - Transaction request:" + HEADER[: -len(r" Remark: $")] + "$"
+)
 DISCARD = re.compile(
     r" ERROR TransactionalMessageCheckService - MsgExt:MessageExt \[brokerName=null, queueId=0, .*"
     r"bornHost=/(?P<addr>[0-9.:]+), .*toString\(\)=Message\{topic='RMQ_SYS_TRANS_HALF_TOPIC', .*"
@@ -62,8 +64,11 @@ def matching(pattern: re.Pattern[str], text: str) -> list[re.Match[str]]:
 def real_log(level: str, name: str) -> str:
     path = REAL_LOGS / level / name
     if not path.exists():
-        pytest.fail(f"real broker log missing at {path}: it is tracked in git; restore it with "
-                    "`git checkout -- tests/data`", pytrace=False)
+        pytest.fail(
+            f"real broker log missing at {path}: it is tracked in git; restore it with "
+            "`git checkout -- tests/data`",
+            pytrace=False,
+        )
     return path.read_text(errors="replace")
 
 
@@ -98,7 +103,9 @@ def test_info_level_lines_format_and_silent_commits(txmsg_broker):
         committed = send(producer, topic, "c", TransactionStatus.COMMIT)
         rolled_back = send(producer, topic, "r", TransactionStatus.ROLLBACK)
         pending = send(producer, topic, "u", TransactionStatus.UNKNOWN)
-        clients.heartbeat(producer)  # check-backs need a heartbeat (the start-up one found no broker)
+        clients.heartbeat(
+            producer
+        )  # check-backs need a heartbeat (the start-up one found no broker)
         wait_until(lambda: checked == [pending], timeout=15)
         # the op records of the rollback and of the check's commit are both visible to the next scans
         wait_until(lambda: "opOffset=2" in read_log(txmsg_broker.log_dir), timeout=10)
@@ -115,12 +122,16 @@ def test_info_level_lines_format_and_silent_commits(txmsg_broker):
     assert " DEBUG " not in tx_log
     # timestamps are UTC+8 regardless of the host's zone
     stamp = LINE.match(lines(tx_log)[-1]).group(1)
-    logged = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone(timedelta(hours=8)))
+    logged = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(
+        tzinfo=timezone(timedelta(hours=8))
+    )
     assert abs(datetime.now(UTC) - logged) < timedelta(minutes=5)
     broker_log = read_log(txmsg_broker.log_dir, "broker.log")
     for line in lines(broker_log):
         assert LINE.match(line), line
-    assert [m["group"] for m in matching(NEW_PRODUCER, broker_log) if m["group"] != HEARTBEAT_GROUP] == [group]
+    assert [
+        m["group"] for m in matching(NEW_PRODUCER, broker_log) if m["group"] != HEARTBEAT_GROUP
+    ] == [group]
 
 
 def test_check_answers_are_logged_like_send_phase_lines(txmsg_broker):
@@ -164,18 +175,40 @@ def test_java_style_check_answers_and_bad_end_transaction(txmsg_broker):
 
     def half(key: str) -> tuple[str, str]:
         props = {"UNIQ_KEY": key, "TRAN_MSG": "true", "PGROUP": group, "WAIT": "true"}
-        ext = {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 4, "g": "1", "h": 0,
-               "i": properties_to_string(props), "j": "0", "k": "0", "l": 16, "m": "0"}
+        ext = {
+            "a": group,
+            "b": topic,
+            "c": "TBW102",
+            "d": 4,
+            "e": 0,
+            "f": 4,
+            "g": "1",
+            "h": 0,
+            "i": properties_to_string(props),
+            "j": "0",
+            "k": "0",
+            "l": 16,
+            "m": "0",
+        }
         response = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"j")
         assert response.code == codec.SUCCESS
         return response.ext_fields["msgId"], response.ext_fields["queueOffset"]
 
     def end(msg_id: str, queue_offset: str, key: str, state: int) -> None:
         _, clo = parse_offset_msg_id(msg_id)
-        ext = {"producerGroup": group, "tranStateTableOffset": queue_offset, "commitLogOffset": clo,
-               "commitOrRollback": state, "fromTransactionCheck": "true", "msgId": key, "transactionId": key}
+        ext = {
+            "producerGroup": group,
+            "tranStateTableOffset": queue_offset,
+            "commitLogOffset": clo,
+            "commitOrRollback": state,
+            "fromTransactionCheck": "true",
+            "msgId": key,
+            "transactionId": key,
+        }
         with connect(txmsg_broker.broker_addr) as sock:
-            sock.sendall(codec.RemotingCommand.request(codec.END_TRANSACTION, ext, oneway=True).encode())
+            sock.sendall(
+                codec.RemotingCommand.request(codec.END_TRANSACTION, ext, oneway=True).encode()
+            )
 
     key_commit = "A" * 32
     msg_id, qoff = half(key_commit)
@@ -186,7 +219,11 @@ def test_java_style_check_answers_and_bad_end_transaction(txmsg_broker):
     key_u = "C" * 32
     end(*half(key_u), key_u, 0)
     log = lambda: read_log(txmsg_broker.log_dir)  # noqa: E731
-    markers = ("but it's pending status", "the producer commit the message", "the producer rollback")
+    markers = (
+        "but it's pending status",
+        "the producer commit the message",
+        "the producer rollback",
+    )
     wait_until(lambda: all(m in log() for m in markers), timeout=10)
     text = log()
     assert "Check producer[127.0.0.1:" in text
@@ -194,7 +231,9 @@ def test_java_style_check_answers_and_bad_end_transaction(txmsg_broker):
     assert f"msgId='{key_rb}'" in text
     assert "the producer rollback the message" in text
     assert "fromTransactionCheck=true" in text
-    assert "The transaction state table offset wrong" in read_log(txmsg_broker.log_dir, "broker.log")
+    assert "The transaction state table offset wrong" in read_log(
+        txmsg_broker.log_dir, "broker.log"
+    )
     txmsg_broker.stop()
     with MessageStore(txmsg_broker.data_dir) as store:
         committed = [m.properties["UNIQ_KEY"] for q in range(4) for m in store.get(topic, q, 0, 10)]

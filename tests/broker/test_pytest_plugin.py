@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-USER_TESTS = '''
+USER_TESTS = """
 import os
 
 def test_environment_untouched():
@@ -16,14 +16,23 @@ def test_environment_untouched():
 
 def test_fixture_sets_it_for_its_users(txmsg_client_log_dir):
     assert os.environ["ROCKETMQ_CLIENT_LOG_DIR"] == txmsg_client_log_dir
-'''
+"""
 
 
 def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "ROCKETMQ_CLIENT_LOG_DIR" and not k.startswith("PYTEST")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "ROCKETMQ_CLIENT_LOG_DIR" and not k.startswith("PYTEST")
+    }
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 

@@ -25,7 +25,11 @@ def _msg(topic: str, body: str, *, delay_level: int = 0) -> Message:
 
 
 def _committed_on(broker, group: str, topic: str, queue_id: int = 0) -> int:
-    r = call(broker.broker_addr, QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id})
+    r = call(
+        broker.broker_addr,
+        QUERY_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id},
+    )
     return int(r.ext_fields.get("offset", "-1")) if r.code == 0 else -1
 
 
@@ -65,7 +69,9 @@ def test_acknowledged_sends_survive_kill_9(txmsg_broker_factory):
         wait_until(
             lambda: {r.body.decode() for r in received} >= acked_before_kill,
             timeout=60,
-            message=lambda: f"every acknowledged send; lost: {sorted(acked_before_kill - {r.body.decode() for r in received})[:20]}",
+            message=lambda: (
+                f"every acknowledged send; lost: {sorted(acked_before_kill - {r.body.decode() for r in received})[:20]}"
+            ),
         )
 
 
@@ -84,7 +90,9 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
             wait_until(
                 lambda: sum(_committed(broker, group, topic)) == len(first),
                 timeout=20,
-                message=lambda: f"the offsets to be committed; committed: {_committed(broker, group, topic)}",
+                message=lambda: (
+                    f"the offsets to be committed; committed: {_committed(broker, group, topic)}"
+                ),
             )
         committed = _committed(broker, group, topic)
         broker.kill()
@@ -101,7 +109,9 @@ def test_consumer_offsets_survive_kill_9_without_redelivery(txmsg_broker_factory
         wait_until(
             lambda: sum(_committed(broker, group, topic)) == total,
             timeout=20,
-            message=lambda: f"the offsets to cover all {total} messages; committed: {_committed(broker, group, topic)}",
+            message=lambda: (
+                f"the offsets to cover all {total} messages; committed: {_committed(broker, group, topic)}"
+            ),
         )
         counts = Counter(r.body.decode() for r in again)
         assert set(counts) == second, f"redelivered after restart: {sorted(set(counts) - second)}"
@@ -114,7 +124,10 @@ def test_pending_half_message_is_checked_after_restart(txmsg_broker_factory):
     # is empty" checks would discard the half message first, as Java does. This test is about the half
     # message surviving kill -9, so let the send re-register the group.
     broker = txmsg_broker_factory(
-        flush="sync", transaction_timeout_ms=2000, check_interval_ms=500, learn_producers_from_sends=True
+        flush="sync",
+        transaction_timeout_ms=2000,
+        check_interval_ms=500,
+        learn_producers_from_sends=True,
     )
     topic, group = unique("HalfT"), unique("TxPG")
     checked: list[str] = []
@@ -125,18 +138,24 @@ def test_pending_half_message_is_checked_after_restart(txmsg_broker_factory):
 
     with Clients(broker.namesrv_addr) as clients:
         producer = clients.transaction_producer(group, checker)
-        result = producer.send_message_in_transaction(_msg(topic, "pending"), lambda m, a: TransactionStatus.UNKNOWN)
+        result = producer.send_message_in_transaction(
+            _msg(topic, "pending"), lambda m, a: TransactionStatus.UNKNOWN
+        )
         assert result.status == SendStatus.OK
         broker.kill()  # well before transactionTimeOut: no check has happened yet
         assert checked == []
         broker.start()
         # a send tells the restarted broker where the producer group lives (its heartbeat may be 30 s away)
-        producer.send_message_in_transaction(_msg(topic, "committed"), lambda m, a: TransactionStatus.COMMIT)
+        producer.send_message_in_transaction(
+            _msg(topic, "committed"), lambda m, a: TransactionStatus.COMMIT
+        )
         received = clients.consumer(unique("CG"), topic)  # a new group reads from offset 0
         wait_until(
             lambda: {r.body for r in received} >= {b"pending", b"committed"},
             timeout=40,
-            message=lambda: f"both messages; checked={checked} received={[r.body for r in received]}",
+            message=lambda: (
+                f"both messages; checked={checked} received={[r.body for r in received]}"
+            ),
         )
         assert checked.count("pending") >= 1
 
@@ -144,8 +163,18 @@ def test_pending_half_message_is_checked_after_restart(txmsg_broker_factory):
 def _visible(broker, topic: str) -> list[bytes]:
     bodies = []
     for queue_id in range(4):
-        r = call(broker.broker_addr, PULL_MESSAGE, {"consumerGroup": "inspect", "topic": topic, "queueId": queue_id,
-                                                   "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 0})
+        r = call(
+            broker.broker_addr,
+            PULL_MESSAGE,
+            {
+                "consumerGroup": "inspect",
+                "topic": topic,
+                "queueId": queue_id,
+                "queueOffset": "0",
+                "maxMsgNums": 32,
+                "sysFlag": 0,
+            },
+        )
         if r.code == 0:
             bodies += [m.plain_body() for m in decode_messages(r.body)]
     return bodies
@@ -153,8 +182,11 @@ def _visible(broker, topic: str) -> list[bytes]:
 
 def _scheduled_done(broker, *, level: int) -> int:
     """The delay scheduler's progress on a level: a consumer offset of SCHEDULE_GROUP."""
-    r = call(broker.broker_addr, QUERY_CONSUMER_OFFSET,
-             {"consumerGroup": "SCHEDULE_GROUP", "topic": "SCHEDULE_TOPIC_XXXX", "queueId": level - 1})
+    r = call(
+        broker.broker_addr,
+        QUERY_CONSUMER_OFFSET,
+        {"consumerGroup": "SCHEDULE_GROUP", "topic": "SCHEDULE_TOPIC_XXXX", "queueId": level - 1},
+    )
     return int(r.ext_fields.get("offset", "-1")) if r.code == 0 else -1
 
 
@@ -174,12 +206,18 @@ def test_delayed_message_survives_kill_9(txmsg_broker_factory):
         wait_until(lambda: any(r.body == b"later" for r in received), timeout=30)
         # the scheduler records its progress after each delivery: once level 3 (queue 2) is at 1, it
         # has put "later" into the topic and will not put it again
-        wait_until(lambda: _scheduled_done(broker, level=3) == 1, timeout=10, message="the scheduler's offset")
+        wait_until(
+            lambda: _scheduled_done(broker, level=3) == 1,
+            timeout=10,
+            message="the scheduler's offset",
+        )
         assert sorted(_visible(broker, topic)) == [b"later", b"now"]
         wait_until(
             lambda: sum(max(0, o) for o in _committed(broker, group, topic)) == 2,
             timeout=20,
-            message=lambda: f"the consumer to commit both; committed: {_committed(broker, group, topic)}",
+            message=lambda: (
+                f"the consumer to commit both; committed: {_committed(broker, group, topic)}"
+            ),
         )
         assert sorted(r.body for r in received) == [b"later", b"now"]
 
@@ -187,19 +225,39 @@ def test_delayed_message_survives_kill_9(txmsg_broker_factory):
 def test_clean_stop_answers_held_pulls(txmsg_broker):
     """On SIGTERM held long polls are answered (librocketmq would otherwise wait out its 30 s timeout)."""
     topic = unique("HoldT")
-    assert call(txmsg_broker.broker_addr, QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": topic,
-                                                                  "queueId": 0}).code == 0
+    assert (
+        call(
+            txmsg_broker.broker_addr,
+            QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "g", "topic": topic, "queueId": 0},
+        ).code
+        == 0
+    )
     group = unique("HoldG")
     sock = connect(txmsg_broker.broker_addr, timeout=20)
     with sock:
         # sysFlag 3 = commit offset + suspend: the broker commits commitOffset and then, finding nothing,
         # holds the pull in the same step, so a visible commit means the pull is held
-        pull = RemotingCommand.request(PULL_MESSAGE, {"consumerGroup": group, "topic": "TBW102", "queueId": 0,
-                                                      "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 3,
-                                                      "commitOffset": "1", "suspendTimeoutMillis": "15000"},
-                                       opaque=77)
+        pull = RemotingCommand.request(
+            PULL_MESSAGE,
+            {
+                "consumerGroup": group,
+                "topic": "TBW102",
+                "queueId": 0,
+                "queueOffset": "0",
+                "maxMsgNums": 32,
+                "sysFlag": 3,
+                "commitOffset": "1",
+                "suspendTimeoutMillis": "15000",
+            },
+            opaque=77,
+        )
         sock.sendall(pull.encode())
-        wait_until(lambda: _committed_on(txmsg_broker, group, "TBW102") == 1, timeout=10, message="the pull to be held")
+        wait_until(
+            lambda: _committed_on(txmsg_broker, group, "TBW102") == 1,
+            timeout=10,
+            message="the pull to be held",
+        )
         stopper = threading.Thread(target=txmsg_broker.stop)
         stopper.start()
         response = read_command(sock)

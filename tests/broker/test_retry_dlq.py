@@ -46,10 +46,14 @@ def test_retry_then_success_keeps_id_topic_and_counts(txmsg_broker):
         received = clients.consumer(group, topic, fail_twice)
         result = producer.send_sync(_msg(topic, "again"))
         wait_until(
-            lambda: attempts["again"] >= 3, timeout=30, message=lambda: f"3 attempts; attempts: {attempts}"
+            lambda: attempts["again"] >= 3,
+            timeout=30,
+            message=lambda: f"3 attempts; attempts: {attempts}",
         )
         assert [r.reconsume_times for r in received] == [0, 1, 2]
-        assert {r.topic for r in received} == {topic}  # the client maps %RETRY% back via RETRY_TOPIC
+        assert {r.topic for r in received} == {
+            topic
+        }  # the client maps %RETRY% back via RETRY_TOPIC
         assert {r.msg_id for r in received} == {result.msg_id}
     retry = _pull_all(txmsg_broker, RETRY_PREFIX + group)
     assert [m.reconsume_times for m in retry] == [1, 2]
@@ -68,7 +72,11 @@ def test_always_failing_consumer_ends_in_dlq(txmsg_broker_factory):
     def always_fail(item):
         with lock:
             seen.append(item.reconsume_times)
-        return ConsumeStatus.CONSUME_SUCCESS if item.body == b"marker" else ConsumeStatus.RECONSUME_LATER
+        return (
+            ConsumeStatus.CONSUME_SUCCESS
+            if item.body == b"marker"
+            else ConsumeStatus.RECONSUME_LATER
+        )
 
     with Clients(broker.namesrv_addr) as clients:
         producer = clients.producer()
@@ -118,7 +126,14 @@ def _pull_all(broker, topic: str) -> list:
     response = call(
         broker.broker_addr,
         PULL_MESSAGE,
-        {"consumerGroup": "inspect", "topic": topic, "queueId": 0, "queueOffset": "0", "maxMsgNums": 32, "sysFlag": 0},
+        {
+            "consumerGroup": "inspect",
+            "topic": topic,
+            "queueId": 0,
+            "queueOffset": "0",
+            "maxMsgNums": 32,
+            "sysFlag": 0,
+        },
     )
     return decode_messages(response.body) if response.code == 0 else []
 
@@ -127,19 +142,46 @@ def test_send_back_honours_max_reconsume_times_header(txmsg_broker):
     """A raw CONSUMER_SEND_MSG_BACK with maxReconsumeTimes=1: first back → retry, second → DLQ."""
     topic, group = unique("RawBack"), unique("CG")
     addr = txmsg_broker.broker_addr
-    sent = call(addr, SEND_MESSAGE_V2, {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
-                                        "g": "0", "h": 0, "i": "UNIQ_KEY\x01ABC\x02", "j": "0", "k": "0", "l": 16, "m": "0"},
-                body=b"payload")
+    sent = call(
+        addr,
+        SEND_MESSAGE_V2,
+        {
+            "a": "PG",
+            "b": topic,
+            "c": "TBW102",
+            "d": 4,
+            "e": 0,
+            "f": 0,
+            "g": "0",
+            "h": 0,
+            "i": "UNIQ_KEY\x01ABC\x02",
+            "j": "0",
+            "k": "0",
+            "l": 16,
+            "m": "0",
+        },
+        body=b"payload",
+    )
     assert sent.code == 0, sent.remark
     first = _pull_all(txmsg_broker, topic)[0]
-    back = {"group": group, "offset": str(first.commit_log_offset), "delayLevel": 0, "originMsgId": "ABC",
-            "originTopic": topic, "maxReconsumeTimes": 1, "unitMode": "0"}
+    back = {
+        "group": group,
+        "offset": str(first.commit_log_offset),
+        "delayLevel": 0,
+        "originMsgId": "ABC",
+        "originTopic": topic,
+        "maxReconsumeTimes": 1,
+        "unitMode": "0",
+    }
     assert call(addr, CONSUMER_SEND_MSG_BACK, back).code == 0
     wait_until(lambda: len(_pull_all(txmsg_broker, RETRY_PREFIX + group)) == 1, timeout=20)
     retried = _pull_all(txmsg_broker, RETRY_PREFIX + group)[0]
     assert retried.reconsume_times == 1
     assert retried.plain_body() == b"payload"
-    assert call(addr, CONSUMER_SEND_MSG_BACK, {**back, "offset": str(retried.commit_log_offset)}).code == 0
+    assert (
+        call(addr, CONSUMER_SEND_MSG_BACK, {**back, "offset": str(retried.commit_log_offset)}).code
+        == 0
+    )
     dead = _pull_all(txmsg_broker, DLQ_PREFIX + group)
     assert len(dead) == 1
     assert dead[0].reconsume_times == 2

@@ -30,8 +30,21 @@ def route(addr: str, topic: str) -> codec.RemotingCommand:
 
 def send_ext(group: str, topic: str, default_queue_nums: int = 4) -> dict[str, object]:
     """SEND_MESSAGE_V2 header as librocketmq fills it (defaultTopic TBW102, 4 default queues)."""
-    return {"a": group, "b": topic, "c": "TBW102", "d": default_queue_nums, "e": 0, "f": 0, "g": "1",
-            "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}
+    return {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": default_queue_nums,
+        "e": 0,
+        "f": 0,
+        "g": "1",
+        "h": 0,
+        "i": "",
+        "j": "0",
+        "k": "0",
+        "l": 16,
+        "m": "0",
+    }
 
 
 def test_unknown_topic_has_no_route_until_the_first_send_creates_it(txmsg_broker):
@@ -42,10 +55,14 @@ def test_unknown_topic_has_no_route_until_the_first_send_creates_it(txmsg_broker
         f"No topic route info in name server for the topic: {topic}\n"
         "See http://rocketmq.apache.org/docs/faq/ for further details."
     )
-    assert route(txmsg_broker.namesrv_addr, topic).code == codec.TOPIC_NOT_EXIST  # asking creates nothing
+    assert (
+        route(txmsg_broker.namesrv_addr, topic).code == codec.TOPIC_NOT_EXIST
+    )  # asking creates nothing
     sent = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic), b"x")
     assert sent.code == codec.SUCCESS
-    after = route(txmsg_broker.namesrv_addr, topic)  # registered at once, as 4.9.8's registerBrokerAll
+    after = route(
+        txmsg_broker.namesrv_addr, topic
+    )  # registered at once, as 4.9.8's registerBrokerAll
     assert after.code == codec.SUCCESS
     assert after.is_response
     data = fastjson.loads(after.body)
@@ -58,7 +75,10 @@ def test_unknown_topic_has_no_route_until_the_first_send_creates_it(txmsg_broker
     assert broker["brokerAddrs"] == {"0": txmsg_broker.broker_addr}
     log = read_log(txmsg_broker.log_dir, "broker.log")
     assert f"the topic {topic} not exist, producer: /" in log
-    assert f"Create new topic by default topic:[TBW102] config:[TopicConfig [topicName={topic}, " in log
+    assert (
+        f"Create new topic by default topic:[TBW102] config:[TopicConfig [topicName={topic}, "
+        in log
+    )
 
 
 def test_the_default_topic_is_what_producers_fall_back_to(txmsg_broker):
@@ -66,7 +86,10 @@ def test_the_default_topic_is_what_producers_fall_back_to(txmsg_broker):
     (queue,) = fastjson.loads(route(txmsg_broker.namesrv_addr, "TBW102").body)["queueDatas"]
     assert (queue["readQueueNums"], queue["writeQueueNums"], queue["perm"]) == (8, 8, 7)
     topic = unique("TwoQ")
-    assert call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic, 2), b"x").code == 0
+    assert (
+        call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, send_ext("PG", topic, 2), b"x").code
+        == 0
+    )
     (created,) = fastjson.loads(route(txmsg_broker.namesrv_addr, topic).body)["queueDatas"]
     assert (created["readQueueNums"], created["writeQueueNums"]) == (2, 2)
 
@@ -81,7 +104,10 @@ def test_a_consumer_of_a_topic_without_route_reaches_no_broker(txmsg_broker):
         clients.consumer(deaf, missing)
         clients.consumer(heard, existing)
         wait_until(
-            lambda: f"new consumer connected, group: {heard} " in read_log(txmsg_broker.log_dir, "broker.log"),
+            lambda: (
+                f"new consumer connected, group: {heard} "
+                in read_log(txmsg_broker.log_dir, "broker.log")
+            ),
             timeout=10,
         )
         log = read_log(txmsg_broker.log_dir, "broker.log")
@@ -94,9 +120,18 @@ def test_retry_topic_is_created_by_the_heartbeat_not_by_the_route_query(txmsg_br
     group = unique("CG")
     assert route(txmsg_broker.namesrv_addr, RETRY_PREFIX + group).code == codec.TOPIC_NOT_EXIST
     body = json.dumps(
-        {"clientID": "127.0.0.1@1#R", "consumerDataSet": [
-            {"groupName": group, "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,
-             "subscriptionDataSet": []}]}
+        {
+            "clientID": "127.0.0.1@1#R",
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": 1,
+                    "messageModel": 1,
+                    "consumeFromWhere": 0,
+                    "subscriptionDataSet": [],
+                }
+            ],
+        }
     ).encode()
     assert call(txmsg_broker.broker_addr, codec.HEART_BEAT, {}, body).code == codec.SUCCESS
     response = route(txmsg_broker.namesrv_addr, RETRY_PREFIX + group)
@@ -119,7 +154,9 @@ def test_no_auto_create_answers_topic_not_exist(txmsg_broker_factory):
     )
     log = read_log(broker.log_dir, "broker.log")
     assert "Create new topic failed, because the default topic[TBW102] has no perm [6]" in log
-    assert f"Create it with `txmsg topic create {topic}`" in log  # what to do, in the rejection line
+    assert (
+        f"Create it with `txmsg topic create {topic}`" in log
+    )  # what to do, in the rejection line
 
 
 def test_no_auto_create_rejects_sends_to_unknown_topics(txmsg_broker_factory):
@@ -181,16 +218,32 @@ def test_heartbeat_registers_groups_and_unregister_answers(txmsg_broker):
 
 def test_cli_runs_in_foreground_and_shuts_down_cleanly(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "txmsg_broker", "broker", "--namesrv-port", "0", "--broker-port", "0",
-         "--data-dir", str(tmp_path / "d"), "--log-dir", str(tmp_path / "l")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "broker",
+            "--namesrv-port",
+            "0",
+            "--broker-port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--log-dir",
+            str(tmp_path / "l"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         first = proc.stdout.readline()
         match = READY_PATTERN.search(first)
         assert match, first
         namesrv = f"{match.group(1)}:{match.group(2)}"
-        assert call(namesrv, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == codec.SUCCESS
+        assert (
+            call(namesrv, codec.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == codec.SUCCESS
+        )
         proc.send_signal(signal.SIGINT)
         rest = proc.communicate(timeout=15)[0]
     finally:
@@ -205,14 +258,30 @@ def test_embedded_broker_in_process_restart_keeps_ports_and_data(tmp_path):
     broker = EmbeddedBroker(tmp_path / "data", tmp_path / "logs").start()
     try:
         namesrv = broker.namesrv_addr
-        ext = {"a": "PG", "b": "EmbT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": "1", "h": 0,
-               "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}
+        ext = {
+            "a": "PG",
+            "b": "EmbT",
+            "c": "TBW102",
+            "d": 4,
+            "e": 0,
+            "f": 0,
+            "g": "1",
+            "h": 0,
+            "i": "",
+            "j": "0",
+            "k": "0",
+            "l": 16,
+            "m": "0",
+        }
         assert call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"one").code == codec.SUCCESS
         broker.restart()
         assert broker.namesrv_addr == namesrv
         second = call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"two")
         assert second.ext_fields["queueOffset"] == "1"  # the first message survived the restart
-        assert broker.call(lambda b: [m.body for m in b.store.get("EmbT", 0, 0, 10)]) == [b"one", b"two"]
+        assert broker.call(lambda b: [m.body for m in b.store.get("EmbT", 0, 0, 10)]) == [
+            b"one",
+            b"two",
+        ]
     finally:
         broker.stop()
     assert not broker.running

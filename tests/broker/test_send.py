@@ -117,9 +117,24 @@ def test_oversized_message_is_rejected_with_message_illegal(txmsg_broker):
     assert "(code 13)" in log
     assert "exceeds the broker's maxMessageSize 4194304 bytes" in log
     # raw request: the response code and remark are what a client sees
-    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": "1", "h": 0,
-           "i": properties_to_string({"UNIQ_KEY": "X"}), "j": "0", "k": "0", "l": 16, "m": "0"}
-    response = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"x" * (4 * 1024 * 1024 + 1))
+    ext = {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 0,
+        "g": "1",
+        "h": 0,
+        "i": properties_to_string({"UNIQ_KEY": "X"}),
+        "j": "0",
+        "k": "0",
+        "l": 16,
+        "m": "0",
+    }
+    response = call(
+        txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"x" * (4 * 1024 * 1024 + 1)
+    )
     assert response.code == codec.MESSAGE_ILLEGAL
     assert "maxMessageSize" in (response.remark or "")
     at_limit = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"x" * (4 * 1024 * 1024))
@@ -129,8 +144,21 @@ def test_oversized_message_is_rejected_with_message_illegal(txmsg_broker):
 
 def test_raw_send_validates_header_fields_and_keeps_serving(txmsg_broker):
     topic = unique("RawT")
-    good = {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": 1, "f": 0, "g": "1", "h": 0,
-            "i": properties_to_string({"UNIQ_KEY": "ABC", "KEYS": "k"}), "j": "0", "k": "0", "l": 16, "m": "0"}
+    good = {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 1,
+        "f": 0,
+        "g": "1",
+        "h": 0,
+        "i": properties_to_string({"UNIQ_KEY": "ABC", "KEYS": "k"}),
+        "j": "0",
+        "k": "0",
+        "l": 16,
+        "m": "0",
+    }
     response = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, good, b"body")
     assert response.code == codec.SUCCESS
     assert response.ext_fields["queueId"] == "1"
@@ -141,12 +169,26 @@ def test_raw_send_validates_header_fields_and_keeps_serving(txmsg_broker):
     assert response.code == codec.SYSTEM_ERROR
     assert "queueId" in (response.remark or "")
     out_of_range = dict(good, e=99)
-    assert call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, out_of_range, b"x").code == codec.SYSTEM_ERROR
+    assert (
+        call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, out_of_range, b"x").code
+        == codec.SYSTEM_ERROR
+    )
     system_topic = dict(good, b="RMQ_SYS_TRANS_HALF_TOPIC")
-    assert call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, system_topic, b"x").code == codec.NO_PERMISSION
+    assert (
+        call(txmsg_broker.broker_addr, codec.SEND_MESSAGE_V2, system_topic, b"x").code
+        == codec.NO_PERMISSION
+    )
     # V1 names work too
-    v1 = {"producerGroup": "PG", "topic": topic, "queueId": "1", "sysFlag": "0", "bornTimestamp": "1",
-          "flag": "0", "properties": "", "reconsumeTimes": "0"}
+    v1 = {
+        "producerGroup": "PG",
+        "topic": topic,
+        "queueId": "1",
+        "sysFlag": "0",
+        "bornTimestamp": "1",
+        "flag": "0",
+        "properties": "",
+        "reconsumeTimes": "0",
+    }
     response = call(txmsg_broker.broker_addr, codec.SEND_MESSAGE, v1, b"v1")
     assert response.code == codec.SUCCESS
     assert response.ext_fields["queueOffset"] == "1"

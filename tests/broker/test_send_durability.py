@@ -16,7 +16,9 @@ def test_acknowledged_messages_survive_kill_9(txmsg_broker_factory, flush):
     acked = set()
     with Clients(broker.namesrv_addr) as clients:
         producer = clients.producer()
-        tx_producer = clients.transaction_producer(unique("DurPG"), lambda m: TransactionStatus.UNKNOWN)
+        tx_producer = clients.transaction_producer(
+            unique("DurPG"), lambda m: TransactionStatus.UNKNOWN
+        )
         for i in range(40):
             msg = Message(topic)
             msg.set_body(f"m{i}".encode())
@@ -25,7 +27,9 @@ def test_acknowledged_messages_survive_kill_9(txmsg_broker_factory, flush):
             acked.add(result.msg_id)
         half = Message(topic)
         half.set_body(b"half")
-        half_id = tx_producer.send_message_in_transaction(half, lambda m, a: TransactionStatus.UNKNOWN).msg_id
+        half_id = tx_producer.send_message_in_transaction(
+            half, lambda m, a: TransactionStatus.UNKNOWN
+        ).msg_id
         broker.kill()  # SIGKILL right after the last acknowledgement
     with MessageStore(broker.data_dir) as store:
         stored = {m.properties["UNIQ_KEY"] for q in range(4) for m in store.get(topic, q, 0, 1000)}

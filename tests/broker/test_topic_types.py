@@ -44,8 +44,21 @@ def raw_send(addr: str, topic: str, transactional_msg: bool) -> codec.RemotingCo
     props = {"UNIQ_KEY": unique("K"), "WAIT": "true"}
     if transactional_msg:
         props.update({"TRAN_MSG": "true", "PGROUP": "RawPG"})
-    ext = {"a": "RawPG", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 4 if transactional_msg else 0,
-           "g": "1", "h": 0, "i": properties_to_string(props), "j": "0", "k": "0", "l": 16, "m": "0"}
+    ext = {
+        "a": "RawPG",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 4 if transactional_msg else 0,
+        "g": "1",
+        "h": 0,
+        "i": properties_to_string(props),
+        "j": "0",
+        "k": "0",
+        "l": 16,
+        "m": "0",
+    }
     return call(addr, codec.SEND_MESSAGE_V2, ext, b"raw")
 
 
@@ -59,7 +72,9 @@ def test_typed_topics_reject_the_other_kind(txmsg_broker):
 
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.producer()
-        tx_producer = clients.transaction_producer(unique("TypesPG"), lambda m: TransactionStatus.COMMIT)
+        tx_producer = clients.transaction_producer(
+            unique("TypesPG"), lambda m: TransactionStatus.COMMIT
+        )
         plain(producer, normal)
         transactional(tx_producer, tx_topic)
         assert rejected(transactional, tx_producer, normal)
@@ -72,8 +87,13 @@ def test_typed_topics_reject_the_other_kind(txmsg_broker):
     response = raw_send(txmsg_broker.broker_addr, normal, transactional_msg=True)
     assert response.code == codec.MESSAGE_ILLEGAL
     assert f"txmsg topic create {normal} --type TRANSACTION" in (response.remark or "")
-    assert raw_send(txmsg_broker.broker_addr, tx_topic, transactional_msg=False).code == codec.MESSAGE_ILLEGAL
-    assert raw_send(txmsg_broker.broker_addr, tx_topic, transactional_msg=True).code == codec.SUCCESS
+    assert (
+        raw_send(txmsg_broker.broker_addr, tx_topic, transactional_msg=False).code
+        == codec.MESSAGE_ILLEGAL
+    )
+    assert (
+        raw_send(txmsg_broker.broker_addr, tx_topic, transactional_msg=True).code == codec.SUCCESS
+    )
 
 
 def test_untyped_topics_accept_both_kinds(txmsg_broker):
@@ -92,13 +112,19 @@ def test_enforcement_can_be_switched_off(txmsg_broker_factory):
 
 def test_topic_create_errors_are_clear(txmsg_broker):
     runner = CliRunner()
-    bad_type = runner.invoke(topic_cli, ["create", "X", "--type", "WEIRD", "--namesrv", txmsg_broker.namesrv_addr])
+    bad_type = runner.invoke(
+        topic_cli, ["create", "X", "--type", "WEIRD", "--namesrv", txmsg_broker.namesrv_addr]
+    )
     assert bad_type.exit_code != 0
     assert "WEIRD" in bad_type.output
-    bad_name = runner.invoke(topic_cli, ["create", "bad name", "--namesrv", txmsg_broker.namesrv_addr])
+    bad_name = runner.invoke(
+        topic_cli, ["create", "bad name", "--namesrv", txmsg_broker.namesrv_addr]
+    )
     assert bad_name.exit_code != 0
     assert "illegal characters" in bad_name.output
-    system = runner.invoke(topic_cli, ["create", "RMQ_SYS_TRANS_HALF_TOPIC", "--namesrv", txmsg_broker.namesrv_addr])
+    system = runner.invoke(
+        topic_cli, ["create", "RMQ_SYS_TRANS_HALF_TOPIC", "--namesrv", txmsg_broker.namesrv_addr]
+    )
     assert system.exit_code != 0
     assert "system topic" in system.output
 

@@ -37,7 +37,14 @@ TABLE: dict[str, tuple[TransactionStatus, list[TransactionStatus]]] = {
     "UU_COMMIT": (U, [U, C]),
     "U_FOREVER": (U, [U, U, U, U, U, U]),
 }
-EXPECTED_CHECKS = {"COMMIT": 0, "ROLLBACK": 0, "U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2, "U_FOREVER": 3}
+EXPECTED_CHECKS = {
+    "COMMIT": 0,
+    "ROLLBACK": 0,
+    "U_COMMIT": 1,
+    "U_ROLLBACK": 1,
+    "UU_COMMIT": 2,
+    "U_FOREVER": 3,
+}
 DELIVERED = {"COMMIT", "U_COMMIT", "UU_COMMIT"}
 
 
@@ -70,14 +77,18 @@ def test_transaction_outcome_table(txmsg_broker):
         producer = clients.transaction_producer(group, checker)
         sent_ids = {}
         for key, (local, _answers) in TABLE.items():
-            result = producer.send_message_in_transaction(message(topic, key), lambda m, a, s=local: s)
+            result = producer.send_message_in_transaction(
+                message(topic, key), lambda m, a, s=local: s
+            )
             sent_ids[key] = result.msg_id
         clients.heartbeat(producer)  # the broker learns check-back channels from heartbeats only
 
         wait_until(
             lambda: {r.keys for r in discarded} == {"U_FOREVER"},
             timeout=30,
-            message=lambda: f"U_FOREVER to move to {CHECK_MAX_TIME_TOPIC}; checks so far {dict(checks)}",
+            message=lambda: (
+                f"U_FOREVER to move to {CHECK_MAX_TIME_TOPIC}; checks so far {dict(checks)}"
+            ),
         )
         wait_until(lambda: {r.keys for r in delivered} >= DELIVERED, timeout=10)
         time.sleep(2.5)  # two more check intervals: nothing else may arrive or be checked
@@ -198,7 +209,9 @@ def test_pending_transactions_survive_restart(txmsg_broker):
         wait_until(
             lambda: {r.keys for r in received} == {"done", "pending", "after"},
             timeout=25,
-            message=lambda: f"done, pending, after; received {[r.keys for r in received]}, checks {dict(checks)}",
+            message=lambda: (
+                f"done, pending, after; received {[r.keys for r in received]}, checks {dict(checks)}"
+            ),
         )
         time.sleep(1.5)
         assert Counter(r.keys for r in received) == Counter(["done", "pending", "after"])
@@ -214,10 +227,15 @@ def test_no_channel_is_logged_and_message_still_discarded(txmsg_broker):
         producer.send_message_in_transaction(message(topic, "orphan"), lambda m, a: U)
     # producer shut down: no channel for the group any more
     wait_until(
-        lambda: f"Check transaction failed, channel is null. groupId={group}" in read_log(txmsg_broker.log_dir),
+        lambda: (
+            f"Check transaction failed, channel is null. groupId={group}"
+            in read_log(txmsg_broker.log_dir)
+        ),
         timeout=15,
     )
-    wait_until(lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir), timeout=15)
+    wait_until(
+        lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir), timeout=15
+    )
     assert f"Check transaction failed, channel table is empty. groupId={group}" in read_log(
         txmsg_broker.log_dir, "broker.log"
     )
@@ -246,7 +264,9 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
         wait_until(
             lambda: sum(calls.values()) > 3 and len(received) > 3,
             timeout=30,
-            message=lambda: f"repeated checks and deliveries; checks {dict(calls)}, deliveries {[r.keys for r in received]}",
+            message=lambda: (
+                f"repeated checks and deliveries; checks {dict(calls)}, deliveries {[r.keys for r in received]}"
+            ),
         )
         assert clients.in_flight.wait_idle(20)
         time.sleep(1.5)  # let the last answers land before shutdown
@@ -258,7 +278,6 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
         assert len({r.msg_id for r in received if r.keys == key}) == 1
 
 
-
 @pytest.mark.parametrize("learn", [False, True])
 def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends(
     txmsg_broker_factory, learn
@@ -268,8 +287,21 @@ def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends
     broker = txmsg_broker_factory(learn_producers_from_sends=learn)
     group, topic = unique("NoHbPG"), unique("NoHbT")
     props = {"UNIQ_KEY": "D" * 32, "TRAN_MSG": "true", "PGROUP": group, "WAIT": "true"}
-    ext = {"a": group, "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 4, "g": "1", "h": 0,
-           "i": properties_to_string(props), "j": "0", "k": "0", "l": 16, "m": "0"}
+    ext = {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 4,
+        "g": "1",
+        "h": 0,
+        "i": properties_to_string(props),
+        "j": "0",
+        "k": "0",
+        "l": 16,
+        "m": "0",
+    }
     assert call(broker.broker_addr, codec.SEND_MESSAGE_V2, ext, b"x").code == codec.SUCCESS
     line = f"new producer connected, group: {group} "
     if learn:
@@ -299,7 +331,17 @@ def test_a_group_known_only_by_its_sends_gets_no_check_backs(txmsg_broker):
         )
         assert checks == []
     broker_log = read_log(txmsg_broker.log_dir, "broker.log")
-    assert broker_log.count(f"Check transaction failed, channel table is empty. groupId={group}") == 3
-    assert read_log(txmsg_broker.log_dir).count(f"Check transaction failed, channel is null. groupId={group}") == 3
-    assert f"Create new topic by default topic:[TBW102] config:[TopicConfig [topicName={topic}," in broker_log
+    assert (
+        broker_log.count(f"Check transaction failed, channel table is empty. groupId={group}") == 3
+    )
+    assert (
+        read_log(txmsg_broker.log_dir).count(
+            f"Check transaction failed, channel is null. groupId={group}"
+        )
+        == 3
+    )
+    assert (
+        f"Create new topic by default topic:[TBW102] config:[TopicConfig [topicName={topic},"
+        in broker_log
+    )
     assert f"new producer connected, group: {group} " not in broker_log

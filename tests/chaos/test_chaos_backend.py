@@ -57,7 +57,10 @@ def test_run_refuses_too(tmp_path: Path) -> None:
 
 def test_processes_use_the_backend_and_endpoint_of_the_settings(tmp_path: Path) -> None:
     five = ChaosSettings(
-        workdir=tmp_path, backend="rocketmq5", name_server="127.0.0.1:9876", endpoints="127.0.0.1:8181"
+        workdir=tmp_path,
+        backend="rocketmq5",
+        name_server="127.0.0.1:9876",
+        endpoints="127.0.0.1:8181",
     )
     config = _client_config(five, "p", {})
     assert config.backend == "rocketmq5"

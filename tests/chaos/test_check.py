@@ -240,12 +240,19 @@ def test_gap_is_caught(streamed: World) -> None:
     _sent(streamed, "o2", 1)
     _sent(streamed, "o2", 2)
     _consume(streamed, "o2", 2, "n2")
-    assert any(line.startswith("order o2: events applied in the order [0, 2]") for line in streamed.verify())
+    assert any(
+        line.startswith("order o2: events applied in the order [0, 2]")
+        for line in streamed.verify()
+    )
 
 
 def test_event_applied_twice_is_caught(streamed: World) -> None:
     with streamed.dbs["tracking"]() as s, s.begin():
-        s.add(tracking.OrderEvent(order_id="o2", seq=0, event="paid", sharding_key="o2", applied_at=utcnow()))
+        s.add(
+            tracking.OrderEvent(
+                order_id="o2", seq=0, event="paid", sharding_key="o2", applied_at=utcnow()
+            )
+        )
     bad = streamed.verify()
     assert any(line.startswith("order o2: an event applied twice") for line in bad)
 
@@ -253,7 +260,8 @@ def test_event_applied_twice_is_caught(streamed: World) -> None:
 def test_second_copy_of_a_single_send_is_caught(streamed: World) -> None:
     _consume(streamed, "o2", 0, "n0-again")  # a second message for an event sent once
     assert any(
-        line.startswith("order o2: event 0 was sent once but a second copy") for line in streamed.verify()
+        line.startswith("order o2: event 0 was sent once but a second copy")
+        for line in streamed.verify()
     )
 
 
@@ -270,31 +278,49 @@ def test_event_never_sent_and_wrong_key_are_caught(streamed: World) -> None:
 
 def test_parked_key_is_caught(streamed: World) -> None:
     message = Message(
-        topic=tracking.TOPIC, body=b"{}", properties={UNIQ_KEY: "z"}, message_id="z", sharding_key="o2"
+        topic=tracking.TOPIC,
+        body=b"{}",
+        properties={UNIQ_KEY: "z"},
+        message_id="z",
+        sharding_key="o2",
     )
     parking.park(streamed.dbs["tracking"], tracking.GROUP, message, error="boom", attempts=3)
-    assert any(line.startswith("key 'o2' of tracking-service is parked with 1 message(s)") for line in streamed.verify())
+    assert any(
+        line.startswith("key 'o2' of tracking-service is parked with 1 message(s)")
+        for line in streamed.verify()
+    )
 
 
-def test_unfinished_inflight_row_is_caught_and_blocks_settling(streamed: World, tmp_path: Path) -> None:
+def test_unfinished_inflight_row_is_caught_and_blocks_settling(
+    streamed: World, tmp_path: Path
+) -> None:
     message = Message(
-        topic=tracking.TOPIC, body=b"{}", properties={UNIQ_KEY: "w"}, message_id="w", sharding_key="o2"
+        topic=tracking.TOPIC,
+        body=b"{}",
+        properties={UNIQ_KEY: "w"},
+        message_id="w",
+        sharding_key="o2",
     )
     journal = InflightJournal(streamed.dbs["tracking"], tracking.GROUP)
     journal.owner = "gone-host:1:killed"  # what a killed consumer leaves
     assert journal.enter(message).row_id is not None
-    assert "1 in-flight journal row(s) of tracking-service never finished" in " ".join(streamed.verify())
+    assert "1 in-flight journal row(s) of tracking-service never finished" in " ".join(
+        streamed.verify()
+    )
     assert not check.snapshot(streamed.dbs).caught_up
 
     logs = tmp_path / "logs"
     logs.mkdir()
     line = "x WARNING group=tracking-service: finishing row 7 {} a:1:b (gone), {}; see ...\n"
     (logs / "tracking-0.log").write_text(
-        line.format(tracking.RECOVERED_MARK, "by the sweeper") + "other\n"
+        line.format(tracking.RECOVERED_MARK, "by the sweeper")
+        + "other\n"
         + line.format(tracking.RECOVERED_MARK, "handed again")
     )
     (logs / "tracking-1.log").write_text(line.format(tracking.RECOVERED_MARK, "by the sweeper"))
-    (logs / "points-0.log").write_text(line.format(tracking.RECOVERED_MARK, "handed again"))  # not tracking
+    (logs / "points-0.log").write_text(
+        line.format(tracking.RECOVERED_MARK, "handed again")
+    )  # not tracking
     assert tracking.recovered_in(logs) == {
         "handed again": 1,
         "before the key's next message": 0,

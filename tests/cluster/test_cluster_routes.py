@@ -29,13 +29,28 @@ def brokers_of(namesrv: str, topic: str) -> dict[str, str]:
     answer = route(namesrv, topic)
     if answer.code != codec.SUCCESS:
         return {}
-    return {b["brokerName"]: b["brokerAddrs"]["0"] for b in fastjson.loads(answer.body)["brokerDatas"]}
+    return {
+        b["brokerName"]: b["brokerAddrs"]["0"] for b in fastjson.loads(answer.body)["brokerDatas"]
+    }
 
 
 def send_ext(topic: str) -> dict[str, object]:
     """SEND_MESSAGE_V2 header as librocketmq fills it (defaultTopic TBW102, 4 default queues)."""
-    return {"a": "PG", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": "1",
-            "h": 0, "i": "", "j": "0", "k": "0", "l": 16, "m": "0"}
+    return {
+        "a": "PG",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": 0,
+        "f": 0,
+        "g": "1",
+        "h": 0,
+        "i": "",
+        "j": "0",
+        "k": "0",
+        "l": 16,
+        "m": "0",
+    }
 
 
 def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory: Any) -> None:
@@ -44,7 +59,9 @@ def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory
     assert cluster.broker_addrs == {"broker-a": a.broker_addr, "broker-b": b.broker_addr}
     info = fastjson.loads(call(cluster.namesrv_addr, codec.GET_BROKER_CLUSTER_INFO, {}).body)
     assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}
-    assert {n: v["brokerAddrs"]["0"] for n, v in info["brokerAddrTable"].items()} == cluster.broker_addrs
+    assert {
+        n: v["brokerAddrs"]["0"] for n, v in info["brokerAddrTable"].items()
+    } == cluster.broker_addrs
     assert a.data_dir != b.data_dir
     assert a.log_dir != b.log_dir
     # the producer's fallback route spans both brokers (autoCreateTopicEnable on each)
@@ -61,7 +78,8 @@ def test_two_brokers_register_and_topic_create_reaches_both(txmsg_broker_factory
     # routed as soon as the command returns (the brokers register before answering)
     data = fastjson.loads(route(cluster.namesrv_addr, topic).body)
     assert [(q["brokerName"], q["writeQueueNums"]) for q in data["queueDatas"]] == [
-        ("broker-a", 4), ("broker-b", 4)
+        ("broker-a", 4),
+        ("broker-b", 4),
     ]
     for proc in cluster.brokers:
         assert "updateAndCreateTopic called by" in read_log(proc.log_dir, "broker.log")
@@ -74,11 +92,15 @@ def test_a_topic_created_by_a_send_is_routed_to_that_broker_only(txmsg_broker_fa
     topic = unique("SentToB")
     assert call(b.broker_addr, codec.SEND_MESSAGE_V2, send_ext(topic), b"x").code == codec.SUCCESS
     # the broker registers right after creating it (4.9.8's oneway registerBrokerAll)
-    wait_until(lambda: brokers_of(cluster.namesrv_addr, topic), timeout=10, message=f"a route for {topic}")
+    wait_until(
+        lambda: brokers_of(cluster.namesrv_addr, topic), timeout=10, message=f"a route for {topic}"
+    )
     assert brokers_of(cluster.namesrv_addr, topic) == {"broker-b": b.broker_addr}
 
 
-def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(txmsg_broker_factory: Any) -> None:
+def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(
+    txmsg_broker_factory: Any,
+) -> None:
     cluster = txmsg_broker_factory(brokers=2)
     topic = unique("KillT")
     CliRunner().invoke(topic_command, ["create", topic, "--namesrv", cluster.namesrv_addr])
@@ -91,7 +113,10 @@ def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(txmsg_brok
         message="broker-b to leave the route",
     )
     namesrv_log = read_log(cluster.log_dir / "namesrv", "namesrv.log")
-    assert f"remove brokerAddr[0, {b.broker_addr}, broker-b] from brokerAddrTable, because channel destroyed" in namesrv_log
+    assert (
+        f"remove brokerAddr[0, {b.broker_addr}, broker-b] from brokerAddrTable, because channel destroyed"
+        in namesrv_log
+    )
     assert cluster.broker("broker-a").running
     b.start()
     assert b.broker_port == port
@@ -101,7 +126,9 @@ def test_a_killed_broker_leaves_the_routes_and_comes_back_on_its_port(txmsg_brok
 def test_a_clean_stop_unregisters(txmsg_broker_factory: Any) -> None:
     cluster = txmsg_broker_factory(brokers=2)
     cluster.broker("broker-a").stop()
-    assert brokers_of(cluster.namesrv_addr, "TBW102") == {"broker-b": cluster.broker("broker-b").broker_addr}
+    assert brokers_of(cluster.namesrv_addr, "TBW102") == {
+        "broker-b": cluster.broker("broker-b").broker_addr
+    }
     assert "unregisterBroker, remove addr from brokerAddrTable OK" in read_log(
         cluster.log_dir / "namesrv", "namesrv.log"
     )
@@ -122,18 +149,34 @@ def test_the_route_table_forgets_closed_channels_and_silent_brokers() -> None:
 def test_the_cli_starts_a_name_server_and_two_brokers_on_consecutive_ports(tmp_path: Path) -> None:
     base = next_free_port("127.0.0.1", 20000 + (hash(str(tmp_path)) % 20000))
     cmd = [
-        sys.executable, "-m", "txmsg_broker", "broker", "--brokers", "2", "--namesrv-port", "0",
-        "--broker-port", str(base), "--data-dir", str(tmp_path / "data"), "--log-dir", str(tmp_path / "logs"),
+        sys.executable,
+        "-m",
+        "txmsg_broker",
+        "broker",
+        "--brokers",
+        "2",
+        "--namesrv-port",
+        "0",
+        "--broker-port",
+        str(base),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--log-dir",
+        str(tmp_path / "logs"),
     ]
     out = tmp_path / "out.txt"
     with open(out, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
     try:
         ready = wait_until(
-            lambda: re.search(r"accepting connections: .*", out.read_text()), timeout=60, message="the ready line"
+            lambda: re.search(r"accepting connections: .*", out.read_text()),
+            timeout=60,
+            message="the ready line",
         )
         line = ready.group(0) if ready else ""
-        match = re.search(r"namesrv (\S+) broker (\S+) brokers broker-a=(\S+),broker-b=(\S+) ", line)
+        match = re.search(
+            r"namesrv (\S+) broker (\S+) brokers broker-a=(\S+),broker-b=(\S+) ", line
+        )
         assert match, line
         namesrv, first, addr_a, addr_b = match.groups()
         assert first == addr_a == f"127.0.0.1:{base}"

@@ -88,7 +88,9 @@ def consumers_known(cluster: Any, group: str) -> dict[str, int]:
     out = {}
     for name, addr in cluster.broker_addrs.items():
         answer = call(addr, codec.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-        out[name] = len(json.loads(answer.body)["consumerIdList"]) if answer.code == codec.SUCCESS else 0
+        out[name] = (
+            len(json.loads(answer.body)["consumerIdList"]) if answer.code == codec.SUCCESS else 0
+        )
     return out
 
 
@@ -119,24 +121,34 @@ def test_transactions_spread_over_both_brokers_which_both_check_back(
         wait_until(
             lambda: set(consumers_known(cluster, consumers).values()) == {2},
             timeout=60,
-            message=lambda: f"both consumers registered on both brokers: {consumers_known(cluster, consumers)}",
+            message=lambda: (
+                f"both consumers registered on both brokers: {consumers_known(cluster, consumers)}"
+            ),
         )
         producer = sender.producer(group)
         keys = {f"k{i}" for i in range(32)}
         for i in range(32):
-            producer.send_in_transaction(topic, f"m{i}".encode(), keys=f"k{i}", arg="later" if i % 2 else "now")
+            producer.send_in_transaction(
+                topic, f"m{i}".encode(), keys=f"k{i}", arg="later" if i % 2 else "now"
+            )
         wait_until(
             lambda: keys <= consumed.seen_keys(),
             timeout=90,
-            message=lambda: f"all {len(keys)} messages consumed, missing {sorted(keys - consumed.seen_keys())}",
+            message=lambda: (
+                f"all {len(keys)} messages consumed, missing {sorted(keys - consumed.seen_keys())}"
+            ),
         )
         per_broker = messages_per_broker(cluster, topic)
         per_instance = dict(consumed.by_instance)
 
     assert sum(per_broker.values()) == 32, per_broker
-    assert all(n > 0 for n in per_broker.values()), f"messages landed on one broker only: {per_broker}"
+    assert all(n > 0 for n in per_broker.values()), (
+        f"messages landed on one broker only: {per_broker}"
+    )
     for proc in cluster.brokers:  # each broker checked back its own UNKNOW half messages
-        assert checks_of(proc.log_dir, topic) > 0, f"{proc.settings['broker_name']} checked nothing back"
+        assert checks_of(proc.log_dir, topic) > 0, (
+            f"{proc.settings['broker_name']} checked nothing back"
+        )
     assert set(per_instance) == {"c1", "c2"}, f"one consumer got every queue: {per_instance}"
     assert set(consumed.by_key) == keys
 
@@ -179,7 +191,9 @@ def test_a_broker_killed_and_restarted_mid_run_loses_nothing(
                 return
             key = f"k{i}"
             try:
-                producer.send_in_transaction(topic, key.encode(), keys=key, arg="later" if i % 2 else "now")
+                producer.send_in_transaction(
+                    topic, key.encode(), keys=key, arg="later" if i % 2 else "now"
+                )
                 sent_ok.append(key)
             except TxMsgError:
                 failed.append(key)
@@ -190,15 +204,27 @@ def test_a_broker_killed_and_restarted_mid_run_loses_nothing(
         payer.start()
         try:
             # UNKNOW half messages pending on broker-b (checked, answered UNKNOW) when it dies
-            wait_until(lambda: checks_of(broker_b.log_dir, topic) >= 3, timeout=60, message="checks on broker-b")
+            wait_until(
+                lambda: checks_of(broker_b.log_dir, topic) >= 3,
+                timeout=60,
+                message="checks on broker-b",
+            )
             broker_b.kill()
             killed_at = len(sent_ok)
-            wait_until(lambda: len(sent_ok) >= killed_at + 20, timeout=120, message="sends while broker-b is down")
+            wait_until(
+                lambda: len(sent_ok) >= killed_at + 20,
+                timeout=120,
+                message="sends while broker-b is down",
+            )
             since = len(read_log(broker_b.log_dir))
             broker_b.start()
             released.set()
             restarted_at = len(sent_ok)
-            wait_until(lambda: len(sent_ok) >= restarted_at + 20, timeout=120, message="sends after the restart")
+            wait_until(
+                lambda: len(sent_ok) >= restarted_at + 20,
+                timeout=120,
+                message="sends after the restart",
+            )
         finally:
             stop.set()
             payer.join(30)
@@ -206,7 +232,9 @@ def test_a_broker_killed_and_restarted_mid_run_loses_nothing(
         wait_until(
             lambda: committed <= consumed.seen_keys(),
             timeout=180,
-            message=lambda: f"every committed message consumed; missing {sorted(committed - consumed.seen_keys())}",
+            message=lambda: (
+                f"every committed message consumed; missing {sorted(committed - consumed.seen_keys())}"
+            ),
         )
         wait_until(
             lambda: checks_of(broker_b.log_dir, topic, since) > 0,

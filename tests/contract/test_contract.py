@@ -116,7 +116,10 @@ def _topic(broker: Any, prefix: str) -> str:
 
 
 def _scripted_app(
-    make_app: Callable[..., TxMsg], broker: Any, table: dict[str, tuple[Any, list[Any]]], **listener: Any
+    make_app: Callable[..., TxMsg],
+    broker: Any,
+    table: dict[str, tuple[Any, list[Any]]],
+    **listener: Any,
 ) -> tuple[TxMsg, str, str, Script, Deliveries]:
     """The Script and a recording message listener (2 threads), declared on a module-style
     ListenerRegistry that the app includes."""
@@ -136,7 +139,9 @@ def _send_rows(app: TxMsg, group: str, topic: str, rows: dict[str, Any]) -> dict
         result = producer.send_in_transaction(topic, f"body-{row}", arg=row, keys=row, tags="TagA")
         assert result.send_status == "SEND_OK", row
         assert result.local_state == state, row
-        assert result.transaction_key == result.message_id, row  # the uniq key, as check-backs carry it
+        assert result.transaction_key == result.message_id, (
+            row
+        )  # the uniq key, as check-backs carry it
         keys[row] = result.transaction_key
     return keys
 
@@ -162,7 +167,11 @@ def _unknown_answers(broker: Any, key: str) -> int:
     as from a check; a send's own UNKNOW carries no transaction id over remoting and is not sent
     at all over gRPC)."""
     named = re.compile(rf"transactionId='?{re.escape(key)}'?[,}}]")
-    return sum(1 for line in read_log(broker.log_dir).splitlines() if "pending status." in line and named.search(line))
+    return sum(
+        1
+        for line in read_log(broker.log_dir).splitlines()
+        if "pending status." in line and named.search(line)
+    )
 
 
 # ---- the transaction outcome table --------------------------------------------------------------
@@ -179,9 +188,18 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
     app, topic, group, script, got = _scripted_app(make_app, broker, OUTCOMES)
     with app:
         keys = _send_rows(app, group, topic, {row: answers[0] for row, answers in OUTCOMES.items()})
-        wait_until(lambda: set(got.counts()) >= {"COMMIT", "U_COMMIT", "UU_COMMIT"}, timeout=20,
-                   message=lambda: f"the commits delivered (got {got.counts()}, checks {script.counted()})")
-        wait_until(lambda: script.counted().get("U_ROLLBACK") == 1, timeout=10, message="U_ROLLBACK checked")
+        wait_until(
+            lambda: set(got.counts()) >= {"COMMIT", "U_COMMIT", "UU_COMMIT"},
+            timeout=20,
+            message=lambda: (
+                f"the commits delivered (got {got.counts()}, checks {script.counted()})"
+            ),
+        )
+        wait_until(
+            lambda: script.counted().get("U_ROLLBACK") == 1,
+            timeout=10,
+            message="U_ROLLBACK checked",
+        )
         threading.Event().wait(SETTLE_S)  # two more check passes: nothing else checked or delivered
     assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
     assert script.counted() == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
@@ -198,16 +216,24 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
 
 
 def test_unknown_until_discarded(make_app: Callable[..., TxMsg], broker: Any) -> None:
-    app, topic, group, script, got = _scripted_app(make_app, broker, {"U_FOREVER": (S.UNKNOW, [S.UNKNOW])})
+    app, topic, group, script, got = _scripted_app(
+        make_app, broker, {"U_FOREVER": (S.UNKNOW, [S.UNKNOW])}
+    )
     # the broker's own consumer view of the discarded half message (a remoting client: the topic is
     # a system topic some backends refuse to subscribe to)
     with Clients(broker.namesrv_addr) as clients, app:
         discarded = clients.consumer(unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC")
         key = _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})["U_FOREVER"]
-        wait_until(lambda: _discarded(broker, topic) == 1, timeout=20,
-                   message=lambda: f"the discard after {CHECK_MAX} checks (checks {script.counted()})")
-        wait_until(lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key], timeout=20,
-                   message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC")
+        wait_until(
+            lambda: _discarded(broker, topic) == 1,
+            timeout=20,
+            message=lambda: f"the discard after {CHECK_MAX} checks (checks {script.counted()})",
+        )
+        wait_until(
+            lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
+            timeout=20,
+            message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
+        )
         threading.Event().wait(SETTLE_S)
     assert script.counted() == {"U_FOREVER": CHECK_MAX}
     assert _checks_sent(broker, topic, key) == CHECK_MAX
@@ -255,8 +281,14 @@ def test_execute_local_raising_maps_to_execute_exception_state(
     with app:
         _send_rows(app, group, topic, {"RAISE": S.UNKNOW, "GARBAGE": S.UNKNOW})
         _send_rows(app, rb_group, rb_topic, {"RAISE_RB": S.ROLLBACK})
-        wait_until(lambda: got.counts() == Counter({"RAISE": 1}), timeout=20, message="RAISE committed by its check")
-        wait_until(lambda: script.counted().get("GARBAGE") == 1, timeout=10, message="GARBAGE checked")
+        wait_until(
+            lambda: got.counts() == Counter({"RAISE": 1}),
+            timeout=20,
+            message="RAISE committed by its check",
+        )
+        wait_until(
+            lambda: script.counted().get("GARBAGE") == 1, timeout=10, message="GARBAGE checked"
+        )
         threading.Event().wait(SETTLE_S)
     assert got.counts() == Counter({"RAISE": 1})
     assert script.counted() == {"RAISE": 1, "GARBAGE": 1}
@@ -287,11 +319,18 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
     app, topic, group, script, got = _scripted_app(make_app, broker, table)
     with app:
         _send_rows(app, group, topic, dict.fromkeys(table, S.UNKNOW))
-        wait_until(lambda: _discarded(broker, topic) == 1, timeout=20, message="ALWAYS_RAISES discarded")
-        wait_until(lambda: set(got.counts()) == committed, timeout=10, message="the last answers committed")
+        wait_until(
+            lambda: _discarded(broker, topic) == 1, timeout=20, message="ALWAYS_RAISES discarded"
+        )
+        wait_until(
+            lambda: set(got.counts()) == committed, timeout=10, message="the last answers committed"
+        )
         threading.Event().wait(SETTLE_S)
     assert script.counted() == {
-        "RAISE_THEN_COMMIT": 2, "GARBAGE_THEN_COMMIT": 2, "FLAKY": 3, "ALWAYS_RAISES": CHECK_MAX
+        "RAISE_THEN_COMMIT": 2,
+        "GARBAGE_THEN_COMMIT": 2,
+        "FLAKY": 3,
+        "ALWAYS_RAISES": CHECK_MAX,
     }
     assert got.counts() == Counter(committed)
     errors = "\n".join(r.getMessage() for r in caplog.records)
@@ -306,7 +345,9 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
 
 
 # ---- check-backs in parallel, joined, and in flight at close ------------------------------------
-def test_check_backs_of_one_group_run_concurrently(make_app: Callable[..., TxMsg], broker: Any) -> None:
+def test_check_backs_of_one_group_run_concurrently(
+    make_app: Callable[..., TxMsg], broker: Any
+) -> None:
     """``concurrency`` checks inside check_local at once: a barrier of that size trips."""
     n = 4
     topic, group = _topic(broker, "ct_conc"), unique("pg_ct_conc")
@@ -341,7 +382,9 @@ def test_check_backs_of_one_group_never_exceed_its_concurrency(
     inside, most, checked = [0], [0], set()
     registry = ListenerRegistry()
 
-    @registry.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
+    @registry.transactional_listener(
+        group=group, topics=[topic], executor=ExecutorConfig(concurrency=n)
+    )
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.UNKNOW
@@ -361,7 +404,9 @@ def test_check_backs_of_one_group_never_exceed_its_concurrency(
     with app:
         producer = app.producer(group)
         keys = {producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(sends)}
-        wait_until(lambda: keys <= checked, timeout=30, message=lambda: f"every send checked ({checked})")
+        wait_until(
+            lambda: keys <= checked, timeout=30, message=lambda: f"every send checked ({checked})"
+        )
     assert 1 <= most[0] <= n
 
 
@@ -387,10 +432,15 @@ def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], brok
     with app:
         producer = app.producer(group)
         key = producer.send_in_transaction(topic, "slow", keys="JOIN").transaction_key
-        wait_until(lambda: producer.stats().checks.deduplicated >= 1, timeout=15,
-                   message=lambda: f"a check joining the running one ({producer.stats().checks})")
+        wait_until(
+            lambda: producer.stats().checks.deduplicated >= 1,
+            timeout=15,
+            message=lambda: f"a check joining the running one ({producer.stats().checks})",
+        )
         release.set()
-        wait_until(lambda: got.counts()["JOIN"] >= 1, timeout=15, message="the joined answer's COMMIT")
+        wait_until(
+            lambda: got.counts()["JOIN"] >= 1, timeout=15, message="the joined answer's COMMIT"
+        )
         stats = producer.stats().checks
     assert calls == [key]  # one check_local for every check-back of that transaction
     assert stats.checks >= 2
@@ -444,7 +494,9 @@ def test_close_waits_for_checks_in_flight(make_app: Callable[..., TxMsg], broker
         wait_until(lambda: set(got.counts()) >= set(started), timeout=15, message="the deliveries")
         assert set(got.counts()) <= {"IN_FLIGHT_1", "IN_FLIGHT_2"}
     assert producer.closed
-    with pytest.raises(ProducerClosedError):  # the backend's sender is shut down, not only the facade
+    with pytest.raises(
+        ProducerClosedError
+    ):  # the backend's sender is shut down, not only the facade
         producer.sender.send_in_transaction(OutgoingMessage(topic, b"late"), lambda m: S.COMMIT)
 
 
@@ -507,21 +559,31 @@ def test_consumer_retries_then_dead_letters(
         key = app.producer().send_in_transaction(topic, {"order": 1}, keys="POISON").transaction_key
         for n, cg in groups.items():
             if capabilities.dlq_listener:
-                wait_until(lambda n=n: dead[n].counts() == Counter({"POISON": 1}), timeout=30,
-                           message=f"the DLQ copy of {cg}")
+                wait_until(
+                    lambda n=n: dead[n].counts() == Counter({"POISON": 1}),
+                    timeout=30,
+                    message=f"the DLQ copy of {cg}",
+                )
                 (letter,) = dead[n].of("POISON")
                 assert letter.json() == {"order": 1}
                 assert letter.keys == "POISON"
             else:
                 line = f"send msg to DLQ %DLQ%{cg}"
-                wait_until(lambda line=line: line in read_log(broker.log_dir, "broker.log"), timeout=30,
-                           message=line)
-                assert key in read_log(broker.log_dir, "broker.log").split(line, 1)[1].splitlines()[0]
+                wait_until(
+                    lambda line=line: line in read_log(broker.log_dir, "broker.log"),
+                    timeout=30,
+                    message=line,
+                )
+                assert (
+                    key in read_log(broker.log_dir, "broker.log").split(line, 1)[1].splitlines()[0]
+                )
     # the first delivery + max_reconsume redeliveries, then the DLQ
     assert attempts == {1: [0, 1], 2: [0, 1, 2]}
 
 
-def test_close_waits_for_a_running_message_handler(make_app: Callable[..., TxMsg], broker: Any) -> None:
+def test_close_waits_for_a_running_message_handler(
+    make_app: Callable[..., TxMsg], broker: Any
+) -> None:
     topic, cg = _topic(broker, "ct_cclose"), unique("cg_ct_cclose")
     inside, release, finished = threading.Event(), threading.Event(), threading.Event()
     app = make_app()
@@ -602,8 +664,11 @@ def test_idempotent_consumption_applies_a_redelivered_message_once(
     try:
         with app:
             key = app.producer(group).send_in_transaction(topic, b"pay once").transaction_key
-            wait_until(lambda: duplicates_absorbed(sessions, cg) == 1, timeout=30,
-                       message=lambda: f"the redelivered copy absorbed (applied {applied})")
+            wait_until(
+                lambda: duplicates_absorbed(sessions, cg) == 1,
+                timeout=30,
+                message=lambda: f"the redelivered copy absorbed (applied {applied})",
+            )
         with sessions() as session:
             rows = session.scalars(select(LedgerRow.message_key)).all()
         assert rows == [key]
@@ -697,12 +762,16 @@ def test_injected_producers(make_app: Callable[..., TxMsg], broker: Any) -> None
         assert checkout.producer is app.producer(group)
         assert container.get(producer_for(group)) is app.producer(group)
         checkout.producer.send_in_transaction(topic, {"order": 9}, keys="DI")
-        wait_until(lambda: got.counts() == Counter({"DI": 1}), timeout=20, message="the injected send")
+        wait_until(
+            lambda: got.counts() == Counter({"DI": 1}), timeout=20, message="the injected send"
+        )
     assert built == [app.config]
 
 
 # ---- declared differences -----------------------------------------------------------------------
-def test_two_groups_sharing_a_topic(make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities) -> None:
+def test_two_groups_sharing_a_topic(
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+) -> None:
     """Capability ``shared_topics``: each group's check-backs reach its own check_local; where
     the broker routes check-backs by topic, start() refuses instead (never a mixed-up answer)."""
     topic = _topic(broker, "ct_shared")
@@ -730,7 +799,9 @@ def test_two_groups_sharing_a_topic(make_app: Callable[..., TxMsg], broker: Any,
         return
     with app:
         keys = {g: app.producer(g).send_in_transaction(topic, g).transaction_key for g in groups}
-        wait_until(lambda: all(checked[g] for g in groups), timeout=15, message="both groups checked")
+        wait_until(
+            lambda: all(checked[g] for g in groups), timeout=15, message="both groups checked"
+        )
     for group in groups:
         assert set(checked[group]) == {keys[group]}
 

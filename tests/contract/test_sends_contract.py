@@ -57,7 +57,9 @@ class Got:
             return [m for _, m in self.items]
 
 
-def _plain_app(make_app: Callable[..., TxMsg], broker: Any, kind: str) -> tuple[TxMsg, str, str, Got]:
+def _plain_app(
+    make_app: Callable[..., TxMsg], broker: Any, kind: str
+) -> tuple[TxMsg, str, str, Got]:
     topic, group = unique(f"cs_{kind.lower()}"), unique("pg_cs")
     create_topic(broker.namesrv_addr, topic, message_type=kind)
     app, got = make_app(), Got()
@@ -78,14 +80,21 @@ def test_plain_sends_of_every_kind_arrive(
         assert sync.send_status == "SEND_OK"
         assert sync.message_id
         assert sync.offset is not None
-        futures = [producer.send_async(topic, f"async-{i}".encode(), keys=f"k-a{i}") for i in range(4)]
+        futures = [
+            producer.send_async(topic, f"async-{i}".encode(), keys=f"k-a{i}") for i in range(4)
+        ]
         async_ids = {f.result(timeout=20).message_id for f in futures}
         producer.send_oneway(topic, b"oneway", keys="k-one")
         wait_until(lambda: len(got.bodies()) >= 6, timeout=30, message="6 plain deliveries")
-    assert sorted(got.bodies()) == sorted([b"sync", b"oneway", *(f"async-{i}".encode() for i in range(4))])
+    assert sorted(got.bodies()) == sorted(
+        [b"sync", b"oneway", *(f"async-{i}".encode() for i in range(4))]
+    )
     first = next(m for m in got.messages() if m.body == b"sync")
     assert (first.message_id, first.tags, first.keys, first.properties.get("p")) == (
-        sync.message_id, "T", "k-sync k-two", "1"
+        sync.message_id,
+        "T",
+        "k-sync k-two",
+        "1",
     )
     assert first.sharding_key is None
     assert async_ids == {m.message_id for m in got.messages() if m.body.startswith(b"async-")}
@@ -97,7 +106,9 @@ def test_batch_arrives_native_in_one_queue_or_one_by_one(
 ) -> None:
     app, topic, group, got = _plain_app(make_app, broker, "NORMAL")
     with app:
-        result = app.producer(group).send_batch(topic, [f"b{i}".encode() for i in range(5)], tags="B")
+        result = app.producer(group).send_batch(
+            topic, [f"b{i}".encode() for i in range(5)], tags="B"
+        )
         assert result.send_status == "SEND_OK"
         wait_until(lambda: len(got.bodies()) >= 5, timeout=30, message="5 batch deliveries")
     assert sorted(got.bodies()) == [f"b{i}".encode() for i in range(5)]
@@ -122,13 +133,17 @@ def test_delay_level_arrives_and_deliver_at_per_capability(
     with app:
         producer = app.producer(group)
         producer.send(topic, b"level-1", delay_level=1)
-        wait_until(lambda: b"level-1" in got.bodies(), timeout=30, message="the delay-level message")
+        wait_until(
+            lambda: b"level-1" in got.bodies(), timeout=30, message="the delay-level message"
+        )
         due = time.time() + 1.0
         if capabilities.delivery_timestamps:
             producer.send(topic, b"at", deliver_at=due)
             wait_until(lambda: b"at" in got.bodies(), timeout=30, message="the deliver_at message")
             arrived = next(t for t, m in got.items if m.body == b"at")
-            assert time.time() - (time.monotonic() - arrived) >= due - 0.05  # never before it is due
+            assert (
+                time.time() - (time.monotonic() - arrived) >= due - 0.05
+            )  # never before it is due
         else:
             with pytest.raises(InvalidMessageError, match="delay_level"):
                 producer.send(topic, b"at", deliver_at=due)
@@ -146,14 +161,22 @@ def test_ordered_sends_consumed_in_order_per_key_with_several_threads(
     needs(request, capabilities, "orderly_consumer")
     topic, group, cg = unique("cs_fifo"), unique("pg_cs_fifo"), unique("cg_cs_fifo")
     create_topic(broker.namesrv_addr, topic, queues=4, message_type="FIFO")
-    create_group(broker.namesrv_addr, cg, orderly=True)  # RocketMQ 5: FIFO pop only for such a group
+    create_group(
+        broker.namesrv_addr, cg, orderly=True
+    )  # RocketMQ 5: FIFO pop only for such a group
     engine = create_engine(f"sqlite:///{tmp_path / 'orderly.db'}")
     create_tables(engine)
     got = Got(delay=0.01)
     app = make_app()
     app.add_producer(group=group)
-    app.add_message_listener(got, topic=topic, group=cg, orderly=True, concurrency=4,
-                             session_factory=make_session_factory(engine))
+    app.add_message_listener(
+        got,
+        topic=topic,
+        group=cg,
+        orderly=True,
+        concurrency=4,
+        session_factory=make_session_factory(engine),
+    )
     keys = [f"order-{k}" for k in range(6)]
     try:
         with app:
@@ -168,5 +191,7 @@ def test_ordered_sends_consumed_in_order_per_key_with_several_threads(
         engine.dispose()
     assert all(len(q) == 1 for q in queues.values())  # one key, one queue
     for key in keys:
-        assert [m.body for m in got.messages() if m.sharding_key == key] == [f"{key}:{i}".encode() for i in range(8)]
+        assert [m.body for m in got.messages() if m.sharding_key == key] == [
+            f"{key}:{i}".encode() for i in range(8)
+        ]
     assert not got.overlap

@@ -37,10 +37,13 @@ def no_leaked_threads() -> Iterator[None]:
     before = {t.ident for t in threading.enumerate()}
     yield
     wait_until(
-        lambda: not [
-            t for t in threading.enumerate()
-            if t.ident not in before and t.name.startswith(("txmsg", "pool"))
-        ],
+        lambda: (
+            not [
+                t
+                for t in threading.enumerate()
+                if t.ident not in before and t.name.startswith(("txmsg", "pool"))
+            ]
+        ),
         timeout=10,
         message="executor threads to exit",
     )

@@ -27,8 +27,9 @@ class Ended:
 
 
 class DoubleSender:
-    def __init__(self, group: str, check_handler: CheckHandler, check_concurrency: int,
-                 topics: Sequence[str]) -> None:
+    def __init__(
+        self, group: str, check_handler: CheckHandler, check_concurrency: int, topics: Sequence[str]
+    ) -> None:
         self.group = group
         self.check_handler = check_handler
         self.check_concurrency = check_concurrency
@@ -45,8 +46,13 @@ class DoubleSender:
             raise self.fail_with
         key = f"KEY{next(_ids):08d}"
         props = dict(message.properties) | {UNIQ_KEY: key, "TRAN_MSG": "true", "PGROUP": self.group}
-        half = Message(topic=message.topic, body=message.body, tags=message.tags,
-                       keys=message.keys, properties=props)
+        half = Message(
+            topic=message.topic,
+            body=message.body,
+            tags=message.tags,
+            keys=message.keys,
+            properties=props,
+        )
         self.half[key] = half
         state = local_executor(half)
         self.ended.append(Ended(half, state, from_check=False))
@@ -55,8 +61,10 @@ class DoubleSender:
     def check(self, key: str) -> LocalTransactionState:
         """A check-back of ``key`` delivered on a backend-owned thread; returns the answer."""
         box: list[LocalTransactionState] = []
-        t = threading.Thread(target=lambda: box.append(self.check_handler(self.half[key])),
-                             name="double-native-check")
+        t = threading.Thread(
+            target=lambda: box.append(self.check_handler(self.half[key])),
+            name="double-native-check",
+        )
         t.start()
         t.join(30)
         self.ended.append(Ended(self.half[key], box[0], from_check=True))
@@ -88,17 +96,31 @@ class DoubleBackend:
     closed: bool = False
     fail_create: Exception | None = None
 
-    def create_transactional_sender(self, group: str, check_handler: CheckHandler, *,
-                                    check_concurrency: int, topics: Sequence[str] = ()) -> DoubleSender:
+    def create_transactional_sender(
+        self,
+        group: str,
+        check_handler: CheckHandler,
+        *,
+        check_concurrency: int,
+        topics: Sequence[str] = (),
+    ) -> DoubleSender:
         if self.fail_create is not None:
             raise self.fail_create
         sender = DoubleSender(group, check_handler, check_concurrency, topics)
         self.senders[group] = sender
         return sender
 
-    def subscribe(self, topic: str, group: str, handler: ConsumeHandler, *, tags: str = "*",
-                  concurrency: int = 4, max_reconsume: int = 16,
-                  consume_from: str = "first") -> Callable[[float], None]:
+    def subscribe(
+        self,
+        topic: str,
+        group: str,
+        handler: ConsumeHandler,
+        *,
+        tags: str = "*",
+        concurrency: int = 4,
+        max_reconsume: int = 16,
+        consume_from: str = "first",
+    ) -> Callable[[float], None]:
         sub = Subscription(topic, group, handler, tags, concurrency, max_reconsume, consume_from)
         self.subscriptions[group] = sub
 

@@ -83,7 +83,9 @@ class PlainToo(DoubleBackend):
         return self.plain[group]
 
 
-def started(app: TxMsg, registry: ListenerRegistry, group: str = "order-tx", **kw: object) -> Recorder:
+def started(
+    app: TxMsg, registry: ListenerRegistry, group: str = "order-tx", **kw: object
+) -> Recorder:
     listener = Recorder()
     app.add_transactional_listener(listener, group=group, topics=["orders"], **kw)  # type: ignore[arg-type]
     app.start()
@@ -122,8 +124,12 @@ def test_send_runs_execute_local_in_the_calling_thread_with_the_arg(
     ],
 )
 def test_local_state_is_the_mapped_answer(
-    app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend,
-    answer: object, configured: S, expected: S,
+    app: TxMsg,
+    registry: ListenerRegistry,
+    backend: DoubleBackend,
+    answer: object,
+    configured: S,
+    expected: S,
 ) -> None:
     listener = started(app, registry, execute_exception_state=configured)
     listener.answer = answer
@@ -161,7 +167,9 @@ def test_async_send_runs_on_the_listener_executor(app: TxMsg, registry: Listener
 
 def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -> None:
     release = threading.Event()
-    listener = started(app, registry, executor={"concurrency": 1, "queue_capacity": 0, "rejection": "abort"})
+    listener = started(
+        app, registry, executor={"concurrency": 1, "queue_capacity": 0, "rejection": "abort"}
+    )
 
     def block(message: Message, arg: object) -> S:
         release.wait(30)
@@ -170,7 +178,11 @@ def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -
     listener.execute_local = block  # type: ignore[method-assign]
     producer = app.producer()
     busy = producer.send_in_transaction_async("orders", "a")
-    wait_until(lambda: producer.executor.stats().active == 1, timeout=10, message="the only thread to be busy")
+    wait_until(
+        lambda: producer.executor.stats().active == 1,
+        timeout=10,
+        message="the only thread to be busy",
+    )
     try:
         with pytest.raises(RejectedError, match="rejection='abort'"):
             producer.send_in_transaction_async("orders", "b")
@@ -179,7 +191,9 @@ def test_async_send_rejection_policies(app: TxMsg, registry: ListenerRegistry) -
     assert busy.result(10).local_state is S.COMMIT
 
 
-def test_send_failures_become_send_error(app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend) -> None:
+def test_send_failures_become_send_error(
+    app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend
+) -> None:
     started(app, registry)
     backend.senders["order-tx"].fail_with = OSError("connection reset")
     with pytest.raises(SendError, match=r"connection reset.*txmsg doctor"):
@@ -191,7 +205,10 @@ def test_producer_lookup_errors(app: TxMsg, registry: ListenerRegistry) -> None:
     with pytest.raises(NotStartedError, match=r"call app\.start"):
         app.producer()
     started(app, registry, group="a-tx")
-    with pytest.raises(UnknownGroupError, match=r"no transactional listener for producer group 'b-tx' \(registered: a-tx\)") as info:
+    with pytest.raises(
+        UnknownGroupError,
+        match=r"no transactional listener for producer group 'b-tx' \(registered: a-tx\)",
+    ) as info:
         app.producer("b-tx")
     assert info.value.group == "b-tx"
     assert isinstance(info.value, LookupError)
@@ -294,7 +311,9 @@ def test_registration_after_start_is_refused(app: TxMsg, registry: ListenerRegis
     assert "late-tx" not in app.producers
 
 
-def test_close_closes_producers_and_refuses_sends(app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend) -> None:
+def test_close_closes_producers_and_refuses_sends(
+    app: TxMsg, registry: ListenerRegistry, backend: DoubleBackend
+) -> None:
     started(app, registry)
     producer = app.producer()
     app.close(timeout=3)

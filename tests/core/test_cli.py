@@ -43,7 +43,9 @@ def test_help_imports_no_command_module() -> None:
         f"{CHECKOUT_PACKAGES + PLUGIN_PACKAGES!r} or m == 'txmsg.doctor')\n"
         "print('LOADED', loaded)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert "LOADED []" in proc.stdout, proc.stdout
     for name in ("bench", "broker", "chaos", "demo", "doctor", "health", "topic"):
         assert f"  {name} " in proc.stdout
@@ -53,7 +55,9 @@ def test_help_imports_no_command_module() -> None:
 def test_a_command_that_cannot_be_imported_says_why_and_how_to_fix_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    missing = importlib.metadata.EntryPoint("ghost", "no_such_pkg_xyz.cmd:ghost", cli.COMMANDS_GROUP)
+    missing = importlib.metadata.EntryPoint(
+        "ghost", "no_such_pkg_xyz.cmd:ghost", cli.COMMANDS_GROUP
+    )
     monkeypatch.setattr(cli, "command_entry_points", lambda: {"ghost": missing})
     runner = CliRunner()
     listing = runner.invoke(cli.main, ["--help"])
@@ -70,7 +74,9 @@ def test_a_command_that_cannot_be_imported_says_why_and_how_to_fix_it(
     assert "make setup" not in result.output
 
 
-def test_an_entry_point_that_is_no_click_command_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_point_that_is_no_click_command_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     wrong = importlib.metadata.EntryPoint("wrong", "txmsg.cli:summary", cli.COMMANDS_GROUP)
     monkeypatch.setattr(cli, "command_entry_points", lambda: {"wrong": wrong})
     result = CliRunner().invoke(cli.main, ["wrong"])
@@ -84,7 +90,10 @@ def test_checkout_commands_work_in_the_dev_venv(name: str) -> None:
     txmsg-samples and of the private txmsg-benchmarks import from any directory."""
     result = subprocess.run(
         [sys.executable, "-c", f"from txmsg.cli import main; main(['{name}', '--help'])"],
-        capture_output=True, text=True, timeout=120, cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "unavailable" not in result.stdout

@@ -29,7 +29,11 @@ def test_defaults_without_file_or_env(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.chdir(tmp_path)
     config = load_config(env={})
     assert config == TxMsgConfig()
-    assert (config.name_server, config.backend, config.send_timeout_ms) == ("127.0.0.1:9876", "rocketmq", 3000)
+    assert (config.name_server, config.backend, config.send_timeout_ms) == (
+        "127.0.0.1:9876",
+        "rocketmq",
+        3000,
+    )
 
 
 def test_file_values_are_typed(toml: Path) -> None:
@@ -41,7 +45,9 @@ def test_file_values_are_typed(toml: Path) -> None:
     assert settings is not None
     assert settings.rejection is RejectionPolicy.ABORT
     merged = settings.apply(ExecutorConfig(concurrency=4, queue_capacity=9))
-    assert merged == ExecutorConfig(concurrency=32, queue_capacity=9, rejection=RejectionPolicy.ABORT)
+    assert merged == ExecutorConfig(
+        concurrency=32, queue_capacity=9, rejection=RejectionPolicy.ABORT
+    )
 
 
 def test_env_overrides_file_and_is_reported(toml: Path) -> None:
@@ -72,39 +78,64 @@ def test_config_file_from_env_variable(toml: Path) -> None:
 def test_unknown_key_in_file_is_named(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('name_sever = "x:1"\n')
-    with pytest.raises(ConfigError, match=r"unknown config key 'name_sever'.*did you mean 'name_server'") as info:
+    with pytest.raises(
+        ConfigError, match=r"unknown config key 'name_sever'.*did you mean 'name_server'"
+    ) as info:
         load_config(path, env={})
     assert info.value.key == "name_sever"
 
 
 def test_unknown_nested_key_is_named(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[listeners.pay]\nconcurency = 3\n')
-    with pytest.raises(ConfigError, match=r"'listeners.pay.concurency'.*did you mean 'concurrency'"):
+    path.write_text("[listeners.pay]\nconcurency = 3\n")
+    with pytest.raises(
+        ConfigError, match=r"'listeners.pay.concurency'.*did you mean 'concurrency'"
+    ):
         load_config(path, env={})
 
 
 @pytest.mark.parametrize(
     ("text", "key", "hint"),
     [
-        ('[listeners.pay]\ncore_pool_size = 8\n', "listeners.pay.core_pool_size", "use `concurrency`"),
-        ('[listeners.pay]\nmax_pool_size = 16\n', "listeners.pay.max_pool_size", "use `concurrency`"),
-        ('[listeners.pay]\nkeep_alive = 60\n', "listeners.pay.keep_alive", "none retire"),
-        ("max_instances_per_group = 4\n", "max_instances_per_group", "exactly `concurrency` client instances"),
+        (
+            "[listeners.pay]\ncore_pool_size = 8\n",
+            "listeners.pay.core_pool_size",
+            "use `concurrency`",
+        ),
+        (
+            "[listeners.pay]\nmax_pool_size = 16\n",
+            "listeners.pay.max_pool_size",
+            "use `concurrency`",
+        ),
+        ("[listeners.pay]\nkeep_alive = 60\n", "listeners.pay.keep_alive", "none retire"),
+        (
+            "max_instances_per_group = 4\n",
+            "max_instances_per_group",
+            "exactly `concurrency` client instances",
+        ),
     ],
 )
-def test_removed_keys_in_the_file_say_what_replaces_them(tmp_path: Path, text: str, key: str, hint: str) -> None:
+def test_removed_keys_in_the_file_say_what_replaces_them(
+    tmp_path: Path, text: str, key: str, hint: str
+) -> None:
     path = tmp_path / "c.toml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=rf"'{key}' \(from file .*c.toml\): .*was removed in txmsg 1.0.*{hint}") as info:
+    with pytest.raises(
+        ConfigError, match=rf"'{key}' \(from file .*c.toml\): .*was removed in txmsg 1.0.*{hint}"
+    ) as info:
         load_config(path, env={})
     assert info.value.key == key
 
 
 def test_removed_keys_in_the_environment_say_what_replaces_them() -> None:
-    with pytest.raises(ConfigError, match=r"'listeners.pay.core_pool_size' \(from TXMSG_LISTENERS__PAY__CORE_POOL_SIZE\).*concurrency"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'listeners.pay.core_pool_size' \(from TXMSG_LISTENERS__PAY__CORE_POOL_SIZE\).*concurrency",
+    ):
         load_config(env={"TXMSG_LISTENERS__PAY__CORE_POOL_SIZE": "8"})
-    with pytest.raises(ConfigError, match=r"TXMSG_MAX_INSTANCES_PER_GROUP: max_instances_per_group was removed"):
+    with pytest.raises(
+        ConfigError, match=r"TXMSG_MAX_INSTANCES_PER_GROUP: max_instances_per_group was removed"
+    ):
         load_config(env={"TXMSG_MAX_INSTANCES_PER_GROUP": "8"})
     with pytest.raises(ValueError, match=r"max_instances_per_group was removed"):
         TxMsgConfig(max_instances_per_group=8)  # type: ignore[call-arg]
@@ -114,12 +145,18 @@ def test_removed_keys_in_the_environment_say_what_replaces_them() -> None:
 def test_the_removed_unknow_policy_names_the_replacements(tmp_path: Path, spelling: str) -> None:
     path = tmp_path / "c.toml"
     path.write_text(f'[listeners.pay]\nrejection = "{spelling}"\n')
-    with pytest.raises(ConfigError, match=rf"'listeners.pay.rejection'.*'{spelling}' was removed.*'abort'.*'caller_runs'"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"'listeners.pay.rejection'.*'{spelling}' was removed.*'abort'.*'caller_runs'",
+    ):
         load_config(path, env={})
 
 
 def test_bad_value_names_key_and_source(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"bad value for config key 'send_timeout_ms' \(from TXMSG_SEND_TIMEOUT_MS\)") as info:
+    with pytest.raises(
+        ConfigError,
+        match=r"bad value for config key 'send_timeout_ms' \(from TXMSG_SEND_TIMEOUT_MS\)",
+    ) as info:
         load_config(env={"TXMSG_SEND_TIMEOUT_MS": "soon"})
     assert info.value.key == "send_timeout_ms"
     path = tmp_path / "c.toml"
@@ -128,7 +165,9 @@ def test_bad_value_names_key_and_source(tmp_path: Path) -> None:
         load_config(path, env={})
 
 
-def test_env_typo_is_an_error_but_tooling_variables_are_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_typo_is_an_error_but_tooling_variables_are_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"TXMSG_NAMESERVER .*did you mean TXMSG_NAME_SERVER"):
         load_config(env={"TXMSG_NAMESERVER": "x:1"})
@@ -138,7 +177,9 @@ def test_env_typo_is_an_error_but_tooling_variables_are_ignored(tmp_path: Path, 
 
 def test_env_unknown_key_inside_a_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"'producer\.grup'.*TXMSG_PRODUCER__GRUP.*did you mean 'group'"):
+    with pytest.raises(
+        ConfigError, match=r"'producer\.grup'.*TXMSG_PRODUCER__GRUP.*did you mean 'group'"
+    ):
         load_config(env={"TXMSG_PRODUCER__GRUP": "x"})
     with pytest.raises(ConfigError, match="TXMSG_LISTENERS__<GROUP>__<KEY>"):
         load_config(env={"TXMSG_LISTENERS__MAX_POOL_SIZE": "3"})
@@ -156,11 +197,25 @@ def test_broken_or_missing_file(tmp_path: Path) -> None:
 # --- name server addresses (issue 12 point 5) ------------------------------------------------------
 @pytest.mark.parametrize(
     "value",
-    ["garbage", "10.0.0.1", "10.0.0.1:", ":9876", "host:0", "host:65536", "host:98760", "host:x",
-     "a:1;", "a:1;;b:2", "bad host:1", "host:\u0663"],
+    [
+        "garbage",
+        "10.0.0.1",
+        "10.0.0.1:",
+        ":9876",
+        "host:0",
+        "host:65536",
+        "host:98760",
+        "host:x",
+        "a:1;",
+        "a:1;;b:2",
+        "bad host:1",
+        "host:\u0663",
+    ],
 )
 def test_a_malformed_name_server_is_refused_with_the_expected_form(value: str) -> None:
-    with pytest.raises(ConfigError, match=r"name_server.*TXMSG_NAME_SERVER.*expected host:port\[;host:port\]") as info:
+    with pytest.raises(
+        ConfigError, match=r"name_server.*TXMSG_NAME_SERVER.*expected host:port\[;host:port\]"
+    ) as info:
         load_config(env={"TXMSG_NAME_SERVER": value})
     assert info.value.key == "name_server"
     assert "1..65535" in str(info.value)
@@ -176,8 +231,12 @@ def test_a_malformed_name_server_in_the_file_names_the_file(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("value", "kept"),
-    [("10.0.0.1:9876", "10.0.0.1:9876"), ("ns1:1;ns2:65535", "ns1:1;ns2:65535"),
-     (" ns1:9876 ; ns2:9877 ", "ns1:9876;ns2:9877"), ("[::1]:9876", "[::1]:9876")],
+    [
+        ("10.0.0.1:9876", "10.0.0.1:9876"),
+        ("ns1:1;ns2:65535", "ns1:1;ns2:65535"),
+        (" ns1:9876 ; ns2:9877 ", "ns1:9876;ns2:9877"),
+        ("[::1]:9876", "[::1]:9876"),
+    ],
 )
 def test_well_formed_name_servers_are_accepted(value: str, kept: str) -> None:
     assert load_config(env={"TXMSG_NAME_SERVER": value}).name_server == kept

@@ -49,13 +49,11 @@ def test_wrong_arity_and_async_are_rejected(app: TxMsg) -> None:
 
 def test_idempotent_needs_a_session_factory_and_two_parameters(app: TxMsg) -> None:
     with pytest.raises(ListenerDefinitionError, match="session_factory"):
-        app.message_listener(topic="t", group="g", idempotent=True)(
-            lambda message, session: None
-        )
+        app.message_listener(topic="t", group="g", idempotent=True)(lambda message, session: None)
     with pytest.raises(ListenerDefinitionError, match=r"\(message, session\)"):
-        app.message_listener(
-            topic="t", group="g", idempotent=True, session_factory=object
-        )(lambda message: None)
+        app.message_listener(topic="t", group="g", idempotent=True, session_factory=object)(
+            lambda message: None
+        )
 
 
 def test_one_function_per_consumer_group(app: TxMsg) -> None:
@@ -64,7 +62,9 @@ def test_one_function_per_consumer_group(app: TxMsg) -> None:
         app.message_listener(topic="b", group="g")(lambda m: None)
 
 
-@pytest.mark.parametrize(("kw", "match"), [({"concurrency": 0}, "concurrency"), ({"max_reconsume": -1}, "max_reconsume")])
+@pytest.mark.parametrize(
+    ("kw", "match"), [({"concurrency": 0}, "concurrency"), ({"max_reconsume": -1}, "max_reconsume")]
+)
 def test_bad_options(app: TxMsg, kw: dict[str, object], match: str) -> None:
     args: dict[str, object] = {"topic": "t", "group": "g"} | kw
     with pytest.raises(ListenerDefinitionError, match=match):

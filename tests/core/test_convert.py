@@ -71,7 +71,9 @@ def test_pydantic_round_trip() -> None:
 
 
 def test_nested_dataclass_in_dict() -> None:
-    assert json.loads(to_body({"order": Order(2, [])})) == {"order": {"id": 2, "items": [], "note": None}}
+    assert json.loads(to_body({"order": Order(2, [])})) == {
+        "order": {"id": 2, "items": [], "note": None}
+    }
 
 
 def test_custom_converter_round_trip(money: None) -> None:

@@ -76,7 +76,9 @@ def wired() -> Iterator[tuple[TxMsg, injector.Injector]]:
     app.close()
 
 
-def test_services_get_the_default_and_group_producers(wired: tuple[TxMsg, injector.Injector]) -> None:
+def test_services_get_the_default_and_group_producers(
+    wired: tuple[TxMsg, injector.Injector],
+) -> None:
     app, inj = wired
     with app:
         orders = inj.get(OrderService)

@@ -75,7 +75,9 @@ def test_repeated_check_of_a_running_key_joins_it(slow: SlowCheck) -> None:
     threads = [ask(d, msg("K1"), answers)]
     wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the first check to start")
     threads += [ask(d, msg("K1"), answers) for _ in range(3)]
-    wait_until(lambda: d.stats().deduplicated == 3, timeout=10, message="the repeated checks to join")
+    wait_until(
+        lambda: d.stats().deduplicated == 3, timeout=10, message="the repeated checks to join"
+    )
     slow.release.set()
     for t in threads:
         t.join(10)
@@ -101,7 +103,11 @@ def test_repeated_check_of_a_queued_key_joins_it_too(slow: SlowCheck) -> None:
     threads += [ask(d, msg("K2"), answers)]
     wait_until(lambda: d.stats().in_flight == 2, timeout=10, message="K2 to be queued")
     threads += [ask(d, msg("K2"), answers) for _ in range(2)]
-    wait_until(lambda: d.stats().deduplicated == 2, timeout=10, message="the repeated K2 checks to join the queued one")
+    wait_until(
+        lambda: d.stats().deduplicated == 2,
+        timeout=10,
+        message="the repeated K2 checks to join the queued one",
+    )
     slow.release.set()
     for t in threads:
         t.join(10)
@@ -138,7 +144,11 @@ def test_messages_without_key_are_not_deduplicated(slow: SlowCheck) -> None:
 def fill(d: CheckDispatcher, slow: SlowCheck, answers: list[S]) -> threading.Thread:
     """Occupy the executor's only thread (concurrency=1, queue_capacity=0) with a check of K1."""
     busy = ask(d, msg("K1"), answers)
-    wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the first check to occupy the only thread")
+    wait_until(
+        lambda: len(slow.calls) == 1,
+        timeout=10,
+        message="the first check to occupy the only thread",
+    )
     return busy
 
 
@@ -168,7 +178,9 @@ def test_caller_runs_checks_on_the_native_thread(slow: SlowCheck) -> None:
     answers: list[S] = []
     busy = fill(d, slow, answers)
     second = ask(d, msg("K2"), answers)
-    wait_until(lambda: len(slow.calls) == 2, timeout=10, message="the second check to run in the caller")
+    wait_until(
+        lambda: len(slow.calls) == 2, timeout=10, message="the second check to run in the caller"
+    )
     joiner = ask(d, msg("K2"), answers)  # joins the caller-run check
     wait_until(lambda: d.stats().deduplicated == 1, timeout=10, message="the joiner to attach")
     slow.release.set()
@@ -182,7 +194,9 @@ def test_caller_runs_checks_on_the_native_thread(slow: SlowCheck) -> None:
     d.executor.shutdown(timeout=10)
 
 
-def test_the_default_runs_concurrency_checks_at_once_each_on_its_own_thread(slow: SlowCheck) -> None:
+def test_the_default_runs_concurrency_checks_at_once_each_on_its_own_thread(
+    slow: SlowCheck,
+) -> None:
     """Default ExecutorConfig: the backend is asked for 8 instances and 8 checks run at once
     (the old default asked for 16 instances and ran 8)."""
     d = make(slow)
@@ -223,7 +237,11 @@ def test_a_full_pool_treats_checks_and_async_sends_alike(policy: RejectionPolicy
     producer = TransactionalProducer.create(DoubleBackend(), spec, listener, config)
     try:
         busy = producer.send_in_transaction_async("orders", b"block")  # the only thread waits
-        wait_until(lambda: producer.executor.stats().active == 1, timeout=10, message="the only thread to be busy")
+        wait_until(
+            lambda: producer.executor.stats().active == 1,
+            timeout=10,
+            message="the only thread to be busy",
+        )
         here = threading.current_thread().name
         if policy is RejectionPolicy.ABORT:
             with pytest.raises(RejectedError, match="rejection='abort'"):
@@ -254,7 +272,11 @@ def test_slow_check_answers_unknow_after_the_wait_timeout(slow: SlowCheck) -> No
     assert d.stats().in_flight == 1
     answers: list[S] = []
     again = ask(d, msg("K1"), answers)
-    wait_until(lambda: d.stats().deduplicated == 1, timeout=10, message="the next check to join the running one")
+    wait_until(
+        lambda: d.stats().deduplicated == 1,
+        timeout=10,
+        message="the next check to join the running one",
+    )
     slow.release.set()
     again.join(10)
     assert len(slow.calls) == 1
@@ -336,7 +358,9 @@ def test_submit_returns_at_once_and_the_check_runs_on_the_executor(slow: SlowChe
     wait_until(lambda: len(slow.calls) == 1, timeout=10, message="the check to start")
     assert slow.calls[0][1].startswith("txmsg-test")  # on the executor, not in the caller
     answered_on: list[str] = []
-    submission.future.add_done_callback(lambda _: answered_on.append(threading.current_thread().name))
+    submission.future.add_done_callback(
+        lambda _: answered_on.append(threading.current_thread().name)
+    )
     slow.release.set()
     assert submission.future.result(10) is S.COMMIT
     assert answered_on[0].startswith("txmsg-test")  # the done-callback too: no other thread
@@ -439,7 +463,9 @@ def test_submit_never_runs_the_check_in_the_caller_under_caller_runs(
     d.executor.shutdown(timeout=10)
 
 
-def test_submit_keeps_a_backlog_without_threads_and_out_of_the_executor_queue(slow: SlowCheck) -> None:
+def test_submit_keeps_a_backlog_without_threads_and_out_of_the_executor_queue(
+    slow: SlowCheck,
+) -> None:
     """At most ``concurrency`` non-blocking checks are on the executor at once (what the blocking
     entry's native threads allow); the rest wait in the dispatcher, so a backlog of check-backs
     never fills the executor's queue (kept for async sends) and is never rejected for it."""

@@ -26,7 +26,9 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 def test_doctor_reports_versions_config_and_backends(runner: CliRunner, tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('name_server = "127.0.0.1:1"\n[producer]\ngroup = "order-tx"\n')
-    result = runner.invoke(main, ["doctor", "--config", str(config)], env={"TXMSG_SEND_TIMEOUT_MS": "1234"})
+    result = runner.invoke(
+        main, ["doctor", "--config", str(config)], env={"TXMSG_SEND_TIMEOUT_MS": "1234"}
+    )
     assert result.exit_code == 0, result.output
     out = result.output
     assert "rocketmq-client-python" in out
@@ -93,7 +95,11 @@ FAKE_KEY = "s3cr3t-Value-42"  # planted in the environment; the doctor must mask
 
 
 def test_doctor_masks_secret_and_access_key(runner: CliRunner) -> None:
-    env = {"TXMSG_NAME_SERVER": "127.0.0.1:1", "TXMSG_SECRET_KEY": FAKE_KEY, "TXMSG_ACCESS_KEY": "AK-" + FAKE_KEY}
+    env = {
+        "TXMSG_NAME_SERVER": "127.0.0.1:1",
+        "TXMSG_SECRET_KEY": FAKE_KEY,
+        "TXMSG_ACCESS_KEY": "AK-" + FAKE_KEY,
+    }
     result = runner.invoke(main, ["doctor"], env=env)
     assert result.exit_code == 0, result.output
     assert FAKE_KEY not in result.output
@@ -120,7 +126,10 @@ def test_doctor_does_not_echo_an_invalid_secret_value(runner: CliRunner, tmp_pat
 
 
 def test_doctor_masks_the_password_of_a_database_url(runner: CliRunner) -> None:
-    env = {"TXMSG_NAME_SERVER": "127.0.0.1:1", "TXMSG_SQLALCHEMY__URL": f"postgresql://app:{FAKE_KEY}@db:5432/orders"}
+    env = {
+        "TXMSG_NAME_SERVER": "127.0.0.1:1",
+        "TXMSG_SQLALCHEMY__URL": f"postgresql://app:{FAKE_KEY}@db:5432/orders",
+    }
     result = runner.invoke(main, ["doctor"], env=env)
     assert result.exit_code == 0, result.output
     assert FAKE_KEY not in result.output
@@ -136,7 +145,9 @@ def failing_check(config: TxMsgConfig) -> list[tuple[str, str, bool]]:
     return [("other backend check", "must not run: its backend is not configured", False)]
 
 
-def test_doctor_runs_checks_from_entry_points(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doctor_runs_checks_from_entry_points(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = importlib.metadata.entry_points
 
     def entry_points(*, group: str) -> Any:
@@ -149,8 +160,10 @@ def test_doctor_runs_checks_from_entry_points(runner: CliRunner, monkeypatch: py
             importlib.metadata.EntryPoint("other", f"{__name__}:failing_check", group),
         ]
 
-    backends = [importlib.metadata.EntryPoint("other", "txmsg:TxMsg", "txmsg.backends"),
-                importlib.metadata.EntryPoint("rocketmq", "txmsg:TxMsg", "txmsg.backends")]
+    backends = [
+        importlib.metadata.EntryPoint("other", "txmsg:TxMsg", "txmsg.backends"),
+        importlib.metadata.EntryPoint("rocketmq", "txmsg:TxMsg", "txmsg.backends"),
+    ]
     monkeypatch.setattr(doctor_module.importlib.metadata, "entry_points", entry_points)
     monkeypatch.setattr(doctor_module, "backend_entry_points", lambda: backends)
     result = runner.invoke(main, ["doctor"], env={"TXMSG_NAME_SERVER": "127.0.0.1:1"})
@@ -164,5 +177,8 @@ def test_doctor_runs_checks_from_entry_points(runner: CliRunner, monkeypatch: py
 
 
 def test_the_rocketmq_check_is_registered_as_an_entry_point() -> None:
-    names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=doctor_module.CHECKS_GROUP)}
+    names = {
+        ep.name: ep.value
+        for ep in importlib.metadata.entry_points(group=doctor_module.CHECKS_GROUP)
+    }
     assert names.get("rocketmq") == "txmsg_rocketmq.doctor:report"

@@ -62,6 +62,9 @@ def test_doctor_on_rocketmq_checks_librocketmq_not_the_endpoints(
 
 def test_backend_clients_are_listed_as_optional() -> None:
     rows = {label: (detail, ok) for label, detail, ok in versions()}
-    for label in ("rocketmq-client-python (backend rocketmq)", "rocketmq-python-client (backend rocketmq5)"):
+    for label in (
+        "rocketmq-client-python (backend rocketmq)",
+        "rocketmq-python-client (backend rocketmq5)",
+    ):
         assert label in rows, sorted(rows)
         assert rows[label][1] is True

@@ -69,7 +69,9 @@ def test_concurrency_tasks_run_at_once_then_queue_then_reject(gate: Gate) -> Non
     gate.release.set()
     names = {f.result(10) for f in futures}
     assert len(names) == 3
-    assert ex.stats() == ExecutorStats(threads=3, active=0, queued=0, completed=5, rejected=1, caller_ran=0)
+    assert ex.stats() == ExecutorStats(
+        threads=3, active=0, queued=0, completed=5, rejected=1, caller_ran=0
+    )
     assert ex.shutdown(timeout=10)
     assert ex.stats().threads == 0
 
@@ -162,7 +164,9 @@ def test_task_exception_reaches_the_future_and_counts_as_completed() -> None:
 
 
 @pytest.mark.parametrize("policy", list(RejectionPolicy))
-def test_shutdown_runs_queued_tasks_then_refuses_work_under_every_policy(gate: Gate, policy: RejectionPolicy) -> None:
+def test_shutdown_runs_queued_tasks_then_refuses_work_under_every_policy(
+    gate: Gate, policy: RejectionPolicy
+) -> None:
     ex = make(concurrency=1, queue_capacity=5, rejection=policy)
     started, run = gate.task()
     ex.submit(run)
@@ -191,7 +195,11 @@ def test_shutdown_can_cancel_pending(gate: Gate) -> None:
 
 def test_defaults_say_what_they_do() -> None:
     cfg = ExecutorConfig()
-    assert (cfg.concurrency, cfg.queue_capacity, cfg.rejection) == (8, 256, RejectionPolicy.CALLER_RUNS)
+    assert (cfg.concurrency, cfg.queue_capacity, cfg.rejection) == (
+        8,
+        256,
+        RejectionPolicy.CALLER_RUNS,
+    )
     assert set(ExecutorConfig.model_fields) == {"concurrency", "queue_capacity", "rejection"}
     assert {p.value for p in RejectionPolicy} == {"abort", "caller_runs"}
 
@@ -202,7 +210,10 @@ def test_defaults_say_what_they_do() -> None:
         ({"core_pool_size": 8}, r"core_pool_size was removed.*use `concurrency`"),
         ({"max_pool_size": 16}, r"max_pool_size was removed.*use `concurrency`"),
         ({"keep_alive": 60.0}, r"keep_alive was removed.*`concurrency` threads and none retire"),
-        ({"max_instances_per_group": 4}, r"max_instances_per_group was removed.*exactly `concurrency` client instances"),
+        (
+            {"max_instances_per_group": 4},
+            r"max_instances_per_group was removed.*exactly `concurrency` client instances",
+        ),
         ({"rejection": "unknow"}, r"'unknow' was removed.*'abort'.*'caller_runs'"),
         ({"rejection": "UNKNOWN"}, r"'UNKNOWN' was removed.*'abort'.*'caller_runs'"),
     ],
@@ -236,7 +247,9 @@ def test_thread_names_carry_the_executor_name() -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(concurrency=st.integers(1, 4), capacity=st.integers(0, 4), submits=st.integers(1, 12))
-def test_matches_the_fixed_pool_model_while_every_task_blocks(concurrency: int, capacity: int, submits: int) -> None:
+def test_matches_the_fixed_pool_model_while_every_task_blocks(
+    concurrency: int, capacity: int, submits: int
+) -> None:
     """With every thread busy, each submit's outcome is fully determined by the fixed-pool rules."""
     release = threading.Event()
     ex = make(concurrency=concurrency, queue_capacity=capacity, rejection="abort")

@@ -17,7 +17,9 @@ from txmsg import (
 from txmsg.listener import spec_of
 
 
-def test_valid_listener_is_recorded_and_returned_unchanged(app: TxMsg, registry: ListenerRegistry) -> None:
+def test_valid_listener_is_recorded_and_returned_unchanged(
+    app: TxMsg, registry: ListenerRegistry
+) -> None:
     class Pay:
         def execute_local(self, message: object, arg: object) -> LocalTransactionState:
             return LocalTransactionState.COMMIT
@@ -49,8 +51,14 @@ def ok_check(self: object, message: object) -> None: ...
 @pytest.mark.parametrize(
     ("methods", "expected"),
     [
-        ({"check_local": ok_check}, r"has no execute_local\(\); .*def execute_local\(self, message, arg\)"),
-        ({"execute_local": ok_execute}, r"has no check_local\(\); .*def check_local\(self, message\)"),
+        (
+            {"check_local": ok_check},
+            r"has no execute_local\(\); .*def execute_local\(self, message, arg\)",
+        ),
+        (
+            {"execute_local": ok_execute},
+            r"has no check_local\(\); .*def check_local\(self, message\)",
+        ),
         (
             {"execute_local": lambda self, message: None, "check_local": ok_check},
             r"execute_local\(self, message\) has the wrong parameters; txmsg calls it as "
@@ -95,7 +103,9 @@ def test_a_group_can_be_bound_once(app: TxMsg) -> None:
     app.transactional_listener(group="order-tx")(
         _listener(execute_local=ok_execute, check_local=ok_check)
     )
-    with pytest.raises(ListenerDefinitionError, match=r"'order-tx' is already bound to .*Broken.*own group"):
+    with pytest.raises(
+        ListenerDefinitionError, match=r"'order-tx' is already bound to .*Broken.*own group"
+    ):
         app.transactional_listener(group="order-tx")(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )
@@ -134,14 +144,18 @@ def test_commit_on_failure_is_refused(app: TxMsg) -> None:
 
 def test_execute_exception_state_is_recorded(app: TxMsg) -> None:
     cls = _listener(execute_local=ok_execute, check_local=ok_check)
-    app.transactional_listener(group="g", execute_exception_state=LocalTransactionState.ROLLBACK)(cls)
+    app.transactional_listener(group="g", execute_exception_state=LocalTransactionState.ROLLBACK)(
+        cls
+    )
     spec = spec_of(cls)
     assert spec is not None
     assert spec.on_exception is LocalTransactionState.ROLLBACK
 
 
 def test_bad_executor_settings_name_the_listener(app: TxMsg) -> None:
-    with pytest.raises(ListenerDefinitionError, match=r"Broken: invalid executor settings.*concurrency"):
+    with pytest.raises(
+        ListenerDefinitionError, match=r"Broken: invalid executor settings.*concurrency"
+    ):
         app.transactional_listener(group="g", executor={"concurrency": 0})(
             _listener(execute_local=ok_execute, check_local=ok_check)
         )
@@ -156,7 +170,9 @@ def test_options_are_keyword_only_and_functions_are_explained(app: TxMsg) -> Non
         ListenerRegistry().transactional_listener(group="g")(ok_check)  # type: ignore[arg-type]
 
 
-def test_a_module_level_registry_is_included_and_then_frozen(app: TxMsg, registry: ListenerRegistry) -> None:
+def test_a_module_level_registry_is_included_and_then_frozen(
+    app: TxMsg, registry: ListenerRegistry
+) -> None:
     module_registry = ListenerRegistry()
     cls = _listener(execute_local=ok_execute, check_local=ok_check)
     module_registry.transactional_listener(group="pay-tx", topics=["payments"])(cls)

@@ -104,12 +104,14 @@ def test_the_exception_state_of_one_app_does_not_reach_the_other(
     (a, _), (b, _) = two_apps(Pay, sessions)
     with a, b:
         # app A chose nothing: RecordBackedListener's ROLLBACK; app B chose UNKNOW
-        assert a.producer("pay-a").send_in_transaction(
-            "orders", b"x", arg="fail"
-        ).local_state is S.ROLLBACK
-        assert b.producer("pay-b").send_in_transaction(
-            "orders", b"x", arg="fail"
-        ).local_state is S.UNKNOW
+        assert (
+            a.producer("pay-a").send_in_transaction("orders", b"x", arg="fail").local_state
+            is S.ROLLBACK
+        )
+        assert (
+            b.producer("pay-b").send_in_transaction("orders", b"x", arg="fail").local_state
+            is S.UNKNOW
+        )
 
 
 def test_the_class_carries_nothing(sessions: sessionmaker[Session]) -> None:

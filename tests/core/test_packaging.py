@@ -39,10 +39,16 @@ PRIVATE = "benchmarks"
 
 
 def _checkout_copy(dest: Path) -> Path:
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True,
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():  # a file deleted in the working tree is still in the index
@@ -61,9 +67,22 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, st
     built: dict[str, tuple[Path, str]] = {}
     for directory, (dist, _package) in DISTS.items():
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-             "-w", str(out), str(source / directory)],
-            capture_output=True, text=True, timeout=600, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "-w",
+                str(out),
+                str(source / directory),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         (wheel,) = out.glob(f"{dist.replace('-', '_')}-*.whl")
@@ -110,10 +129,16 @@ def test_every_installed_command_and_plugin_points_into_its_own_wheel(
 ) -> None:
     wheel, _ = wheels[dist]
     with zipfile.ZipFile(wheel) as zf:
-        modules = {n[:-3].replace("/", ".").removesuffix(".__init__") for n in zf.namelist() if n.endswith(".py")}
+        modules = {
+            n[:-3].replace("/", ".").removesuffix(".__init__")
+            for n in zf.namelist()
+            if n.endswith(".py")
+        }
     for group, name, value in _entry_points(wheel):
         module = value.split(":")[0].strip()
-        assert module in modules, f"{dist}: entry point {group}:{name} = {value} names a module it does not ship"
+        assert module in modules, (
+            f"{dist}: entry point {group}:{name} = {value} names a module it does not ship"
+        )
 
 
 @pytest.mark.parametrize("dist", [v[0] for v in DISTS.values()])
@@ -127,22 +152,30 @@ def test_every_wheel_carries_the_license_without_a_deprecation_warning(
     assert _metadata(wheel)["License-Expression"] == "Apache-2.0"
     assert "Version 2.0, January 2004" in text
     assert "END OF TERMS AND CONDITIONS" in text
-    assert "license" not in " ".join(line for line in log.splitlines() if "Deprecat" in line).lower(), log
+    assert (
+        "license" not in " ".join(line for line in log.splitlines() if "Deprecat" in line).lower()
+    ), log
 
 
 def _requirements(wheel: Path) -> list[str]:
     return list(_metadata(wheel).get_all("Requires-Dist") or [])
 
 
-def test_the_core_requires_no_part_but_through_an_extra(wheels: dict[str, tuple[Path, str]]) -> None:
+def test_the_core_requires_no_part_but_through_an_extra(
+    wheels: dict[str, tuple[Path, str]],
+) -> None:
     wheel, _ = wheels["txmsg"]
     plain = [r for r in _requirements(wheel) if "extra ==" not in r]
-    assert not [r for r in plain if r.lower().startswith(("txmsg", "rocketmq", "pyspark", "grpc"))], plain
+    assert not [
+        r for r in plain if r.lower().startswith(("txmsg", "rocketmq", "pyspark", "grpc"))
+    ], plain
     extras = set(_metadata(wheel).get_all("Provides-Extra") or [])
     assert {"rocketmq", "rocketmq5", "broker", "health", "demo"} <= extras
 
 
-def test_a_rocketmq5_user_gets_neither_the_broker_nor_spark(wheels: dict[str, tuple[Path, str]]) -> None:
+def test_a_rocketmq5_user_gets_neither_the_broker_nor_spark(
+    wheels: dict[str, tuple[Path, str]],
+) -> None:
     """The closure of ``txmsg[rocketmq5]`` over our own distributions."""
     by_name = {dist: wheel for dist, (wheel, _log) in wheels.items()}
     core_extra = [r for r in _requirements(by_name["txmsg"]) if 'extra == "rocketmq5"' in r]
@@ -154,9 +187,19 @@ def test_a_rocketmq5_user_gets_neither_the_broker_nor_spark(wheels: dict[str, tu
             continue
         seen.add(name)
         if name in by_name:
-            todo += [re.split(r"[=<>\[; ]", r)[0] for r in _requirements(by_name[name]) if "extra ==" not in r]
+            todo += [
+                re.split(r"[=<>\[; ]", r)[0]
+                for r in _requirements(by_name[name])
+                if "extra ==" not in r
+            ]
     assert "txmsg-rocketmq5" in seen
-    assert not seen & {"txmsg-broker", "txmsg-health", "txmsg-rocketmq", "pyspark", "rocketmq-client-python"}, seen
+    assert not seen & {
+        "txmsg-broker",
+        "txmsg-health",
+        "txmsg-rocketmq",
+        "pyspark",
+        "rocketmq-client-python",
+    }, seen
 
 
 def _version(pyproject: Path) -> str:
@@ -169,18 +212,28 @@ def test_one_version_everywhere() -> None:
     for directory in [*DISTS, PRIVATE]:
         project = tomllib.loads((REPO / directory / "pyproject.toml").read_text())["project"]
         assert project["version"] == version, directory
-        deps = [*project.get("dependencies", []),
-                *(d for ds in project.get("optional-dependencies", {}).values() for d in ds)]
+        deps = [
+            *project.get("dependencies", []),
+            *(d for ds in project.get("optional-dependencies", {}).values() for d in ds),
+        ]
         for dep in deps:
-            if dep.startswith("txmsg") and not dep.startswith(f"{project['name']}["):  # not a self-reference
-                assert dep.endswith(f"=={version}"), f"{directory}: {dep} (our parts pin the one version)"
+            if dep.startswith("txmsg") and not dep.startswith(
+                f"{project['name']}["
+            ):  # not a self-reference
+                assert dep.endswith(f"=={version}"), (
+                    f"{directory}: {dep} (our parts pin the one version)"
+                )
     top = re.search(r"^## \[?([0-9][^\] \n]*)", (REPO / "CHANGELOG.md").read_text(), re.M)
     assert top is not None
     assert top.group(1) == version
 
 
 def test_the_core_never_imports_a_part() -> None:
-    parts = {package for _dist, package in DISTS.values()} - {"txmsg"} | {"samples", PRIVATE, "rocketmq"}
+    parts = {package for _dist, package in DISTS.values()} - {"txmsg"} | {
+        "samples",
+        PRIVATE,
+        "rocketmq",
+    }
     offenders = []
     for path in sorted((REPO / "txmsg").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -190,7 +243,9 @@ def test_the_core_never_imports_a_part() -> None:
                 names = [node.module]
             else:
                 continue
-            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] in parts]
+            offenders += [
+                f"{path.relative_to(REPO)}: {n}" for n in names if n.split(".")[0] in parts
+            ]
     assert not offenders
 
 
@@ -204,15 +259,34 @@ def _clean_venv(where: Path, wheels: dict[str, tuple[Path, str]], *requirements:
     python = where / "bin" / "python"
     links = sorted({str(wheel.parent) for wheel, _log in wheels.values()})
     proc = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", *(f"--find-links={d}" for d in links), *requirements],
-        capture_output=True, text=True, timeout=900, check=False,
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            *(f"--find-links={d}" for d in links),
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return python
 
 
 def _clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    keep = ("PATH", "HOME", "LANG", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CONFIG_FILE")
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_FIND_LINKS",
+        "PIP_CONFIG_FILE",
+    )
     return {**{k: v for k, v in os.environ.items() if k in keep}, **extra}
 
 
@@ -221,37 +295,73 @@ def test_core_plus_rocketmq5_run_the_readme_example_on_a_grpc_endpoint(
     wheels: dict[str, tuple[Path, str]], txmsg_grpc_broker: Any, tmp_path: Path
 ) -> None:
     python = _clean_venv(tmp_path / "venv", wheels, "txmsg", "txmsg-rocketmq5")
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"],
-                            capture_output=True, text=True, check=True).stdout.lower()
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
     assert "txmsg-rocketmq5==" in listed
-    assert not [p for p in ("txmsg-broker", "txmsg-health", "pyspark", "rocketmq-client-python") if f"{p}==" in listed]
+    assert not [
+        p
+        for p in ("txmsg-broker", "txmsg-health", "pyspark", "rocketmq-client-python")
+        if f"{p}==" in listed
+    ]
     create_topic(txmsg_grpc_broker.namesrv_addr, "orders", message_type="TRANSACTION")
     text = (REPO / "README.md").read_text()
     found = re.search(r"## Example\n\n```python\n(.*?)```", text, re.S)
     assert found is not None
     (tmp_path / "example.py").write_text(found.group(1))
     done = subprocess.run(
-        [str(python), "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
-        env=_clean_env(tmp_path, TXMSG_BACKEND="rocketmq5", TXMSG_ENDPOINTS=txmsg_grpc_broker.grpc_endpoint),
+        [str(python), "example.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_clean_env(
+            tmp_path, TXMSG_BACKEND="rocketmq5", TXMSG_ENDPOINTS=txmsg_grpc_broker.grpc_endpoint
+        ),
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(re.findall(r"(?:LocalTransactionState\.)?COMMIT [0-9A-Za-z]+", done.stdout)) == 1, done.stdout
+    assert len(re.findall(r"(?:LocalTransactionState\.)?COMMIT [0-9A-Za-z]+", done.stdout)) == 1, (
+        done.stdout
+    )
 
 
 @pytest.mark.slow
-def test_txmsg_demo_runs_for_a_pip_user(wheels: dict[str, tuple[Path, str]], tmp_path: Path) -> None:
+def test_txmsg_demo_runs_for_a_pip_user(
+    wheels: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
     """The demo's distributions: txmsg[demo] = txmsg + txmsg-samples + txmsg-broker + txmsg-rocketmq,
     then the installed command that puts librocketmq in place."""
     python = _clean_venv(tmp_path / "venv", wheels, "txmsg[demo]")
     txmsg = str(python.parent / "txmsg")
     env = _clean_env(tmp_path, ROCKETMQ_CLIENT_LOG_DIR=str(tmp_path / "client-logs"))
-    installed = subprocess.run([txmsg, "install-librocketmq"], capture_output=True, text=True,
-                               timeout=600, env=env, cwd=tmp_path, check=False)
+    installed = subprocess.run(
+        [txmsg, "install-librocketmq"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    helped = subprocess.run([txmsg, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    helped = subprocess.run(
+        [txmsg, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+    )
     assert "unavailable" not in helped.stdout
-    assert {"chaos", "bench"}.isdisjoint(re.findall(r"^  (\w[\w-]*)", helped.stdout, re.M)), helped.stdout
-    done = subprocess.run([txmsg, "demo", "--orders", "20"], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=tmp_path, check=False)
+    assert {"chaos", "bench"}.isdisjoint(re.findall(r"^  (\w[\w-]*)", helped.stdout, re.M)), (
+        helped.stdout
+    )
+    done = subprocess.run(
+        [txmsg, "demo", "--orders", "20"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "CONSISTENT" in done.stdout

@@ -89,7 +89,9 @@ def test_the_di_keys_of_both_types(app: TxMsg) -> None:
     assert inj.get(TransactionalProducer) is orders
     # a plain group under the transactional key, as the docs did when both names were one
     # class: still injected, with a warning naming the right key
-    with pytest.warns(DeprecationWarning, match=r"Annotated\[Producer, ProducerGroup\('notify'\)\]"):
+    with pytest.warns(
+        DeprecationWarning, match=r"Annotated\[Producer, ProducerGroup\('notify'\)\]"
+    ):
         notify = inj.get(Annotated[TransactionalProducer, ProducerGroup("notify")])  # type: ignore[arg-type]
     assert notify is app.producer("notify")
     with pytest.raises(UnknownGroupError, match="ghost"):

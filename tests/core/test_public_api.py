@@ -19,7 +19,12 @@ def test_exported_names_exist_and_have_docstrings(name: str) -> None:
 def test_public_methods_are_documented() -> None:
     missing = [
         f"{cls.__name__}.{name}"
-        for cls in (txmsg.TxMsg, txmsg.TransactionalProducer, txmsg.TxExecutor, txmsg.CheckDispatcher)
+        for cls in (
+            txmsg.TxMsg,
+            txmsg.TransactionalProducer,
+            txmsg.TxExecutor,
+            txmsg.CheckDispatcher,
+        )
         for name, member in vars(cls).items()
         if not name.startswith("_") and inspect.isfunction(member) and not inspect.getdoc(member)
     ]

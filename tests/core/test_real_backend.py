@@ -33,7 +33,9 @@ def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
     checks: list[tuple[str | None, str]] = []
     consumed: list[tuple[bytes, str | None]] = []
 
-    @app.transactional_listener(group="core-e2e-tx", topics=["CoreE2E"], executor={"concurrency": 2})
+    @app.transactional_listener(
+        group="core-e2e-tx", topics=["CoreE2E"], executor={"concurrency": 2}
+    )
     class Listener:
         def execute_local(self, message: Message, arg: object) -> S:
             seen_args.append(arg)
@@ -54,9 +56,13 @@ def test_send_check_and_consume_end_to_end(txmsg_broker: Any) -> None:
         assert (now.local_state, later.local_state) == (S.COMMIT, S.UNKNOW)
         assert seen_args == [marker, marker]
         wait_until(
-            lambda: len(consumed) >= 2, timeout=60, message=lambda: f"both messages; consumed {consumed}"
+            lambda: len(consumed) >= 2,
+            timeout=60,
+            message=lambda: f"both messages; consumed {consumed}",
         )
-    assert sorted(consumed) == sorted([(b"now", now.transaction_key), (b"later", later.transaction_key)])
+    assert sorted(consumed) == sorted(
+        [(b"now", now.transaction_key), (b"later", later.transaction_key)]
+    )
     assert checks
     assert checks[0][0] == later.transaction_key
     assert checks[0][1].startswith("txmsg-core-e2e-tx")

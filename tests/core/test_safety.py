@@ -60,9 +60,14 @@ def test_exceptions_become_the_configured_state_and_are_logged(
 
 @pytest.mark.parametrize("value", [None, True, 0, 1, "COMMIT", "commit", object()])
 @pytest.mark.parametrize("configured", [S.UNKNOW, S.ROLLBACK])
-def test_invalid_returns_never_commit(value: object, configured: S, caplog: pytest.LogCaptureFixture) -> None:
+def test_invalid_returns_never_commit(
+    value: object, configured: S, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
-    assert run_execute_local(Answers(value), MSG, None, make_spec(execute_exception_state=configured)) is configured
+    assert (
+        run_execute_local(Answers(value), MSG, None, make_spec(execute_exception_state=configured))
+        is configured
+    )
     assert "not a LocalTransactionState" in caplog.text
     assert "K-42" in caplog.text
 

@@ -22,7 +22,10 @@ def test_the_core_model_declares_no_backend_key() -> None:
 
 
 def test_backends_register_their_models() -> None:
-    assert txmsg.settings.settings_models() == {"rocketmq": RocketMQSettings, "rocketmq5": RocketMQ5Settings}
+    assert txmsg.settings.settings_models() == {
+        "rocketmq": RocketMQSettings,
+        "rocketmq5": RocketMQ5Settings,
+    }
 
 
 @pytest.mark.parametrize(
@@ -31,8 +34,16 @@ def test_backends_register_their_models() -> None:
         (lambda: ExecutorConfig(concurrency=0), "concurrency", "greater than or equal to 1"),
         (lambda: TxMsgConfig(name_server="garbage"), "name_server", "expected host:port"),
         (lambda: TxMsgConfig(endpoints="proxy"), "endpoints", "expected host:port"),
-        (lambda: TxMsgConfig(listeners={"a": {"concurrency": 0}}), "listeners.a.concurrency", "greater than"),
-        (lambda: ListenerSettings(queue_capacity=-1), "queue_capacity", "greater than or equal to 0"),
+        (
+            lambda: TxMsgConfig(listeners={"a": {"concurrency": 0}}),
+            "listeners.a.concurrency",
+            "greater than",
+        ),
+        (
+            lambda: ListenerSettings(queue_capacity=-1),
+            "queue_capacity",
+            "greater than or equal to 0",
+        ),
         (lambda: RocketMQSettings(max_message_size="big"), "max_message_size", "valid integer"),
     ],
 )
@@ -61,12 +72,19 @@ def test_backend_values_are_typed_from_the_environment() -> None:
     assert RocketMQ5Settings.of(config).send_timeout_ms == 1500
 
 
-def test_a_key_no_installed_backend_reads_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_no_installed_backend_reads_is_refused_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # as in an environment with only txmsg-rocketmq5 installed
     monkeypatch.setattr(txmsg.config, "settings_models", lambda: {"rocketmq5": RocketMQ5Settings})
-    with pytest.raises(ConfigError, match=r"'pull_threads'.*no installed backend reads it.*rocketmq5"):
+    with pytest.raises(
+        ConfigError, match=r"'pull_threads'.*no installed backend reads it.*rocketmq5"
+    ):
         TxMsgConfig(pull_threads=4)
-    assert TxMsgConfig(endpoints="p:8081").model_extra == RocketMQ5Settings(endpoints="p:8081").model_dump()
+    assert (
+        TxMsgConfig(endpoints="p:8081").model_extra
+        == RocketMQ5Settings(endpoints="p:8081").model_dump()
+    )
 
 
 def test_of_reads_any_object_with_the_keys_as_attributes() -> None:

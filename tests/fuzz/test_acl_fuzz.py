@@ -38,7 +38,9 @@ def test_live_broker_with_acl_survives_fuzzed_connections(txmsg_broker_factory: 
     logs = LogWatcher(broker.log_dir)
     good.start()
     try:
-        wait_until(lambda: good.sent or good.failures, timeout=20, message="the first signed good send")
+        wait_until(
+            lambda: good.sent or good.failures, timeout=20, message="the first signed good send"
+        )
         for index in range(EXAMPLES):
             rng = random.Random(1_000_003 * 16 + index)
             addr = broker.namesrv_addr if rng.randrange(5) == 0 else broker.broker_addr

@@ -57,12 +57,19 @@ def test_frame_decoder_never_raises_anything_but_decode_error(payload: bytes) ->
 def test_frame_round_trip(
     code: int, opaque: int, flag: int, remark: str | None, ext: dict[str, str], body: bytes
 ) -> None:
-    cmd = RemotingCommand(code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext, body=body)
+    cmd = RemotingCommand(
+        code=code, opaque=opaque, flag=flag, remark=remark, ext_fields=ext, body=body
+    )
     frame = cmd.encode()
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     back = RemotingCommand.decode(frame[4:])
     assert (back.code, back.opaque, back.flag, back.remark, back.ext_fields, back.body) == (
-        code, opaque, flag, remark, ext, body,
+        code,
+        opaque,
+        flag,
+        remark,
+        ext,
+        body,
     )
 
 

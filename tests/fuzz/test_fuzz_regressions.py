@@ -24,7 +24,9 @@ FRAME_CASES = {
     "5000-digit opaque literal": payload('{"code":105,"opaque":' + "1" * 5000 + "}"),
     # json.dumps of an extFields value raised RecursionError just below the parser's own limit
     **{
-        f"extFields nested {depth} deep": payload('{"code":30,"extFields":{"a":' + "[" * depth + "]" * depth + "}}")
+        f"extFields nested {depth} deep": payload(
+            '{"code":30,"extFields":{"a":' + "[" * depth + "]" * depth + "}}"
+        )
         for depth in range(980, 1001)
     },
 }
@@ -39,7 +41,9 @@ def test_decoder_raises_only_decode_error(case: str, target: str) -> None:
     assert run_target(target, data) in ("ok", "DecodeError")
 
 
-@pytest.mark.parametrize("raw", ["1e400", "-1e400", "inf", "-Infinity", "nan", "1.5", "--5", "9" * 4400])
+@pytest.mark.parametrize(
+    "raw", ["1e400", "-1e400", "inf", "-Infinity", "nan", "1.5", "--5", "9" * 4400]
+)
 def test_ext_int_raises_value_error_for_non_integers(raw: str) -> None:
     # float("1e400") is inf, and int(inf) raised OverflowError -> "internal error" answers
     cmd = RemotingCommand.request(30, {"queueId": raw})
@@ -47,7 +51,9 @@ def test_ext_int_raises_value_error_for_non_integers(raw: str) -> None:
         cmd.ext_int("queueId")
 
 
-@pytest.mark.parametrize("field", ["flag", "sys_flag", "reconsume_times", "born_timestamp", "queue_offset"])
+@pytest.mark.parametrize(
+    "field", ["flag", "sys_flag", "reconsume_times", "born_timestamp", "queue_offset"]
+)
 def test_encode_message_raises_value_error_for_out_of_range_fields(field: str) -> None:
     # a send header's flag of "-1e+308" became a 309-digit int and struct.error escaped the store
     msg = StoredMessage(topic="T", queue_id=0, body=b"x", **{field: -(10**308)})

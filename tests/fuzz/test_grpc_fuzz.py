@@ -37,35 +37,67 @@ LIVE = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list
 def served(channel, topic: str, group: str) -> bool:
     """A well-behaved send, receive and ack on the same endpoint."""
     md = [("x-mq-client-id", f"fuzz-good-{uuid.uuid4().hex}"), ("x-mq-client-version", "5.1.2")]
-    send = channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage",
-                               request_serializer=svc.SendMessageRequest.SerializeToString,
-                               response_deserializer=svc.SendMessageResponse.FromString)
+    send = channel.unary_unary(
+        "/apache.rocketmq.v2.MessagingService/SendMessage",
+        request_serializer=svc.SendMessageRequest.SerializeToString,
+        response_deserializer=svc.SendMessageResponse.FromString,
+    )
     msg_id = uuid.uuid4().hex.upper()
-    sent = send(svc.SendMessageRequest(messages=[pb.Message(
-        topic=pb.Resource(name=topic), body=b"good",
-        system_properties=pb.SystemProperties(message_id=msg_id, message_type=pb.MessageType.NORMAL))]),
-        metadata=md, timeout=10)
+    sent = send(
+        svc.SendMessageRequest(
+            messages=[
+                pb.Message(
+                    topic=pb.Resource(name=topic),
+                    body=b"good",
+                    system_properties=pb.SystemProperties(
+                        message_id=msg_id, message_type=pb.MessageType.NORMAL
+                    ),
+                )
+            ]
+        ),
+        metadata=md,
+        timeout=10,
+    )
     assert sent.status.code == pb.Code.OK, sent.status
-    receive = channel.unary_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage",
-                                   request_serializer=svc.ReceiveMessageRequest.SerializeToString,
-                                   response_deserializer=svc.ReceiveMessageResponse.FromString)
-    ack = channel.unary_unary("/apache.rocketmq.v2.MessagingService/AckMessage",
-                              request_serializer=svc.AckMessageRequest.SerializeToString,
-                              response_deserializer=svc.AckMessageResponse.FromString)
+    receive = channel.unary_stream(
+        "/apache.rocketmq.v2.MessagingService/ReceiveMessage",
+        request_serializer=svc.ReceiveMessageRequest.SerializeToString,
+        response_deserializer=svc.ReceiveMessageResponse.FromString,
+    )
+    ack = channel.unary_unary(
+        "/apache.rocketmq.v2.MessagingService/AckMessage",
+        request_serializer=svc.AckMessageRequest.SerializeToString,
+        response_deserializer=svc.AckMessageResponse.FromString,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         request = svc.ReceiveMessageRequest(
-            group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
-            filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"), batch_size=32)
+            group=pb.Resource(name=group),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+            filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+            batch_size=32,
+        )
         request.invisible_duration.FromSeconds(30)
         request.long_polling_timeout.FromSeconds(5)
         for response in receive(request, metadata=md, timeout=15):
-            if response.HasField("message") and response.message.system_properties.message_id == msg_id:
-                acked = ack(svc.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
-                                                  entries=[svc.AckMessageEntry(
-                                                      message_id=msg_id,
-                                                      receipt_handle=response.message.system_properties.receipt_handle)]),
-                            metadata=md, timeout=10)
+            if (
+                response.HasField("message")
+                and response.message.system_properties.message_id == msg_id
+            ):
+                acked = ack(
+                    svc.AckMessageRequest(
+                        group=pb.Resource(name=group),
+                        topic=pb.Resource(name=topic),
+                        entries=[
+                            svc.AckMessageEntry(
+                                message_id=msg_id,
+                                receipt_handle=response.message.system_properties.receipt_handle,
+                            )
+                        ],
+                    ),
+                    metadata=md,
+                    timeout=10,
+                )
                 return bool(acked.status.code == pb.Code.OK)
     return False
 
@@ -100,7 +132,9 @@ def test_random_grpc_requests_never_hang_crash_or_stop_the_endpoint(txmsg_grpc_b
         one()
         assert not findings
         print(sorted(seen))
-        assert len(seen) >= min(10, EXAMPLES // 10), f"the inputs reached too few answers: {sorted(seen)}"
+        assert len(seen) >= min(10, EXAMPLES // 10), (
+            f"the inputs reached too few answers: {sorted(seen)}"
+        )
         assert served(channel, topic, group), "the endpoint stopped serving a well-behaved client"
 
 
@@ -120,14 +154,20 @@ def test_random_telemetry_streams_never_hang_crash_or_stop_the_endpoint(txmsg_gr
     command = st.tuples(st.one_of(st.none(), st.binary(max_size=256)), st.integers(0, 2**32 - 1))
     with grpc.insecure_channel(broker.grpc_endpoint) as channel:
 
-        @settings(max_examples=max(20, EXAMPLES // 4), deadline=None, suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=max(20, EXAMPLES // 4),
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(
             commands=st.lists(command, min_size=1, max_size=4),
             client=st.sampled_from(["fuzz-telemetry", "", None]),
         )
         def one(commands: list[tuple[bytes | None, int]], client: str | None) -> None:
-            bodies = [raw if raw is not None else _telemetry_command(seed, topic, group, hints)
-                      for raw, seed in commands]
+            bodies = [
+                raw if raw is not None else _telemetry_command(seed, topic, group, hints)
+                for raw, seed in commands
+            ]
             outcome = call_telemetry(channel, bodies, client)
             parseable = all(_parses(TELEMETRY, body) for body in bodies)
             found = problems(outcome, parseable=parseable) + logs.new_findings()
@@ -138,7 +178,9 @@ def test_random_telemetry_streams_never_hang_crash_or_stop_the_endpoint(txmsg_gr
         one()
         assert not findings
         print(sorted(seen, key=str))
-        assert len(seen) >= 3, f"the streams reached too few kinds of answer: {sorted(seen, key=str)}"
+        assert len(seen) >= 3, (
+            f"the streams reached too few kinds of answer: {sorted(seen, key=str)}"
+        )
         assert served(channel, topic, group), "the endpoint stopped serving a well-behaved client"
 
 
@@ -157,7 +199,9 @@ def _telemetry_command(seed: int, topic: str, group: str, hints: list[str]) -> b
         settings_.client_type = pb.ClientType.SIMPLE_CONSUMER
         settings_.subscription.group.name = group
         settings_.subscription.subscriptions.add(
-            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"))
+            topic=pb.Resource(name=topic),
+            expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        )
     settings_.request_timeout.FromSeconds(rnd.choice((0, 3, 3600)))
     return bytes(command.SerializeToString())
 

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = sorted([*(REPO / "tests" / "fuzz").glob("*.py"), *(REPO / "plugins" / "txmsg-broker" / "txmsg_broker" / "fuzz").glob("*.py")])
+FILES = sorted(
+    [
+        *(REPO / "tests" / "fuzz").glob("*.py"),
+        *(REPO / "plugins" / "txmsg-broker" / "txmsg_broker" / "fuzz").glob("*.py"),
+    ]
+)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO)))

@@ -46,17 +46,45 @@ LIVE = settings(
 
 # --- strategies -----------------------------------------------------------------------------------
 #: generic edge cases of integer parsing: signs, unicode digits, floats, infinities, over 4300 digits
-NUMBER_EDGES = ("--5", "+5", " 7", "\u00b2", "\u0663", "1.5", "2.0", "1e400", "-1e400", "inf", "-inf", "nan",
-                "Infinity", "2147483648", "-2147483649", "9223372036854775808", "9" * 4400, "", "0x10")
+NUMBER_EDGES = (
+    "--5",
+    "+5",
+    " 7",
+    "\u00b2",
+    "\u0663",
+    "1.5",
+    "2.0",
+    "1e400",
+    "-1e400",
+    "inf",
+    "-inf",
+    "nan",
+    "Infinity",
+    "2147483648",
+    "-2147483649",
+    "9223372036854775808",
+    "9" * 4400,
+    "",
+    "0x10",
+)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=20)
     | st.sampled_from(INTERESTING_STRINGS),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 ext_values = (
-    st.sampled_from(NUMBER_EDGES) | st.sampled_from(INTERESTING_STRINGS) | st.integers().map(str)
-    | st.text(max_size=20) | json_values
+    st.sampled_from(NUMBER_EDGES)
+    | st.sampled_from(INTERESTING_STRINGS)
+    | st.integers().map(str)
+    | st.text(max_size=20)
+    | json_values
 )
 ext_dicts = st.dictionaries(st.sampled_from(EXT_KEYS) | st.text(max_size=8), ext_values, max_size=8)
 headers = st.fixed_dictionaries(
@@ -72,10 +100,18 @@ headers = st.fixed_dictionaries(
     },
 )
 batch_bodies = st.lists(
-    st.builds(BatchItem, body=st.binary(max_size=50), flag=st.integers(0, 2**31 - 1),
-              properties=st.dictionaries(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "x"]),
-                                         st.text("abc", min_size=1, max_size=5), max_size=3)),
-    min_size=1, max_size=3,
+    st.builds(
+        BatchItem,
+        body=st.binary(max_size=50),
+        flag=st.integers(0, 2**31 - 1),
+        properties=st.dictionaries(
+            st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "x"]),
+            st.text("abc", min_size=1, max_size=5),
+            max_size=3,
+        ),
+    ),
+    min_size=1,
+    max_size=3,
 ).map(encode_batch)
 bodies = st.binary(max_size=300) | batch_bodies | json_values.map(lambda v: json.dumps(v).encode())
 
@@ -93,11 +129,18 @@ def binary_header_frames(draw: st.DrawFn) -> bytes:
     remark = draw(st.binary(max_size=20))
     ext = b"".join(
         struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v
-        for k, v in draw(st.dictionaries(st.binary(min_size=1, max_size=10), st.binary(max_size=20),
-                                         max_size=4)).items()
+        for k, v in draw(
+            st.dictionaries(st.binary(min_size=1, max_size=10), st.binary(max_size=20), max_size=4)
+        ).items()
     )
-    header = struct.pack(">hBhii", draw(st.sampled_from(CODES)) & 0x7FFF, draw(st.integers(0, 11)),
-                         396, draw(st.integers(0, 2**31 - 1)), draw(st.sampled_from([0, 2])))
+    header = struct.pack(
+        ">hBhii",
+        draw(st.sampled_from(CODES)) & 0x7FFF,
+        draw(st.integers(0, 11)),
+        396,
+        draw(st.integers(0, 2**31 - 1)),
+        draw(st.sampled_from([0, 2])),
+    )
     header += struct.pack(">i", len(remark)) + remark + struct.pack(">i", len(ext)) + ext
     return frame_bytes(header, draw(bodies), type_byte=draw(st.sampled_from([1, 1, 0, 0xFF])))
 
@@ -110,7 +153,8 @@ truncated_frames = st.tuples(valid_frames, st.floats(0, 1, exclude_max=True)).ma
     lambda pair: pair[0][: int(len(pair[0]) * pair[1])]
 )
 huge_lengths = st.tuples(
-    st.sampled_from([MAX_FRAME_LENGTH, MAX_FRAME_LENGTH + 1, 2**31, 2**32 - 1]) | st.integers(0, 2**32 - 1),
+    st.sampled_from([MAX_FRAME_LENGTH, MAX_FRAME_LENGTH + 1, 2**31, 2**32 - 1])
+    | st.integers(0, 2**32 - 1),
     st.binary(max_size=64),
 ).map(lambda pair: struct.pack(">I", pair[0]) + pair[1])
 #: the long mode's own generators (mutated codec encodings), driven by a hypothesis-controlled Random
@@ -118,8 +162,15 @@ mutated_frames = st.randoms(use_true_random=False).map(lambda rng: frame(RandomC
 json_frames = json_header_frames()
 # one_of draws its branches uniformly: JSON-header frames (what reaches the handlers) get three shares
 single_inputs = (
-    json_frames | json_frames | json_frames | binary_header_frames() | st.binary(max_size=1024)
-    | garbage_header_frames | truncated_frames | huge_lengths | mutated_frames
+    json_frames
+    | json_frames
+    | json_frames
+    | binary_header_frames()
+    | st.binary(max_size=1024)
+    | garbage_header_frames
+    | truncated_frames
+    | huge_lengths
+    | mutated_frames
 )
 fuzz_inputs = single_inputs | st.lists(single_inputs, min_size=2, max_size=4).map(b"".join)
 ports = st.sampled_from(["broker", "broker", "broker", "namesrv"])
@@ -134,19 +185,58 @@ REGRESSIONS = {
     "code --5": _json_frame('{"code":"--5"}'),
     "code superscript two": _json_frame('{"code":"\\u00b2"}'),
     "5000-digit opaque literal": _json_frame('{"code":105,"opaque":' + "1" * 5000 + "}"),
-    "extFields nested 993 deep": _json_frame('{"code":30,"extFields":{"a":' + "[" * 993 + "]" * 993 + "}}"),
+    "extFields nested 993 deep": _json_frame(
+        '{"code":30,"extFields":{"a":' + "[" * 993 + "]" * 993 + "}}"
+    ),
     "queueId 1e400": RemotingCommand.request(30, {"topic": "TBW102", "queueId": "1e400"}).encode(),
     "suspendTimeoutMillis inf": RemotingCommand.request(
-        11, {"topic": "TBW102", "queueId": 0, "queueOffset": 0, "suspendTimeoutMillis": "inf"}).encode(),
+        11, {"topic": "TBW102", "queueId": 0, "queueOffset": 0, "suspendTimeoutMillis": "inf"}
+    ).encode(),
     # a send whose flag / bornTimestamp does not fit the record's int32 / int64: struct.error
     "send flag -1e+308": RemotingCommand.request(
-        310, {"a": "PG", "b": "FuzzT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": "-1e+308",
-              "i": "", "j": 0, "k": "false", "l": 16, "m": "false"}, b"x").encode(),
+        310,
+        {
+            "a": "PG",
+            "b": "FuzzT",
+            "c": "TBW102",
+            "d": 4,
+            "e": 0,
+            "f": 0,
+            "g": 0,
+            "h": "-1e+308",
+            "i": "",
+            "j": 0,
+            "k": "false",
+            "l": 16,
+            "m": "false",
+        },
+        b"x",
+    ).encode(),
     "send bornTimestamp 2**64": RemotingCommand.request(
-        310, {"a": "PG", "b": "FuzzT", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": str(2**64), "h": 0,
-              "i": "", "j": 0, "k": "false", "l": 16, "m": "false"}, b"x").encode(),
-    "heartbeat body nested 3000 deep": RemotingCommand.request(34, body=b"[" * 3000 + b"]" * 3000).encode(),
-    "lock body nested 3000 deep": RemotingCommand.request(41, body=b"[" * 3000 + b"]" * 3000).encode(),
+        310,
+        {
+            "a": "PG",
+            "b": "FuzzT",
+            "c": "TBW102",
+            "d": 4,
+            "e": 0,
+            "f": 0,
+            "g": str(2**64),
+            "h": 0,
+            "i": "",
+            "j": 0,
+            "k": "false",
+            "l": 16,
+            "m": "false",
+        },
+        b"x",
+    ).encode(),
+    "heartbeat body nested 3000 deep": RemotingCommand.request(
+        34, body=b"[" * 3000 + b"]" * 3000
+    ).encode(),
+    "lock body nested 3000 deep": RemotingCommand.request(
+        41, body=b"[" * 3000 + b"]" * 3000
+    ).encode(),
 }
 
 
@@ -162,7 +252,11 @@ def test_live_broker_survives_fuzzed_connections(txmsg_broker):
     good.start()
     logs = LogWatcher(txmsg_broker.log_dir)
     try:
-        wait_until(lambda: len(good.sent) > 0 or bool(good.failures), timeout=20, message="the first good send")
+        wait_until(
+            lambda: len(good.sent) > 0 or bool(good.failures),
+            timeout=20,
+            message="the first good send",
+        )
 
         @LIVE
         @given(port=ports, data=fuzz_inputs)
@@ -176,7 +270,9 @@ def test_live_broker_survives_fuzzed_connections(txmsg_broker):
 
         fuzz_one_connection()
         wait_until(
-            lambda: len(good.sent) >= 20, timeout=20, message="the well-behaved client to make progress"
+            lambda: len(good.sent) >= 20,
+            timeout=20,
+            message="the well-behaved client to make progress",
         )
     finally:
         good.stop()
@@ -187,7 +283,9 @@ def test_live_broker_survives_fuzzed_connections(txmsg_broker):
 
     stored = read_back(txmsg_broker.broker_addr, good.topic)
     missing = {body for body, queue_id in good.sent.items() if stored.get(body) != queue_id}
-    assert not missing, f"{len(missing)} of {len(good.sent)} acknowledged messages not read back intact"
+    assert not missing, (
+        f"{len(missing)} of {len(good.sent)} acknowledged messages not read back intact"
+    )
     txmsg_broker.restart()  # the commit log is re-verified record by record on start
     stored = read_back(txmsg_broker.broker_addr, good.topic)
     assert all(stored.get(body) == queue_id for body, queue_id in good.sent.items())
@@ -203,7 +301,9 @@ def test_regression_inputs_get_an_answer_or_a_closed_connection(txmsg_broker):
     rng = random.Random(5)
     for depth in range(960, 1010):
         opener, closer = rng.choice([("[", "]"), ('{"x":', "}")])
-        data = _json_frame('{"code":30,"extFields":{"a":' + opener * depth + "1" + closer * depth + "}}")
+        data = _json_frame(
+            '{"code":30,"extFields":{"a":' + opener * depth + "1" + closer * depth + "}}"
+        )
         assert not problems(data, exchange(txmsg_broker.broker_addr, data, deadline=10.0)), depth
     assert not healthy(txmsg_broker.namesrv_addr, txmsg_broker.broker_addr)
     assert not log_findings(txmsg_broker.log_dir)

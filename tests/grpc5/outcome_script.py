@@ -38,7 +38,14 @@ TABLE: dict[str, tuple[str | None, list[int]]] = {
     "UU_COMMIT": (None, [U, C]),
     "U_FOREVER": (None, [U, U, U, U, U, U]),
 }
-EXPECTED_CHECKS = {"COMMIT": 0, "ROLLBACK": 0, "U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2, "U_FOREVER": 3}
+EXPECTED_CHECKS = {
+    "COMMIT": 0,
+    "ROLLBACK": 0,
+    "U_COMMIT": 1,
+    "U_ROLLBACK": 1,
+    "UU_COMMIT": 2,
+    "U_FOREVER": 3,
+}
 DELIVERED = {"COMMIT", "U_COMMIT", "UU_COMMIT"}
 
 
@@ -58,7 +65,9 @@ class TableChecker(TransactionChecker):
 
 def main(endpoint: str, topic: str, interval_s: float) -> int:
     checker = TableChecker()
-    producer = Producer(ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,), checker)
+    producer = Producer(
+        ClientConfiguration(endpoint, Credentials(), request_timeout=10), (topic,), checker
+    )
     producer.startup()
     sent: dict[str, str] = {}
     try:

@@ -51,8 +51,12 @@ def producer(broker: Any, topic: str) -> Iterator[Producer]:
 
 
 @contextmanager
-def simple_consumer(broker: Any, group: str, topic: str, tag: str = "*") -> Iterator[SimpleConsumer]:
-    c = SimpleConsumer(config(broker), group, {topic: FilterExpression(tag)}, await_duration=AWAIT_S)
+def simple_consumer(
+    broker: Any, group: str, topic: str, tag: str = "*"
+) -> Iterator[SimpleConsumer]:
+    c = SimpleConsumer(
+        config(broker), group, {topic: FilterExpression(tag)}, await_duration=AWAIT_S
+    )
     c.startup()
     try:
         yield c
@@ -60,7 +64,15 @@ def simple_consumer(broker: Any, group: str, topic: str, tag: str = "*") -> Iter
         c.shutdown()
 
 
-def message(topic: str, body: bytes, *, keys: str = "", tag: str = "T", group: str = "", deliver_at_s: int = 0) -> Message:
+def message(
+    topic: str,
+    body: bytes,
+    *,
+    keys: str = "",
+    tag: str = "T",
+    group: str = "",
+    deliver_at_s: int = 0,
+) -> Message:
     m = Message()
     m.topic = topic
     m.body = body
@@ -84,7 +96,9 @@ def receive_until(
         got.extend(consumer.receive(batch, invisible_s))
         return len(got) >= want
 
-    wait_until(more, timeout=timeout, interval=0, message=lambda: f"{want} messages, got {len(got)}")
+    wait_until(
+        more, timeout=timeout, interval=0, message=lambda: f"{want} messages, got {len(got)}"
+    )
     return got
 
 
@@ -140,7 +154,9 @@ def test_forged_and_expired_receipt_handles_get_the_proxy_codes(txmsg_grpc_broke
         m.receipt_handle = "forged"
         with pytest.raises(InternalErrorException) as error:
             c.ack(m)
-        assert error.value.code == Code.INTERNAL_SERVER_ERROR  # the entry's detail stays in the entry
+        assert (
+            error.value.code == Code.INTERNAL_SERVER_ERROR
+        )  # the entry's detail stays in the entry
         with pytest.raises(InternalErrorException) as error:
             c.change_invisible_duration(m, 5)
         assert "Parse failed, dataList size 1" in str(error.value)
@@ -187,7 +203,14 @@ class Recorder(MessageListener):
 
     def consume(self, message: Message) -> ConsumeResult:
         with self.lock:
-            self.seen.append((message.message_id, message.message_group or "", message.body, message.delivery_attempt))
+            self.seen.append(
+                (
+                    message.message_id,
+                    message.message_group or "",
+                    message.body,
+                    message.delivery_attempt,
+                )
+            )
         return ConsumeResult.FAILURE if self.fail else ConsumeResult.SUCCESS
 
     def snapshot(self) -> list[tuple[str, str, bytes, int]]:
@@ -196,7 +219,9 @@ class Recorder(MessageListener):
 
 
 @contextmanager
-def push_consumer(broker: Any, group: str, topic: str, listener: MessageListener) -> Iterator[PushConsumer]:
+def push_consumer(
+    broker: Any, group: str, topic: str, listener: MessageListener
+) -> Iterator[PushConsumer]:
     c = PushConsumer(config(broker), group, listener, {topic: FilterExpression()})
     c.startup()
     try:
@@ -212,7 +237,9 @@ def test_push_consumer_with_a_message_listener(txmsg_grpc_broker):
     listener = Recorder()
     with producer(broker, topic) as p, push_consumer(broker, group, topic, listener):
         sent = {p.send(message(topic, f"p{i}".encode())).message_id for i in range(10)}
-        wait_until(lambda: {s[0] for s in listener.snapshot()} >= sent, timeout=60, message="10 deliveries")
+        wait_until(
+            lambda: {s[0] for s in listener.snapshot()} >= sent, timeout=60, message="10 deliveries"
+        )
     assert sorted(s[0] for s in listener.snapshot()) == sorted(sent)  # once each: all acked
     assert {s[3] for s in listener.snapshot()} == {1}
 
@@ -226,17 +253,29 @@ def test_retry_then_dead_letter_queue(txmsg_grpc_broker):
         msg_id = p.send(message(topic, b"poison", keys="poison")).message_id
         # 16 retries: 17 delivery attempts (the max attempts the client got in Settings), then the DLQ
         max_attempts = 17
-        wait_until(lambda: len(listener.snapshot()) >= max_attempts, timeout=120, message="17 attempts")
+        wait_until(
+            lambda: len(listener.snapshot()) >= max_attempts, timeout=120, message="17 attempts"
+        )
         dlq = f"%DLQ%{group}"
         # the 18th pop moves it (PopMessageResultFilter TO_DLQ) and creates the DLQ topic: wait for its route
-        d = SimpleConsumer(config(broker), unique("G5DlqCG"), {dlq: FilterExpression()}, await_duration=AWAIT_S)
+        d = SimpleConsumer(
+            config(broker), unique("G5DlqCG"), {dlq: FilterExpression()}, await_duration=AWAIT_S
+        )
         d.startup()
         try:
-            (dead,) = wait_until(lambda: receive_or_none(d), timeout=60, interval=0.2,
-                                 message=lambda: f"the DLQ message; {listener.snapshot()[-3:]}; broker.log: "
-                                 + " || ".join(read_log(broker.log_dir, "broker.log").splitlines()[-8:]))
+            (dead,) = wait_until(
+                lambda: receive_or_none(d),
+                timeout=60,
+                interval=0.2,
+                message=lambda: (
+                    f"the DLQ message; {listener.snapshot()[-3:]}; broker.log: "
+                    + " || ".join(read_log(broker.log_dir, "broker.log").splitlines()[-8:])
+                ),
+            )
             assert (dead.message_id, dead.body, dead.topic) == (msg_id, b"poison", dlq)
-            assert dead.delivery_attempt == max_attempts + 1  # reconsumeTimes 17 as stored in the DLQ
+            assert (
+                dead.delivery_attempt == max_attempts + 1
+            )  # reconsumeTimes 17 as stored in the DLQ
             d.ack(dead)
         finally:
             d.shutdown()
@@ -249,7 +288,9 @@ def test_fifo_order_per_message_group_next_only_after_ack(txmsg_grpc_broker):
     broker = txmsg_grpc_broker
     topic, group = unique("G5Fifo"), unique("G5FifoCG")
     create_topic(broker.namesrv_addr, topic, queues=1, message_type="FIFO")
-    create_group(broker.namesrv_addr, group, orderly=True)  # the proxy pops in order only for such a group
+    create_group(
+        broker.namesrv_addr, group, orderly=True
+    )  # the proxy pops in order only for such a group
     with producer(broker, topic) as p, simple_consumer(broker, group, topic) as c:
         order = [("A", 1), ("B", 1), ("A", 2), ("B", 2), ("A", 3)]
         for g, i in order:
@@ -281,7 +322,9 @@ def test_fifo_push_consumer_keeps_each_group_in_order(txmsg_grpc_broker):
         wait_until(lambda: len(listener.snapshot()) >= 18, timeout=60, message="18 deliveries")
         assert c.fifo  # the Settings answer said so: the group is orderly
     for g in ("X", "Y", "Z"):
-        assert [s[2] for s in listener.snapshot() if s[1] == g] == [f"{g}{i}".encode() for i in range(6)]
+        assert [s[2] for s in listener.snapshot() if s[1] == g] == [
+            f"{g}{i}".encode() for i in range(6)
+        ]
 
 
 def test_fifo_topic_with_a_group_not_created_orderly_is_popped_concurrently(txmsg_grpc_broker):
@@ -320,7 +363,10 @@ def test_remoting_and_grpc_share_the_store_and_keep_their_own_progress(txmsg_grp
     with Clients(broker.namesrv_addr) as clients:
         remoting_seen = clients.consumer(unique("G5CrossRemotingCG"), topic)
         sender = clients.producer(unique("G5CrossPG"))
-        with producer(broker, topic) as p, simple_consumer(broker, unique("G5CrossGrpcCG"), topic) as c:
+        with (
+            producer(broker, topic) as p,
+            simple_consumer(broker, unique("G5CrossGrpcCG"), topic) as c,
+        ):
             grpc_id = p.send(message(topic, b"from-grpc", keys="from-grpc")).message_id
             legacy = RemotingMessage(topic)
             legacy.set_keys("from-remoting")
@@ -332,6 +378,9 @@ def test_remoting_and_grpc_share_the_store_and_keep_their_own_progress(txmsg_grp
             for m in got:
                 c.ack(m)
             # the remoting group gets both too: gRPC progress did not move its offsets
-            wait_until(lambda: {r.keys for r in remoting_seen} >= {"from-grpc", "from-remoting"}, timeout=60,
-                       message="both messages at the remoting consumer")
+            wait_until(
+                lambda: {r.keys for r in remoting_seen} >= {"from-grpc", "from-remoting"},
+                timeout=60,
+                message="both messages at the remoting consumer",
+            )
             assert {r.msg_id for r in remoting_seen if r.keys == "from-grpc"} == {grpc_id}

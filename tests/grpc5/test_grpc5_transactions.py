@@ -32,29 +32,48 @@ def txmsg_command() -> str:
 def run_table(endpoint: str, topic: str, interval_s: float) -> dict[str, dict[str, object]]:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), endpoint, topic, str(interval_s)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, dict[str, object]] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
-def assert_table(result: dict[str, dict[str, object]], delivered, discarded, topic: str, log_dir) -> None:
-    wait_until(lambda: {r.keys for r in discarded} == {"U_FOREVER"}, timeout=20, message="U_FOREVER to be discarded")
-    wait_until(lambda: {r.keys for r in delivered} >= DELIVERED, timeout=10, message="commits to be delivered")
+def assert_table(
+    result: dict[str, dict[str, object]], delivered, discarded, topic: str, log_dir
+) -> None:
+    wait_until(
+        lambda: {r.keys for r in discarded} == {"U_FOREVER"},
+        timeout=20,
+        message="U_FOREVER to be discarded",
+    )
+    wait_until(
+        lambda: {r.keys for r in delivered} >= DELIVERED,
+        timeout=10,
+        message="commits to be delivered",
+    )
     time.sleep(1.0)
     assert result["checks"] == EXPECTED_CHECKS
     counts = Counter(r.keys for r in delivered)
-    assert counts == Counter(DELIVERED), f"delivered {counts}"  # exactly once each, never the others
+    assert counts == Counter(DELIVERED), (
+        f"delivered {counts}"
+    )  # exactly once each, never the others
     for item in delivered:
         assert item.topic == topic
         assert item.body == f"body-{item.keys}".encode()
-        assert item.msg_id == result["sent"][item.keys]  # the 5.x client's message id is the UNIQ_KEY
+        assert (
+            item.msg_id == result["sent"][item.keys]
+        )  # the 5.x client's message id is the UNIQ_KEY
         assert item.tags == "TagA"
     assert [r.keys for r in discarded] == ["U_FOREVER"]
     log = read_log(log_dir)
     # 5.x transaction.log: one INFO line per check-back, unquoted EndTransactionRequestHeader, no bname
-    assert log.count(f"Check transaction. real_topic={topic},uniqKey={result['sent']['U_FOREVER']},") == 3
+    assert (
+        log.count(f"Check transaction. real_topic={topic},uniqKey={result['sent']['U_FOREVER']},")
+        == 3
+    )
     assert f"EndTransactionRequestHeader{{producerGroup={topic}, tranStateTableOffset=" in log
     assert "bname" not in log.split("Check transaction. real_topic=", 1)[1]
     assert "the producer rollback the message" in log
@@ -65,8 +84,18 @@ def test_outcome_table_with_the_official_5x_client(txmsg_grpc_broker):
     broker = txmsg_grpc_broker
     topic = unique("Tx5Table")
     subprocess.run(
-        [txmsg_command(), "topic", "create", topic, "--type", "transaction", "--namesrv", broker.namesrv_addr],
-        check=True, capture_output=True,
+        [
+            txmsg_command(),
+            "topic",
+            "create",
+            topic,
+            "--type",
+            "transaction",
+            "--namesrv",
+            broker.namesrv_addr,
+        ],
+        check=True,
+        capture_output=True,
     )
     with Clients(broker.namesrv_addr) as clients:
         delivered = clients.consumer(unique("Tx5CG"), topic)
@@ -87,21 +116,56 @@ def test_issue_bar_command_lines(tmp_path):
     data, logs = tmp_path / "data", tmp_path / "logs"
     console = open(tmp_path / "console.log", "wb")  # noqa: SIM115
     broker = subprocess.Popen(
-        [txmsg_command(), "broker", "--host", "127.0.0.1", "--namesrv-port", str(p), "--broker-port", str(q),
-         "--grpc-port", str(g), "--data-dir", str(data), "--log-dir", str(logs),
-         "--transaction-timeout-ms", "2000", "--check-interval-ms", "2000", "--check-max", "3"],
-        stdout=console, stderr=subprocess.STDOUT,
+        [
+            txmsg_command(),
+            "broker",
+            "--host",
+            "127.0.0.1",
+            "--namesrv-port",
+            str(p),
+            "--broker-port",
+            str(q),
+            "--grpc-port",
+            str(g),
+            "--data-dir",
+            str(data),
+            "--log-dir",
+            str(logs),
+            "--transaction-timeout-ms",
+            "2000",
+            "--check-interval-ms",
+            "2000",
+            "--check-max",
+            "3",
+        ],
+        stdout=console,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_until(
-            lambda: f"grpc 127.0.0.1:{g}" in (tmp_path / "console.log").read_text(errors="replace") or broker.poll(),
-            timeout=30, message="the broker's ready line",
+            lambda: (
+                f"grpc 127.0.0.1:{g}" in (tmp_path / "console.log").read_text(errors="replace")
+                or broker.poll()
+            ),
+            timeout=30,
+            message="the broker's ready line",
         )
         assert broker.poll() is None, (tmp_path / "console.log").read_text()
         topic = unique("Tx5Bar")
         created = subprocess.run(
-            [txmsg_command(), "topic", "create", topic, "--type", "transaction", "--namesrv", f"127.0.0.1:{p}"],
-            capture_output=True, text=True, check=True,
+            [
+                txmsg_command(),
+                "topic",
+                "create",
+                topic,
+                "--type",
+                "transaction",
+                "--namesrv",
+                f"127.0.0.1:{p}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert "message.type=TRANSACTION" in created.stdout
         with Clients(f"127.0.0.1:{p}") as clients:

@@ -22,8 +22,11 @@ REAL_LOGS = REPO / "tests" / "data" / "real-broker-4.9.8"
 def spark() -> Iterator[object]:
     session = job.build_session(
         "local[2]",
-        {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
-         "spark.driver.memory": "1g"},
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+            "spark.driver.memory": "1g",
+        },
     )
     yield session
     session.stop()
@@ -32,8 +35,11 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def real_logs() -> Path:
     if not (REAL_LOGS / "info").is_dir() or not (REAL_LOGS / "debug").is_dir():
-        pytest.fail(f"real broker logs missing at {REAL_LOGS}: they are tracked in git; "
-                    "restore them with `git checkout -- tests/data`", pytrace=False)
+        pytest.fail(
+            f"real broker logs missing at {REAL_LOGS}: they are tracked in git; "
+            "restore them with `git checkout -- tests/data`",
+            pytrace=False,
+        )
     return REAL_LOGS
 
 
@@ -46,8 +52,11 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, generate.
 
 
 @pytest.fixture(scope="session")
-def generated_result(spark: object, generated: tuple[Path, generate.Manifest],
-                     tmp_path_factory: pytest.TempPathFactory) -> job.JobResult:
+def generated_result(
+    spark: object,
+    generated: tuple[Path, generate.Manifest],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> job.JobResult:
     logs, _ = generated
     out = tmp_path_factory.mktemp("genout")
     return job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(out)))  # type: ignore[arg-type]

@@ -19,24 +19,32 @@ HEADER = "EndTransactionRequestHeader{"
 class Ref:
     total_lines: int = 0
     bad: int = 0
-    groups: dict[str, dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    groups: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
     debug_groups: set[str] = field(default_factory=set)
     unknown_ids: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     checks_by_tx: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     by_addr: dict[tuple[str, str], dict[str, int]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
     # (group, broker) -> counts; broker = the directory holding the file (otherdays/ skipped)
     by_broker: dict[tuple[str, str], dict[str, int]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
     sent_unattributed: int = 0
-    formats: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # broker -> formats
+    formats: dict[str, set[str]] = field(
+        default_factory=lambda: defaultdict(set)
+    )  # broker -> formats
 
     def undelivered(self, g: str) -> int:
         """Per broker the larger of the two no-channel lines (one event, two files), plus failures."""
         total = 0
         for (gg, _b), c in self.by_broker.items():
             if gg == g:
-                total += max(c["no_channel_txlog"], c["no_channel_brokerlog"]) + c["check_send_failed"]
+                total += (
+                    max(c["no_channel_txlog"], c["no_channel_brokerlog"]) + c["check_send_failed"]
+                )
         return total
 
     def commit(self, g: str) -> int | None:
@@ -53,8 +61,11 @@ def broker_of(path: str) -> str:
 def iter_lines(paths: list[str]):
     """(broker, line) for every line of every file."""
     for root in paths:
-        files = [root] if os.path.isfile(root) else sorted(
-            os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+        files = (
+            [root]
+            if os.path.isfile(root)
+            else sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+        )
         for p in files:
             if os.path.basename(p).startswith((".", "_")):  # hidden files, as Hadoop skips them
                 continue

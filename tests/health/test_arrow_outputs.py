@@ -58,8 +58,9 @@ def _both(spark: Any, logs: Path, out: Path, **kw: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("window", "tz"), [("minute", "+08:00"), ("hour", "-03:30")])
-def test_generated_logs_of_several_brokers(spark: Any, generated: tuple[Path, generate.Manifest],
-                                           tmp_path: Path, window: str, tz: str) -> None:
+def test_generated_logs_of_several_brokers(
+    spark: Any, generated: tuple[Path, generate.Manifest], tmp_path: Path, window: str, tz: str
+) -> None:
     logs, _ = generated
     s = _both(spark, logs, tmp_path, window=window, tz=parse_tz(tz))
     assert {f for g in s["groups"].values() for f in g["formats"]} == {"4.9", "5"}

@@ -21,9 +21,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_cli_runs_in_the_shared_session(spark: object, real_logs: Path, tmp_path: Path) -> None:
     # spark fixture first: build_session's getOrCreate then reuses the test session
-    r = CliRunner().invoke(main, ["health", str(real_logs / "info"), "--out", str(tmp_path),
-                                  "--master", "local[2]", "--tz", "+08:00", "--window", "hour",
-                                  "--max-discards", "1000000", "--max-undelivered-checks", "-1"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "health",
+            str(real_logs / "info"),
+            "--out",
+            str(tmp_path),
+            "--master",
+            "local[2]",
+            "--tz",
+            "+08:00",
+            "--window",
+            "hour",
+            "--max-discards",
+            "1000000",
+            "--max-undelivered-checks",
+            "-1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["window"] == "hour"
@@ -43,8 +59,19 @@ def test_cli_empty_input_fails_with_a_message(spark: object, tmp_path: Path) -> 
 
 
 def test_job_module_rejects_missing_path_before_starting_spark(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "txmsg_health.job", str(tmp_path / "missing.log"),
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "txmsg_health.job",
+            str(tmp_path / "missing.log"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "no such file or directory" in p.stderr
 
@@ -54,10 +81,22 @@ def test_spark_submit_runs_the_job_file(real_logs: Path, tmp_path: Path) -> None
     submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     p = subprocess.run(
-        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         str(REPO / "spark" / "txmsg_health" / "job.py"),
-         str(real_logs / "debug" / "*.log"), "--out", str(tmp_path), "--no-dashboard"],
-        capture_output=True, text=True, timeout=240, env=env,
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(REPO / "spark" / "txmsg_health" / "job.py"),
+            str(real_logs / "debug" / "*.log"),
+            "--out",
+            str(tmp_path),
+            "--no-dashboard",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     s = json.loads((tmp_path / "summary.json").read_text())
@@ -70,8 +109,9 @@ class _Stop(Exception):
     """Raised by the stand-in for ``build_session``: the test needs the arguments, not a JVM."""
 
 
-def _what_each_entry_point_runs(monkeypatch: pytest.MonkeyPatch, args: list[str]
-                                ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _what_each_entry_point_runs(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The session arguments and job configuration ``txmsg health ARGS`` and
     ``python -m txmsg_health.job ARGS`` end up with (in this process, no Spark)."""
     seen: list[dict[str, Any]] = []
@@ -81,8 +121,9 @@ def _what_each_entry_point_runs(monkeypatch: pytest.MonkeyPatch, args: list[str]
         seen.append({"cfg": real_config(**kw)})
         return seen[-1]["cfg"]
 
-    def session(master: str | None = None, conf: dict[str, str] | None = None, *,
-                fast_start: bool = False) -> object:
+    def session(
+        master: str | None = None, conf: dict[str, str] | None = None, *, fast_start: bool = False
+    ) -> object:
         seen[-1].update(master=master, conf=conf, fast_start=fast_start)
         raise _Stop
 
@@ -96,15 +137,35 @@ def _what_each_entry_point_runs(monkeypatch: pytest.MonkeyPatch, args: list[str]
     return seen[0], seen[1]
 
 
-@pytest.mark.parametrize("extra", [
-    [],
-    ["--follow", "--trigger", "5s"],
-    ["--master", "local[1]", "--window", "hour", "--tz", "+00:00", "--conf", "a.b=c=d",
-     "--max-undelivered-checks", "-1", "--max-discards", "3", "--no-dashboard",
-     "--broker-regex", "(broker-[a-z])", "--parquet-uri", "/tmp/p"],
-])
-def test_both_entry_points_run_the_same_job(monkeypatch: pytest.MonkeyPatch, real_logs: Path,
-                                            tmp_path: Path, extra: list[str]) -> None:
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--follow", "--trigger", "5s"],
+        [
+            "--master",
+            "local[1]",
+            "--window",
+            "hour",
+            "--tz",
+            "+00:00",
+            "--conf",
+            "a.b=c=d",
+            "--max-undelivered-checks",
+            "-1",
+            "--max-discards",
+            "3",
+            "--no-dashboard",
+            "--broker-regex",
+            "(broker-[a-z])",
+            "--parquet-uri",
+            "/tmp/p",
+        ],
+    ],
+)
+def test_both_entry_points_run_the_same_job(
+    monkeypatch: pytest.MonkeyPatch, real_logs: Path, tmp_path: Path, extra: list[str]
+) -> None:
     """One set of options and defaults (the --master default included) for every entry point."""
     args = [str(real_logs / "info"), "--out", str(tmp_path / "o"), *extra]
     cli_run, module_run = _what_each_entry_point_runs(monkeypatch, args)

@@ -11,8 +11,14 @@ import pytest
 from txmsg_health import job
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -23,18 +29,24 @@ def _chromium() -> str:
     return exe
 
 
-def test_dashboard_renders_in_chromium(generated_result: job.JobResult, tmp_path: Path,
-                                       artifacts: Path) -> None:
+def test_dashboard_renders_in_chromium(
+    generated_result: job.JobResult, tmp_path: Path, artifacts: Path
+) -> None:
     exe = _chromium()
     s = generated_result.summary
     html = Path(s["parquet"]).parent / "dashboard.html"
     text = html.read_text()
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "page must not load anything remote"
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), (
+        "page must not load anything remote"
+    )
 
     profile = tmp_path / "profile"
     dom = subprocess.run(
         [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     cards = re.findall(r'<div class="card( never)?" data-group="([^"]+)">', dom)
     assert [g for _, g in cards] == s["flagged"], "flagged groups are shown first, in summary order"
@@ -45,7 +57,7 @@ def test_dashboard_renders_in_chromium(generated_result: job.JobResult, tmp_path
     assert [g for _, g in cards][: len(never)] == never
     assert dom.index('id="never-arrives"') < dom.index("Other flagged groups")
     # several brokers: the flagged groups x brokers matrix, "ok" where a group is healthy
-    matrix = dom[dom.index('id="matrix"'):]
+    matrix = dom[dom.index('id="matrix"') :]
     matrix = matrix[: matrix.index("</table>")]
     assert all(b in matrix for b in s["brokers"])
     assert 'class="good">ok<' in matrix
@@ -65,8 +77,16 @@ def test_dashboard_renders_in_chromium(generated_result: job.JobResult, tmp_path
 
     shot = artifacts / "health_dashboard.png"
     subprocess.run(
-        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,2000",
-         f"--screenshot={shot}", html.as_uri()],
-        capture_output=True, timeout=120, check=True,
+        [
+            exe,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "--window-size=1280,2000",
+            f"--screenshot={shot}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
     )
     assert shot.stat().st_size > 10_000

@@ -24,8 +24,9 @@ def _send(producer: object, topic: str, key: str, state: object) -> str:
     return producer.send_message_in_transaction(msg, lambda m, a: state).msg_id  # type: ignore[attr-defined]
 
 
-def test_job_reads_the_embedded_brokers_logs(spark: object, txmsg_broker_factory: object,
-                                              tmp_path: Path) -> None:
+def test_job_reads_the_embedded_brokers_logs(
+    spark: object, txmsg_broker_factory: object, tmp_path: Path
+) -> None:
     from txmsg_broker.testing import Clients, read_log, unique, wait_until  # noqa: PLC0415 - optional: importorskip above
 
     TS = rocketmq.TransactionStatus
@@ -33,7 +34,8 @@ def test_job_reads_the_embedded_brokers_logs(spark: object, txmsg_broker_factory
     # learns a group; without it the raw clients' groups become check-back targets only at
     # librocketmq's 30 s heartbeat, as on a real broker (docs/rocketmq-facts.md).
     broker = txmsg_broker_factory(  # type: ignore[operator]
-        transaction_log_level="DEBUG", check_max=2, learn_producers_from_sends=True)
+        transaction_log_level="DEBUG", check_max=2, learn_producers_from_sends=True
+    )
     stuck_group, ok_group, topic = unique("HStuckPG"), unique("HOkPG"), unique("HT")
     with Clients(broker.namesrv_addr) as clients:
         stuck = clients.transaction_producer(stuck_group, lambda m: TS.UNKNOWN)
@@ -44,7 +46,8 @@ def test_job_reads_the_embedded_brokers_logs(spark: object, txmsg_broker_factory
         _send(ok, topic, "r", TS.ROLLBACK)
         _send(ok, topic, "u", TS.UNKNOWN)
         wait_until(
-            lambda: read_log(broker.log_dir).count("has been checked too many times") >= 3, timeout=30
+            lambda: read_log(broker.log_dir).count("has been checked too many times") >= 3,
+            timeout=30,
         )
     logs = str(broker.log_dir)
     s = job.run(spark, job.JobConfig(inputs=[logs], out=str(tmp_path))).summary  # type: ignore[arg-type]
@@ -66,6 +69,5 @@ def test_job_reads_the_embedded_brokers_logs(spark: object, txmsg_broker_factory
     assert stuck_group in s["flagged"]
     assert ok_group not in s["flagged"]
     assert set(s["groups"][stuck_group]["addresses"])
-    assert all(
-        a.startswith("127.0.0.1:") for a in st["addresses"])
+    assert all(a.startswith("127.0.0.1:") for a in st["addresses"])
     assert len(stuck_ids) == 3

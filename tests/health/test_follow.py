@@ -48,8 +48,12 @@ def _count(logs: Path) -> int:
 
 def _wait_total(out: Path, logs: Path) -> None:
     want = _count(logs)
-    wait_until(lambda: _total(out) == want, timeout=150, interval=0.3,
-               message=lambda: f"summary.json total {_total(out)} == {want} lines in {logs}")
+    wait_until(
+        lambda: _total(out) == want,
+        timeout=150,
+        interval=0.3,
+        message=lambda: f"summary.json total {_total(out)} == {want} lines in {logs}",
+    )
 
 
 def _follow(run: Callable[[], object], drive: Callable[[], None]) -> object:
@@ -77,7 +81,8 @@ def _follow(run: Callable[[], object], drive: Callable[[], None]) -> object:
 
 
 def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
-        spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "src"
     generate.generate(str(src), 6_000, groups=20, planted=4, seed=5, layout="brokers", gz=True)
     logs, out = tmp_path / "logs", tmp_path / "out"
@@ -97,7 +102,7 @@ def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
         for path, lines in parts.items():
             half, three = len(lines) // 2, 3 * len(lines) // 4
             with path.open("ab") as f:
-                f.write(b"".join(lines[half:three - 1]) + lines[three - 1][:10])
+                f.write(b"".join(lines[half : three - 1]) + lines[three - 1][:10])
                 f.flush()
                 f.write(lines[three - 1][10:])
         for b in brokers:
@@ -116,17 +121,37 @@ def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
     _follow(lambda: follow.follow(spark, cfg), first_run)  # type: ignore[arg-type]
     for path, lines in parts.items():  # written while nothing runs
         with path.open("ab") as f:
-            f.write(b"".join(lines[3 * len(lines) // 4:]))
+            f.write(b"".join(lines[3 * len(lines) // 4 :]))
     # the restart as an operator runs it: the command line (reusing the test session's Spark)
-    res = _follow(lambda: CliRunner().invoke(main, [
-        "health", "--follow", str(logs), "--out", str(out), "--trigger", "1s", "--master", "local[2]"]),
-        lambda: _wait_total(out, logs))
+    res = _follow(
+        lambda: CliRunner().invoke(
+            main,
+            [
+                "health",
+                "--follow",
+                str(logs),
+                "--out",
+                str(out),
+                "--trigger",
+                "1s",
+                "--master",
+                "local[2]",
+            ],
+        ),
+        lambda: _wait_total(out, logs),
+    )
     assert isinstance(res, Result)
     assert res.exit_code == 0, res.output
 
     live_summary = json.loads((out / "summary.json").read_text())
-    batch = job.run(spark, job.JobConfig(inputs=[str(logs)], out=str(tmp_path / "batch"),  # type: ignore[arg-type]
-                                         dashboard=False)).summary
+    batch = job.run(
+        spark,
+        job.JobConfig(
+            inputs=[str(logs)],
+            out=str(tmp_path / "batch"),  # type: ignore[arg-type]
+            dashboard=False,
+        ),
+    ).summary
     assert live_summary["lines"] == batch["lines"]
     assert live_summary["groups"] == batch["groups"]
     assert live_summary["flagged"] == batch["flagged"]
@@ -140,8 +165,10 @@ def test_follow_counts_every_line_once_across_appends_rotation_and_restart(
     assert os.path.islink(out / "metrics_by_window.parquet")
     read = spark.read.parquet  # type: ignore[attr-defined]
     key = ["group", "broker", "window_start"]
-    assert (read(str(out / "metrics_by_window.parquet")).orderBy(*key).collect()
-            == read(batch["parquet"]).orderBy(*key).collect())
+    assert (
+        read(str(out / "metrics_by_window.parquet")).orderBy(*key).collect()
+        == read(batch["parquet"]).orderBy(*key).collect()
+    )
     assert (out / "dashboard.html").is_file()
     assert not [n for n in os.listdir(out) if n.startswith(".summary.")]
 
@@ -152,7 +179,8 @@ def _staged(t: follow.Tailer) -> bytes:
 
 
 def test_tailer_stages_complete_lines_once_through_rotation_and_a_lost_offsets_file(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """No Spark: the tailer alone, including a crash that lost offsets.json's last update."""
     logs, ckpt = tmp_path / "logs" / "broker-a", tmp_path / "ckpt"
     logs.mkdir(parents=True)
@@ -176,5 +204,6 @@ def test_tailer_stages_complete_lines_once_through_rotation_and_a_lost_offsets_f
     t.poll()
     t.poll()
     assert sorted(_staged(t).splitlines()) == sorted(
-        [b"line 1", b"line 2", b"line 3", b"line 4", b"new 1"])
+        [b"line 1", b"line 2", b"line 3", b"line 4", b"new 1"]
+    )
     assert sorted(t.sources().values()) == [str(live), str(live)]

@@ -28,7 +28,8 @@ def _clean_env() -> dict[str, str]:
 
 
 def test_job_in_local_mode_binds_driver_to_loopback_without_the_warning(
-        real_logs: Path, tmp_path: Path) -> None:
+    real_logs: Path, tmp_path: Path
+) -> None:
     """The job's own entry point in a fresh JVM: no warning on stderr, driver on 127.0.0.1."""
     script = textwrap.dedent(f"""
         import json
@@ -40,8 +41,14 @@ def test_job_in_local_mode_binds_driver_to_loopback_without_the_warning(
         print("DRIVER " + json.dumps({{"rc": rc, "host": conf.get("spark.driver.host"),
                                       "bind": conf.get("spark.driver.bindAddress")}}))
     """)
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
-                       env=_clean_env(), cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_clean_env(),
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert WARNING not in p.stderr, p.stderr[-2000:]
     driver = json.loads(p.stdout.split("DRIVER ", 1)[1])
@@ -63,7 +70,9 @@ def test_the_shared_session_driver_is_on_loopback(spark: object) -> None:
 @pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", " local-cluster[2,1,512]"])
 def test_local_masters_get_loopback(master: str) -> None:
     assert loopback.driver_conf(master, {}, {}) == {
-        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
 
 
 @pytest.mark.parametrize("master", [None, "", "spark://h:7077", "yarn", "k8s://https://h:443"])
@@ -71,12 +80,15 @@ def test_other_masters_are_left_alone(master: str | None) -> None:
     assert loopback.driver_conf(master, {}, {}) == {}
 
 
-@pytest.mark.parametrize(("conf", "environ"), [
-    ({"spark.driver.host": "10.0.0.5"}, {}),
-    ({"spark.driver.bindAddress": "0.0.0.0"}, {}),  # noqa: S104 - a user's setting as data: nothing binds
-    ({}, {"SPARK_LOCAL_IP": "10.0.0.5"}),
-    ({}, {"SPARK_LOCAL_HOSTNAME": "myhost"}),
-])
+@pytest.mark.parametrize(
+    ("conf", "environ"),
+    [
+        ({"spark.driver.host": "10.0.0.5"}, {}),
+        ({"spark.driver.bindAddress": "0.0.0.0"}, {}),  # noqa: S104 - a user's setting as data: nothing binds
+        ({}, {"SPARK_LOCAL_IP": "10.0.0.5"}),
+        ({}, {"SPARK_LOCAL_HOSTNAME": "myhost"}),
+    ],
+)
 def test_the_users_choice_wins(conf: dict[str, str], environ: dict[str, str]) -> None:
     assert loopback.driver_conf("local[*]", conf, environ) == {}
 

@@ -26,8 +26,15 @@ def test_counts_match_independent_scan(spark: object, real_logs: Path, tmp_path:
     assert set(s["groups"]) == tx_groups
     for g, c in ref.groups.items():
         got = s["groups"][g]
-        for k in ("unknown", "rollback", "check_unknown", "check_rollback", "check_commit",
-                  "checks", "discarded"):
+        for k in (
+            "unknown",
+            "rollback",
+            "check_unknown",
+            "check_rollback",
+            "check_commit",
+            "checks",
+            "discarded",
+        ):
             assert got[k] == c[k], (g, k)
         assert got["commit"] == ref.commit(g), g
         assert got["transactions_with_unknown"] == len(ref.unknown_ids[g]), g
@@ -38,7 +45,8 @@ def test_counts_match_independent_scan(spark: object, real_logs: Path, tmp_path:
             if gg == g:
                 assert got["addresses"][addr]["unknown"] == counts["unknown"], (g, addr)
                 assert got["addresses"][addr]["checks"] == (
-                    counts["check_unknown"] + counts["check_rollback"] + counts["check_commit"])
+                    counts["check_unknown"] + counts["check_rollback"] + counts["check_commit"]
+                )
 
     # what the real runs did (docs/rocketmq-facts.md): the C++ client's check answers
     # arrive with fromTransactionCheck=false and must still count as checks
@@ -57,7 +65,9 @@ def test_counts_match_independent_scan(spark: object, real_logs: Path, tmp_path:
         assert not any(r.startswith("check_never_arrives") for r in g["reasons"])
 
 
-def test_check_back_never_arrives_on_real_logs(spark: object, real_logs: Path, tmp_path: Path) -> None:
+def test_check_back_never_arrives_on_real_logs(
+    spark: object, real_logs: Path, tmp_path: Path
+) -> None:
     """Two brokers' real logs; on broker-b the producer of RefTxProducerB_102008 went away.
 
     The failure lines are the 4.9.8 broker's own texts (AbstractTransactionalMessageCheckListener
@@ -69,25 +79,34 @@ def test_check_back_never_arrives_on_real_logs(spark: object, real_logs: Path, t
     shutil.copytree(real_logs / "info", a)
     shutil.copytree(real_logs / "debug", b)
     group = "RefTxProducerB_102008"
-    with open(b / "transaction.log", "a", encoding="utf-8") as tx, \
-            open(b / "broker.log", "a", encoding="utf-8") as br:
+    with (
+        open(b / "transaction.log", "a", encoding="utf-8") as tx,
+        open(b / "broker.log", "a", encoding="utf-8") as br,
+    ):
         for sec in (30, 32, 34):
-            tx.write(f"2026-11-22 18:21:{sec} WARN Transaction-msg-check-thread - Check transaction "
-                     f"failed, channel is null. groupId={group}\n")
-            br.write(f"2026-11-22 18:21:{sec} WARN Transaction-msg-check-thread - Check transaction "
-                     f"failed, channel table is empty. groupId={group}\n")
-        br.write("2026-11-22 18:21:36 ERROR Transaction-msg-check-thread - Check transaction failed "
-                 f"because invoke producer exception. group={group}, msgId=7F00000100002A9F0000000000"
-                 "0A8C12, error=org.apache.rocketmq.remoting.exception.RemotingTimeoutException: "
-                 "invokeOnewayImpl tryAcquire semaphore timeout, 10ms, waiting thread nums: 0 "
-                 "semaphoreOnewayValue: 0\n")
+            tx.write(
+                f"2026-11-22 18:21:{sec} WARN Transaction-msg-check-thread - Check transaction "
+                f"failed, channel is null. groupId={group}\n"
+            )
+            br.write(
+                f"2026-11-22 18:21:{sec} WARN Transaction-msg-check-thread - Check transaction "
+                f"failed, channel table is empty. groupId={group}\n"
+            )
+        br.write(
+            "2026-11-22 18:21:36 ERROR Transaction-msg-check-thread - Check transaction failed "
+            f"because invoke producer exception. group={group}, msgId=7F00000100002A9F0000000000"
+            "0A8C12, error=org.apache.rocketmq.remoting.exception.RemotingTimeoutException: "
+            "invokeOnewayImpl tryAcquire semaphore timeout, 10ms, waiting thread nums: 0 "
+            "semaphoreOnewayValue: 0\n"
+        )
     s = _run(spark, [str(tmp_path / "logs")], tmp_path / "out")
     v = s["groups"][group]
     assert (v["no_channel"], v["check_send_failed"], v["undelivered_checks"]) == (3, 1, 4)
     assert s["flagged"][0] == group
     assert v["reasons"][0].startswith(
         "check_never_arrives: no producer of this group was connected when the broker tried to "
-        "check back 3 times")
+        "check back 3 times"
+    )
     assert v["flagged_brokers"] == ["broker-b"]
     assert list(v["brokers"]) == ["broker-b"]
     assert sorted(s["brokers"]) == ["broker-a", "broker-b"]

@@ -61,8 +61,13 @@ STUCK, HEALTHY = "h5-stuck-pg", "h5-healthy-pg"
 TOPICS = {STUCK: "h5-stuck-topic", HEALTHY: "h5-healthy-topic"}
 """Fixed names (each run has a broker of its own): the key of a group in the gRPC logs."""
 STUCK_SENDS = 4
-HEALTHY_ROWS = {**{f"c{i}": S.COMMIT for i in range(10)}, "r0": S.ROLLBACK, "r1": S.ROLLBACK,
-                "u0": S.UNKNOW, "u1": S.UNKNOW}
+HEALTHY_ROWS = {
+    **{f"c{i}": S.COMMIT for i in range(10)},
+    "r0": S.ROLLBACK,
+    "r1": S.ROLLBACK,
+    "u0": S.UNKNOW,
+    "u1": S.UNKNOW,
+}
 EXPECTED_CHECKS = {STUCK: STUCK_SENDS * CHECK_MAX, HEALTHY: 2}
 """Check-backs the broker sends: every stuck transaction ``check_max`` times (then discarded),
 each healthy UNKNOW once (its check commits it)."""
@@ -128,11 +133,15 @@ def run_scenario(backend: str, log_format: int, base: Path) -> Path:
                 )
                 assert result.local_state == state
             testing.wait_until(
-                lambda: _discarded(broker.log_dir, topics[STUCK]) == STUCK_SENDS
-                and healthy.checks >= EXPECTED_CHECKS[HEALTHY],
+                lambda: (
+                    _discarded(broker.log_dir, topics[STUCK]) == STUCK_SENDS
+                    and healthy.checks >= EXPECTED_CHECKS[HEALTHY]
+                ),
                 timeout=60,
-                message=lambda: f"{backend}: discards {_discarded(broker.log_dir, topics[STUCK])}, "
-                f"healthy checks {healthy.checks}",
+                message=lambda: (
+                    f"{backend}: discards {_discarded(broker.log_dir, topics[STUCK])}, "
+                    f"healthy checks {healthy.checks}"
+                ),
             )
             # two more check passes: nothing else is checked
             threading.Event().wait(2 * TIMINGS["check_interval_ms"] / 1000 + 0.3)
@@ -206,7 +215,10 @@ def test_check_backs_counted_at_info_from_the_per_check_line(summaries: dict[str
 
 
 def test_first_phase_rollbacks_over_grpc_are_not_check_answers(summaries: dict[str, Any]) -> None:
-    grpc, remoting = _groups("grpc", summaries["grpc"]), _groups("remoting-5", summaries["remoting-5"])
+    grpc, remoting = (
+        _groups("grpc", summaries["grpc"]),
+        _groups("remoting-5", summaries["remoting-5"]),
+    )
     assert grpc[HEALTHY]["rollback"] == remoting[HEALTHY]["rollback"] == 2
     assert grpc[HEALTHY]["check_rollback"] == 0
     assert grpc[HEALTHY]["checks_histogram"] == remoting[HEALTHY]["checks_histogram"] == {"1": 2}

@@ -98,20 +98,23 @@ def test_conf_value_is_kept(builder: _Builder) -> None:
     assert builder.options[EXECUTOR] == "-Xss4m"
 
 
-def test_spark_defaults_value_is_kept(builder: _Builder, tmp_path: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_spark_defaults_value_is_kept(
+    builder: _Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """spark-submit (which launches the JVM) applies spark-defaults.conf unless the job overrides it."""
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(
-        "# site settings\n\nspark.master  local[4]\nspark.driver.extraJavaOptions   -XX:+UseG1GC -Dsite=1\n")
+        "# site settings\n\nspark.master  local[4]\nspark.driver.extraJavaOptions   -XX:+UseG1GC -Dsite=1\n"
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
     job.build_session("local[2]", fast_start=True)
     assert DRIVER not in builder.options
 
 
-def test_properties_file_of_pyspark_submit_args_is_kept(builder: _Builder, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_properties_file_of_pyspark_submit_args_is_kept(
+    builder: _Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     props = tmp_path / "my.conf"
     props.write_text("spark.driver.extraJavaOptions=-Dmine=1\n")
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--properties-file {props} pyspark-shell")
@@ -129,7 +132,8 @@ def test_a_running_jvm_is_left_alone(builder: _Builder, monkeypatch: pytest.Monk
 
 
 def test_no_master_is_local_unless_spark_submit_chose_one(
-        builder: _Builder, monkeypatch: pytest.MonkeyPatch) -> None:
+    builder: _Builder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     job.build_session(None)
     assert builder.master_url == job.DEFAULT_MASTER
     assert builder.options[DRIVER] == job.JVM_OPTIONS
@@ -161,57 +165,72 @@ def test_settings_without_a_builder() -> None:
 
 def test_spark_defaults_file_parsing(tmp_path: Path) -> None:
     (tmp_path / "spark-defaults.conf").write_text(
-        "# comment\n! comment\n  spark.a   1 2\nspark.b=x\nspark.c:y\nspark.d\n")
+        "# comment\n! comment\n  spark.a   1 2\nspark.b=x\nspark.c:y\nspark.d\n"
+    )
     keys = job.user_spark_keys({"SPARK_CONF_DIR": str(tmp_path)})
     assert {"spark.a", "spark.b", "spark.c", "spark.d"} <= keys
     assert not {"#", "!", "comment", "1", "2"} & keys
-    submit = job.user_spark_keys({"SPARK_CONF_DIR": str(tmp_path / "none"), "PYSPARK_SUBMIT_ARGS":
-                                  "--conf spark.x=1 --conf=spark.y=2 --driver-java-options -Dz "
-                                  "pyspark-shell"})
+    submit = job.user_spark_keys(
+        {
+            "SPARK_CONF_DIR": str(tmp_path / "none"),
+            "PYSPARK_SUBMIT_ARGS": "--conf spark.x=1 --conf=spark.y=2 --driver-java-options -Dz "
+            "pyspark-shell",
+        }
+    )
     assert submit == {"spark.x", "spark.y", DRIVER}
     assert job.user_spark_keys({"SPARK_CONF_DIR": str(tmp_path / "none")}) == frozenset()
 
 
 @pytest.mark.parametrize("master", LOCALS + CLUSTERS)
-def test_every_default_yields_to_spark_defaults_conf(builder: _Builder, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch,
-                                                     master: str) -> None:
+def test_every_default_yields_to_spark_defaults_conf(
+    builder: _Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master: str
+) -> None:
     """Each key the job would set, set instead in spark-defaults.conf: the job leaves it out."""
     defaults = _defaults(master)
     assert {SHUFFLE, UI} <= defaults.keys()
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     (conf_dir / "spark-defaults.conf").write_text(
-        "".join(f"{k}  user-{i}\n" for i, k in enumerate(defaults)))
+        "".join(f"{k}  user-{i}\n" for i, k in enumerate(defaults))
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
     job.build_session(master)
     assert not defaults.keys() & builder.options.keys()
     assert builder.options[TZ] == "UTC"
 
 
-def test_defaults_yield_to_pyspark_submit_args(builder: _Builder, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_defaults_yield_to_pyspark_submit_args(
+    builder: _Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     props = tmp_path / "my.conf"
     props.write_text("spark.sql.adaptive.enabled=true\n")
-    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", f"--conf {SHUFFLE}=64 --conf={UI}=true "
-                                              f"--properties-file {props} pyspark-shell")
+    monkeypatch.setenv(
+        "PYSPARK_SUBMIT_ARGS",
+        f"--conf {SHUFFLE}=64 --conf={UI}=true --properties-file {props} pyspark-shell",
+    )
     job.build_session("local[2]")
     assert SHUFFLE not in builder.options
     assert UI not in builder.options
     assert "spark.sql.adaptive.enabled" not in builder.options
-    assert builder.options["spark.ui.showConsoleProgress"] == "false"  # not set by the user: the job's
+    assert (
+        builder.options["spark.ui.showConsoleProgress"] == "false"
+    )  # not set by the user: the job's
 
 
 @pytest.mark.parametrize("master", [None, "local[2]", *CLUSTERS])
-def test_defaults_yield_to_spark_submit_conf(builder: _Builder, monkeypatch: pytest.MonkeyPatch,
-                                             master: str | None) -> None:
+def test_defaults_yield_to_spark_submit_conf(
+    builder: _Builder, monkeypatch: pytest.MonkeyPatch, master: str | None
+) -> None:
     """spark-submit --conf k=v (or its spark-defaults.conf): the JVM runs with them; the job keeps them."""
     monkeypatch.setattr(loopback, "jvm_running", lambda: True)
     monkeypatch.setattr(loopback, "session_conf", lambda master, conf: {})
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
-    monkeypatch.setattr(job, "running_spark_keys",
-                        lambda: frozenset({SHUFFLE, UI, "spark.sql.files.maxPartitionBytes"}),
-                        raising=False)
+    monkeypatch.setattr(
+        job,
+        "running_spark_keys",
+        lambda: frozenset({SHUFFLE, UI, "spark.sql.files.maxPartitionBytes"}),
+        raising=False,
+    )
     job.build_session(master)
     assert not {SHUFFLE, UI, "spark.sql.files.maxPartitionBytes"} & builder.options.keys()
     assert builder.options["spark.python.sql.dataFrameDebugging.enabled"] == "false"
@@ -275,8 +294,9 @@ def test_running_spark_keys_of_an_active_context(monkeypatch: pytest.MonkeyPatch
     assert job.running_spark_keys({}) == {"spark.master", SHUFFLE, UI}
 
 
-def test_running_spark_keys_of_spark_submits_jvm(monkeypatch: pytest.MonkeyPatch,
-                                                 tmp_path: Path) -> None:
+def test_running_spark_keys_of_spark_submits_jvm(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.setattr(SparkContext, "_ensure_initialized", classmethod(lambda cls: None))
     monkeypatch.setattr(pyspark, "SparkConf", lambda: _Conf({SHUFFLE, "spark.master"}))

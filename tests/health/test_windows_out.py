@@ -14,12 +14,15 @@ UTC = dt.UTC
 
 
 def _table(spark: Any) -> Any:
-    rows = [("g2", "broker-a", dt.datetime(2026, 11, 22, 2, 1, tzinfo=UTC), "minute", 3),
-            ("g1", "broker-b", dt.datetime(2026, 11, 22, 2, 0, tzinfo=UTC), "minute", 1),
-            ("g1", "broker-a", dt.datetime(2026, 11, 22, 2, 5, tzinfo=UTC), "minute", 2),
-            ("g1", "broker-a", dt.datetime(2026, 11, 22, 2, 0, tzinfo=UTC), "minute", 4)]
+    rows = [
+        ("g2", "broker-a", dt.datetime(2026, 11, 22, 2, 1, tzinfo=UTC), "minute", 3),
+        ("g1", "broker-b", dt.datetime(2026, 11, 22, 2, 0, tzinfo=UTC), "minute", 1),
+        ("g1", "broker-a", dt.datetime(2026, 11, 22, 2, 5, tzinfo=UTC), "minute", 2),
+        ("g1", "broker-a", dt.datetime(2026, 11, 22, 2, 0, tzinfo=UTC), "minute", 4),
+    ]
     return spark.createDataFrame(
-        rows, "group string, broker string, window_start timestamp, window string, unknown long")
+        rows, "group string, broker string, window_start timestamp, window string, unknown long"
+    )
 
 
 def _write(spark: Any, uri: str) -> tuple[float, list[dict[str, Any]]]:
@@ -38,8 +41,9 @@ def test_local_destinations_are_written_by_the_driver(spark: Any, tmp_path: Path
     assert local_path(spark, "s3a://bucket/health/w.parquet") is None
 
 
-def test_both_writers_leave_the_same_sorted_table(spark: Any, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_writers_leave_the_same_sorted_table(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     by_driver = tmp_path / "driver.parquet"
     _, rows_driver = _write(spark, str(by_driver))
     monkeypatch.setattr(windows_out, "local_path", lambda *_: None)  # as for hdfs:// or a cluster
@@ -53,12 +57,24 @@ def test_both_writers_leave_the_same_sorted_table(spark: Any, tmp_path: Path,
     assert read(str(by_driver)).collect() == read(str(by_spark)).collect()
     # sorted inside the one part file by group, broker, window start
     assert [(r["group"], r["broker"], r["unknown"]) for r in read(str(by_driver)).collect()] == [
-        ("g1", "broker-a", 4), ("g1", "broker-a", 2), ("g1", "broker-b", 1), ("g2", "broker-a", 3)]
+        ("g1", "broker-a", 4),
+        ("g1", "broker-a", 2),
+        ("g1", "broker-b", 1),
+        ("g2", "broker-a", 3),
+    ]
 
     def key(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        return sorted((r["broker"], r["window_start"].astimezone(UTC).replace(tzinfo=None)
-                       if r["window_start"].tzinfo else r["window_start"], r["unknown"])
-                      for r in rows)
+        return sorted(
+            (
+                r["broker"],
+                r["window_start"].astimezone(UTC).replace(tzinfo=None)
+                if r["window_start"].tzinfo
+                else r["window_start"],
+                r["unknown"],
+            )
+            for r in rows
+        )
+
     assert key(rows_driver) == key(rows_spark)
     assert len(rows_driver) == 3
 

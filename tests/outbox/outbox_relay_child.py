@@ -68,8 +68,13 @@ class HoldAfterSend:
         deliver_at: datetime | float | None = None,
     ) -> Future[SendResult]:
         inner = self.producer.send_async(
-            topic, payload, keys=keys, tags=tags, properties=properties,
-            delay_level=delay_level, deliver_at=deliver_at,
+            topic,
+            payload,
+            keys=keys,
+            tags=tags,
+            properties=properties,
+            delay_level=delay_level,
+            deliver_at=deliver_at,
         )
         return self._held(payload, inner)
 

@@ -42,7 +42,9 @@ def service(
     :class:`Applied` rows in the same database."""
     app = TxMsg(side.config(**(config or {})))
     apps.append(app)
-    outbox = app.add_outbox(group=unique("outbox_pg"), session_factory=db.sessions, **outbox_options)
+    outbox = app.add_outbox(
+        group=unique("outbox_pg"), session_factory=db.sessions, **outbox_options
+    )
     app.add_message_listener(
         apply,
         topic=events,
@@ -58,7 +60,10 @@ def service(
         notes = TxMsg(side.config())
         apps.append(notes)
         notes.add_message_listener(
-            apply, topic=notices, group=unique("outbox_cg_n"), idempotent=True,
+            apply,
+            topic=notices,
+            group=unique("outbox_cg_n"),
+            idempotent=True,
             session_factory=db.sessions,
         )
         notes.start()
@@ -135,7 +140,9 @@ def test_what_the_backend_can_never_send_is_dead_at_once_and_the_rest_flows(
             outbox.send(session, events, "fine/1", sharding_key="fine")
 
         commit(db, write)
-        wait_until(lambda: dead and applied(db.sessions), timeout=90, message="a dead row, a sent one")
+        wait_until(
+            lambda: dead and applied(db.sessions), timeout=90, message="a dead row, a sent one"
+        )
     (event,) = dead
     assert (event.permanent, event.attempts, event.sharding_key) == (True, 1, "poisoned")
     assert event.error.startswith("InvalidMessageError")
@@ -150,7 +157,10 @@ def test_with_the_broker_down_commits_go_on_rows_wait_then_go_in_order(
 ) -> None:
     events = side.ordered_topic()
     app, outbox = service(
-        side, db, apps, events=events,
+        side,
+        db,
+        apps,
+        events=events,
         retry=RetryPolicy(max_attempts=1000, first_delay=0.2, max_delay=1.0),
     )
     with app:

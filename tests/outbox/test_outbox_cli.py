@@ -81,7 +81,8 @@ def test_list_shows_rows_in_send_order_and_dead_ones_alone(service: ModuleType) 
     assert "PENDING  key='a' seq=2" in lines[1]
     dead = json.loads(run("list", "--app", "outbox_app:app", "--dead", "--json").output)
     assert [(d["id"], d["body"], d["attempts"]) for d in dead] == [
-        (ids["a1"], "a1", 1), (ids["b1"], "b1", 1),
+        (ids["a1"], "a1", 1),
+        (ids["b1"], "b1", 1),
     ]
     keyed = json.loads(run("list", "--app", "outbox_app:app", "--key", "a", "--json").output)
     assert [k["body"] for k in keyed] == ["a1", "a2"]
@@ -91,7 +92,9 @@ def test_retry_makes_dead_rows_pending_and_a_relay_sends_them_in_order(
     service: ModuleType,
 ) -> None:
     assert run("retry", "--app", "outbox_app:app").exit_code == 2  # say which rows
-    nothing = CliRunner().invoke(main, ["outbox", "retry", "--app", "outbox_app:app", "--id", "999"])
+    nothing = CliRunner().invoke(
+        main, ["outbox", "retry", "--app", "outbox_app:app", "--id", "999"]
+    )
     assert nothing.exit_code == 1
     assert "no dead row matches" in nothing.output
     out = run("retry", "--app", "outbox_app:app", "--key", "a")
@@ -125,6 +128,8 @@ def test_usage_errors_say_what_to_give(service: ModuleType) -> None:
     neither = CliRunner().invoke(main, ["outbox", "status"])
     assert neither.exit_code == 2
     assert "--app MODULE:ATTR" in neither.output
-    wrong = CliRunner().invoke(main, ["outbox", "status", "--app", "outbox_app:app", "--group", "x"])
+    wrong = CliRunner().invoke(
+        main, ["outbox", "status", "--app", "outbox_app:app", "--group", "x"]
+    )
     assert wrong.exit_code == 1
     assert f"its outboxes: {GROUP}" in wrong.output

@@ -25,7 +25,9 @@ def config(url: str | None) -> TxMsgConfig:
 
 
 def test_the_check_is_registered_and_says_when_there_is_nothing_to_read(tmp_path: Path) -> None:
-    names = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="txmsg.doctor_checks")}
+    names = {
+        ep.name: ep.value for ep in importlib.metadata.entry_points(group="txmsg.doctor_checks")
+    }
     assert names["outbox"] == "txmsg.sqla.outbox.doctor:report"
     ((label, detail, ok),) = report(config(None))
     assert (label, ok) == ("outbox", True)
@@ -36,8 +38,9 @@ def test_the_check_is_registered_and_says_when_there_is_nothing_to_read(tmp_path
 
 
 def test_dead_and_stale_rows_are_advisory_failures(db: Db) -> None:
-    outbox = Outbox(group="doctor-outbox", session_factory=db.sessions,
-                    retry=RetryPolicy(max_attempts=1))
+    outbox = Outbox(
+        group="doctor-outbox", session_factory=db.sessions, retry=RetryPolicy(max_attempts=1)
+    )
     url = db.url_for_cli()
     ((_, detail, ok),) = report(config(url))
     assert (detail, ok) == ("empty: every row sent", True)
@@ -71,8 +74,9 @@ def test_txmsg_doctor_prints_the_outbox_rows(
     with db.sessions() as session, session.begin():
         outbox.send(session, "t", b"x")
     result = CliRunner().invoke(
-        main, ["doctor"], env={"TXMSG_SQLALCHEMY__URL": db.url_for_cli(),
-                               "TXMSG_NAME_SERVER": "127.0.0.1:1"}
+        main,
+        ["doctor"],
+        env={"TXMSG_SQLALCHEMY__URL": db.url_for_cli(), "TXMSG_NAME_SERVER": "127.0.0.1:1"},
     )
     assert result.exit_code == 0, result.output
     assert "outbox checks" in result.output

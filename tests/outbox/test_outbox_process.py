@@ -94,16 +94,22 @@ def child_env(side: Side, db: Db, group: str, **extra: str) -> dict[str, str]:
     return {**os.environ, **app_env(side, db, group, **extra), "PYTHONPATH": path}
 
 
-def consumer(side: Side, db: Db, apps: list[TxMsg], topic: str, group: str | None = None,
-             relay: bool = False) -> tuple[TxMsg, str]:
+def consumer(
+    side: Side, db: Db, apps: list[TxMsg], topic: str, group: str | None = None, relay: bool = False
+) -> tuple[TxMsg, str]:
     """An app consuming ``topic`` in order, idempotently (:class:`Applied` rows); with ``relay``
     also the relay of outbox ``group``.  Returns it and its consumer group."""
     app = TxMsg(side.config())
     apps.append(app)
     cgroup = side.orderly_group()
     app.add_message_listener(
-        apply, topic=topic, group=cgroup, orderly=True, idempotent=True,
-        session_factory=db.sessions, orderly_retry_delay=0.2,
+        apply,
+        topic=topic,
+        group=cgroup,
+        orderly=True,
+        idempotent=True,
+        session_factory=db.sessions,
+        orderly_retry_delay=0.2,
     )
     if relay and group is not None:
         app.add_outbox(group=group, session_factory=db.sessions, poll_interval=0.2)
@@ -126,8 +132,11 @@ def test_a_relay_killed_between_send_and_mark_loses_nothing_and_applies_nothing_
     env = child_env(side, db, group, OUTBOX_HOLD=str(hold), OUTBOX_HOLD_BODY="k/1")
     relay = Proc([sys.executable, str(HERE / "outbox_relay_child.py")], env, tmp_path / "relay.log")
     procs.append(relay)
-    wait_until(lambda: hold.exists() and hold.read_text(), timeout=90,
-               message=lambda: f"the relay to hold k/1 after its send; its output:\n{relay.output()}")
+    wait_until(
+        lambda: hold.exists() and hold.read_text(),
+        timeout=90,
+        message=lambda: f"the relay to hold k/1 after its send; its output:\n{relay.output()}",
+    )
     assert [r.body for r in outbox_rows(db.sessions, group)] == [b"k/1", b"k/2", b"k/3"]
     assert relay.stop(signal.SIGKILL) == -signal.SIGKILL
     # the next relay (with the consumer) finds k/1 unmarked and sends it again
@@ -138,8 +147,11 @@ def test_a_relay_killed_between_send_and_mark_loses_nothing_and_applies_nothing_
             timeout=120,
             message=lambda: f"k/1..3 applied and the outbox empty: {applied(db.sessions)}",
         )
-        wait_until(lambda: duplicates_absorbed(db.sessions, cgroup) >= 1, timeout=60,
-                   message="the copy of k/1 the killed relay had sent, absorbed")
+        wait_until(
+            lambda: duplicates_absorbed(db.sessions, cgroup) >= 1,
+            timeout=60,
+            message="the copy of k/1 the killed relay had sent, absorbed",
+        )
     assert applied(db.sessions) == [("k", "k/1"), ("k", "k/2"), ("k", "k/3")]
 
 
@@ -186,7 +198,11 @@ def test_relay_drain_sends_what_is_due_and_exits(
     write(db, group, topic, ("a", "a/1"), ("a", "a/2"), ("b", "b/1"))
     done = subprocess.run(
         [TXMSG, "outbox", "relay", "--app", "outbox_app:app", "--drain"],
-        env=child_env(side, db, group), cwd=HERE, capture_output=True, text=True, timeout=180,
+        env=child_env(side, db, group),
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{group}: sent 3; unsent 0" in done.stdout
@@ -210,7 +226,9 @@ def outbox_app(
 ) -> Iterator[tuple[ModuleType, str]]:
     """``outbox_app`` imported in this process with its relay in process, two attempts per row."""
     group = unique("outbox_pg")
-    for name, value in app_env(side, db, group, OUTBOX_APP_RELAY="1", OUTBOX_APP_ATTEMPTS="2").items():
+    for name, value in app_env(
+        side, db, group, OUTBOX_APP_RELAY="1", OUTBOX_APP_ATTEMPTS="2"
+    ).items():
         monkeypatch.setenv(name, value)
     sys.modules.pop("outbox_app", None)
     module = importlib.import_module("outbox_app")
@@ -228,8 +246,13 @@ def test_a_row_dead_while_the_broker_was_down_is_replayed_by_txmsg_outbox_retry(
     app: TxMsg = module.app
     cgroup = side.orderly_group()
     app.add_message_listener(
-        apply, topic=topic, group=cgroup, orderly=True, idempotent=True,
-        session_factory=db.sessions, orderly_retry_delay=0.2,
+        apply,
+        topic=topic,
+        group=cgroup,
+        orderly=True,
+        idempotent=True,
+        session_factory=db.sessions,
+        orderly_retry_delay=0.2,
     )
     with app:
         write(db, group, topic, ("k", "k/0"))
@@ -244,8 +267,11 @@ def test_a_row_dead_while_the_broker_was_down_is_replayed_by_txmsg_outbox_retry(
         side.broker.start()
         # the cause is fixed once the clients reach the broker again (a gRPC channel reconnects
         # with a back-off of its own): the operator checks, then retries
-        wait_until(lambda: _can_send(app.producer(group), topic), timeout=180,
-                   message="the producer to reach the restarted broker")
+        wait_until(
+            lambda: _can_send(app.producer(group), topic),
+            timeout=180,
+            message="the producer to reach the restarted broker",
+        )
         out = CliRunner().invoke(
             main, ["outbox", "retry", "--app", "outbox_app:app", "--id", str(event.id)]
         )
@@ -257,4 +283,3 @@ def test_a_row_dead_while_the_broker_was_down_is_replayed_by_txmsg_outbox_retry(
         )
     assert [body for key, body in applied(db.sessions) if key == "k"] == ["k/0", "k/1", "k/2"]
     assert module.outbox.stats().dead == 0
-

@@ -75,8 +75,15 @@ def test_every_copy_carries_the_rows_stable_key_and_its_options(
 ) -> None:
     outbox = outbox_on(db)
     with db.sessions() as session, session.begin():
-        keyed = outbox.send(session, "t", b"k", sharding_key="order-7", keys="o7", tags="PAID",
-                            properties={"p": "v"})
+        keyed = outbox.send(
+            session,
+            "t",
+            b"k",
+            sharding_key="order-7",
+            keys="o7",
+            tags="PAID",
+            properties={"p": "v"},
+        )
         plain = outbox.send(session, "t", b"p", delay_level=3)
     Relay(outbox, scripted_producer(sender)).cycle()
     by_body = {m.body: m for m in sender.sent}
@@ -128,7 +135,10 @@ def test_after_the_last_attempt_a_row_is_dead_logged_hooked_and_retried_by_an_op
     assert sender.bodies() == [b"b1"]
     (event,) = dead
     assert (event.group, event.sharding_key, event.attempts, event.permanent) == (
-        GROUP, "a", 3, False,
+        GROUP,
+        "a",
+        3,
+        False,
     )
     assert event.error == "SendError: no route"
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -168,14 +178,21 @@ def test_what_can_never_be_sent_is_dead_at_once_with_the_reason(
     with db.sessions() as session, session.begin():
         session.execute(
             insert(OutboxMessage).values(
-                outbox=GROUP, message_key="x" * 32, topic="bad topic!", properties={},
-                body=b"b", state="PENDING", attempts=0, next_attempt_at=utcnow(),
+                outbox=GROUP,
+                message_key="x" * 32,
+                topic="bad topic!",
+                properties={},
+                body=b"b",
+                state="PENDING",
+                attempts=0,
+                next_attempt_at=utcnow(),
                 created_at=utcnow(),
             )
         )
     sender.fail = lambda m: (
         InvalidMessageError("topic t is NORMAL, ordered sends need --type FIFO")
-        if m.sharding_key else None
+        if m.sharding_key
+        else None
     )
     dead: list[OutboxDeadEvent] = []
     relay = Relay(outbox, scripted_producer(sender), hooks=[dead.append])
@@ -221,8 +238,17 @@ def test_postgresql_relays_share_rows_without_breaking_a_keys_order(pg: Db) -> N
     shared = ScriptedSender()
     outbox_a = Outbox(group=GROUP, session_factory=pg.sessions, batch_size=2)
     outbox_b = Outbox(group=GROUP, session_factory=pg.sessions, batch_size=10)
-    write(outbox_a, pg, ("a", "a1"), ("b", "b1"), ("c", "c1"), ("a", "a2"), ("b", "b2"),
-          ("c", "c2"), (None, "p1"))
+    write(
+        outbox_a,
+        pg,
+        ("a", "a1"),
+        ("b", "b1"),
+        ("c", "c1"),
+        ("a", "a2"),
+        ("b", "b2"),
+        ("c", "c2"),
+        (None, "p1"),
+    )
     gated = ScriptedSender()
     gated.gate = threading.Event()
     relay_a = Relay(outbox_a, scripted_producer(gated))
@@ -293,8 +319,11 @@ def test_sqlite_one_relay_per_database_the_second_stands_by(sqlite: Db) -> None:
     second_outbox = outbox_on(sqlite, poll_interval=0.05)
     first = first_outbox.start_relay(scripted_producer(first_sender))
     try:
-        wait_until(lambda: (lease := _lease(sqlite)) is not None and lease.owner == first.owner,
-                   timeout=30, message="the first relay's lease")
+        wait_until(
+            lambda: (lease := _lease(sqlite)) is not None and lease.owner == first.owner,
+            timeout=30,
+            message="the first relay's lease",
+        )
         second = second_outbox.start_relay(scripted_producer(second_sender))
         wait_until(lambda: second.state == "standby", timeout=30, message="the second to stand by")
         write(first_outbox, sqlite, ("a", "a1"))
@@ -315,8 +344,11 @@ def test_sqlite_a_dead_relays_lease_is_taken_over_at_once(sqlite: Db) -> None:
     relay.cycle()  # checks the database
     far = utcnow() + timedelta(hours=1)
     with sqlite.sessions() as session, session.begin():
-        session.add(OutboxRelayLease(outbox=GROUP, owner=f"{relay.host}:999999999:gone",
-                                     lease_until=far, since=utcnow()))
+        session.add(
+            OutboxRelayLease(
+                outbox=GROUP, owner=f"{relay.host}:999999999:gone", lease_until=far, since=utcnow()
+            )
+        )
     assert relay._hold_lease()  # the holder's process does not exist: taken over
     with sqlite.sessions() as session, session.begin():
         lease = session.get(OutboxRelayLease, GROUP)

@@ -266,7 +266,9 @@ def test_idle_key_rows_are_purged_and_numbering_goes_on_from_the_rows_left(db: D
         outbox.send(session, "t", b"1", sharding_key="busy")
         outbox.send(session, "t", b"x", sharding_key="idle")
     with db.sessions() as session, session.begin():  # as if the relay had sent "idle"'s row
-        session.execute(OutboxMessage.__table__.delete().where(OutboxMessage.sharding_key == "idle"))
+        session.execute(
+            OutboxMessage.__table__.delete().where(OutboxMessage.sharding_key == "idle")
+        )
     old = utcnow() - timedelta(hours=2)
     with db.sessions() as session, session.begin():
         session.execute(OutboxKey.__table__.update().values(used_at=old))

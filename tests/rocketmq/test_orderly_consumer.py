@@ -109,7 +109,9 @@ def test_false_suspends_only_its_queue_and_hands_the_same_message_again(
     create_topic(txmsg_broker.namesrv_addr, topic)
     poison = "refund-1"
     other = next(
-        k for k in (f"refund-{i}" for i in range(2, 100)) if queue_index(k, QUEUES) != queue_index(poison, QUEUES)
+        k
+        for k in (f"refund-{i}" for i in range(2, 100))
+        if queue_index(k, QUEUES) != queue_index(poison, QUEUES)
     )
     rec = Recorder()
     failures = {"left": 2}

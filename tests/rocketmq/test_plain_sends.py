@@ -72,8 +72,9 @@ def test_every_send_kind_of_a_plain_group_arrives(
         with pytest.raises(InvalidMessageError, match="delay_level"):  # RocketMQ 4: no timers
             producer.send(topic, "x", deliver_at=datetime.now(UTC) + timedelta(seconds=5))
 
-        sync = producer.send(topic, {"kind": "sync"}, keys=["k-1", "k-2"], tags="t1",
-                             properties={"n": 1})
+        sync = producer.send(
+            topic, {"kind": "sync"}, keys=["k-1", "k-2"], tags="t1", properties={"n": 1}
+        )
         assert sync.send_status == "SEND_OK"
         assert sync.message_id
         async_result = producer.send_async(topic, "async").result(10)
@@ -81,16 +82,18 @@ def test_every_send_kind_of_a_plain_group_arrives(
         producer.send_oneway(topic, "oneway")
         batch = producer.send_batch(topic, ["b0", "b1", "b2"], tags="batch")
         assert batch.send_status == "SEND_OK"
-        ordered = [producer.send_orderly(topic, f"o{n}", sharding_key="order-42")
-                   for n in range(3)]
+        ordered = [producer.send_orderly(topic, f"o{n}", sharding_key="order-42") for n in range(3)]
         assert len({r.queue_id for r in ordered}) == 1  # same key, same queue
         sent_delayed = time.monotonic()
         # the fixture broker scales delays by 0.001: level 15 (20 min) waits 1.2 s
         producer.send(topic, "delayed", delay_level=15)
 
         wanted = {b"async", b"oneway", b"b0", b"b1", b"b2", b"o0", b"o1", b"o2", b"delayed"}
-        wait_until(lambda: wanted <= set(inbox.bodies()) and len(inbox.bodies()) >= 10,
-                   timeout=60, message=lambda: f"every send to arrive (got {inbox.bodies()})")
+        wait_until(
+            lambda: wanted <= set(inbox.bodies()) and len(inbox.bodies()) >= 10,
+            timeout=60,
+            message=lambda: f"every send to arrive (got {inbox.bodies()})",
+        )
         first = next(m for m in (inbox.message(b) for b in inbox.bodies()) if m.tags == "t1")
         assert first.json() == {"kind": "sync"}
         assert (first.keys, first.properties["n"]) == ("k-1 k-2", "1")
@@ -152,9 +155,14 @@ def test_an_orderly_listener_parks_a_poison_key_and_the_queue_moves_on(
     def alert(event: ParkedEvent) -> None:
         events.append(event)
 
-    @registry.message_listener(topic=topic, group=consumer, orderly=True,
-                               session_factory=sessions, max_orderly_retries=2,
-                               orderly_retry_delay=0.1)
+    @registry.message_listener(
+        topic=topic,
+        group=consumer,
+        orderly=True,
+        session_factory=sessions,
+        max_orderly_retries=2,
+        orderly_retry_delay=0.1,
+    )
     def settle(message: Message) -> None:
         if message.text() == "poison-1/refund":
             raise ValueError("no liability decision for poison-1")
@@ -169,16 +177,26 @@ def test_an_orderly_listener_parks_a_poison_key_and_the_queue_moves_on(
             producer.send_orderly(topic, f"poison-1/{step}", sharding_key="poison-1")
             for n in range(4):
                 producer.send_orderly(topic, f"order-{n}/{step}", sharding_key=f"order-{n}")
-        wait_until(lambda: len(handled) >= 8 and len(events) == 1, timeout=60,
-                   message=lambda: f"other orders handled, poison parked ({handled}, {events})")
+        wait_until(
+            lambda: len(handled) >= 8 and len(events) == 1,
+            timeout=60,
+            message=lambda: f"other orders handled, poison parked ({handled}, {events})",
+        )
         wait_until(lambda: len(parked_messages(sessions, consumer, "poison-1")) == 2, timeout=30)
     for n in range(4):
         assert [h for h in handled if h.startswith(f"order-{n}/")] == [
-            f"order-{n}/refund", f"order-{n}/close"]
+            f"order-{n}/refund",
+            f"order-{n}/close",
+        ]
     assert not [h for h in handled if h.startswith("poison-1")]
     assert (events[0].group, events[0].sharding_key, events[0].attempts) == (
-        consumer, "poison-1", 2)
+        consumer,
+        "poison-1",
+        2,
+    )
     assert "no liability decision" in events[0].error
     assert [p.message.text() for p in parked_messages(sessions, consumer, "poison-1")] == [
-        "poison-1/refund", "poison-1/close"]
+        "poison-1/refund",
+        "poison-1/close",
+    ]
     engine.dispose()

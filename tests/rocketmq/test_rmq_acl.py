@@ -30,7 +30,12 @@ ACL: dict[str, Any] = {
         {"accessKey": ADMIN[0], "secretKey": ADMIN[1], "admin": True},
         # what a txmsg app needs: PUB|SUB on its topics (SUB: the announcer's heartbeat subscribes)
         # and SUB on its groups (consumer groups, %RETRY%, TXMSG_ANNOUNCE_<producer group>)
-        {"accessKey": APP[0], "secretKey": APP[1], "defaultTopicPerm": "PUB|SUB", "defaultGroupPerm": "SUB"},
+        {
+            "accessKey": APP[0],
+            "secretKey": APP[1],
+            "defaultTopicPerm": "PUB|SUB",
+            "defaultGroupPerm": "SUB",
+        },
     ],
 }
 
@@ -47,9 +52,14 @@ def keys_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _app(broker: Any, tmp_path: Path, registry: ListenerRegistry) -> TxMsg:
-    config, _ = resolve_config(env={**os.environ, "TXMSG_NAME_SERVER": broker.namesrv_addr,
-                                    "TXMSG_CLIENT_LOG_DIR": str(tmp_path / "client-logs"),
-                                    "TXMSG_INSTANCE_PREFIX": "acl"})
+    config, _ = resolve_config(
+        env={
+            **os.environ,
+            "TXMSG_NAME_SERVER": broker.namesrv_addr,
+            "TXMSG_CLIENT_LOG_DIR": str(tmp_path / "client-logs"),
+            "TXMSG_INSTANCE_PREFIX": "acl",
+        }
+    )
     app = TxMsg(config, backend="rocketmq")
     app.include(registry)
     return app
@@ -73,15 +83,21 @@ def test_app_with_keys_from_the_environment_commits_after_check_back_and_consume
             checked.append(message.body)
             return S.COMMIT
 
-    registry.add_message_listener(lambda m: received.append(m.body), topic=topic, group=consumer_group)
+    registry.add_message_listener(
+        lambda m: received.append(m.body), topic=topic, group=consumer_group
+    )
     app = _app(acl_broker, tmp_path, registry)
     assert app.config.access_key == APP[0]
     with app:
         result = app.producer(group).send_in_transaction(topic, b"paid-with-acl")
         assert result.local_state == S.UNKNOW
-        wait_until(lambda: received == [b"paid-with-acl"], timeout=60, message="the checked-back delivery")
+        wait_until(
+            lambda: received == [b"paid-with-acl"], timeout=60, message="the checked-back delivery"
+        )
     assert b"paid-with-acl" in checked
-    refused = [line for line in read_log(acl_broker.log_dir, "broker.log").splitlines() if "(ACL)" in line]
+    refused = [
+        line for line in read_log(acl_broker.log_dir, "broker.log").splitlines() if "(ACL)" in line
+    ]
     assert refused == []  # every client of the app signed, nothing was refused
 
 
@@ -102,7 +118,10 @@ def test_app_with_a_wrong_secret_gets_nothing_through(
         def check_local(self, message: Message) -> S:
             return S.ROLLBACK
 
-    with _app(acl_broker, tmp_path, registry) as app, pytest.raises(SendError, match="access_key/secret_key"):
+    with (
+        _app(acl_broker, tmp_path, registry) as app,
+        pytest.raises(SendError, match="access_key/secret_key"),
+    ):
         app.producer(group).send_in_transaction(topic, b"refused")
     log = read_log(acl_broker.log_dir, "broker.log")
     assert f"Check signature failed for accessKey={APP[0]}" in log
@@ -125,9 +144,28 @@ def test_demo_against_an_acl_broker_is_consistent(acl_broker: Any, tmp_path: Pat
     env = {**os.environ, "TXMSG_ACCESS_KEY": ADMIN[0], "TXMSG_SECRET_KEY": ADMIN[1]}
     env.pop("TXMSG_CONFIG", None)
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("txmsg")), "demo", "--name-server", acl_broker.namesrv_addr,
-         "--orders", "16", "--threads", "4", "--seed", "5", "--timeout", "90", "--workdir", str(tmp_path / "demo")],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False,  # samples/ runs from the checkout
+        [
+            str(Path(sys.executable).with_name("txmsg")),
+            "demo",
+            "--name-server",
+            acl_broker.namesrv_addr,
+            "--orders",
+            "16",
+            "--threads",
+            "4",
+            "--seed",
+            "5",
+            "--timeout",
+            "90",
+            "--workdir",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=False,  # samples/ runs from the checkout
     )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]

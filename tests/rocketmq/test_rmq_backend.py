@@ -203,7 +203,9 @@ def test_consumer_handler_result_maps_to_ack_or_redelivery(backend: Any, txmsg_b
             return message.body == b"ok" or deliveries[message.body] >= 3
 
     stop = backend.subscribe(topic, group, handle, concurrency=2)
-    pool = backend.create_transactional_sender(unique("cp_group"), lambda m: S.COMMIT, check_concurrency=1)
+    pool = backend.create_transactional_sender(
+        unique("cp_group"), lambda m: S.COMMIT, check_concurrency=1
+    )
     for body in (b"ok", b"flaky"):
         pool.send_in_transaction(OutgoingMessage(topic=topic, body=body), lambda m: S.COMMIT)
     wait_until(lambda: deliveries.get(b"flaky", 0) >= 3 and b"ok" in deliveries, timeout=60)
@@ -220,9 +222,13 @@ def test_consumer_moves_a_message_to_the_dlq_after_max_reconsume(
     create_topic(txmsg_broker.namesrv_addr, f"%DLQ%{group}")
     attempts: list[int] = []
     dead: list[Message] = []
-    backend.subscribe(topic, group, lambda m: attempts.append(m.reconsume_times) and False, max_reconsume=2)
+    backend.subscribe(
+        topic, group, lambda m: attempts.append(m.reconsume_times) and False, max_reconsume=2
+    )
     backend.subscribe(f"%DLQ%{group}", unique("dlq_reader"), lambda m: dead.append(m) or True)
-    pool = backend.create_transactional_sender(unique("dp_group"), lambda m: S.COMMIT, check_concurrency=1)
+    pool = backend.create_transactional_sender(
+        unique("dp_group"), lambda m: S.COMMIT, check_concurrency=1
+    )
     pool.send_in_transaction(
         OutgoingMessage(topic=topic, body=b"poison", keys="p-1", properties={"order": "9"}),
         lambda m: S.COMMIT,
@@ -277,7 +283,8 @@ def test_undeclared_topic_reaches_every_instance_then_threads_stick(
     def announced() -> set[str]:
         log = Path(txmsg_broker.log_dir, "broker.log").read_text()
         found = re.findall(
-            r"HeartbeatThread_\d+ - new producer connected, group: TXMSG_ANNOUNCE .*?clientId=([^,]+)", log
+            r"HeartbeatThread_\d+ - new producer connected, group: TXMSG_ANNOUNCE .*?clientId=([^,]+)",
+            log,
         )
         return {cid.split("#", 1)[1] for cid in found}
 
@@ -328,7 +335,11 @@ def test_default_executor_opens_exactly_concurrency_instances_and_runs_that_many
         for i in range(2 * n):  # more pending transactions than instances
             assert producer.send_in_transaction(topic, f"m{i}").local_state is S.UNKNOW
         # Every instance's native thread ends up blocked in one check, so n run at once.
-        wait_until(lambda: listener.running == n, timeout=60, message=lambda: f"{n} checks at once (running {listener.running})")
+        wait_until(
+            lambda: listener.running == n,
+            timeout=60,
+            message=lambda: f"{n} checks at once (running {listener.running})",
+        )
         assert listener.most == n  # never more than the instances (and threads) allow
         s = producer.executor.stats()
         assert (s.threads, s.active, s.rejected, s.caller_ran) == (n, n, 0, 0)
@@ -340,8 +351,12 @@ def test_default_executor_opens_exactly_concurrency_instances_and_runs_that_many
 
 def test_check_concurrency_is_the_number_of_instances(backend: Any) -> None:
     for n in (1, 3):
-        pool = backend.create_transactional_sender(unique("n_group"), lambda m: S.COMMIT, check_concurrency=n)
+        pool = backend.create_transactional_sender(
+            unique("n_group"), lambda m: S.COMMIT, check_concurrency=n
+        )
         assert len(pool.instances) == n
     assert not hasattr(backend, "max_instances_per_group")
     with pytest.raises(ValueError, match="check_concurrency must be"):
-        backend.create_transactional_sender(unique("zero_group"), lambda m: S.COMMIT, check_concurrency=0)
+        backend.create_transactional_sender(
+            unique("zero_group"), lambda m: S.COMMIT, check_concurrency=0
+        )

@@ -157,7 +157,9 @@ def test_printf_hazards_in_names_are_found(text: str, hazard: str | None) -> Non
 
 def test_a_send_to_a_topic_librocketmq_would_crash_on_is_refused() -> None:
     """What the plain sender and the transaction pool check before every send."""
-    with pytest.raises(InvalidNameError, match=r"'%sales' contains '%s'.*rename the topic") as raised:
+    with pytest.raises(
+        InvalidNameError, match=r"'%sales' contains '%s'.*rename the topic"
+    ) as raised:
         refuse_printf_topic("%sales")
     assert (raised.value.kind, raised.value.name) == ("topic", "%sales")
     refuse_printf_topic("100%%sure")
@@ -239,7 +241,9 @@ def test_a_consumer_that_fails_to_start_is_parked_not_destroyed(lib: native.Nati
         first.stop(timeout=5)
 
 
-def test_pull_threads_from_the_configuration_reach_the_client(lib: native.Native, tmp_path: Any) -> None:
+def test_pull_threads_from_the_configuration_reach_the_client(
+    lib: native.Native, tmp_path: Any
+) -> None:
     with pytest.raises(ValidationError, match="pull_threads"):
         TxMsgConfig.model_validate({"pull_threads": 0})
     config = TxMsgConfig.model_validate(

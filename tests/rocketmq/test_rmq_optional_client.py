@@ -15,7 +15,10 @@ SCRIPT = Path(__file__).with_name("no_client_script.py")
 def test_rocketmq_backend_without_its_client_says_what_to_install(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
         env={"PATH": "/usr/bin:/bin", "ROCKETMQ_CLIENT_LOG_DIR": str(tmp_path / "logs")},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -43,7 +46,9 @@ def test_the_wrapper_is_an_optional_dependency() -> None:
     assert extras["rocketmq5"] == [f"txmsg-rocketmq5=={version}"]
     backend = tomllib.loads((root / "plugins/txmsg-rocketmq/pyproject.toml").read_text())["project"]
     assert "rocketmq-client-python==2.0.0" in backend["dependencies"]
-    backend5 = tomllib.loads((root / "plugins/txmsg-rocketmq5/pyproject.toml").read_text())["project"]
+    backend5 = tomllib.loads((root / "plugins/txmsg-rocketmq5/pyproject.toml").read_text())[
+        "project"
+    ]
     assert any(d.startswith("rocketmq-python-client") for d in backend5["dependencies"])
     dev_self = next(d for d in extras["dev"] if d.startswith("txmsg["))
     assert {"rocketmq", "rocketmq5"} <= set(dev_self[len("txmsg[") : -1].split(","))

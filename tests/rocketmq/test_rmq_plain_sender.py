@@ -92,7 +92,9 @@ def test_a_sync_send_arrives_with_keys_tags_properties_and_its_queue(
     assert isinstance(sender, MessageSender)
     inbox = _consume(backend, topic)
     result = sender.send(
-        OutgoingMessage(topic=topic, body=b"one", keys="order-1", tags="paid", properties={"p": "v"})
+        OutgoingMessage(
+            topic=topic, body=b"one", keys="order-1", tags="paid", properties={"p": "v"}
+        )
     )
     assert result.send_status == "SEND_OK"
     assert result.message_id
@@ -119,7 +121,9 @@ def test_same_key_same_queue_in_order_with_the_key_in_its_property(
     for n in range(5):
         for key in keys:
             results[key].append(
-                sender.send(OutgoingMessage(topic=topic, body=f"{key}/{n}".encode(), sharding_key=key))
+                sender.send(
+                    OutgoingMessage(topic=topic, body=f"{key}/{n}".encode(), sharding_key=key)
+                )
             )
     used = set()
     for key, sent in results.items():
@@ -140,9 +144,13 @@ def test_async_sends_complete_their_futures(backend: RocketMQBackend, txmsg_brok
     topic = _topic(txmsg_broker, "pl_async")
     sender = backend.create_sender(unique("pl_pg"))
     inbox = _consume(backend, topic)
-    plain = [sender.send_async(OutgoingMessage(topic=topic, body=f"a{i}".encode())) for i in range(20)]
+    plain = [
+        sender.send_async(OutgoingMessage(topic=topic, body=f"a{i}".encode())) for i in range(20)
+    ]
     ordered = [
-        sender.send_async(OutgoingMessage(topic=topic, body=f"o{i}".encode(), sharding_key="cart-7"))
+        sender.send_async(
+            OutgoingMessage(topic=topic, body=f"o{i}".encode(), sharding_key="cart-7")
+        )
         for i in range(5)
     ]
     assert all(isinstance(f, Future) for f in plain + ordered)
@@ -157,7 +165,9 @@ def test_async_sends_complete_their_futures(backend: RocketMQBackend, txmsg_brok
     assert sender.stats()["pending"] == 0
 
 
-def test_a_refused_send_raises_send_error_sync_and_async(txmsg_broker_factory: Any, tmp_path: Any) -> None:
+def test_a_refused_send_raises_send_error_sync_and_async(
+    txmsg_broker_factory: Any, tmp_path: Any
+) -> None:
     broker = txmsg_broker_factory(auto_create_topics=False)
     be = _backend(broker, tmp_path)
     sender = be.create_sender(unique("pl_pg"))
@@ -184,7 +194,9 @@ def test_oneway_sends_arrive(backend: RocketMQBackend, txmsg_broker: Any) -> Non
     assert inbox.by_body()[b"keyed"].queue_id == queue_index("k9", QUEUES)
 
 
-def test_a_batch_is_stored_together_in_one_queue(backend: RocketMQBackend, txmsg_broker: Any) -> None:
+def test_a_batch_is_stored_together_in_one_queue(
+    backend: RocketMQBackend, txmsg_broker: Any
+) -> None:
     topic = _topic(txmsg_broker, "pl_batch")
     sender = backend.create_sender(unique("pl_pg"))
     inbox = _consume(backend, topic)
@@ -228,7 +240,10 @@ def test_a_delay_level_arrives_late(backend: RocketMQBackend, txmsg_broker: Any)
         (OutgoingMessage(topic="t", body=b"x", delay_level=19), "1..18"),
         (OutgoingMessage(topic="t", body=b""), "empty body"),
         (OutgoingMessage(topic="t", body=b"x", sharding_key=""), "non-empty"),
-        (OutgoingMessage(topic="t", body=b"x", sharding_key="k", delay_level=2), "cannot be delayed"),
+        (
+            OutgoingMessage(topic="t", body=b"x", sharding_key="k", delay_level=2),
+            "cannot be delayed",
+        ),
         (OutgoingMessage(topic="t", body=b"x", properties={"__SHARDINGKEY": "k"}), "reserved"),
     ],
 )
@@ -256,7 +271,9 @@ def test_oversize_and_bad_batches_are_refused_before_sending(backend: RocketMQBa
     with pytest.raises(InvalidMessageError, match="split it"):
         sender.send_batch([OutgoingMessage(topic="t", body=b"x" * (limit // 2)) for _ in range(3)])
     with pytest.raises(InvalidMessageError, match="one topic"):
-        sender.send_batch([OutgoingMessage(topic="t", body=b"x"), OutgoingMessage(topic="u", body=b"x")])
+        sender.send_batch(
+            [OutgoingMessage(topic="t", body=b"x"), OutgoingMessage(topic="u", body=b"x")]
+        )
     with pytest.raises(InvalidMessageError, match="cannot be delayed"):
         sender.send_batch([OutgoingMessage(topic="t", body=b"x", delay_level=1)])
     with pytest.raises(InvalidMessageError, match="one by one"):
@@ -271,7 +288,9 @@ def test_close_waits_for_pending_async_sends(backend: RocketMQBackend, txmsg_bro
     topic = _topic(txmsg_broker, "pl_close")
     sender = backend.create_sender(unique("pl_pg"))
     sender.send(OutgoingMessage(topic=topic, body=b"warm"))  # routes known: sends go out at once
-    futures = [sender.send_async(OutgoingMessage(topic=topic, body=f"c{i}".encode())) for i in range(200)]
+    futures = [
+        sender.send_async(OutgoingMessage(topic=topic, body=f"c{i}".encode())) for i in range(200)
+    ]
     sender.close(timeout=20)
     assert all(f.done() for f in futures)
     assert {f.result().send_status for f in futures} == {"SEND_OK"}

@@ -26,7 +26,9 @@ class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name in BLOCKED or name.startswith("txmsg_rocketmq."):
             self.attempts.append(name)
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked: librocketmq is absent)", name=name)
+            raise ModuleNotFoundError(
+                f"No module named {name!r} (blocked: librocketmq is absent)", name=name
+            )
         return None
 
 
@@ -54,7 +56,9 @@ def main(endpoint: str, topic: str) -> int:
 
     @registry.transactional_listener(group="pg5_isolated", topics=[topic])
     class Listener:
-        def execute_local(self, message: object, arg: LocalTransactionState) -> LocalTransactionState:
+        def execute_local(
+            self, message: object, arg: LocalTransactionState
+        ) -> LocalTransactionState:
             return arg
 
         def check_local(self, message: object) -> LocalTransactionState:
@@ -65,18 +69,28 @@ def main(endpoint: str, topic: str) -> int:
     app.include(registry)
     with app:
         producer = app.producer("pg5_isolated")
-        states = [producer.send_in_transaction(topic, "x", arg=s).local_state.name for s in (S.COMMIT, S.UNKNOW)]
+        states = [
+            producer.send_in_transaction(topic, "x", arg=s).local_state.name
+            for s in (S.COMMIT, S.UNKNOW)
+        ]
         got_check = checked.wait(20)
     proc_maps = Path("/proc/self/maps")
     maps = proc_maps.read_text() if proc_maps.exists() else ""
-    print(json.dumps({
-        "backend": type(app.backend).__module__,
-        "states": states,
-        "checked": got_check,
-        "imported": sorted(m for m in sys.modules if m in BLOCKED or m.startswith("txmsg_rocketmq.")),
-        "attempts": Block.attempts,
-        "librocketmq_mapped": "librocketmq" in maps,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "backend": type(app.backend).__module__,
+                "states": states,
+                "checked": got_check,
+                "imported": sorted(
+                    m for m in sys.modules if m in BLOCKED or m.startswith("txmsg_rocketmq.")
+                ),
+                "attempts": Block.attempts,
+                "librocketmq_mapped": "librocketmq" in maps,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

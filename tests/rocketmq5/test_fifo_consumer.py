@@ -73,7 +73,9 @@ class Recorder:
             return [b for k, b, _ in self.calls if k == key]
 
 
-def test_each_group_in_order_groups_in_parallel(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_each_group_in_order_groups_in_parallel(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic, group = fifo_topic(txmsg_grpc_broker, "F5Order", queues=4)
     sender = backend.create_sender(unique("pg5_fifo"))
     keys = [f"order-{k}" for k in range(8)]
@@ -92,15 +94,20 @@ def test_each_group_in_order_groups_in_parallel(backend: RocketMQ5Backend, txmsg
 def test_false_rehands_the_same_message_and_holds_only_its_group(
     backend: RocketMQ5Backend, txmsg_grpc_broker: Any
 ) -> None:
-    topic, group = fifo_topic(txmsg_grpc_broker, "F5Suspend", queues=1)  # one queue: both groups share it
+    topic, group = fifo_topic(
+        txmsg_grpc_broker, "F5Suspend", queues=1
+    )  # one queue: both groups share it
     sender = backend.create_sender(unique("pg5_susp"))
     for i in range(4):
         for key in ("A", "B"):
             sender.send(OutgoingMessage(topic, f"{key}{i}".encode(), sharding_key=key))
     rec = Recorder(fail={b"A1"})
     backend.subscribe(topic, group, rec, concurrency=2, orderly=True)
-    wait_until(lambda: len(rec.handled("A")) >= 5 and len(rec.handled("B")) >= 4, timeout=60,
-               message="A (with one retry) and B handled")
+    wait_until(
+        lambda: len(rec.handled("A")) >= 5 and len(rec.handled("B")) >= 4,
+        timeout=60,
+        message="A (with one retry) and B handled",
+    )
     assert rec.handled("A") == [b"A0", b"A1", b"A1", b"A2", b"A3"]  # A1 again, A2 only after it
     assert rec.handled("B") == [b"B0", b"B1", b"B2", b"B3"]
     times = {(k, b): t for k, b, t in rec.calls}
@@ -112,7 +119,9 @@ def test_false_rehands_the_same_message_and_holds_only_its_group(
     assert len(rec.calls) == 9  # nothing handled twice besides the refused A1
 
 
-def test_sharding_key_and_message_without_group(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_sharding_key_and_message_without_group(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic, group = fifo_topic(txmsg_grpc_broker, "F5Key", queues=2)
     sender = backend.create_sender(unique("pg5_key"))
     sender.send(OutgoingMessage(topic, b"keyed", sharding_key="tenant-1:order-9"))
@@ -137,6 +146,8 @@ def test_fifo_topic_but_group_not_created_orderly_is_refused(
     backend: RocketMQ5Backend, txmsg_grpc_broker: Any
 ) -> None:
     topic, group = unique("F5NoSubGroup"), unique("F5NoSubGroupCG")
-    create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="FIFO")  # no create_group(orderly=True)
+    create_topic(
+        txmsg_grpc_broker.namesrv_addr, topic, message_type="FIFO"
+    )  # no create_group(orderly=True)
     with pytest.raises(ListenerDefinitionError, match=f"updateSubGroup -g {group} -o true"):
         backend.subscribe(topic, group, Recorder(), orderly=True)

@@ -73,7 +73,9 @@ def message_id_of(result: SendResult) -> str:
 
 
 @pytest.fixture
-def scene(txmsg_grpc_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path) -> Iterator[Scene]:
+def scene(
+    txmsg_grpc_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path
+) -> Iterator[Scene]:
     topic, group, producer_group = unique("F5Crash"), unique("F5CrashCG"), unique("F5CrashPG")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, queues=1, message_type="FIFO")
     create_group(txmsg_grpc_broker.namesrv_addr, group, orderly=True)  # the proxy pops it in order
@@ -83,10 +85,12 @@ def scene(txmsg_grpc_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path
     with engine.begin() as conn:  # ... and this counts every row ever written to it
         conn.execute(text("CREATE TABLE crash_journal_inserts (n INTEGER NOT NULL)"))
         conn.execute(text("INSERT INTO crash_journal_inserts (n) VALUES (0)"))
-        conn.execute(text(
-            "CREATE TRIGGER crash_count_journal AFTER INSERT ON txmsg_orderly_inflight "
-            "BEGIN UPDATE crash_journal_inserts SET n = n + 1; END"
-        ))
+        conn.execute(
+            text(
+                "CREATE TRIGGER crash_count_journal AFTER INSERT ON txmsg_orderly_inflight "
+                "BEGIN UPDATE crash_journal_inserts SET n = n + 1; END"
+            )
+        )
     engine.dispose()
     scene = Scene(
         txmsg_grpc_broker,
@@ -115,7 +119,9 @@ def kill_in_flight(scene: Scene) -> tuple[Child, float]:
     assert scene.journal() == (0, 0)
     first.kill()
     killed_after = time.time() - float(held["at"])
-    assert killed_after < INVISIBLE_S / 2, f"killed {killed_after:.1f} s into the callback: too late"
+    assert killed_after < INVISIBLE_S / 2, (
+        f"killed {killed_after:.1f} s into the callback: too late"
+    )
     assert scene.applied() == []
     print(f"{KEY}/1 killed {killed_after:.1f} s into its callback")
     return scene.start(), float(held["at"])
@@ -127,7 +133,9 @@ def assert_redelivered(scene: Scene, held_at: float) -> None:
     assert attempt == 2, "k/1 not applied on the broker's second hand-out"
     # handed again only when the invisible time of the dead consumer's receive ran out (the
     # receive came a little before the callback started: hence the 1 s slack)
-    assert applied_at - held_at >= INVISIBLE_S - 1, f"redelivered after {applied_at - held_at:.1f} s"
+    assert applied_at - held_at >= INVISIBLE_S - 1, (
+        f"redelivered after {applied_at - held_at:.1f} s"
+    )
     print(f"{KEY}/1 applied {applied_at - held_at:.1f} s after the dead consumer got it")
 
 

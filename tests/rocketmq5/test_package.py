@@ -25,7 +25,9 @@ from txmsg.app import backend_entry_points
 
 INSTALLED = Path(importlib.util.find_spec("rocketmq").origin).parent  # type: ignore[union-attr, arg-type]
 # 2.0.0's rocketmq/__init__.py is the Apache licence header and nothing else
-INIT_2_0_0 = "# Licensed to the Apache Software Foundation (ASF) under one or more\n# (licence header)\n"
+INIT_2_0_0 = (
+    "# Licensed to the Apache Software Foundation (ASF) under one or more\n# (licence header)\n"
+)
 
 
 def _record_hash(dist: str) -> str:
@@ -48,9 +50,19 @@ def init_5x(tmp_path_factory: pytest.TempPathFactory) -> str:
         return on_disk.decode()
     where = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(where),
-         f"{package.CLIENT5}=={package.client_version()}"],
-        check=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "-d",
+            str(where),
+            f"{package.CLIENT5}=={package.client_version()}",
+        ],
+        check=True,
+        timeout=300,
     )
     (wheel,) = where.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
@@ -68,10 +80,10 @@ CHILD = (
     "import importlib.util, pathlib, sys\n"
     "origin = pathlib.Path(importlib.util.find_spec('rocketmq').origin)\n"
     "assert str(origin).startswith(sys.argv[1]), origin\n"
-    "import txmsg_rocketmq5.backend\n"          # the 5.x backend's modules
+    "import txmsg_rocketmq5.backend\n"  # the 5.x backend's modules
     "import txmsg_broker.grpc.stubs as stubs\n"  # the embedded broker's gRPC endpoint
     "assert hasattr(stubs.svc_grpc, 'add_MessagingServiceServicer_to_server')\n"
-    "import rocketmq.client, rocketmq.ffi\n"     # 2.0.0 over librocketmq, beside it
+    "import rocketmq.client, rocketmq.ffi\n"  # 2.0.0 over librocketmq, beside it
     "from txmsg_rocketmq import native\n"
     "from rocketmq import Producer, SimpleConsumer\n"
     "print(rocketmq.client.Producer.__module__, Producer.__module__, SimpleConsumer.__module__)\n"
@@ -79,11 +91,21 @@ CHILD = (
 
 
 @pytest.mark.parametrize("last", ["rocketmq-client-python 2.0.0", "rocketmq-python-client 5.x"])
-def test_both_clients_import_whichever_was_installed_last(last: str, tmp_path: Path, init_5x: str) -> None:
-    site = _copy_with_init(tmp_path, INIT_2_0_0 if last.startswith("rocketmq-client-python") else init_5x)
+def test_both_clients_import_whichever_was_installed_last(
+    last: str, tmp_path: Path, init_5x: str
+) -> None:
+    site = _copy_with_init(
+        tmp_path, INIT_2_0_0 if last.startswith("rocketmq-client-python") else init_5x
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(site)], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(site)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[:2] == ["rocketmq.client", "rocketmq.v5.producer.producer"]
 
@@ -106,9 +128,14 @@ def test_doctor_reports_the_combination_ok() -> None:
 
 
 def test_doctor_check_is_registered_under_a_name_that_is_no_backend() -> None:
-    (ep,) = [e for e in importlib.metadata.entry_points(group="txmsg.doctor_checks")
-             if e.value == "txmsg_rocketmq5.package:report"]
-    assert ep.name not in {b.name for b in backend_entry_points()}  # so it runs whatever the backend
+    (ep,) = [
+        e
+        for e in importlib.metadata.entry_points(group="txmsg.doctor_checks")
+        if e.value == "txmsg_rocketmq5.package:report"
+    ]
+    assert ep.name not in {
+        b.name for b in backend_entry_points()
+    }  # so it runs whatever the backend
 
 
 def test_setup_has_no_reinstall_last_step() -> None:

@@ -79,7 +79,9 @@ def test_a_groups_checks_occupy_only_its_executor_threads(
     release = threading.Event()
     registry = ListenerRegistry()
 
-    @registry.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
+    @registry.transactional_listener(
+        group=group, topics=[topic], executor=ExecutorConfig(concurrency=n)
+    )
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.COMMIT if arg == "commit" else S.UNKNOW

@@ -21,7 +21,9 @@ def test_works_without_librocketmq_and_the_remoting_client(txmsg_grpc_broker: An
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), txmsg_grpc_broker.grpc_endpoint, topic],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -52,4 +54,6 @@ def test_package_imports_no_remoting_client() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] != "txmsg_rocketmq", f"{path.name} imports {name}"
-                assert not name.startswith(("rocketmq.client", "rocketmq.ffi")), f"{path.name} imports {name}"
+                assert not name.startswith(("rocketmq.client", "rocketmq.ffi")), (
+                    f"{path.name} imports {name}"
+                )

@@ -57,12 +57,24 @@ def consume(backend: RocketMQ5Backend, topic: str) -> Seen:
 
 def test_capabilities_say_what_rocketmq5_emulates() -> None:
     caps = capabilities_of(RocketMQ5Backend)
-    assert (caps.oneway, caps.batch, caps.delay_levels, caps.delivery_timestamps, caps.orderly_consumer) == (
-        False, False, True, True, True,
+    assert (
+        caps.oneway,
+        caps.batch,
+        caps.delay_levels,
+        caps.delivery_timestamps,
+        caps.orderly_consumer,
+    ) == (
+        False,
+        False,
+        True,
+        True,
+        True,
     )
 
 
-def test_a_send_reports_its_queue_and_offset(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_a_send_reports_its_queue_and_offset(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     """The 5.x answer names the queue of every send (librocketmq's C API reports it for ordered
     sends only).  That sends of every kind arrive with their tags, keys and properties is the
     contract's (tests/contract/test_sends_contract.py)."""
@@ -70,14 +82,18 @@ def test_a_send_reports_its_queue_and_offset(backend: RocketMQ5Backend, txmsg_gr
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="NORMAL")
     sender = backend.create_sender(unique("pg5_plain"))
     assert isinstance(sender, MessageSender)
-    result = sender.send(OutgoingMessage(topic, b"sync", tags="T", keys="k1 k2", properties={"p": "v"}))
+    result = sender.send(
+        OutgoingMessage(topic, b"sync", tags="T", keys="k1 k2", properties={"p": "v"})
+    )
     assert result.send_status == "SEND_OK"
     assert result.message_id
     assert result.queue_id is not None
     assert result.offset is not None
 
 
-def test_batch_is_sent_one_by_one_in_order(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_batch_is_sent_one_by_one_in_order(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic = unique("P5Batch")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, queues=1, message_type="NORMAL")
     sender = backend.create_sender(unique("pg5_batch"))
@@ -96,15 +112,23 @@ def test_batch_is_sent_one_by_one_in_order(backend: RocketMQ5Backend, txmsg_grpc
         sender.send_batch([])
 
 
-def test_sharding_key_is_the_message_group_same_key_same_queue(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_sharding_key_is_the_message_group_same_key_same_queue(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic = unique("P5Fifo")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, queues=4, message_type="FIFO")
     sender = backend.create_sender(unique("pg5_fifo"))
     queues: dict[str, set[int | None]] = {}
     for i in range(5):
         for key in ("order-1", "order-2", "order-3"):
-            r = sender.send(OutgoingMessage(topic, f"{key}:{i}".encode(), sharding_key=key,
-                                            properties={SHARDING_KEY: "ignored"}))
+            r = sender.send(
+                OutgoingMessage(
+                    topic,
+                    f"{key}:{i}".encode(),
+                    sharding_key=key,
+                    properties={SHARDING_KEY: "ignored"},
+                )
+            )
             queues.setdefault(key, set()).add(r.queue_id)
     assert all(len(q) == 1 and None not in q for q in queues.values())
     seen = consume(backend, topic)
@@ -114,7 +138,9 @@ def test_sharding_key_is_the_message_group_same_key_same_queue(backend: RocketMQ
         assert m.properties.get(SHARDING_KEY, m.sharding_key) == m.sharding_key
 
 
-def test_ordered_send_to_a_normal_topic_is_refused_naming_the_fix(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_ordered_send_to_a_normal_topic_is_refused_naming_the_fix(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic = unique("P5NotFifo")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="NORMAL")
     sender = backend.create_sender(unique("pg5_nf"))
@@ -128,7 +154,9 @@ def test_ordered_send_to_a_normal_topic_is_refused_naming_the_fix(backend: Rocke
         sender.send(OutgoingMessage(topic, b""))
 
 
-def test_delay_level_and_deliver_at_become_delivery_timestamps(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_delay_level_and_deliver_at_become_delivery_timestamps(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic = unique("P5Delay")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="DELAY")
     sender = backend.create_sender(unique("pg5_delay"))
@@ -146,7 +174,9 @@ def test_delay_level_and_deliver_at_become_delivery_timestamps(backend: RocketMQ
         sender.send(OutgoingMessage(topic, b"x", delay_level=1, deliver_at_ms=1))
 
 
-def test_close_waits_for_async_sends_then_refuses_new_ones(backend: RocketMQ5Backend, txmsg_grpc_broker: Any) -> None:
+def test_close_waits_for_async_sends_then_refuses_new_ones(
+    backend: RocketMQ5Backend, txmsg_grpc_broker: Any
+) -> None:
     topic = unique("P5Close")
     create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="NORMAL")
     sender = backend.create_sender(unique("pg5_close"))

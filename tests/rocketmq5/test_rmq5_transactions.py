@@ -59,7 +59,9 @@ def test_names_and_config_select_the_backend(make_app: Any, txmsg_grpc_broker: A
     app = make_app()
     with pytest.raises(InvalidNameError, match="system topic"):
         app.add_transactional_listener(_Committer(), group="pg5_names", topics=["rmq_sys_x"])
-    config = load_config(env={"TXMSG_BACKEND": "rocketmq5", "TXMSG_ENDPOINTS": txmsg_grpc_broker.grpc_endpoint})
+    config = load_config(
+        env={"TXMSG_BACKEND": "rocketmq5", "TXMSG_ENDPOINTS": txmsg_grpc_broker.grpc_endpoint}
+    )
     assert (config.backend, config.endpoints) == ("rocketmq5", txmsg_grpc_broker.grpc_endpoint)
 
 

@@ -42,9 +42,12 @@ def test_record_backed_listener_rolls_back(db: Db) -> None:
     """A business exception answers ROLLBACK (the database transaction was rolled back) unless
     the decorator says execute_exception_state=...; the check-back then agrees: ROLLBACK."""
     assert Transfer(db.sessions).execute_exception_state is S.ROLLBACK
-    assert Transfer(db.sessions).execute_local(
-        message("l-2a"), {"to": "yan", "amount": 4, "fail": True}
-    ) is S.ROLLBACK
+    assert (
+        Transfer(db.sessions).execute_local(
+            message("l-2a"), {"to": "yan", "amount": 4, "fail": True}
+        )
+        is S.ROLLBACK
+    )
 
     registry = ListenerRegistry()
 

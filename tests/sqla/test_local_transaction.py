@@ -158,7 +158,9 @@ def test_stale_in_flight_is_fenced_and_the_business_commit_rolls_back(db: Db) ->
     assert record is not None
     assert record.state is RecordState.IN_FLIGHT
     # in_flight_timeout=0 fences a record touched strictly before now: let the clock pass it
-    wait_until(lambda: utcnow() > record.updated_at, timeout=5, interval=0.001, message="the clock to tick")
+    wait_until(
+        lambda: utcnow() > record.updated_at, timeout=5, interval=0.001, message="the clock to tick"
+    )
     assert check(msg) is S.ROLLBACK
     fenced.set()
     t.join(30)

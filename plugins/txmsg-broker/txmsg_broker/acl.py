@@ -82,7 +82,9 @@ RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 _EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
 _MANAGER = "org.apache.rocketmq.acl.plain.PlainPermissionManager"
 #: first stack frame of each 4.9.8 AclException (RemotingHelper.exceptionSimpleDesc shows it)
-_AT_PARSE = "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)"
+_AT_PARSE = (
+    "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)"
+)
 _AT_NO_KEY = f"{_MANAGER}.validate(PlainPermissionManager.java:664)"
 _AT_UNKNOWN_KEY = f"{_MANAGER}.validate(PlainPermissionManager.java:668)"
 _AT_SIGNATURE = f"{_MANAGER}.validate(PlainPermissionManager.java:684)"
@@ -110,7 +112,9 @@ def _java_order(key: str) -> bytes:
 def signing_content(ext_fields: Mapping[str, str], body: bytes | None) -> bytes:
     """What 4.9.8 signs: the ext field values (without Signature / _UNIQUE_KEY_QUERY) in key order,
     then the body."""
-    keys = sorted((k for k in ext_fields if k not in (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)), key=_java_order)
+    keys = sorted(
+        (k for k in ext_fields if k not in (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)), key=_java_order
+    )
     text = "".join(ext_fields[k] for k in keys)
     return text.encode("utf-8", "surrogatepass") + (body or b"")
 
@@ -128,7 +132,9 @@ def sign_request(
     cmd.ext_fields[ACCESS_KEY] = access_key
     if security_token is not None:
         cmd.ext_fields[SECURITY_TOKEN] = security_token
-    cmd.ext_fields[SIGNATURE] = calc_signature(signing_content(cmd.ext_fields, cmd.body), secret_key)
+    cmd.ext_fields[SIGNATURE] = calc_signature(
+        signing_content(cmd.ext_fields, cmd.body), secret_key
+    )
     return cmd
 
 
@@ -195,7 +201,9 @@ def _heartbeat_consumers(body: bytes | None) -> list[tuple[str | None, list[str 
             raise AclRefused("heartbeat body: a consumerDataSet entry is not an object", _AT_PARSE)
         subs = consumer.get("subscriptionDataSet") or []
         if not isinstance(subs, list) or not all(isinstance(s, dict) for s in subs):
-            raise AclRefused("heartbeat body: subscriptionDataSet is not a list of objects", _AT_PARSE)
+            raise AclRefused(
+                "heartbeat body: subscriptionDataSet is not a list of objects", _AT_PARSE
+            )
         found.append((_text(consumer.get("groupName")), [_text(s.get("topic")) for s in subs]))
     return found
 
@@ -241,7 +249,9 @@ class AccessValidator:
 
     def check(self, cmd: RemotingCommand, remote_addr: str) -> None:
         """Return if ``cmd`` from ``remote_addr`` may pass; raise :class:`AclRefused` otherwise."""
-        needed = needed_resources(cmd)  # parse first, as 4.9.8 (its errors refuse even white addresses)
+        needed = needed_resources(
+            cmd
+        )  # parse first, as 4.9.8 (its errors refuse even white addresses)
         ip = client_ip(remote_addr)
         for _, match in self.config.global_white:
             if match(ip):
@@ -255,7 +265,9 @@ class AccessValidator:
         if account.address_matcher(ip):
             return
         expected = calc_signature(signing_content(cmd.ext_fields, cmd.body), account.secret_key)
-        if not hmac.compare_digest(expected.encode(), cmd.ext_fields.get(SIGNATURE, "").encode("utf-8", "replace")):
+        if not hmac.compare_digest(
+            expected.encode(), cmd.ext_fields.get(SIGNATURE, "").encode("utf-8", "replace")
+        ):
             raise AclRefused(f"Check signature failed for accessKey={access_key}", _AT_SIGNATURE)
         if needed.get(RMQ_SYS_TRACE_TOPIC) == PUB:
             return  # 4.9.8 lets message-trace sends through
@@ -273,7 +285,7 @@ class AccessValidator:
         owned = account.resource_perms
         for resource in java_hashmap_order(needed):
             is_group = resource.startswith(RETRY_PREFIX)
-            name = f"group:{resource[len(RETRY_PREFIX):]}" if is_group else f"topic:{resource}"
+            name = f"group:{resource[len(RETRY_PREFIX) :]}" if is_group else f"topic:{resource}"
             if resource not in owned:
                 default = account.default_group_perm if is_group else account.default_topic_perm
                 if not check_perm(needed[resource], default):

@@ -42,8 +42,14 @@ KEY_MIN_LENGTH = 6  # 4.9.8: "length should longer than 6", i.e. at least 7 char
 
 TOP_KEYS = ("globalWhiteRemoteAddresses", "accounts", "dataVersion")
 ACCOUNT_KEYS = (
-    "accessKey", "secretKey", "whiteRemoteAddress", "admin", "defaultTopicPerm", "defaultGroupPerm",
-    "topicPerms", "groupPerms",
+    "accessKey",
+    "secretKey",
+    "whiteRemoteAddress",
+    "admin",
+    "defaultTopicPerm",
+    "defaultGroupPerm",
+    "topicPerms",
+    "groupPerms",
 )
 
 #: ``match(ip)`` of one address pattern; ``ip`` is the client's address without the port
@@ -87,7 +93,9 @@ def _yaml() -> Any:
     try:
         import yaml  # noqa: PLC0415 - optional: only --acl needs it
     except ImportError:
-        raise AclConfigError("--acl needs PyYAML: pip install 'txmsg-broker[acl]' (or pyyaml)") from None
+        raise AclConfigError(
+            "--acl needs PyYAML: pip install 'txmsg-broker[acl]' (or pyyaml)"
+        ) from None
     return yaml
 
 
@@ -119,16 +127,23 @@ def parse_acl(data: Any, path: str | Path = "<acl>") -> AclConfig:
         )
     unknown = [str(k) for k in data if k not in TOP_KEYS]
     if unknown:
-        raise AclConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(TOP_KEYS)}")
+        raise AclConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(TOP_KEYS)}"
+        )
     white_raw = data.get("globalWhiteRemoteAddresses") or []
     if not isinstance(white_raw, list):
-        raise AclConfigError(f"{where}: globalWhiteRemoteAddresses must be a list of address patterns")
+        raise AclConfigError(
+            f"{where}: globalWhiteRemoteAddresses must be a list of address patterns"
+        )
     global_white = tuple(
-        (str(p), address_matcher(_scalar(p), f"{where}: globalWhiteRemoteAddresses")) for p in white_raw
+        (str(p), address_matcher(_scalar(p), f"{where}: globalWhiteRemoteAddresses"))
+        for p in white_raw
     )
     accounts_raw = data.get("accounts") or []
     if not isinstance(accounts_raw, list):
-        raise AclConfigError(f"{where}: accounts must be a list of accounts (each with accessKey, secretKey, ...)")
+        raise AclConfigError(
+            f"{where}: accounts must be a list of accounts (each with accessKey, secretKey, ...)"
+        )
     accounts: dict[str, Account] = {}
     for index, raw in enumerate(accounts_raw):
         account = _account(raw, f"{where}: account #{index + 1}")
@@ -153,13 +168,17 @@ def _scalar(value: Any) -> str:
 
 def _account(raw: Any, where: str) -> Account:
     if not isinstance(raw, dict):
-        raise AclConfigError(f"{where} must be a mapping with accessKey, secretKey, ...; got {raw!r}")
+        raise AclConfigError(
+            f"{where} must be a mapping with accessKey, secretKey, ...; got {raw!r}"
+        )
     unknown = [str(k) for k in raw if k not in ACCOUNT_KEYS]
     try:
         access_key = _scalar(raw.get("accessKey"))
         where = f"{where} (accessKey {access_key!r})" if access_key else where
         if unknown:
-            raise AclConfigError(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(ACCOUNT_KEYS)}")
+            raise AclConfigError(
+                f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(ACCOUNT_KEYS)}"
+            )
         secret_key = _scalar(raw.get("secretKey"))
         if len(access_key) <= KEY_MIN_LENGTH or len(secret_key) <= KEY_MIN_LENGTH:
             raise AclConfigError(
@@ -176,7 +195,9 @@ def _account(raw: Any, where: str) -> Account:
         for key, prefix in (("groupPerms", RETRY_PREFIX), ("topicPerms", "")):
             entries = raw.get(key) or []
             if not isinstance(entries, list):
-                raise AclConfigError(f"{key} must be a list of 'name=PERM' entries, e.g. - topicA=PUB|SUB")
+                raise AclConfigError(
+                    f"{key} must be a list of 'name=PERM' entries, e.g. - topicA=PUB|SUB"
+                )
             for entry in entries:
                 name, perm = _resource(_scalar(entry), key)
                 perms[prefix + name] = perm
@@ -209,7 +230,9 @@ def parse_perm(word: str, what: str) -> int:
 
 
 def _resource(entry: str, key: str) -> tuple[str, int]:
-    items = [part.strip() for part in entry.split("=") if part]  # StringUtils.split drops empty parts
+    items = [
+        part.strip() for part in entry.split("=") if part
+    ]  # StringUtils.split drops empty parts
     if len(items) != 2 or not items[0]:
         raise AclConfigError(
             f"{key}: cannot read {entry!r}; the expected format is 'name=PERM', for example topicA=SUB"
@@ -279,7 +302,9 @@ def _braces(pattern: str) -> AddressMatcher:
     if ":" in pattern:
         if not pattern.rsplit(":", maxsplit=1)[-1].startswith("{"):
             raise ValueError("the {...} list must be the last group")
-    elif len([p for p in pattern.split(".") if p]) < 4 or not pattern.rsplit(".", maxsplit=1)[-1].startswith("{"):
+    elif len([p for p in pattern.split(".") if p]) < 4 or not pattern.rsplit(".", maxsplit=1)[
+        -1
+    ].startswith("{"):
         raise ValueError("the {...} list must be the last of four octets")
     return _one_of([head + item for item in tail[:-1].split(",") if item])
 

@@ -165,7 +165,9 @@ class Broker:
             msg = fn(msg)
         return self.store.put(msg, defer_sync=defer_sync)
 
-    def put_messages(self, msgs: list[StoredMessage], *, defer_sync: bool = False) -> list[StoredMessage]:
+    def put_messages(
+        self, msgs: list[StoredMessage], *, defer_sync: bool = False
+    ) -> list[StoredMessage]:
         for fn in self.put_filters:
             msgs = [fn(m) for m in msgs]
         return self.store.put_many(msgs, defer_sync=defer_sync)
@@ -223,7 +225,9 @@ class Broker:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            self.logs.broker.error("BrokerControllerScheduledThread1", f"background task failed: {exc!r}")
+            self.logs.broker.error(
+                "BrokerControllerScheduledThread1", f"background task failed: {exc!r}"
+            )
 
     def on_start(self, fn: Callable[[], None]) -> None:
         self._start_callbacks.append(fn)

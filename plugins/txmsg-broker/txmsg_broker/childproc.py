@@ -45,7 +45,11 @@ class ChildProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.console_path, "ab") as console:
             self.proc = subprocess.Popen(  # noqa: S603 - command(): this interpreter and our own options
-                self.command(), stdout=console, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                self.command(),
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

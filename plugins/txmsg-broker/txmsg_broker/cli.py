@@ -23,53 +23,141 @@ from .rawclient import call
 
 
 @click.command("broker")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (routes publish it).")
-@click.option("--broker-ip1", default=None,
-              help="brokerIP1: publish this IP in routes instead of --host (NAT, a fault proxy).")
-@click.option("--namesrv-port", default=9876, show_default=True, type=int, help="Name server port (0 = any free).")
-@click.option("--broker-port", default=10911, show_default=True, type=int, help="Broker port (0 = any free).")
-@click.option("--data-dir", default="./txmsg-broker-data", show_default=True, type=click.Path(path_type=Path))
-@click.option("--log-dir", default="./txmsg-broker-logs", show_default=True, type=click.Path(path_type=Path))
-@click.option("--transaction-timeout-ms", default=6000, show_default=True, type=click.IntRange(1),
-              help="transactionTimeOut: age before a half message is first checked.")
-@click.option("--check-interval-ms", default=60000, show_default=True, type=click.IntRange(1),
-              help="transactionCheckInterval: how often half messages are scanned.")
-@click.option("--check-max", default=15, show_default=True, type=click.IntRange(1),
-              help="transactionCheckMax: checks before a half message is discarded.")
-@click.option("--flush", type=click.Choice(["async", "sync"]), default="async", show_default=True,
-              help="sync: fdatasync before acknowledging each send.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind (routes publish it)."
+)
+@click.option(
+    "--broker-ip1",
+    default=None,
+    help="brokerIP1: publish this IP in routes instead of --host (NAT, a fault proxy).",
+)
+@click.option(
+    "--namesrv-port",
+    default=9876,
+    show_default=True,
+    type=int,
+    help="Name server port (0 = any free).",
+)
+@click.option(
+    "--broker-port", default=10911, show_default=True, type=int, help="Broker port (0 = any free)."
+)
+@click.option(
+    "--data-dir", default="./txmsg-broker-data", show_default=True, type=click.Path(path_type=Path)
+)
+@click.option(
+    "--log-dir", default="./txmsg-broker-logs", show_default=True, type=click.Path(path_type=Path)
+)
+@click.option(
+    "--transaction-timeout-ms",
+    default=6000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="transactionTimeOut: age before a half message is first checked.",
+)
+@click.option(
+    "--check-interval-ms",
+    default=60000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="transactionCheckInterval: how often half messages are scanned.",
+)
+@click.option(
+    "--check-max",
+    default=15,
+    show_default=True,
+    type=click.IntRange(1),
+    help="transactionCheckMax: checks before a half message is discarded.",
+)
+@click.option(
+    "--flush",
+    type=click.Choice(["async", "sync"]),
+    default="async",
+    show_default=True,
+    help="sync: fdatasync before acknowledging each send.",
+)
 @click.option("--auto-create-topics/--no-auto-create-topics", default=True, show_default=True)
-@click.option("--enforce-topic-types/--no-enforce-topic-types", default=True, show_default=True,
-              help="Reject messages whose kind does not match the topic's message.type.")
-@click.option("--learn-producers-from-sends/--no-learn-producers-from-sends", default=False, show_default=True,
-              help="Also learn check-back channels from sends (non-standard; a real broker: heartbeats only).")
-@click.option("--transaction-log-level", type=click.Choice(["DEBUG", "INFO", "WARN", "ERROR"], case_sensitive=False),
-              default="INFO", show_default=True, help="DEBUG makes commits visible in transaction.log.")
-@click.option("--log-format", type=click.Choice(["4", "5"]), default="4", show_default=True,
-              help="transaction.log format of remoting traffic: 4 = RocketMQ 4.9.8 (quoted header, bname); "
-                   "5 = RocketMQ 5.1+ (unquoted, no bname, an INFO line per check-back). gRPC is always 5.")
-@click.option("--delay-scale", default=1.0, show_default=True, type=click.FloatRange(min=0.0001),
-              help="Multiply RocketMQ's delay levels (retry back-off), e.g. 0.01 for tests.")
-@click.option("--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1))
-@click.option("--acl", default=None, type=click.Path(path_type=Path, dir_okay=False),
-              help="Enforce RocketMQ 4.9 ACL from this plain_acl.yml (accounts, PUB/SUB permissions, admin, "
-                   "white addresses; HMAC-SHA1 signatures). Clients then need access_key/secret_key.")
-@click.option("--grpc-port", default=None, type=click.IntRange(0, 65535),
-              help="Also serve RocketMQ 5's gRPC protocol (the proxy's) on this port (0 = any free); "
-                   "needs the `grpc` extra.")
-@click.option("--brokers", default=1, show_default=True, type=click.IntRange(1, 26),
-              help="Several brokers (broker-a, broker-b, ...): one name server process and one process per "
-                   "broker, stores and logs under <data-dir>/<name>, <log-dir>/<name>; ports from --broker-port "
-                   "on (the next free one each); --grpc-port on broker-a only.")
-@click.option("--namesrv-addr", default=None,
-              help="Register with these name servers (host:port[;host:port]) instead of serving one "
-                   "(how --brokers runs each broker).")
+@click.option(
+    "--enforce-topic-types/--no-enforce-topic-types",
+    default=True,
+    show_default=True,
+    help="Reject messages whose kind does not match the topic's message.type.",
+)
+@click.option(
+    "--learn-producers-from-sends/--no-learn-producers-from-sends",
+    default=False,
+    show_default=True,
+    help="Also learn check-back channels from sends (non-standard; a real broker: heartbeats only).",
+)
+@click.option(
+    "--transaction-log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARN", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+    help="DEBUG makes commits visible in transaction.log.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["4", "5"]),
+    default="4",
+    show_default=True,
+    help="transaction.log format of remoting traffic: 4 = RocketMQ 4.9.8 (quoted header, bname); "
+    "5 = RocketMQ 5.1+ (unquoted, no bname, an INFO line per check-back). gRPC is always 5.",
+)
+@click.option(
+    "--delay-scale",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.0001),
+    help="Multiply RocketMQ's delay levels (retry back-off), e.g. 0.01 for tests.",
+)
+@click.option(
+    "--max-message-size", default=4 * 1024 * 1024, show_default=True, type=click.IntRange(1)
+)
+@click.option(
+    "--acl",
+    default=None,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Enforce RocketMQ 4.9 ACL from this plain_acl.yml (accounts, PUB/SUB permissions, admin, "
+    "white addresses; HMAC-SHA1 signatures). Clients then need access_key/secret_key.",
+)
+@click.option(
+    "--grpc-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help="Also serve RocketMQ 5's gRPC protocol (the proxy's) on this port (0 = any free); "
+    "needs the `grpc` extra.",
+)
+@click.option(
+    "--brokers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 26),
+    help="Several brokers (broker-a, broker-b, ...): one name server process and one process per "
+    "broker, stores and logs under <data-dir>/<name>, <log-dir>/<name>; ports from --broker-port "
+    "on (the next free one each); --grpc-port on broker-a only.",
+)
+@click.option(
+    "--namesrv-addr",
+    default=None,
+    help="Register with these name servers (host:port[;host:port]) instead of serving one "
+    "(how --brokers runs each broker).",
+)
 @click.option("--broker-name", default="broker-a", show_default=True)
-@click.option("--rebalance-lock-max-live-time-ms", default=60000, show_default=True, type=click.IntRange(1),
-              help="Lifetime of an orderly consumer's queue lock after its last renewal "
-                   "(Java: -Drocketmq.broker.rebalance.lockMaxLiveTime).")
-@click.option("--register-interval-ms", default=30000, show_default=True, type=click.IntRange(1000),
-              help="With --namesrv-addr: how often the broker registers again (registerNameServerPeriod).")
+@click.option(
+    "--rebalance-lock-max-live-time-ms",
+    default=60000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Lifetime of an orderly consumer's queue lock after its last renewal "
+    "(Java: -Drocketmq.broker.rebalance.lockMaxLiveTime).",
+)
+@click.option(
+    "--register-interval-ms",
+    default=30000,
+    show_default=True,
+    type=click.IntRange(1000),
+    help="With --namesrv-addr: how often the broker registers again (registerNameServerPeriod).",
+)
 def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
     options["transaction_log_level"] = str(options["transaction_log_level"]).upper()
@@ -110,13 +198,20 @@ def _serve_cluster(count: int, options: dict[str, Any]) -> None:
     """``--brokers N``: start the cluster's processes, print every address, stop them on SIGINT/SIGTERM."""
     if options.get("namesrv_addr"):
         raise click.UsageError("--brokers starts its own name server; leave out --namesrv-addr")
-    fixed = {k: options.pop(k) for k in ("data_dir", "log_dir", "host", "namesrv_port", "broker_port")}
+    fixed = {
+        k: options.pop(k) for k in ("data_dir", "log_dir", "host", "namesrv_port", "broker_port")
+    }
     options.pop("namesrv_addr", None)
     options.pop("broker_name", None)
     settings = {k: v for k, v in options.items() if v is not None}
     cluster = BrokerCluster(
-        fixed["data_dir"], fixed["log_dir"], brokers=count, host=fixed["host"],
-        namesrv_port=fixed["namesrv_port"], broker_port=fixed["broker_port"], **settings,
+        fixed["data_dir"],
+        fixed["log_dir"],
+        brokers=count,
+        host=fixed["host"],
+        namesrv_port=fixed["namesrv_port"],
+        broker_port=fixed["broker_port"],
+        **settings,
     )
     stop = {"now": False}
 
@@ -153,9 +248,12 @@ def _serve_cluster(count: int, options: dict[str, Any]) -> None:
 @click.command("namesrv")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9876, show_default=True, type=int, help="0 = any free port.")
-@click.option("--log-dir", default="./txmsg-namesrv-logs", show_default=True, type=click.Path(path_type=Path))
+@click.option(
+    "--log-dir", default="./txmsg-namesrv-logs", show_default=True, type=click.Path(path_type=Path)
+)
 def namesrv(host: str, port: int, log_dir: Path) -> None:
     """Run a stand-alone name server (brokers register with it; used by ``txmsg broker --brokers N``)."""
+
     async def serve() -> None:
         server = NameServer(host, port, log_dir)
         await server.start()
@@ -171,12 +269,18 @@ def namesrv(host: str, port: int, log_dir: Path) -> None:
     try:
         asyncio.run(serve())
     except OSError as exc:
-        raise click.ClickException(f"cannot start the name server: {exc}; choose another --port") from exc
+        raise click.ClickException(
+            f"cannot start the name server: {exc}; choose another --port"
+        ) from exc
 
 
 # --- topic admin ---------------------------------------------------------------------------------
 def _call(
-    addr: str, code: int, ext: dict[str, str], timeout: float = 5.0, credentials: tuple[str, str] | None = None
+    addr: str,
+    code: int,
+    ext: dict[str, str],
+    timeout: float = 5.0,
+    credentials: tuple[str, str] | None = None,
 ) -> tuple[int, str, bytes]:
     response = call(addr, code, ext, timeout=timeout, credentials=credentials)
     return response.code, response.remark or "", response.body
@@ -189,7 +293,9 @@ def _masters(namesrv: str) -> list[str]:
     except OSError as exc:
         raise click.ClickException(f"cannot reach the name server at {namesrv}: {exc}") from exc
     if code != SUCCESS:
-        raise click.ClickException(f"name server {namesrv} refused cluster info (code {code}): {remark}")
+        raise click.ClickException(
+            f"name server {namesrv} refused cluster info (code {code}): {remark}"
+        )
     try:
         info = fastjson.loads(body)
         masters = [
@@ -211,16 +317,35 @@ def topic() -> None:
 
 @topic.command("create")
 @click.argument("name")
-@click.option("--type", "message_type", type=click.Choice(["NORMAL", "TRANSACTION", "FIFO", "DELAY", "MIXED"],
-              case_sensitive=False), default=None, help="RocketMQ 5 message.type attribute.")
+@click.option(
+    "--type",
+    "message_type",
+    type=click.Choice(["NORMAL", "TRANSACTION", "FIFO", "DELAY", "MIXED"], case_sensitive=False),
+    default=None,
+    help="RocketMQ 5 message.type attribute.",
+)
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help="Name server address.")
 @click.option("--queues", default=4, show_default=True, type=click.IntRange(1, 1024))
-@click.option("--access-key", envvar="TXMSG_ACCESS_KEY", default=None,
-              help="ACL: an admin account's access key (default $TXMSG_ACCESS_KEY).")
-@click.option("--secret-key", envvar="TXMSG_SECRET_KEY", default=None, show_envvar=False,
-              help="ACL: its secret key (default $TXMSG_SECRET_KEY).")
+@click.option(
+    "--access-key",
+    envvar="TXMSG_ACCESS_KEY",
+    default=None,
+    help="ACL: an admin account's access key (default $TXMSG_ACCESS_KEY).",
+)
+@click.option(
+    "--secret-key",
+    envvar="TXMSG_SECRET_KEY",
+    default=None,
+    show_envvar=False,
+    help="ACL: its secret key (default $TXMSG_SECRET_KEY).",
+)
 def create_topic(
-    name: str, message_type: str | None, namesrv: str, queues: int, access_key: str | None, secret_key: str | None
+    name: str,
+    message_type: str | None,
+    namesrv: str,
+    queues: int,
+    access_key: str | None,
+    secret_key: str | None,
 ) -> None:
     """Create or update topic NAME on every master broker (like ``mqadmin updateTopic``)."""
     keys = (access_key, secret_key) if access_key and secret_key else None
@@ -243,10 +368,14 @@ def create_topic(
         except OSError as exc:
             raise click.ClickException(f"cannot reach broker {addr}: {exc}") from exc
         if code != SUCCESS:
-            raise click.ClickException(f"broker {addr} refused to create {name} (code {code}): {remark}")
+            raise click.ClickException(
+                f"broker {addr} refused to create {name} (code {code}): {remark}"
+            )
         click.echo(f"create topic to {addr} success.")
     suffix = f" message.type={message_type.upper()}" if message_type else ""
-    click.echo(f"TopicConfig [topicName={name}, readQueueNums={queues}, writeQueueNums={queues}{suffix}]")
+    click.echo(
+        f"TopicConfig [topicName={name}, readQueueNums={queues}, writeQueueNums={queues}{suffix}]"
+    )
 
 
 # --- consumer group admin --------------------------------------------------------------------------
@@ -257,16 +386,34 @@ def group() -> None:
 
 @group.command("create")
 @click.argument("name")
-@click.option("--orderly/--no-orderly", default=False, show_default=True,
-              help="consumeMessageOrderly: a RocketMQ 5 proxy delivers a FIFO topic in order only to such a group.")
+@click.option(
+    "--orderly/--no-orderly",
+    default=False,
+    show_default=True,
+    help="consumeMessageOrderly: a RocketMQ 5 proxy delivers a FIFO topic in order only to such a group.",
+)
 @click.option("--retry-max-times", default=16, show_default=True, type=click.IntRange(0, 1000))
 @click.option("--namesrv", default="127.0.0.1:9876", show_default=True, help="Name server address.")
-@click.option("--access-key", envvar="TXMSG_ACCESS_KEY", default=None,
-              help="ACL: an admin account's access key (default $TXMSG_ACCESS_KEY).")
-@click.option("--secret-key", envvar="TXMSG_SECRET_KEY", default=None, show_envvar=False,
-              help="ACL: its secret key (default $TXMSG_SECRET_KEY).")
+@click.option(
+    "--access-key",
+    envvar="TXMSG_ACCESS_KEY",
+    default=None,
+    help="ACL: an admin account's access key (default $TXMSG_ACCESS_KEY).",
+)
+@click.option(
+    "--secret-key",
+    envvar="TXMSG_SECRET_KEY",
+    default=None,
+    show_envvar=False,
+    help="ACL: its secret key (default $TXMSG_SECRET_KEY).",
+)
 def create_group(
-    name: str, orderly: bool, retry_max_times: int, namesrv: str, access_key: str | None, secret_key: str | None
+    name: str,
+    orderly: bool,
+    retry_max_times: int,
+    namesrv: str,
+    access_key: str | None,
+    secret_key: str | None,
 ) -> None:
     """Create or update consumer group NAME on every master broker (like ``mqadmin updateSubGroup``)."""
     from .subscription_groups import UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, group_config_body  # noqa: PLC0415 - admin only
@@ -275,7 +422,9 @@ def create_group(
     body = group_config_body(name, orderly=orderly, retry_max_times=retry_max_times)
     for addr in _masters(namesrv):
         try:
-            response = call(addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, timeout=5.0, credentials=keys)
+            response = call(
+                addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, timeout=5.0, credentials=keys
+            )
         except OSError as exc:
             raise click.ClickException(f"cannot reach broker {addr}: {exc}") from exc
         if response.code != SUCCESS:
@@ -283,4 +432,6 @@ def create_group(
                 f"broker {addr} refused to create group {name} (code {response.code}): {response.remark}"
             )
         click.echo(f"create subscription group to {addr} success.")
-    click.echo(f"SubscriptionGroupConfig [groupName={name}, consumeMessageOrderly={str(orderly).lower()}]")
+    click.echo(
+        f"SubscriptionGroupConfig [groupName={name}, consumeMessageOrderly={str(orderly).lower()}]"
+    )

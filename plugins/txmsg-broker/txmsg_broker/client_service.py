@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 
-def register_producer(broker: Broker, group: str, conn: Connection, thread: str, client_id: str | None = None) -> None:
+def register_producer(
+    broker: Broker, group: str, conn: Connection, thread: str, client_id: str | None = None
+) -> None:
     """Register a producer channel, logging the real broker's line the first time."""
     channel = broker.clients.register_producer(group, conn, client_id)
     if channel is not None:
@@ -29,10 +31,16 @@ def register_producer(broker: Broker, group: str, conn: Connection, thread: str,
         )
 
 
-def learn_producer_from_request(broker: Broker, group: str, conn: Connection, thread: Callable[[], str]) -> None:
+def learn_producer_from_request(
+    broker: Broker, group: str, conn: Connection, thread: Callable[[], str]
+) -> None:
     """The opt-in shortcut of sends / END_TRANSACTION: register ``conn`` for ``group`` when
     ``learn_producers_from_sends`` is on (a real broker learns producers from HEART_BEAT only)."""
-    if group and broker.config.learn_producers_from_sends and conn not in broker.clients.producers.get(group, ()):
+    if (
+        group
+        and broker.config.learn_producers_from_sends
+        and conn not in broker.clients.producers.get(group, ())
+    ):
         register_producer(broker, group, conn, thread())
 
 
@@ -43,7 +51,11 @@ def install(broker: Broker) -> None:
     async def heartbeat(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
             data: Any = json.loads(cmd.body or b"{}")
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        except (
+            UnicodeDecodeError,
+            ValueError,
+            RecursionError,
+        ) as exc:  # RecursionError: nested too deep
             return cmd.error(SYSTEM_ERROR, f"heartbeat body is not valid JSON: {exc}")
         if not isinstance(data, dict):
             return cmd.error(SYSTEM_ERROR, "heartbeat body must be a JSON object")

@@ -82,7 +82,9 @@ class ClientRegistry:
                 log.exception("client listener failed")
 
     # -- producers ------------------------------------------------------------------------------
-    def register_producer(self, group: str, conn: Connection, client_id: str | None = None) -> ClientChannel | None:
+    def register_producer(
+        self, group: str, conn: Connection, client_id: str | None = None
+    ) -> ClientChannel | None:
         """Register (or refresh) a producer channel; returns the channel if it is new."""
         if conn.closed or not group:
             return None
@@ -157,7 +159,9 @@ class ClientRegistry:
             if old is None or old.sub_string != new.sub_string:
                 changed = True
             info.subscriptions[topic] = new
-        self._fire("consumer_changed" if (new_channel or changed) else "consumer_registered", group, conn)
+        self._fire(
+            "consumer_changed" if (new_channel or changed) else "consumer_registered", group, conn
+        )
         return info, new_channel, changed
 
     def unregister_consumer(self, group: str, conn: Connection) -> bool:

@@ -31,7 +31,9 @@ NAMESRV_READY = re.compile(r"txmsg namesrv accepting connections: (\S+):(\d+)")
 def broker_names(count: int) -> list[str]:
     """``broker-a``, ``broker-b``, ... (the names RocketMQ's sample configurations use)."""
     if not 1 <= count <= len(string.ascii_lowercase):
-        raise ValueError(f"brokers must be between 1 and {len(string.ascii_lowercase)}, got {count}")
+        raise ValueError(
+            f"brokers must be between 1 and {len(string.ascii_lowercase)}, got {count}"
+        )
     return [f"broker-{letter}" for letter in string.ascii_lowercase[:count]]
 
 
@@ -53,7 +55,9 @@ class NamesrvProcess(ChildProcess):
 
     what = "name server"
 
-    def __init__(self, log_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike[str], *, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         super().__init__(log_dir)
         self.host = host
         self.port = port
@@ -64,8 +68,16 @@ class NamesrvProcess(ChildProcess):
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "txmsg_broker", "namesrv",
-            "--host", self.host, "--port", str(self.port), "--log-dir", str(self.log_dir),
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "namesrv",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--log-dir",
+            str(self.log_dir),
         ]
 
     def start(self, timeout: float = 30.0) -> NamesrvProcess:
@@ -108,7 +120,12 @@ class BrokerCluster:
             port = broker_port if index == 0 else 0  # the others: chosen by start()
             self.brokers.append(
                 BrokerProcess(
-                    self.data_dir / name, self.log_dir / name, host=host, broker_port=port, **settings, **extra
+                    self.data_dir / name,
+                    self.log_dir / name,
+                    host=host,
+                    broker_port=port,
+                    **settings,
+                    **extra,
                 )
             )
 

@@ -125,7 +125,9 @@ class RemotingCommand:
         oneway: bool = False,
     ) -> RemotingCommand:
         ext = {k: _ext_str(v) for k, v in (ext_fields or {}).items()}
-        return cls(code=code, opaque=opaque, flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext, body=body)
+        return cls(
+            code=code, opaque=opaque, flag=FLAG_ONEWAY if oneway else 0, ext_fields=ext, body=body
+        )
 
     def response(
         self,
@@ -137,7 +139,12 @@ class RemotingCommand:
         """Build the response to this request (echoes opaque, sets the response flag)."""
         ext = {k: _ext_str(v) for k, v in (ext_fields or {}).items()}
         return RemotingCommand(
-            code=code, opaque=self.opaque, flag=FLAG_RESPONSE, remark=remark, ext_fields=ext, body=body
+            code=code,
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            remark=remark,
+            ext_fields=ext,
+            body=body,
         )
 
     def error(self, code: int, remark: str) -> RemotingCommand:
@@ -197,7 +204,9 @@ class RemotingCommand:
     def decode(cls, payload: bytes) -> RemotingCommand:
         """Decode a frame *without* its leading length word (the transport strips it)."""
         if len(payload) < 4:
-            raise DecodeError(f"frame of {len(payload)} bytes is shorter than its header-length word")
+            raise DecodeError(
+                f"frame of {len(payload)} bytes is shorter than its header-length word"
+            )
         (word,) = _WORD.unpack_from(payload, 0)
         serialize_type = word >> 24
         header_len = word & 0xFFFFFF
@@ -233,7 +242,9 @@ class RemotingCommand:
             raise DecodeError("header field 'extFields' must be an object")
         try:
             ext = {str(k): v if type(v) is str else _ext_str(v) for k, v in ext_raw.items()}
-        except RecursionError:  # nesting the parser just accepted can still be too deep to re-serialize
+        except (
+            RecursionError
+        ):  # nesting the parser just accepted can still be too deep to re-serialize
             raise DecodeError("header field 'extFields' is nested too deeply") from None
         remark = header.get("remark")
         language = header.get("language")

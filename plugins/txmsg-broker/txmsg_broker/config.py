@@ -63,13 +63,19 @@ class BrokerConfig:
         if self.flush not in ("sync", "async"):
             raise ValueError(f"flush must be 'sync' or 'async', got {self.flush!r}")
         for name in (
-            "transaction_timeout_ms", "check_interval_ms", "check_max", "max_message_size", "register_interval_ms",
+            "transaction_timeout_ms",
+            "check_interval_ms",
+            "check_max",
+            "max_message_size",
+            "register_interval_ms",
             "rebalance_lock_max_live_time_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if str(self.log_format) not in {str(f) for f in LOG_FORMATS}:
-            raise ValueError(f"log_format must be 4 (RocketMQ 4.9) or 5 (RocketMQ 5.x), got {self.log_format!r}")
+            raise ValueError(
+                f"log_format must be 4 (RocketMQ 4.9) or 5 (RocketMQ 5.x), got {self.log_format!r}"
+            )
         self.log_format = int(self.log_format)
         if self.delay_scale <= 0:
             raise ValueError(f"delay_scale must be positive, got {self.delay_scale}")

@@ -32,7 +32,24 @@ if TYPE_CHECKING:
 
 #: RocketMQ's ``messageDelayLevel`` default, level 1..18
 DELAY_LEVELS_S: tuple[float, ...] = (
-    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
 )
 MAX_DELAY_LEVEL = len(DELAY_LEVELS_S)
 #: the consumer-offset group under which the scheduler records its progress per delay level
@@ -132,7 +149,8 @@ class DelayScheduler:
                         continue
                     except Exception as exc:  # noqa: BLE001 - a bad record must not stop the level forever
                         self.broker.logs.broker.error(
-                            "ScheduleMessageTimerThread", f"delayed delivery of {msg.msg_id} failed: {exc!r}"
+                            "ScheduleMessageTimerThread",
+                            f"delayed delivery of {msg.msg_id} failed: {exc!r}",
                         )
                     break
                 offset = msg.queue_offset + 1

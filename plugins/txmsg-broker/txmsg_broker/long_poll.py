@@ -46,7 +46,9 @@ class LongPolls:
                 if not fut.done():
                     fut.set_result(None)
 
-    async def wait_for_put(self, conn: Connection, topic: str, queue_id: int, timeout_s: float) -> None:
+    async def wait_for_put(
+        self, conn: Connection, topic: str, queue_id: int, timeout_s: float
+    ) -> None:
         """Wait for a put into the queue, the timeout, or the client's disconnect (frees the hold early)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()

@@ -68,7 +68,9 @@ class Membership:
                 SYSTEM_ERROR,
                 f"no consumer for this group, {group}: the consumer must send a heartbeat first",
             )
-        return cmd.response(body=json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode())
+        return cmd.response(
+            body=json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
+        )
 
     def on_client_event(self, event: str, group: str, conn: Connection) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED to the group's consumers when members/subscriptions change."""

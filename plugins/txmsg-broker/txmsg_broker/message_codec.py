@@ -122,7 +122,9 @@ def clone(msg: StoredMessage, **changes: object) -> StoredMessage:
 def properties_to_string(props: dict[str, str]) -> str:
     """``k\\x01v\\x02`` per pair. Pairs with empty keys/values are dropped (CPP would lose them anyway)."""
     return "".join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items() if k and v != ""
+        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}"
+        for k, v in props.items()
+        if k and v != ""
     )
 
 
@@ -198,7 +200,9 @@ def encoded_size(msg: StoredMessage) -> int:
     )
 
 
-def encode_message(msg: StoredMessage, *, topic: str | None = None, queue_id: int | None = None) -> bytes:
+def encode_message(
+    msg: StoredMessage, *, topic: str | None = None, queue_id: int | None = None
+) -> bytes:
     """Encode one record; ``topic``/``queue_id`` override the stored ones (e.g. REAL_TOPIC for checks)."""
     topic_bytes = (msg.topic if topic is None else topic).encode()
     if len(topic_bytes) > MAX_TOPIC_BYTES:
@@ -244,7 +248,9 @@ def encode_message(msg: StoredMessage, *, topic: str | None = None, queue_id: in
     )
 
 
-def decode_message(data: bytes | memoryview, pos: int = 0, *, verify_crc: bool = False) -> tuple[StoredMessage, int]:
+def decode_message(
+    data: bytes | memoryview, pos: int = 0, *, verify_crc: bool = False
+) -> tuple[StoredMessage, int]:
     """Decode the record at ``pos``; returns (message, position after it)."""
     view = memoryview(data)
     if len(view) - pos < FIXED_SIZE + 4:

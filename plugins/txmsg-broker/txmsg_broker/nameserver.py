@@ -41,7 +41,9 @@ THREAD = "RemotingExecutorThread_1"
 class NameServer:
     """Route table + remoting server on one event loop; ``await start()`` / ``await stop()``."""
 
-    def __init__(self, host: str, port: int, log_dir: str | Path, *, expired_ms: int = BROKER_EXPIRED_MS) -> None:
+    def __init__(
+        self, host: str, port: int, log_dir: str | Path, *, expired_ms: int = BROKER_EXPIRED_MS
+    ) -> None:
         self.host = host
         self.routes = RouteTable(expired_ms=expired_ms)
         self.server = RemotingServer("namesrv", host, port)
@@ -62,7 +64,9 @@ class NameServer:
     async def start(self) -> None:
         await self.server.start()
         self._scan = asyncio.get_running_loop().create_task(self._scan_loop())
-        self.log.info("main", f"The Name Server boot success. serializeType=JSON, address {self.addr}")
+        self.log.info(
+            "main", f"The Name Server boot success. serializeType=JSON, address {self.addr}"
+        )
 
     async def stop(self) -> None:
         if self._scan is not None:
@@ -96,7 +100,9 @@ class NameServer:
         except (ValueError, TypeError, AttributeError) as exc:
             return cmd.error(SYSTEM_ERROR, f"unreadable registration body: {exc}")
         if self.routes.register(cluster, name, addr, topics, conn):
-            self.log.info(THREAD, f"new broker registered, {addr} HAServer: {cmd.ext('haServerAddr')}")
+            self.log.info(
+                THREAD, f"new broker registered, {addr} HAServer: {cmd.ext('haServerAddr')}"
+            )
         return cmd.response(ext_fields={"haServerAddr": "", "masterAddr": ""}, body=b'{"table":{}}')
 
     async def _unregister(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

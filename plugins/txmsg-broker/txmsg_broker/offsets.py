@@ -33,7 +33,9 @@ class OffsetHandlers:
             return cmd.response(ext_fields={"offset": str(stored)})
         if self.store.min_offset(topic, queue_id) <= 0:
             return cmd.response(ext_fields={"offset": "0"})
-        return cmd.response(QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return cmd.response(
+            QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+        )
 
     async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
         group = cmd.ext("consumerGroup")

@@ -101,7 +101,9 @@ class PullHandler:
         min_off = self.store.min_offset(topic, queue_id)
         max_off = self.store.max_offset(topic, queue_id)
 
-        def answer(code: int, next_offset: int, body: bytes = b"", remark: str | None = None) -> RemotingCommand:
+        def answer(
+            code: int, next_offset: int, body: bytes = b"", remark: str | None = None
+        ) -> RemotingCommand:
             return cmd.response(
                 code,
                 remark,

@@ -52,7 +52,6 @@ TEST_SETTINGS: dict[str, Any] = {
 }
 
 
-
 class BrokerFactory(Protocol):
     """``factory(**settings)`` → a :class:`BrokerProcess`; ``factory(brokers=2, **settings)`` → a
     :class:`~txmsg_broker.cluster.BrokerCluster` (name server process + broker-a, broker-b processes)."""
@@ -66,9 +65,11 @@ class BrokerFactory(Protocol):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("txmsg_broker").addoption(
-        "--txmsg-log-format", choices=("4", "5"), default="4",
+        "--txmsg-log-format",
+        choices=("4", "5"),
+        default="4",
         help="transaction.log format of the txmsg_broker fixtures' remoting traffic: "
-             "4 = RocketMQ 4.9.8 (default), 5 = RocketMQ 5.1+",
+        "4 = RocketMQ 4.9.8 (default), 5 = RocketMQ 5.1+",
     )
 
 

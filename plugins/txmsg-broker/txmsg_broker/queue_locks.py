@@ -35,7 +35,11 @@ class _Lock:
 def _lock_request(cmd: RemotingCommand) -> tuple[str, str, list[QueueRef]]:
     try:
         data = json.loads(cmd.body or b"{}")
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+    except (
+        UnicodeDecodeError,
+        ValueError,
+        RecursionError,
+    ) as exc:  # RecursionError: nested too deep
         raise ValueError(f"lock body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError("lock body must be a JSON object")
@@ -47,7 +51,13 @@ def _lock_request(cmd: RemotingCommand) -> tuple[str, str, list[QueueRef]]:
     for item in data.get("mqSet") or []:
         if not isinstance(item, dict):
             raise ValueError("every mqSet entry must be an object")
-        mqs.append((str(item.get("topic", "")), str(item.get("brokerName", "")), int(item.get("queueId", 0))))
+        mqs.append(
+            (
+                str(item.get("topic", "")),
+                str(item.get("brokerName", "")),
+                int(item.get("queueId", 0)),
+            )
+        )
     return group, client_id, mqs
 
 
@@ -69,7 +79,9 @@ class QueueLocks:
             if current is None or current.expires < now or current.client_id == client_id:
                 self._locks[key] = _Lock(client_id, now + self.ttl_s)
                 locked.append({"topic": topic, "brokerName": broker_name, "queueId": queue_id})
-        return cmd.response(body=json.dumps({"lockOKMQSet": locked}, separators=(",", ":")).encode())
+        return cmd.response(
+            body=json.dumps({"lockOKMQSet": locked}, separators=(",", ":")).encode()
+        )
 
     async def unlock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, mqs = _lock_request(cmd)

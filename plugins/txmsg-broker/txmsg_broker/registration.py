@@ -61,7 +61,9 @@ class NamesrvLink:
             if self.connected:
                 return
             host, _, port = self.addr.rpartition(":")
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), TIMEOUT_S)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, int(port)), TIMEOUT_S
+            )
             self._writer = writer
             self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
 
@@ -87,7 +89,9 @@ class NamesrvLink:
             if not future.done():
                 future.set_exception(exc)
 
-    def write(self, code: int, ext: dict[str, Any], body: bytes) -> asyncio.Future[RemotingCommand] | None:
+    def write(
+        self, code: int, ext: dict[str, Any], body: bytes
+    ) -> asyncio.Future[RemotingCommand] | None:
         """Write one request now (on the loop thread); the future of its answer, None if not connected."""
         if not self.connected or self._writer is None:
             return None
@@ -154,7 +158,10 @@ class Registrar:
                 "order": cfg.order,
                 "attributes": cfg.attributes,
             }
-        wrapper = {"topicConfigTable": table, "dataVersion": {"timestamp": 0, "counter": len(table)}}
+        wrapper = {
+            "topicConfigTable": table,
+            "dataVersion": {"timestamp": 0, "counter": len(table)},
+        }
         return json.dumps(
             {"topicConfigSerializeWrapper": wrapper, "filterServerList": []}, separators=(",", ":")
         ).encode()
@@ -182,11 +189,14 @@ class Registrar:
         for link, result in zip(self.links, results, strict=True):
             if isinstance(result, BaseException):
                 ok = False
-                self.broker.logs.broker.warn(THREAD, f"registerBroker Exception, {link.addr}: {result!r}")
+                self.broker.logs.broker.warn(
+                    THREAD, f"registerBroker Exception, {link.addr}: {result!r}"
+                )
             elif result.code != SUCCESS:
                 ok = False
                 self.broker.logs.broker.warn(
-                    THREAD, f"registerBroker to {link.addr} refused (code {result.code}): {result.remark}"
+                    THREAD,
+                    f"registerBroker to {link.addr} refused (code {result.code}): {result.remark}",
                 )
         return ok
 

@@ -42,7 +42,9 @@ class RetryHandler:
         group = cmd.ext("group")
         if not group:
             raise ValueError("missing header field 'group'")
-        problem = validate_topic_name(RETRY_PREFIX + group) or validate_topic_name(DLQ_PREFIX + group)
+        problem = validate_topic_name(RETRY_PREFIX + group) or validate_topic_name(
+            DLQ_PREFIX + group
+        )
         if problem is not None:
             raise ValueError(f"consumer group {group!r} cannot name a retry/DLQ topic: {problem}")
         phys = cmd.ext_int("offset")
@@ -61,7 +63,9 @@ class RetryHandler:
             topic = DLQ_PREFIX + group
             cfg, created = self.broker.topics.create_if_absent(topic, 1)
             if created:
-                self.broker.logs.broker.info("SendMessageThread_1", f"create new topic {cfg.describe()}")
+                self.broker.logs.broker.info(
+                    "SendMessageThread_1", f"create new topic {cfg.describe()}"
+                )
             self.broker.logs.broker.info(
                 "SendMessageThread_1",
                 f"send msg to DLQ {topic}, owner group: {group}, reconsumeTimes: {msg.reconsume_times}, "

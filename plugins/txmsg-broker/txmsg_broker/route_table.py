@@ -97,7 +97,9 @@ class RouteTable:
         now = time.time() * 1000 if now_ms is None else now_ms
         previous = self.brokers.get(broker_name)
         new = previous is None or previous.broker_addr != broker_addr
-        self.brokers[broker_name] = BrokerEntry(cluster, broker_name, broker_addr, topics, now, channel)
+        self.brokers[broker_name] = BrokerEntry(
+            cluster, broker_name, broker_addr, topics, now, channel
+        )
         return new
 
     def unregister(self, broker_name: str, broker_addr: str) -> BrokerEntry | None:
@@ -132,7 +134,11 @@ class RouteTable:
             "orderTopicConf": None,
             "queueDatas": [e.topics[topic].to_json() for e in holders],
             "brokerDatas": [
-                {"cluster": e.cluster, "brokerName": e.broker_name, "brokerAddrs": {"0": e.broker_addr}}
+                {
+                    "cluster": e.cluster,
+                    "brokerName": e.broker_name,
+                    "brokerAddrs": {"0": e.broker_addr},
+                }
                 for e in holders
             ],
             "filterServerTable": {},

@@ -106,7 +106,9 @@ def install(broker: Broker) -> None:
     threads = ThreadNames("SendMessageThread_", 2)
     config = broker.config
 
-    def resolve(topic: str, conn: Connection, default_topic: str, default_queues: int) -> TopicConfig | None:
+    def resolve(
+        topic: str, conn: Connection, default_topic: str, default_queues: int
+    ) -> TopicConfig | None:
         """The topic, created on this first send if the default topic allows it (4.9.8 ``msgCheck``).
 
         ``default_topic``/``default_queues`` are the request's (librocketmq: TBW102, 4).  The new
@@ -116,14 +118,18 @@ def install(broker: Broker) -> None:
         if cfg is not None or topic.startswith("%"):
             return cfg
         thread = threads.next()
-        broker.logs.broker.warn(thread, f"the topic {topic} not exist, producer: /{conn.remote_addr}")
+        broker.logs.broker.warn(
+            thread, f"the topic {topic} not exist, producer: /{conn.remote_addr}"
+        )
         default_topic = default_topic or DEFAULT_TOPIC
         if default_topic == DEFAULT_TOPIC and not config.auto_create_topics:
             # 4.9.8 strips TBW102's inherit permission when autoCreateTopicEnable is off
             cfg, created = None, False
             problem = f"the default topic[{default_topic}] has no perm [{PERM_READ | PERM_WRITE}]"
         else:
-            cfg, created, problem = broker.topics.create_in_send(topic, default_topic, default_queues)
+            cfg, created, problem = broker.topics.create_in_send(
+                topic, default_topic, default_queues
+            )
         if cfg is None:
             broker.logs.broker.warn(
                 thread, f"Create new topic failed, because {problem} producer:[{conn.remote_addr}]"
@@ -164,11 +170,17 @@ def install(broker: Broker) -> None:
         if topic in PROTECTED_TOPICS:
             return cmd.error(NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         cfg = resolve(
-            topic, conn, cmd.ext("defaultTopic"), cmd.ext_int("defaultTopicQueueNums", config.default_queue_nums)
+            topic,
+            conn,
+            cmd.ext("defaultTopic"),
+            cmd.ext_int("defaultTopicQueueNums", config.default_queue_nums),
         )
         if cfg is None:
             # 4.9.8's remark; the rejection line in broker.log adds what to do
-            return cmd.error(TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{SUGGEST_APPLY_TOPIC}")
+            return cmd.error(
+                TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please!{SUGGEST_APPLY_TOPIC}",
+            )
         if not cfg.perm & PERM_WRITE:
             return cmd.error(NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         queue_id = cmd.ext_int("queueId", 0)
@@ -207,7 +219,9 @@ def install(broker: Broker) -> None:
             )
         if cmd.ext_bool("batch") or cmd.code == SEND_BATCH_MESSAGE:
             if transactional:
-                return cmd.error(MESSAGE_ILLEGAL, "batch messages cannot be transactional; send them one by one")
+                return cmd.error(
+                    MESSAGE_ILLEGAL, "batch messages cannot be transactional; send them one by one"
+                )
             try:
                 items = decode_batch(body)
             except MessageDecodeError as exc:

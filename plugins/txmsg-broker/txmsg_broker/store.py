@@ -151,7 +151,9 @@ class MessageStore:
         """Append one message; returns a copy with store timestamp, offsets and msg id assigned."""
         return self.put_many([msg], defer_sync=defer_sync)[0]
 
-    def put_many(self, msgs: list[StoredMessage], *, defer_sync: bool = False) -> list[StoredMessage]:
+    def put_many(
+        self, msgs: list[StoredMessage], *, defer_sync: bool = False
+    ) -> list[StoredMessage]:
         """Append several messages with one write (and one fsync in sync mode).
 
         ``defer_sync=True`` skips the sync-mode fsync: the caller promises to call ``sync()`` (e.g. the
@@ -225,8 +227,15 @@ class MessageStore:
             os.ftruncate(self._fd, self._size)
             self._tail_dirty = False
         except OSError as exc:
-            self._tail_dirty = True  # O_APPEND would write after the garbage: cut before the next write
-            log.error("commit log %s: cannot cut a failed append back to %d: %s", self._log_path, self._size, exc)
+            self._tail_dirty = (
+                True  # O_APPEND would write after the garbage: cut before the next write
+            )
+            log.error(
+                "commit log %s: cannot cut a failed append back to %d: %s",
+                self._log_path,
+                self._size,
+                exc,
+            )
 
     def _repair_tail(self) -> None:
         if self._tail_dirty:
@@ -243,7 +252,11 @@ class MessageStore:
 
     def _writable_again(self) -> None:
         self.writable = True
-        log.info("commit log %s is writable again after %d refused puts", self._log_path, self.write_failures)
+        log.info(
+            "commit log %s is writable again after %d refused puts",
+            self._log_path,
+            self.write_failures,
+        )
         self._tell(True, None)
         self.write_failures = 0
 
@@ -362,7 +375,11 @@ class MessageStore:
         except OSError as exc:
             self._offsets_path.with_suffix(".tmp").unlink(missing_ok=True)
             if self._offsets_write_error is None:
-                log.error("cannot persist consumer offsets to %s (kept in memory): %s", self._offsets_path, exc)
+                log.error(
+                    "cannot persist consumer offsets to %s (kept in memory): %s",
+                    self._offsets_path,
+                    exc,
+                )
             self._offsets_write_error = exc
         else:
             self._offsets_write_error = None

@@ -34,12 +34,20 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
 
 def group_config_body(name: str, *, orderly: bool = False, retry_max_times: int = 16) -> bytes:
     """The ``SubscriptionGroupConfig`` body ``mqadmin updateSubGroup -g NAME [-o true]`` sends."""
-    return fastjson.dumps({
-        "groupName": name, "consumeEnable": True, "consumeFromMinEnable": True,
-        "consumeBroadcastEnable": True, "consumeMessageOrderly": orderly, "retryQueueNums": 1,
-        "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-        "notifyConsumerIdsChangedEnable": True,
-    })
+    return fastjson.dumps(
+        {
+            "groupName": name,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": True,
+            "consumeMessageOrderly": orderly,
+            "retryQueueNums": 1,
+            "retryMaxTimes": retry_max_times,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        }
+    )
 
 
 class SubscriptionGroups:
@@ -53,9 +61,13 @@ class SubscriptionGroups:
         if self.path.exists():
             try:
                 raw = json.loads(self.path.read_text())
-                self._groups = {str(k): dict(v) for k, v in raw.get("subscriptionGroupTable", {}).items()}
+                self._groups = {
+                    str(k): dict(v) for k, v in raw.get("subscriptionGroupTable", {}).items()
+                }
             except (ValueError, AttributeError, TypeError):
-                os.replace(self.path, self.path.with_suffix(".corrupt"))  # keep it for a look, start empty
+                os.replace(
+                    self.path, self.path.with_suffix(".corrupt")
+                )  # keep it for a look, start empty
 
     def get(self, group: str) -> dict[str, Any] | None:
         with self._lock:
@@ -72,7 +84,9 @@ class SubscriptionGroups:
         with self._lock:
             self._groups[name] = dict(config)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"subscriptionGroupTable": self._groups}, indent=1, sort_keys=True))
+            tmp.write_text(
+                json.dumps({"subscriptionGroupTable": self._groups}, indent=1, sort_keys=True)
+            )
             os.replace(tmp, self.path)
 
 

@@ -171,7 +171,9 @@ def enable_consumer_trace(consumer: Any, on: bool = True) -> None:
 
     dll.SetPushConsumerMessageTrace.argtypes = [c_void_p, c_int]
     dll.SetPushConsumerMessageTrace.restype = c_int
-    status = dll.SetPushConsumerMessageTrace(consumer._handle, 0 if on else 1)  # 0 = OPEN, 1 = CLOSE
+    status = dll.SetPushConsumerMessageTrace(
+        consumer._handle, 0 if on else 1
+    )  # 0 = OPEN, 1 = CLOSE
     if status != 0:
         raise RuntimeError(f"SetPushConsumerMessageTrace failed with status {status}")
 
@@ -194,7 +196,9 @@ class Clients:
         self.instance_names: dict[int, str] = {}
 
     # -- producers ------------------------------------------------------------------------------
-    def producer(self, group: str | None = None, *, instance: str | None = None, **kwargs: Any) -> Any:
+    def producer(
+        self, group: str | None = None, *, instance: str | None = None, **kwargs: Any
+    ) -> Any:
         from rocketmq.client import Producer  # noqa: PLC0415 - loads librocketmq (native)
 
         p = Producer(group or unique("PG"), **kwargs)
@@ -268,7 +272,9 @@ class Clients:
 
         hazard = consumer_names_hazard(group, topic)
         if hazard is not None:
-            raise ValueError(f"consumer group {group!r} would crash librocketmq 2.1.0: {hazard}; rename it")
+            raise ValueError(
+                f"consumer group {group!r} would crash librocketmq 2.1.0: {hazard}; rename it"
+            )
 
         received: list[Received] = []
         in_flight = self.in_flight
@@ -372,12 +378,19 @@ def create_group(
     from .subscription_groups import UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, group_config_body  # noqa: PLC0415
 
     info = fastjson.loads(call(namesrv_addr, GET_BROKER_CLUSTER_INFO).body)
-    masters = [b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0) for b in info["brokerAddrTable"].values()]
+    masters = [
+        b["brokerAddrs"].get("0") or b["brokerAddrs"].get(0)
+        for b in info["brokerAddrTable"].values()
+    ]
     body = group_config_body(group, orderly=orderly)
     for addr in filter(None, masters):
-        response = call(addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, credentials=credentials)
+        response = call(
+            addr, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, credentials=credentials
+        )
         if response.code != SUCCESS:
-            raise AssertionError(f"broker {addr} refused group {group}: {response.code} {response.remark}")
+            raise AssertionError(
+                f"broker {addr} refused group {group}: {response.code} {response.remark}"
+            )
 
 
 def read_log(log_dir: Any, name: str = "transaction.log") -> str:

@@ -195,7 +195,11 @@ class TopicManager:
             if default is None:
                 return None, False, f"the default topic[{default_topic}] not exist."
             if not default.perm & PERM_INHERIT:
-                return None, False, f"the default topic[{default_topic}] has no perm [{default.perm}]"
+                return (
+                    None,
+                    False,
+                    f"the default topic[{default_topic}] has no perm [{default.perm}]",
+                )
             n = max(0, min(client_default_queue_nums, default.write_queue_nums))
             cfg = TopicConfig(topic, n, n, default.perm & ~PERM_INHERIT)
             self._topics[topic] = cfg

@@ -71,7 +71,14 @@ def java_date(ms: int) -> str:
 
 
 def end_transaction_header(
-    log_format: int, group: str, tsto: int, clo: int, state: int, from_check: bool, msg_id: str, tx_id: str
+    log_format: int,
+    group: str,
+    tsto: int,
+    clo: int,
+    state: int,
+    from_check: bool,
+    msg_id: str,
+    tx_id: str,
 ) -> str:
     """``EndTransactionRequestHeader.toString()`` as the broker of ``log_format`` logs it.
 
@@ -149,7 +156,10 @@ class TransactionService:
             if not batch:
                 break
             for msg in batch:
-                key = (msg.properties.get(PROPERTY_PGROUP, ""), msg.properties.get(PROPERTY_UNIQ_KEY, ""))
+                key = (
+                    msg.properties.get(PROPERTY_PGROUP, ""),
+                    msg.properties.get(PROPERTY_UNIQ_KEY, ""),
+                )
                 if key[1]:
                     previous = latest.get(key)
                     if previous is not None:
@@ -163,7 +173,11 @@ class TransactionService:
         props[PROPERTY_REAL_TOPIC] = msg.topic
         props[PROPERTY_REAL_QID] = str(msg.queue_id)
         half = clone(
-            msg, topic=HALF_TOPIC, queue_id=0, properties=props, sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK
+            msg,
+            topic=HALF_TOPIC,
+            queue_id=0,
+            properties=props,
+            sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK,
         )
         return self.store.put(half, defer_sync=defer_sync)
 
@@ -176,12 +190,20 @@ class TransactionService:
             tsto = cmd.ext_int("tranStateTableOffset")
             clo = cmd.ext_int("commitLogOffset")
         except ValueError as exc:
-            self.broker.logs.broker.warn(thread, f"invalid END_TRANSACTION from {conn.remote_addr}: {exc}")
+            self.broker.logs.broker.warn(
+                thread, f"invalid END_TRANSACTION from {conn.remote_addr}: {exc}"
+            )
             return None
         from_check = java_bool(cmd.ext_fields.get("fromTransactionCheck"))
         header = end_transaction_header(
-            self.broker.config.log_format, group, tsto, clo, state, from_check,
-            cmd.ext_fields.get("msgId", "null"), cmd.ext_fields.get("transactionId", "null"),
+            self.broker.config.log_format,
+            group,
+            tsto,
+            clo,
+            state,
+            from_check,
+            cmd.ext_fields.get("msgId", "null"),
+            cmd.ext_fields.get("transactionId", "null"),
         )
         remark = "null" if cmd.remark is None else cmd.remark
         tx = self.tx
@@ -220,7 +242,9 @@ class TransactionService:
                     f"Check producer[{addr}] transaction state, the producer commit the message.RequestHeader: {header} Remark: {remark}",
                 )
         else:
-            self.broker.logs.broker.warn(thread, f"END_TRANSACTION with unknown commitOrRollback={state} ignored: {header}")
+            self.broker.logs.broker.warn(
+                thread, f"END_TRANSACTION with unknown commitOrRollback={state} ignored: {header}"
+            )
             return None
         half = self.store.lookup(clo)
         problem = None
@@ -234,7 +258,10 @@ class TransactionService:
             self.broker.logs.broker.warn(thread, f"{problem}, request from {addr}: {header}")
             return None
         if tsto in self.resolved:
-            tx.debug(thread, f"Half offset {tsto} has been committed/rolled back, request ignored: {header}")
+            tx.debug(
+                thread,
+                f"Half offset {tsto} has been committed/rolled back, request ignored: {header}",
+            )
             return None
         try:
             if state == COMMIT:
@@ -243,8 +270,9 @@ class TransactionService:
                 op = self.write_op(half)
         except NotWritableError as exc:  # full disk: the half stays and is checked back later
             self.broker.logs.broker.warn(
-                thread, f"END_TRANSACTION not applied, the store is not writable ({exc}); the half "
-                f"message stays and will be checked back: {header}"
+                thread,
+                f"END_TRANSACTION not applied, the store is not writable ({exc}); the half "
+                f"message stays and will be checked back: {header}",
             )
             return None
         if debug:
@@ -429,13 +457,18 @@ class TransactionService:
         group = msg.properties.get(PROPERTY_PGROUP, "")
         conn = self.broker.clients.next_producer_channel(group)
         if conn is None:
-            self.tx.warn(CHECK_SEND_THREAD, f"Check transaction failed, channel is null. groupId={group}")
+            self.tx.warn(
+                CHECK_SEND_THREAD, f"Check transaction failed, channel is null. groupId={group}"
+            )
             self.broker.logs.broker.warn(
-                CHECK_SEND_THREAD, f"Check transaction failed, channel table is empty. groupId={group}"
+                CHECK_SEND_THREAD,
+                f"Check transaction failed, channel table is empty. groupId={group}",
             )
             return False
         push = getattr(conn, "push_transaction_check", None)
-        if push is not None:  # a 5.x gRPC client (txmsg_broker.grpc): RecoverOrphanedTransactionCommand
+        if (
+            push is not None
+        ):  # a 5.x gRPC client (txmsg_broker.grpc): RecoverOrphanedTransactionCommand
             return bool(push(msg))
         real_topic = msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
         real_qid = _int(msg.properties.get(PROPERTY_REAL_QID), msg.queue_id)

@@ -77,7 +77,9 @@ class Connection:
         self, code: int, ext_fields: dict[str, Any] | None = None, body: bytes = b""
     ) -> bool:
         """Send a server → client oneway request (CHECK_TRANSACTION_STATE, NOTIFY_CONSUMER_IDS_CHANGED)."""
-        cmd = RemotingCommand.request(code, ext_fields, body, opaque=next(self._opaque), oneway=True)
+        cmd = RemotingCommand.request(
+            code, ext_fields, body, opaque=next(self._opaque), oneway=True
+        )
         return self.send(cmd)
 
     async def drain_if_needed(self) -> None:
@@ -131,7 +133,9 @@ class FrameProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not isinstance(transport, asyncio.Transport):
-            raise TypeError(f"the remoting protocol needs a stream transport, got {type(transport).__name__}")
+            raise TypeError(
+                f"the remoting protocol needs a stream transport, got {type(transport).__name__}"
+            )
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):  # not a TCP socket, or already gone: nothing to tune
@@ -211,7 +215,9 @@ class RemotingServer:
         self.on_error: Callable[[str], None] | None = None
         #: checked before every request's handler (the ACL, ``acl.py``): a command returned is the
         #: refusal (sent unless the request is oneway) and the handler never runs
-        self.request_hook: Callable[[RemotingCommand, Connection], RemotingCommand | None] | None = None
+        self.request_hook: (
+            Callable[[RemotingCommand, Connection], RemotingCommand | None] | None
+        ) = None
         self._server: asyncio.base_events.Server | None = None
 
     def register(self, code: int, handler: Handler, *, inline: bool = False) -> None:
@@ -261,7 +267,9 @@ class RemotingServer:
         entry = self.handlers.get(cmd.code)
         if entry is None:
             if not cmd.is_oneway:
-                conn.send(cmd.error(REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"))
+                conn.send(
+                    cmd.error(REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+                )
             return
         handler, inline = entry
         coro = self._run(handler, cmd, conn)
@@ -270,7 +278,9 @@ class RemotingServer:
                 pending = coro.send(None)
             except StopIteration:
                 return
-            task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(_continue(coro, pending))
+            task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(
+                _continue(coro, pending)
+            )
         else:
             task = asyncio.get_running_loop().create_task(coro)
         conn.tasks.add(task)

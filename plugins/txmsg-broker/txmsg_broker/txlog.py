@@ -22,7 +22,9 @@ def level_value(name: str) -> int:
     try:
         return LEVELS[name.upper()]
     except KeyError:
-        raise ValueError(f"unknown log level {name!r}; use one of DEBUG, INFO, WARN, ERROR") from None
+        raise ValueError(
+            f"unknown log level {name!r}; use one of DEBUG, INFO, WARN, ERROR"
+        ) from None
 
 
 class RocketLog:

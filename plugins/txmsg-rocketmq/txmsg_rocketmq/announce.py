@@ -187,7 +187,9 @@ class Announcer:
                 default = before.get(DEFAULT_TOPIC, frozenset())
                 own = self._masters_of(topic)
                 # a topic just created by its first send had TBW102's brokers before: no news
-                if own - (before.get(topic) or default) or (not own and self._masters_of(DEFAULT_TOPIC) - default):
+                if own - (before.get(topic) or default) or (
+                    not own and self._masters_of(DEFAULT_TOPIC) - default
+                ):
                     grown.add(topic)
         except RouteQueryError as exc:
             log.debug("route watch skipped: %s", exc)

@@ -80,7 +80,9 @@ class RocketMQBackend:
             secret_key=settings.secret_key,
         )
         self.announcer: Announcer | None = (
-            Announcer(self.native, self.name_server, credentials=self.settings.credentials) if announce else None
+            Announcer(self.native, self.name_server, credentials=self.settings.credentials)
+            if announce
+            else None
         )
         self._lock = threading.Lock()
         self._pools: list[ProducerPool] = []

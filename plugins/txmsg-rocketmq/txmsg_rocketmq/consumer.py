@@ -66,7 +66,9 @@ log = logging.getLogger("txmsg.rocketmq")
 
 DLQ_PREFIX = "%DLQ%"
 # Set by the broker/client on every stored message; copying them into a new message would lie.
-_BROKER_OWNED_PROPERTIES = frozenset({"UNIQ_KEY", "TRAN_MSG", "PGROUP", "TAGS", "KEYS", "REAL_TOPIC", "REAL_QID"})
+_BROKER_OWNED_PROPERTIES = frozenset(
+    {"UNIQ_KEY", "TRAN_MSG", "PGROUP", "TAGS", "KEYS", "REAL_TOPIC", "REAL_QID"}
+)
 ORDERLY_SUSPEND = 0.9
 """Seconds a failed orderly message is not handed to the handler again.  librocketmq resubmits
 the queue 1 s after the failure; a little less here so that resubmission is never refused."""
@@ -104,11 +106,17 @@ class PushConsumer:
                 f"consumer group {group!r}"
             )
         if pull_threads < 1:
-            raise ConfigError(f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}")
+            raise ConfigError(
+                f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}"
+            )
         if concurrency < 1:
-            raise ConfigError(f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}")
+            raise ConfigError(
+                f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}"
+            )
         if max_reconsume < 0:
-            raise ConfigError(f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}")
+            raise ConfigError(
+                f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}"
+            )
         if max_reconsume > BROKER_MAX_RECONSUME and not orderly:
             log.warning(
                 "consumer group %s asks for max_reconsume=%d but librocketmq 2.1.0 always tells "
@@ -153,14 +161,27 @@ class PushConsumer:
             self.handle = int(handle)
             started = False
             try:
-                self._ok(dll.SetPushConsumerNameServerAddress(handle, name_server.encode()), "set name server")
-                self._ok(dll.SetPushConsumerInstanceName(handle, instance_name.encode()), "set instance name")
+                self._ok(
+                    dll.SetPushConsumerNameServerAddress(handle, name_server.encode()),
+                    "set name server",
+                )
+                self._ok(
+                    dll.SetPushConsumerInstanceName(handle, instance_name.encode()),
+                    "set instance name",
+                )
                 if credentials is not None:  # a broker with ACL (access_key/secret_key)
-                    self._ok(dll.SetPushConsumerSessionCredentials(handle, *credentials), "set session credentials")
-                self._ok(dll.SetPushConsumerThreadCount(handle, int(concurrency)), "set thread count")
+                    self._ok(
+                        dll.SetPushConsumerSessionCredentials(handle, *credentials),
+                        "set session credentials",
+                    )
+                self._ok(
+                    dll.SetPushConsumerThreadCount(handle, int(concurrency)), "set thread count"
+                )
                 self._ok(dll.SetPushConsumerMessageBatchMaxSize(handle, 1), "set batch size")
                 self._ok(dll.Subscribe(handle, topic.encode(), (tags or "*").encode()), "subscribe")
-                register = dll.RegisterMessageCallbackOrderly if orderly else dll.RegisterMessageCallback
+                register = (
+                    dll.RegisterMessageCallbackOrderly if orderly else dll.RegisterMessageCallback
+                )
                 self._ok(register(handle, self._callback), "register the callback")
                 use_sync_pull(native, handle, pull_threads)
                 set_consume_from(native, handle, CONSUME_FROM[consume_from])
@@ -260,7 +281,10 @@ class PushConsumer:
             with self._dlq_lock:
                 if self._dlq_producer is None:
                     self._dlq_producer = _PlainProducer(
-                        self.native, f"{self.group}_TXMSG_DLQ", f"{self.instance_name}-dlq", self.name_server,
+                        self.native,
+                        f"{self.group}_TXMSG_DLQ",
+                        f"{self.instance_name}-dlq",
+                        self.name_server,
                         self.credentials,
                     )
                 self._dlq_producer.send(out)
@@ -330,7 +354,9 @@ class _PlainProducer:
         with NATIVE_LOCK:
             handle = dll.CreateProducer(group.encode())
             if not handle:
-                raise BackendUnavailableError(f"could not create producer {group!r}: {native.last_error()}")
+                raise BackendUnavailableError(
+                    f"could not create producer {group!r}: {native.last_error()}"
+                )
             self.handle = int(handle)
             dll.SetProducerInstanceName(handle, instance_name.encode())
             dll.SetProducerNameServerAddress(handle, name_server.encode())

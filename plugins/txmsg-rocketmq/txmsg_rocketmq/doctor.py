@@ -62,7 +62,10 @@ def report(config: Any = None) -> list[Check]:
     checks.append(
         (
             "client log dir",
-            effective + ("" if writable else " (not writable: set client_log_dir or ROCKETMQ_CLIENT_LOG_DIR)"),
+            effective
+            + (
+                "" if writable else " (not writable: set client_log_dir or ROCKETMQ_CLIENT_LOG_DIR)"
+            ),
             writable,
         )
     )
@@ -106,7 +109,11 @@ def _producer_starts(log_dir: str, name_server: str) -> Check:
                 dll.SetProducerNameServerAddress(handle, name_server.encode())
                 status = int(dll.StartProducer(handle))
                 if status != native_mod.OK:
-                    return ("transaction producer starts", f"start failed: {lib.last_error()}", False)
+                    return (
+                        "transaction producer starts",
+                        f"start failed: {lib.last_error()}",
+                        False,
+                    )
                 version = dll.ShowProducerVersion(handle)
                 dll.ShutdownProducer(handle)
             finally:

@@ -79,9 +79,22 @@ def install(target_dir: Path | None = None) -> tuple[Path, bool]:
         return target, False
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(  # noqa: S603 - this interpreter's pip with fixed arguments
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             "--quiet", "-d", tmp, SDIST],
-            capture_output=True, text=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--quiet",
+                "-d",
+                tmp,
+                SDIST,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise InstallError(
@@ -102,7 +115,9 @@ def install(target_dir: Path | None = None) -> tuple[Path, bool]:
         _extract(archives[0], staged)
         got = sha256(staged)
         if got != LIB_SHA256:
-            raise InstallError(f"sha256 mismatch for librocketmq.so: got {got}, expected {LIB_SHA256}")
+            raise InstallError(
+                f"sha256 mismatch for librocketmq.so: got {got}, expected {LIB_SHA256}"
+            )
         shutil.copy2(staged, target)
         target.chmod(0o755)
     return target, True

@@ -32,7 +32,14 @@ _UNIQ_KEY_BYTES = UNIQ_KEY.encode()
 ENCODING = "TXMSG_ENC"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 _SYSTEM_PROPS = (
-    UNIQ_KEY, "KEYS", "TAGS", "TRAN_MSG", "PGROUP", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", SHARDING_KEY
+    UNIQ_KEY,
+    "KEYS",
+    "TAGS",
+    "TRAN_MSG",
+    "PGROUP",
+    "RETRY_TOPIC",
+    "ORIGIN_MESSAGE_ID",
+    SHARDING_KEY,
 )
 # RocketMQ separates properties with \x01 (name/value) and \x02 (pairs) on the wire.
 _FORBIDDEN = ("\x01", "\x02")

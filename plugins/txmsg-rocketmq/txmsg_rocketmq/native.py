@@ -100,7 +100,9 @@ class CMQException(ctypes.Structure):
     ]
 
 
-QUEUE_SELECTOR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+QUEUE_SELECTOR_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p
+)
 """``QueueSelectorCallback(int size, CMessage* msg, void* arg)``: returns the index of the queue in
 the topic's write-queue list; called in the sending thread, inside the send call."""
 
@@ -237,7 +239,9 @@ _NEVER_STARTED: list[tuple[int, object]] = []
 the process, never destroyed."""
 
 
-def release_push_consumer(native: Native, handle: int, *, started: bool, keep: object = None) -> None:
+def release_push_consumer(
+    native: Native, handle: int, *, started: bool, keep: object = None
+) -> None:
     """Shut a push consumer down and destroy it - unless it never started.
 
     Why: librocketmq 2.1.0's ``DefaultMQPushConsumerImpl`` starts its timer thread (an
@@ -296,7 +300,9 @@ def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS)
     return True
 
 
-CONSUME_FROM_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer19setConsumeFromWhereENS_16ConsumeFromWhereE"
+CONSUME_FROM_SYMBOL = (
+    "_ZN8rocketmq21DefaultMQPushConsumer19setConsumeFromWhereENS_16ConsumeFromWhereE"
+)
 CONSUME_FROM = {"last": 0, "first": 4}
 """txmsg's names -> librocketmq's ``ConsumeFromWhere`` (CONSUME_FROM_LAST_OFFSET = 0,
 CONSUME_FROM_FIRST_OFFSET = 4 in include/ConsumeType.h)."""
@@ -419,14 +425,24 @@ def _declare(dll: Any) -> None:
     own: dict[str, tuple[list[Any], Any]] = {
         "SendAsync": ([c_void_p, c_void_p, ON_SEND_SUCCESS, ON_SEND_EXCEPTION, c_void_p], c_int),
         "SendMessageOrderly": (
-            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, c_int, ctypes.POINTER(CSendResult)],
+            [
+                c_void_p,
+                c_void_p,
+                QUEUE_SELECTOR_CALLBACK,
+                c_void_p,
+                c_int,
+                ctypes.POINTER(CSendResult),
+            ],
             c_int,
         ),
         "SendMessageOrderlyAsync": (
             [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, SEND_SUCCESS, SEND_EXCEPTION],
             c_int,
         ),
-        "SendMessageOnewayOrderly": ([c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p], c_int),
+        "SendMessageOnewayOrderly": (
+            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p],
+            c_int,
+        ),
     }
     for name, (argtypes, restype) in own.items():
         fn = getattr(dll, name)

@@ -130,7 +130,9 @@ class ProducerInstance:
         self._pending: dict[int, _SendContext] = {}
         self._send_ids = itertools.count(1)
         self._execute_cb = EXECUTE_CALLBACK(
-            guarded(E_UNKNOWN_TRANSACTION, f"local-transaction callback of {group}", self._on_execute)
+            guarded(
+                E_UNKNOWN_TRANSACTION, f"local-transaction callback of {group}", self._on_execute
+            )
         )
         self._keeper: int | None = None
         self.started_at: float | None = None
@@ -139,7 +141,9 @@ class ProducerInstance:
         self._topics_lock = threading.Lock()
         # The CFUNCTYPE object must outlive the native producer: keep it on self.
         self._check_cb = CHECK_CALLBACK(
-            guarded(E_UNKNOWN_TRANSACTION, f"check callback of {group}/{instance_name}", self._on_check)
+            guarded(
+                E_UNKNOWN_TRANSACTION, f"check callback of {group}/{instance_name}", self._on_check
+            )
         )
         dll = native.dll
         with NATIVE_LOCK:
@@ -150,7 +154,9 @@ class ProducerInstance:
                     f"{native.last_error()}"
                 )
             self.handle: int = int(handle)
-            self._check(dll.SetProducerInstanceName(handle, instance_name.encode()), "set instance name")
+            self._check(
+                dll.SetProducerInstanceName(handle, instance_name.encode()), "set instance name"
+            )
             self._check(
                 dll.SetProducerNameServerAddress(handle, settings.name_server.encode()),
                 "set name server",
@@ -216,7 +222,9 @@ class ProducerInstance:
             self.gate.exit_callback()
 
     # ---- sends (caller thread) -------------------------------------------------------------
-    def send(self, message: OutgoingMessage, local_executor: LocalExecutor) -> tuple[str, str, str, int | None]:
+    def send(
+        self, message: OutgoingMessage, local_executor: LocalExecutor
+    ) -> tuple[str, str, str, int | None]:
         if not self.gate.enter_send():
             raise ProducerClosedError(
                 f"producer group {self.group!r} is closing; create a new application/producer "
@@ -232,7 +240,9 @@ class ProducerInstance:
         more than the rest of our send path); ``user_data`` is the send's id."""
         ctx = self._pending.get(user_data or 0)
         if ctx is None:
-            log.error("local-transaction callback for an unknown send (%r); answering UNKNOW", user_data)
+            log.error(
+                "local-transaction callback for an unknown send (%r); answering UNKNOW", user_data
+            )
             return E_UNKNOWN_TRANSACTION
         local = messages.local_view(self.native, c_message, ctx.message, self.group)
         ctx.key = local.transaction_key
@@ -241,7 +251,9 @@ class ProducerInstance:
         ctx.ran = True
         return state_code(state, what="local executor", key=ctx.key)
 
-    def _send(self, message: OutgoingMessage, local_executor: LocalExecutor) -> tuple[str, str, str, int | None]:
+    def _send(
+        self, message: OutgoingMessage, local_executor: LocalExecutor
+    ) -> tuple[str, str, str, int | None]:
         native, dll = self.native, self.native.dll
         send_id = next(self._send_ids)
         ctx = _SendContext(message, local_executor)
@@ -391,7 +403,9 @@ class ProducerPool:
         self.instances: list[ProducerInstance] = []
         try:
             for k in range(instances):
-                inst = ProducerInstance(native, group, f"{instance_prefix}-{k}", settings, check_handler)
+                inst = ProducerInstance(
+                    native, group, f"{instance_prefix}-{k}", settings, check_handler
+                )
                 self.instances.append(inst)
                 inst.start()
         except BaseException:

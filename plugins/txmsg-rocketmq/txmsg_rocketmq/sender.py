@@ -175,12 +175,25 @@ class PlainSender:
             self.handle = int(handle)
             started = False
             try:
-                self._check(dll.SetProducerInstanceName(handle, instance_name.encode()), "set instance name")
-                self._check(dll.SetProducerNameServerAddress(handle, name_server.encode()), "set name server")
-                self._check(dll.SetProducerSendMsgTimeout(handle, self.send_timeout_ms), "set send timeout")
-                self._check(dll.SetProducerMaxMessageSize(handle, self.max_message_size), "set max message size")
+                self._check(
+                    dll.SetProducerInstanceName(handle, instance_name.encode()), "set instance name"
+                )
+                self._check(
+                    dll.SetProducerNameServerAddress(handle, name_server.encode()),
+                    "set name server",
+                )
+                self._check(
+                    dll.SetProducerSendMsgTimeout(handle, self.send_timeout_ms), "set send timeout"
+                )
+                self._check(
+                    dll.SetProducerMaxMessageSize(handle, self.max_message_size),
+                    "set max message size",
+                )
                 if credentials is not None:
-                    self._check(dll.SetProducerSessionCredentials(handle, *credentials), "set session credentials")
+                    self._check(
+                        dll.SetProducerSessionCredentials(handle, *credentials),
+                        "set session credentials",
+                    )
                 self._check(dll.StartProducer(handle), "start the producer")
                 self.started_at = time.monotonic()  # its factory's timers run from here
                 started = True
@@ -260,7 +273,9 @@ class PlainSender:
                 "send more messages"
             )
 
-    def _send_error(self, message: OutgoingMessage, detail: str, how: str, *, count: bool = True) -> SendError:
+    def _send_error(
+        self, message: OutgoingMessage, detail: str, how: str, *, count: bool = True
+    ) -> SendError:
         if count:  # asynchronous failures are counted once, when their future completes
             self.failed += 1
         ordered = (
@@ -313,7 +328,9 @@ class PlainSender:
                 if message.sharding_key:
                     return self._send_ordered(message, handle)
                 result = self.native.new_send_result()
-                status = int(self.native.dll.SendMessageSync(self.handle, handle, ctypes.byref(result)))
+                status = int(
+                    self.native.dll.SendMessageSync(self.handle, handle, ctypes.byref(result))
+                )
                 if status != OK:
                     raise self._send_error(message, self.native.last_error(), "send")
                 self.sent += 1
@@ -333,7 +350,12 @@ class PlainSender:
         self._selected.index = None
         status = int(
             self.native.dll.SendMessageOrderly(
-                self.handle, handle, self._selector, self._selector_arg(key), 0, ctypes.byref(result)
+                self.handle,
+                handle,
+                self._selector,
+                self._selector_arg(key),
+                0,
+                ctypes.byref(result),
             )
         )
         if status != OK:
@@ -358,7 +380,10 @@ class PlainSender:
                 if message.sharding_key:
                     status = int(
                         dll.SendMessageOnewayOrderly(
-                            self.handle, handle, self._selector, self._selector_arg(message.sharding_key)
+                            self.handle,
+                            handle,
+                            self._selector,
+                            self._selector_arg(message.sharding_key),
                         )
                     )
                 else:
@@ -400,7 +425,9 @@ class PlainSender:
         try:
             c_batch = dll.CreateBatchMessage()
             if not c_batch:
-                raise MemoryError("librocketmq could not allocate a batch (CreateBatchMessage returned NULL)")
+                raise MemoryError(
+                    "librocketmq could not allocate a batch (CreateBatchMessage returned NULL)"
+                )
             try:
                 for item in items:
                     handle = messages.build(self.native, item)
@@ -470,13 +497,19 @@ class PlainSender:
             else:
                 with self._pending_lock:
                     self._pending[send_id] = (future, None, None)
-                status = int(dll.SendAsync(self.handle, handle, self._on_success, self._on_exception, send_id))
+                status = int(
+                    dll.SendAsync(
+                        self.handle, handle, self._on_success, self._on_exception, send_id
+                    )
+                )
             if status != OK:
                 # The callback may already have reported it (2.1.0 calls onException for some
                 # failures and also returns an error); whoever completes first wins.
                 self._complete(
                     send_id,
-                    error=self._send_error(message, self.native.last_error(), "asynchronous send", count=False),
+                    error=self._send_error(
+                        message, self.native.last_error(), "asynchronous send", count=False
+                    ),
                 )
         finally:
             # The client copied the message (SendCallbackWrap keeps its own MQMessage); the
@@ -484,7 +517,9 @@ class PlainSender:
             dll.DestroyMessage(handle)
         return future
 
-    def _async_success(self, result: CSendResult, _message: int | None, send_id: int | None) -> None:
+    def _async_success(
+        self, result: CSendResult, _message: int | None, send_id: int | None
+    ) -> None:
         self._callback(
             send_id,
             lambda queue: SendResult(
@@ -495,7 +530,9 @@ class PlainSender:
             ),
         )
 
-    def _async_exception(self, exc: CMQException, _message: int | None, send_id: int | None) -> None:
+    def _async_exception(
+        self, exc: CMQException, _message: int | None, send_id: int | None
+    ) -> None:
         detail = f"{_text(exc.msg)} (error {int(exc.error)})"
 
         def error(_queue: int | None) -> SendError:
@@ -507,7 +544,9 @@ class PlainSender:
 
         self._callback(send_id, error)
 
-    def _callback(self, send_id: int | None, outcome: Callable[[int | None], SendResult | SendError]) -> None:
+    def _callback(
+        self, send_id: int | None, outcome: Callable[[int | None], SendResult | SendError]
+    ) -> None:
         """Body of both native callbacks: never lets an exception into C."""
         self.gate.enter_callback(refuse_after_shut=False)
         try:
@@ -520,7 +559,9 @@ class PlainSender:
             else:
                 self._complete(int(send_id or 0), error=value)
         except BaseException:
-            with contextlib.suppress(BaseException):  # a logging failure cannot be reported anywhere
+            with contextlib.suppress(
+                BaseException
+            ):  # a logging failure cannot be reported anywhere
                 log.exception("asynchronous send callback of %s failed", self.group)
         finally:
             self.gate.exit_callback()
@@ -597,4 +638,9 @@ class PlainSender:
             _STILL_RUNNING.discard(self)
 
     def stats(self) -> dict[str, Any]:
-        return {"sent": self.sent, "failed": self.failed, "pending": self.pending, "shut_down": self.shut_down}
+        return {
+            "sent": self.sent,
+            "failed": self.failed,
+            "pending": self.pending,
+            "shut_down": self.shut_down,
+        }

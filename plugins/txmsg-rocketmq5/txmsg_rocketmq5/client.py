@@ -76,7 +76,9 @@ class CheckingProducer(Producer):  # type: ignore[misc]
             seconds = getattr(self._immunity, "seconds", None)
             if seconds:
                 for message in req.messages:
-                    message.system_properties.orphaned_transaction_recovery_duration.seconds = seconds
+                    message.system_properties.orphaned_transaction_recovery_duration.seconds = (
+                        seconds
+                    )
             return send_async(endpoints, req, *args, **kwargs)
 
         rpc.send_message_async = send_with_immunity

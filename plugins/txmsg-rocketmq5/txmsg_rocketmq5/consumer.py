@@ -33,7 +33,26 @@ from .receive import AWAIT_S, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
 
-RETRY_DELAYS_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+RETRY_DELAYS_S = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)
 """RocketMQ's retry back-off by delivery attempt (delay levels 3..18)."""
 
 
@@ -72,7 +91,9 @@ class LoopConsumer(ReceiveLoop):
             await_duration=AWAIT_S,
             tls_enable=tls,
         )
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"txmsg5-consume-{group}")
+        self._pool = ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix=f"txmsg5-consume-{group}"
+        )
         self.client.startup()
         self._loop = threading.Thread(target=self._run, name=f"txmsg5-receive-{group}", daemon=True)
         self._loop.start()

@@ -55,8 +55,12 @@ def _endpoint(address: str, tls: bool) -> Check:
             channel.close()
     except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
         detail = str(exc) or type(exc).__name__
-        return (label, f"{detail}; start the proxy (or `txmsg broker --grpc-port`) or fix "
-                "`endpoints` / TXMSG_ENDPOINTS", False)
+        return (
+            label,
+            f"{detail}; start the proxy (or `txmsg broker --grpc-port`) or fix "
+            "`endpoints` / TXMSG_ENDPOINTS",
+            False,
+        )
     return (label, "ready" + (" (TLS)" if tls else ""), True)
 
 

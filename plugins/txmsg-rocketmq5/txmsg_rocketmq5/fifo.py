@@ -109,7 +109,9 @@ class FifoConsumer(ReceiveLoop):
         tls: bool = False,
     ) -> None:
         if concurrency < 1:
-            raise ConfigError(f"consumer group {group!r}: concurrency must be >= 1 (got {concurrency})")
+            raise ConfigError(
+                f"consumer group {group!r}: concurrency must be >= 1 (got {concurrency})"
+            )
         self.group, self.topic = group, topic
         self.handler = handler
         self.concurrency = concurrency
@@ -135,8 +137,12 @@ class FifoConsumer(ReceiveLoop):
         except BaseException:
             self.client.shutdown()
             raise
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"txmsg5-fifo-{group}")
-        self._loop = threading.Thread(target=self._run, name=f"txmsg5-fifo-receive-{group}", daemon=True)
+        self._pool = ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix=f"txmsg5-fifo-{group}"
+        )
+        self._loop = threading.Thread(
+            target=self._run, name=f"txmsg5-fifo-receive-{group}", daemon=True
+        )
         self._loop.start()
 
     # ---- receive loop (ReceiveLoop._run) ---------------------------------------------------------
@@ -213,7 +219,11 @@ class FifoConsumer(ReceiveLoop):
             log.error(
                 "consumer group %s: message %s (group key %r) handled but not acknowledged (%s: %s); "
                 "it is redelivered and handled again before the later messages of its key",
-                self.group, raw.message_id, message.sharding_key, type(exc).__name__, exc,
+                self.group,
+                raw.message_id,
+                message.sharding_key,
+                type(exc).__name__,
+                exc,
             )
             return False
         return True
@@ -230,7 +240,11 @@ class FifoConsumer(ReceiveLoop):
                 log.warning(
                     "consumer group %s: could not shorten the invisible time of message %s (key %r): "
                     "%s; it comes back after %d s",
-                    self.group, raw.message_id, key, exc, INVISIBLE_S,
+                    self.group,
+                    raw.message_id,
+                    key,
+                    exc,
+                    INVISIBLE_S,
                 )
 
     # ---- lifecycle -----------------------------------------------------------------------------

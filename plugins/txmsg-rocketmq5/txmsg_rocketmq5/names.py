@@ -39,7 +39,9 @@ def name_rule(kind: str, name: str) -> str | None:
                 f"(this one has {len(name)}); shorten it"
             )
         if name in SYSTEM_TOPICS or name.startswith(SYSTEM_TOPIC_PREFIX):
-            return "it is a RocketMQ system topic, which RocketMQ 5 proxies refuse; use your own topic"
+            return (
+                "it is a RocketMQ system topic, which RocketMQ 5 proxies refuse; use your own topic"
+            )
         if name.startswith(("%RETRY%", "%DLQ%")):
             return "retry and dead-letter topics are the broker's; subscribe to your own topic"
     elif kind == "consumer_group":

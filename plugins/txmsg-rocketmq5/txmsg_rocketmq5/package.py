@@ -36,8 +36,14 @@ CLIENT_NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rocketmq.v5.client", ("ClientConfiguration", "Credentials")),
     (
         "rocketmq.v5.consumer",
-        ("ConsumeResult", "LitePushConsumer", "LiteSimpleConsumer", "MessageListener",
-         "PushConsumer", "SimpleConsumer"),
+        (
+            "ConsumeResult",
+            "LitePushConsumer",
+            "LiteSimpleConsumer",
+            "MessageListener",
+            "PushConsumer",
+            "SimpleConsumer",
+        ),
     ),
     ("rocketmq.v5.model", ("FilterExpression", "Message", "SendReceipt")),
     ("rocketmq.v5.producer", ("Producer", "Transaction", "TransactionChecker")),
@@ -112,9 +118,19 @@ def report(config: Any = None) -> list[tuple[str, str, bool]]:
     """
     version = client_version()
     if version is None:
-        return [(f"{CLIENT5} (gRPC)", "not installed (optional: `pip install 'txmsg[rocketmq5]'`)", True)]
+        return [
+            (
+                f"{CLIENT5} (gRPC)",
+                "not installed (optional: `pip install 'txmsg[rocketmq5]'`)",
+                True,
+            )
+        ]
     on_top = init_is_5x()
-    owner = "the 5.x client's" if on_top else "rocketmq-client-python 2.0.0's (handled by txmsg_rocketmq5.package)"
+    owner = (
+        "the 5.x client's"
+        if on_top
+        else "rocketmq-client-python 2.0.0's (handled by txmsg_rocketmq5.package)"
+    )
     checks = [(f"{CLIENT5} (gRPC)", version, True), ("rocketmq/__init__.py", owner, True)]
     error = _child_imports(
         "from txmsg_rocketmq5.package import ensure_client_package as e; e(); "
@@ -123,21 +139,26 @@ def report(config: Any = None) -> list[tuple[str, str, bool]]:
     checks.append(
         (
             "rocketmq 5.x client imports",
-            "ok" if error is None else f"{error}; reinstall it: `pip install --force-reinstall "
-            f"'{CLIENT5}=={version}'`",
+            "ok"
+            if error is None
+            else f"{error}; reinstall it: `pip install --force-reinstall '{CLIENT5}=={version}'`",
             error is None,
         )
     )
     try:
         importlib.metadata.version("rocketmq-client-python")
     except importlib.metadata.PackageNotFoundError:  # a 5.x-only install: nothing to collide with
-        checks.append(("rocketmq.client (2.0.0)", "not installed (optional: txmsg[rocketmq])", True))
+        checks.append(
+            ("rocketmq.client (2.0.0)", "not installed (optional: txmsg[rocketmq])", True)
+        )
         return checks
     error = _child_imports("import txmsg_rocketmq5; import rocketmq.client")
     checks.append(
         (
             "rocketmq.client (2.0.0) imports beside it",
-            "ok" if error is None else f"{error}; reinstall rocketmq-client-python==2.0.0, then run "
+            "ok"
+            if error is None
+            else f"{error}; reinstall rocketmq-client-python==2.0.0, then run "
             "`txmsg install-librocketmq`",
             error is None,
         )

@@ -136,8 +136,10 @@ class PlainSender:
         """The error for a failed send: what the caller can change, or what to check."""
         if isinstance(exc, IllegalArgumentException):
             kind = (
-                "FIFO" if message.sharding_key is not None
-                else "DELAY" if message.delay_level is not None or message.deliver_at_ms is not None
+                "FIFO"
+                if message.sharding_key is not None
+                else "DELAY"
+                if message.delay_level is not None or message.deliver_at_ms is not None
                 else "NORMAL"
             )
             return InvalidMessageError(
@@ -269,7 +271,10 @@ class PlainSender:
                 ) from exc
             ids.append(last.message_id)
         return SendResult(
-            message_id=",".join(ids), send_status=SEND_OK, offset=last.offset, queue_id=last.queue_id
+            message_id=",".join(ids),
+            send_status=SEND_OK,
+            offset=last.offset,
+            queue_id=last.queue_id,
         )
 
     # ---- lifecycle -----------------------------------------------------------------------------

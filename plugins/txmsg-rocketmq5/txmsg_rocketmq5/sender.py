@@ -75,7 +75,9 @@ class Rocketmq5Sender:
         self._client_down = False  # set after close() shut the client down
         self._sends = 0
         self._checks_running = 0  # commands handed over whose answer is not sent yet
-        self._pending_checks: set[Future[Any]] = set()  # their futures: close() cancels unstarted ones
+        self._pending_checks: set[Future[Any]] = (
+            set()
+        )  # their futures: close() cancels unstarted ones
         self._answers_pending = 0
         self.checks_received = 0
         self.checks_answered = 0
@@ -220,7 +222,9 @@ class Rocketmq5Sender:
         future = submission.future
         with self._lock:
             self._pending_checks.add(future)
-        future.add_done_callback(lambda done: self._answer(done, endpoints, message, transaction_id))
+        future.add_done_callback(
+            lambda done: self._answer(done, endpoints, message, transaction_id)
+        )
 
     def _answer(
         self, done: Future[Any], endpoints: Any, message: Message, transaction_id: str
@@ -251,7 +255,10 @@ class Rocketmq5Sender:
                 )
                 return
             future = self.producer.end_checked(
-                endpoints, message.topic, message.message_id or transaction_id, transaction_id,
+                endpoints,
+                message.topic,
+                message.message_id or transaction_id,
+                transaction_id,
                 RESOLUTION[coerced],
             )
             with self._lock:
@@ -276,7 +283,9 @@ class Rocketmq5Sender:
                 reply = done.result()
                 code = getattr(getattr(reply, "status", None), "code", None)
                 if code is not None and int(code) != 20000:  # apache.rocketmq.v2.Code.OK
-                    problem = f"the broker refused it: {code} {getattr(reply.status, 'message', '')}"
+                    problem = (
+                        f"the broker refused it: {code} {getattr(reply.status, 'message', '')}"
+                    )
             except BaseException as exc:  # noqa: BLE001 - the RPC failed
                 problem = f"{type(exc).__name__}: {exc}"
             if problem is None:

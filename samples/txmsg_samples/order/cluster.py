@@ -20,6 +20,7 @@ DEFAULT_QUEUES = 4
 MESSAGE_TYPE = "TRANSACTION"
 """RocketMQ 5 brokers take transactional messages only on TRANSACTION topics (4.x ignores it)."""
 
+
 class ClusterNotReady(RuntimeError):
     """The demo cannot run against this cluster yet; ``str()`` says what to do."""
 
@@ -45,7 +46,11 @@ def _loads(body: bytes) -> Any:
 
 
 def _call(
-    addr: str, code: int, ext: dict[str, str], timeout: float, credentials: tuple[str, str] | None = None
+    addr: str,
+    code: int,
+    ext: dict[str, str],
+    timeout: float,
+    credentials: tuple[str, str] | None = None,
 ) -> tuple[int, str, bytes]:
     # the broker plugin's tiny remoting client, on first use: `txmsg demo` loads this module
     from txmsg_broker.rawclient import call  # noqa: PLC0415

@@ -194,7 +194,11 @@ def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
             f"{exc} (fix it, or unset it to run on the embedded broker)"
         ) from None
     values = RocketMQSettings.of(config)
-    client = {k: v for k, v in (("access_key", values.access_key), ("secret_key", values.secret_key)) if v is not None}
+    client = {
+        k: v
+        for k, v in (("access_key", values.access_key), ("secret_key", values.secret_key))
+        if v is not None
+    }
     if name_server is not None:
         return name_server, "--name-server", client
     origin = _origin(sources, "name_server")
@@ -329,7 +333,9 @@ def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
     from txmsg_samples.order.demo_run import DemoRun  # noqa: PLC0415 - imports the broker and the client lazily
 
     own_dir = options.workdir is None
-    workdir = Path(tempfile.mkdtemp(prefix="txmsg-demo-")) if options.workdir is None else options.workdir
+    workdir = (
+        Path(tempfile.mkdtemp(prefix="txmsg-demo-")) if options.workdir is None else options.workdir
+    )
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", str(workdir / "rocketmq-client"))
     console.print(_where_line(options, broker), soft_wrap=True)
@@ -406,9 +412,7 @@ def _where_line(options: DemoOptions, broker: Any) -> str:
         f" (from {options.backend_from})" if options.backend_from else ""
     )
     if broker is not None:
-        return (
-            f"txmsg demo on the broker at {broker.namesrv_addr} (given by the caller), {backend}"
-        )
+        return f"txmsg demo on the broker at {broker.namesrv_addr} (given by the caller), {backend}"
     if options.backend == "rocketmq5":
         if options.endpoints:
             return (

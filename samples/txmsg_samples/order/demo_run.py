@@ -41,8 +41,20 @@ def create_transaction_topic(name_server: str, topic: str, queues: int = 4) -> N
     """``txmsg topic create TOPIC --type TRANSACTION`` (``mqadmin updateTopic`` on a real
     cluster): RocketMQ 5 brokers only take transactional messages on TRANSACTION topics."""
     done = subprocess.run(  # noqa: S603 - this interpreter, txmsg_broker and a fixed argument list
-        [sys.executable, "-m", "txmsg_broker", "topic", "create", topic,
-         "--namesrv", name_server, "--type", "TRANSACTION", "--queues", str(queues)],
+        [
+            sys.executable,
+            "-m",
+            "txmsg_broker",
+            "topic",
+            "create",
+            topic,
+            "--namesrv",
+            name_server,
+            "--type",
+            "TRANSACTION",
+            "--queues",
+            str(queues),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -145,9 +157,13 @@ class DemoRun:
                         "grpc_port (the txmsg_grpc_broker fixture, `txmsg broker --grpc-port 0`)"
                     )
         if self.name_server:  # creates the topic as TRANSACTION (what 5.x needs for half messages)
-            access, secret = opts.client_settings.get("access_key"), opts.client_settings.get("secret_key")
+            access, secret = (
+                opts.client_settings.get("access_key"),
+                opts.client_settings.get("secret_key"),
+            )
             done = ensure_topics(  # signed with the user's keys (a cluster with ACL)
-                self.name_server, [self.names.topic],
+                self.name_server,
+                [self.names.topic],
                 credentials=(str(access), str(secret)) if access and secret else None,
             )
         else:  # a 5.x proxy alone: gRPC has no admin call, so the topic must be there already

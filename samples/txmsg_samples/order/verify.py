@@ -219,5 +219,9 @@ def verify(dbs: Databases, order_ids: list[str], plan: FaultPlan, tally: Tally) 
 
 
 def _same_orders(bad: list[str], service: str, got: set[str], paid: set[str]) -> None:
-    bad.extend(f"order {oid}: PAID but {service} never applied OrderPaid" for oid in sorted(paid - got))
-    bad.extend(f"order {oid}: not paid but {service} applied OrderPaid" for oid in sorted(got - paid))
+    bad.extend(
+        f"order {oid}: PAID but {service} never applied OrderPaid" for oid in sorted(paid - got)
+    )
+    bad.extend(
+        f"order {oid}: not paid but {service} applied OrderPaid" for oid in sorted(got - paid)
+    )

@@ -289,7 +289,9 @@ class Outbox:
         self, *, sharding_key: str | None = None, ids: Sequence[int] | None = None
     ) -> list[int]:
         """Make dead rows (all, a key's, or ``ids``) pending again; returns their ids."""
-        found = store.retry_dead(self.session_factory, self.group, sharding_key=sharding_key, ids=ids)
+        found = store.retry_dead(
+            self.session_factory, self.group, sharding_key=sharding_key, ids=ids
+        )
         if found:
             self.wake()
         return found
@@ -308,4 +310,3 @@ class Outbox:
     def __repr__(self) -> str:
         where = "relay in process" if self.relay_in_process else "relay elsewhere"
         return f"<Outbox group={self.group!r} {where}>"
-

@@ -595,8 +595,10 @@ class Relay:
             for row_id, delay in marks.retry:
                 # a tick late: the row's next_attempt_at (wall clock) has surely passed then
                 self._wheel.schedule(row_id, now + delay + self._wheel.tick)
-        broker_down = marks.failed > 0 and marks.sent == 0 and not any(
-            event.permanent for event in marks.dead
+        broker_down = (
+            marks.failed > 0
+            and marks.sent == 0
+            and not any(event.permanent for event in marks.dead)
         )
         self._pause_streak = self._pause_streak + 1 if broker_down else 0
         if marks.retry:

@@ -155,7 +155,9 @@ def take_lease(
     with session_factory() as session, session.begin():
         row = session.get(OutboxRelayLease, outbox)
         if row is None:
-            session.add(OutboxRelayLease(outbox=outbox, owner=owner, lease_until=now + lease, since=now))
+            session.add(
+                OutboxRelayLease(outbox=outbox, owner=owner, lease_until=now + lease, since=now)
+            )
             return True, None
         previous = Lease(row.owner, row.lease_until, row.since)
         if row.owner == owner:
@@ -169,9 +171,7 @@ def take_lease(
 
 def holds_lease(session: Session, outbox: str, owner: str) -> bool:
     """Whether ``owner`` still holds the lease (read inside the caller's write transaction)."""
-    found = session.scalar(
-        select(OutboxRelayLease.owner).where(OutboxRelayLease.outbox == outbox)
-    )
+    found = session.scalar(select(OutboxRelayLease.owner).where(OutboxRelayLease.outbox == outbox))
     return found == owner
 
 
@@ -409,4 +409,3 @@ def purge_idle_keys(
             .execution_options(synchronize_session=False)
         )
         return int(getattr(result, "rowcount", 0) or 0)
-

@@ -136,7 +136,9 @@ def row_values(
     owner = f"outbox {outbox}: topic={topic}"
     check_name("topic", topic, owner=f"outbox {outbox}: send", rules=name_rules)
     if sharding_key is not None and (
-        not isinstance(sharding_key, str) or not sharding_key.strip() or len(sharding_key) > _MAX_NAME
+        not isinstance(sharding_key, str)
+        or not sharding_key.strip()
+        or len(sharding_key) > _MAX_NAME
     ):
         raise InvalidMessageError(
             f"{owner}: sharding_key must be a non-blank string of at most {_MAX_NAME} characters "
@@ -151,9 +153,13 @@ def row_values(
     if delay_level is not None and deliver_at is not None:
         raise InvalidMessageError(f"{owner}: give delay_level or deliver_at, not both")
     if delay_level is not None and (
-        isinstance(delay_level, bool) or not isinstance(delay_level, int) or not 1 <= delay_level <= 18
+        isinstance(delay_level, bool)
+        or not isinstance(delay_level, int)
+        or not 1 <= delay_level <= 18
     ):
-        raise InvalidMessageError(f"{owner}: delay_level must be an int 1..18 ({_LEVELS}), got {delay_level!r}")
+        raise InvalidMessageError(
+            f"{owner}: delay_level must be an int 1..18 ({_LEVELS}), got {delay_level!r}"
+        )
     if tags is not None and (not isinstance(tags, str) or len(tags) > _MAX_NAME):
         raise InvalidMessageError(
             f"{owner}: tags must be a string of at most {_MAX_NAME} characters, got {tags!r}"

@@ -37,11 +37,21 @@ METHODS: dict[str, tuple[str, str, bool]] = {
     "ReceiveMessage": ("ReceiveMessageRequest", "ReceiveMessageResponse", True),
     "AckMessage": ("AckMessageRequest", "AckMessageResponse", False),
     "ForwardMessageToDeadLetterQueue": (
-        "ForwardMessageToDeadLetterQueueRequest", "ForwardMessageToDeadLetterQueueResponse", False,
+        "ForwardMessageToDeadLetterQueueRequest",
+        "ForwardMessageToDeadLetterQueueResponse",
+        False,
     ),
     "EndTransaction": ("EndTransactionRequest", "EndTransactionResponse", False),
-    "NotifyClientTermination": ("NotifyClientTerminationRequest", "NotifyClientTerminationResponse", False),
-    "ChangeInvisibleDuration": ("ChangeInvisibleDurationRequest", "ChangeInvisibleDurationResponse", False),
+    "NotifyClientTermination": (
+        "NotifyClientTerminationRequest",
+        "NotifyClientTerminationResponse",
+        False,
+    ),
+    "ChangeInvisibleDuration": (
+        "ChangeInvisibleDurationRequest",
+        "ChangeInvisibleDurationResponse",
+        False,
+    ),
 }
 SERVICE = "/apache.rocketmq.v2.MessagingService/"
 DEADLINE_S = 8.0
@@ -80,9 +90,16 @@ def _fill(message: Any, rnd: random.Random, hints: list[str], depth: int = 0) ->
                 if field.message_type.GetOptions().map_entry:
                     getattr(message, field.name)[_text(rnd, hints)] = _text(rnd, hints)
                     continue
-                target = getattr(message, field.name).add() if repeated else getattr(message, field.name)
-                if field.message_type.full_name in ("google.protobuf.Duration", "google.protobuf.Timestamp"):
-                    target.seconds = rnd.choice((0, 1, 5, 30, -1, 3600 * 48, int(time.time()), 2**40, -(2**40)))
+                target = (
+                    getattr(message, field.name).add() if repeated else getattr(message, field.name)
+                )
+                if field.message_type.full_name in (
+                    "google.protobuf.Duration",
+                    "google.protobuf.Timestamp",
+                ):
+                    target.seconds = rnd.choice(
+                        (0, 1, 5, 30, -1, 3600 * 48, int(time.time()), 2**40, -(2**40))
+                    )
                     target.nanos = rnd.choice((0, 1, 999_999_999))
                 else:
                     target.SetInParent()
@@ -126,7 +143,11 @@ def _scalar(field: Any, rnd: random.Random, hints: list[str]) -> Any:
         return rnd.choice(values)
     if t in (F.TYPE_DOUBLE, F.TYPE_FLOAT):
         return rnd.choice((0.0, -1.0, 2.0, 1e300 if t == F.TYPE_DOUBLE else 1e30))
-    bits = 64 if t in (F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64) else 32
+    bits = (
+        64
+        if t in (F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_SINT64, F.TYPE_FIXED64, F.TYPE_SFIXED64)
+        else 32
+    )
     unsigned = t in (F.TYPE_UINT32, F.TYPE_UINT64, F.TYPE_FIXED32, F.TYPE_FIXED64)
     choices = [0, 1, 2, 31, 32, 33, 1000, 2 ** (bits - 1) - 1]
     if not unsigned:
@@ -149,7 +170,11 @@ def random_request(method: str, rnd: random.Random, hints: list[str]) -> bytes:
 
 
 def _metadata(client_id: str | None) -> list[tuple[str, str]]:
-    metadata = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2")]
+    metadata = [
+        ("x-mq-language", "PYTHON"),
+        ("x-mq-protocol", "GRPC_V2"),
+        ("x-mq-client-version", "5.1.2"),
+    ]
     if client_id:
         metadata.append(("x-mq-client-id", client_id))
     return metadata
@@ -173,12 +198,18 @@ def _outcome(method: str, responses: Callable[[], Iterable[Any]]) -> Outcome:
     return Outcome(method, code, details, codes, messages, time.monotonic() - started)
 
 
-def call(channel: Any, method: str, body: bytes, client_id: str | None, deadline_s: float = DEADLINE_S) -> Outcome:
+def call(
+    channel: Any, method: str, body: bytes, client_id: str | None, deadline_s: float = DEADLINE_S
+) -> Outcome:
     """One raw call (``body`` is sent as is); never raises for an RPC error."""
     response_type = getattr(svc(), METHODS[method][1])
     streaming = METHODS[method][2]
     make: Callable[..., Any] = channel.unary_stream if streaming else channel.unary_unary
-    stub = make(SERVICE + method, request_serializer=lambda b: b, response_deserializer=response_type.FromString)
+    stub = make(
+        SERVICE + method,
+        request_serializer=lambda b: b,
+        response_deserializer=response_type.FromString,
+    )
 
     def responses() -> Iterable[Any]:
         result = stub(body, metadata=_metadata(client_id), timeout=deadline_s)
@@ -193,9 +224,13 @@ def call_telemetry(
     """One Telemetry stream: send ``bodies`` as they are, half-close, read every answer until the
     broker ends the stream; never raises for an RPC error."""
     stub = channel.stream_stream(
-        SERVICE + TELEMETRY, request_serializer=lambda b: b, response_deserializer=svc().TelemetryCommand.FromString
+        SERVICE + TELEMETRY,
+        request_serializer=lambda b: b,
+        response_deserializer=svc().TelemetryCommand.FromString,
     )
-    return _outcome(TELEMETRY, lambda: stub(iter(bodies), metadata=_metadata(client_id), timeout=deadline_s))
+    return _outcome(
+        TELEMETRY, lambda: stub(iter(bodies), metadata=_metadata(client_id), timeout=deadline_s)
+    )
 
 
 def problems(outcome: Outcome, *, parseable: bool) -> list[str]:
@@ -207,7 +242,9 @@ def problems(outcome: Outcome, *, parseable: bool) -> list[str]:
         found.append(f"{outcome.method}: gRPC status {outcome.grpc_code} {outcome.details!r}")
     for code, message in zip(outcome.status_codes, outcome.status_messages, strict=True):
         if _PY_EXCEPTION.match(message):
-            found.append(f"{outcome.method}: unhandled exception answered as status {code}: {message[:300]}")
+            found.append(
+                f"{outcome.method}: unhandled exception answered as status {code}: {message[:300]}"
+            )
     return found
 
 

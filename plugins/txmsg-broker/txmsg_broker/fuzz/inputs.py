@@ -61,35 +61,193 @@ T = TypeVar("T")
 
 # --- interesting values -------------------------------------------------------------------------
 INTERESTING_INTS: tuple[int, ...] = (
-    0, 1, -1, 2, 3, 4, 7, 8, 16, 31, 32, 127, 128, 255, 256, 1000, 0x7FFF, 0x8000, 0xFFFF,
-    0xFFFFFF, 0x1000000, 2**31 - 1, 2**31, -(2**31), 2**32 - 1, 2**32, 2**63 - 1, 2**63, -(2**63),
-    2**64, 10**30, MAX_FRAME_LENGTH, MAX_FRAME_LENGTH + 1,
+    0,
+    1,
+    -1,
+    2,
+    3,
+    4,
+    7,
+    8,
+    16,
+    31,
+    32,
+    127,
+    128,
+    255,
+    256,
+    1000,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0xFFFFFF,
+    0x1000000,
+    2**31 - 1,
+    2**31,
+    -(2**31),
+    2**32 - 1,
+    2**32,
+    2**63 - 1,
+    2**63,
+    -(2**63),
+    2**64,
+    10**30,
+    MAX_FRAME_LENGTH,
+    MAX_FRAME_LENGTH + 1,
 )
 INTERESTING_STRINGS: tuple[str, ...] = (
-    "", "0", "1", "-1", "--5", "-", "+5", " 7", "7 ", "1_000", "0x1F", "\u00b2", "\u0663\u0661",
-    "1.5", "2.0", "1e3", "1e400", "-1e400", "inf", "-inf", "nan", "NaN", "Infinity", "true", "false",
-    "TRUE", "yes", "9" * 40, "9" * 4400, "TBW102", "%RETRY%g", "%DLQ%g", "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC", "FuzzT",
-    "FuzzT_1", "T" * 128, "T" * 300, "bad topic!", "\u00e9t\u00e9", "\ud800", "\udfff", "\x00",
-    "k\x01v\x02", "TRAN_MSG\x01true\x02", "UNIQ_KEY\x01u1\x02TAGS\x01t\x02KEYS\x01k\x02",
-    "DELAY\x013\x02", "\x01\x02\x01", "*", "a || b", "+message.type=TRANSACTION",
-    "+message.type=bogus", "127.0.0.1:10911", "7F0000010000291F0000000000000000", "JAVA", "CPP",
-    "PYTHON", "JSON", "ROCKETMQ", "txmsg-fuzz-admin", "ALIYUN", "2jmj7l5rSw0yVb/vlWAYkK/YBwk=",
+    "",
+    "0",
+    "1",
+    "-1",
+    "--5",
+    "-",
+    "+5",
+    " 7",
+    "7 ",
+    "1_000",
+    "0x1F",
+    "\u00b2",
+    "\u0663\u0661",
+    "1.5",
+    "2.0",
+    "1e3",
+    "1e400",
+    "-1e400",
+    "inf",
+    "-inf",
+    "nan",
+    "NaN",
+    "Infinity",
+    "true",
+    "false",
+    "TRUE",
+    "yes",
+    "9" * 40,
+    "9" * 4400,
+    "TBW102",
+    "%RETRY%g",
+    "%DLQ%g",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "SCHEDULE_TOPIC_XXXX",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "FuzzT",
+    "FuzzT_1",
+    "T" * 128,
+    "T" * 300,
+    "bad topic!",
+    "\u00e9t\u00e9",
+    "\ud800",
+    "\udfff",
+    "\x00",
+    "k\x01v\x02",
+    "TRAN_MSG\x01true\x02",
+    "UNIQ_KEY\x01u1\x02TAGS\x01t\x02KEYS\x01k\x02",
+    "DELAY\x013\x02",
+    "\x01\x02\x01",
+    "*",
+    "a || b",
+    "+message.type=TRANSACTION",
+    "+message.type=bogus",
+    "127.0.0.1:10911",
+    "7F0000010000291F0000000000000000",
+    "JAVA",
+    "CPP",
+    "PYTHON",
+    "JSON",
+    "ROCKETMQ",
+    "txmsg-fuzz-admin",
+    "ALIYUN",
+    "2jmj7l5rSw0yVb/vlWAYkK/YBwk=",
 )
 EXT_KEYS: tuple[str, ...] = (
-    "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset", "suspendTimeoutMillis",
-    "subscription", "subVersion", "consumerGroup", "producerGroup", "defaultTopic",
-    "defaultTopicQueueNums", "properties", "flag", "bornTimestamp", "reconsumeTimes", "unitMode",
-    "maxReconsumeTimes", "batch", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag", "order",
-    "attributes", "group", "offset", "delayLevel", "originMsgId", "originTopic", "tranStateTableOffset",
-    "commitLogOffset", "commitOrRollback", "fromTransactionCheck", "msgId", "transactionId",
-    "timestamp", "clientID", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n",
-    *ACL_FIELDS, "_UNIQUE_KEY_QUERY",
+    "topic",
+    "queueId",
+    "queueOffset",
+    "maxMsgNums",
+    "sysFlag",
+    "commitOffset",
+    "suspendTimeoutMillis",
+    "subscription",
+    "subVersion",
+    "consumerGroup",
+    "producerGroup",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "properties",
+    "flag",
+    "bornTimestamp",
+    "reconsumeTimes",
+    "unitMode",
+    "maxReconsumeTimes",
+    "batch",
+    "readQueueNums",
+    "writeQueueNums",
+    "perm",
+    "topicSysFlag",
+    "order",
+    "attributes",
+    "group",
+    "offset",
+    "delayLevel",
+    "originMsgId",
+    "originTopic",
+    "tranStateTableOffset",
+    "commitLogOffset",
+    "commitOrRollback",
+    "fromTransactionCheck",
+    "msgId",
+    "transactionId",
+    "timestamp",
+    "clientID",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    "g",
+    "h",
+    "i",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    *ACL_FIELDS,
+    "_UNIQUE_KEY_QUERY",
 )
 #: every code the broker or name server handles, plus neighbours and oddities
 CODES: tuple[int, ...] = (
-    10, 11, 14, 15, 17, 29, 30, 31, 32, 34, 35, 36, 37, 38, 39, 40, 41, 42, 105, 106, 310, 320,
-    0, -1, 9999, 2**31 - 1, 103, 104,
+    10,
+    11,
+    14,
+    15,
+    17,
+    29,
+    30,
+    31,
+    32,
+    34,
+    35,
+    36,
+    37,
+    38,
+    39,
+    40,
+    41,
+    42,
+    105,
+    106,
+    310,
+    320,
+    0,
+    -1,
+    9999,
+    2**31 - 1,
+    103,
+    104,
 )
 FLOATS: tuple[float, ...] = (0.0, -0.0, 1.5, 1e308, -1e308, float("inf"), float("nan"), 2.0**63)
 BINARY_LANGUAGES = 12  # RocketMQ's LanguageCode ordinals 0..11
@@ -105,12 +263,26 @@ FUZZ_ACL: dict[str, Any] = {
     "globalWhiteRemoteAddresses": ["10.10.103.*", "192.168.0.{1,2,3}"],
     "accounts": [
         {"accessKey": FUZZ_CREDENTIALS[0], "secretKey": FUZZ_CREDENTIALS[1], "admin": True},
-        {"accessKey": FUZZ_LIMITED[0], "secretKey": FUZZ_LIMITED[1], "whiteRemoteAddress": "172.16.*.*",
-         "defaultTopicPerm": "SUB", "defaultGroupPerm": "SUB",
-         "topicPerms": ["FuzzT=PUB|SUB", "FuzzT_1=DENY"], "groupPerms": ["g=DENY", "FuzzGoodPG=PUB"]},
+        {
+            "accessKey": FUZZ_LIMITED[0],
+            "secretKey": FUZZ_LIMITED[1],
+            "whiteRemoteAddress": "172.16.*.*",
+            "defaultTopicPerm": "SUB",
+            "defaultGroupPerm": "SUB",
+            "topicPerms": ["FuzzT=PUB|SUB", "FuzzT_1=DENY"],
+            "groupPerms": ["g=DENY", "FuzzGoodPG=PUB"],
+        },
     ],
 }
-FUZZ_ADDRESSES = ("127.0.0.1:40000", "10.10.103.9:1", "192.168.0.2:2", "172.16.5.5:3", "[::1]:4", "garbage", "")
+FUZZ_ADDRESSES = (
+    "127.0.0.1:40000",
+    "10.10.103.9:1",
+    "192.168.0.2:2",
+    "172.16.5.5:3",
+    "[::1]:4",
+    "garbage",
+    "",
+)
 
 
 # --- choosers -----------------------------------------------------------------------------------
@@ -276,8 +448,14 @@ def binary_header(ch: Chooser) -> bytes:
     remark = any_text(ch).encode("utf-8", "surrogatepass") if ch.below(2) else b""
     ext = b""
     for _ in range(ch.below(5)):
-        key = (pick(ch, EXT_KEYS) if ch.below(3) else any_text(ch, 8)).encode("utf-8", "surrogatepass")
-        value = str(any_int(ch)).encode() if ch.below(2) else any_text(ch).encode("utf-8", "surrogatepass")
+        key = (pick(ch, EXT_KEYS) if ch.below(3) else any_text(ch, 8)).encode(
+            "utf-8", "surrogatepass"
+        )
+        value = (
+            str(any_int(ch)).encode()
+            if ch.below(2)
+            else any_text(ch).encode("utf-8", "surrogatepass")
+        )
         ext += struct.pack(">h", len(key) & 0x7FFF) + key + struct.pack(">i", len(value)) + value
     data = (
         struct.pack(
@@ -301,8 +479,12 @@ def stored_message(ch: Chooser) -> StoredMessage:
     topic = topic_name(ch)
     if not _utf8_ok(topic) or len(topic.encode()) > 127:
         topic = "FuzzT"
-    props = {any_text(ch, 8).replace("\x01", "").replace("\x02", ""): any_text(ch, 16).replace("\x02", "")
-             for _ in range(ch.below(4))}
+    props = {
+        any_text(ch, 8).replace("\x01", "").replace("\x02", ""): any_text(ch, 16).replace(
+            "\x02", ""
+        )
+        for _ in range(ch.below(4))
+    }
     props = {k: v for k, v in props.items() if k and _utf8_ok(k) and _utf8_ok(v)}
     return StoredMessage(
         topic=topic,
@@ -334,7 +516,9 @@ def message_records(ch: Chooser) -> bytes:
     """1-3 valid records (as a PULL body holds them), usually damaged afterwards."""
     data = b"".join(encode_message(stored_message(ch)) for _ in range(1 + ch.below(3)))
     if ch.below(5):
-        data = mutate(ch, data, fields=(0, 4, 84, 88))  # TOTALSIZE, MAGIC, BODYLEN, first body bytes
+        data = mutate(
+            ch, data, fields=(0, 4, 84, 88)
+        )  # TOTALSIZE, MAGIC, BODYLEN, first body bytes
     return data
 
 
@@ -367,8 +551,10 @@ def json_body(ch: Chooser) -> bytes:
             for _ in range(ch.below(3))
         ],
         "consumerGroup": any_text(ch, 12),
-        "mqSet": [{"topic": topic_name(ch), "brokerName": any_text(ch, 8), "queueId": json_value(ch)}
-                  for _ in range(ch.below(3))],
+        "mqSet": [
+            {"topic": topic_name(ch), "brokerName": any_text(ch, 8), "queueId": json_value(ch)}
+            for _ in range(ch.below(3))
+        ],
     }
     if chance(ch, 3):
         body = {k: v for k, v in body.items() if ch.below(2)}
@@ -397,7 +583,11 @@ def body(ch: Chooser) -> bytes:
 def frame_bytes(header: bytes, payload: bytes = b"", *, type_byte: int = 0) -> bytes:
     """One length-prefixed frame exactly as the codec lays it out (the fuzz starts from here)."""
     return (
-        struct.pack(">II", 4 + len(header) + len(payload), ((type_byte & 0xFF) << 24) | (len(header) & 0xFFFFFF))
+        struct.pack(
+            ">II",
+            4 + len(header) + len(payload),
+            ((type_byte & 0xFF) << 24) | (len(header) & 0xFFFFFF),
+        )
         + header
         + payload
     )
@@ -416,7 +606,12 @@ def good_frame(ch: Chooser) -> bytes:
         body=body(ch),
     )
     if chance(ch, 3):  # signed: past the ACL of a broker started with FUZZ_ACL (run.py --acl)
-        sign_request(cmd, *pick(ch, (FUZZ_CREDENTIALS, FUZZ_CREDENTIALS, FUZZ_LIMITED, (FUZZ_ACCESS_KEY, "wrong"))))
+        sign_request(
+            cmd,
+            *pick(
+                ch, (FUZZ_CREDENTIALS, FUZZ_CREDENTIALS, FUZZ_LIMITED, (FUZZ_ACCESS_KEY, "wrong"))
+            ),
+        )
     encoded: bytes = cmd.encode()
     return encoded
 
@@ -430,7 +625,9 @@ def frame(ch: Chooser, depth: int = 0) -> bytes:
         return frame_bytes(header_json(ch), body(ch))
     if shape == 3:  # valid JSON header, random serialize type byte
         return frame_bytes(header_json(ch), body(ch), type_byte=pick(ch, (1, 2, 0x80, 0xFF)))
-    if shape == 4:  # RocketMQ binary serialization (type 1), as Java clients can be configured to send
+    if (
+        shape == 4
+    ):  # RocketMQ binary serialization (type 1), as Java clients can be configured to send
         return frame_bytes(binary_header(ch), body(ch), type_byte=1 if ch.below(4) else 0)
     if shape == 5:  # garbage header bytes inside a well-formed frame
         return frame_bytes(ch.raw(200), body(ch), type_byte=0 if ch.below(3) else ch.below(256))
@@ -444,12 +641,28 @@ def frame(ch: Chooser, depth: int = 0) -> bytes:
         data = good_frame(ch) if ch.below(2) else frame_bytes(header_json(ch), body(ch))
         return data[: ch.below(len(data))]
     if shape == 8:  # huge or absurd declared length, followed by a little data
-        length = pick(ch, (MAX_FRAME_LENGTH, MAX_FRAME_LENGTH + 1, 2**31, 2**32 - 1, 0, 1, 3, 4,
-                           MAX_FRAME_LENGTH - 1, 1 << 24, 100000))
+        length = pick(
+            ch,
+            (
+                MAX_FRAME_LENGTH,
+                MAX_FRAME_LENGTH + 1,
+                2**31,
+                2**32 - 1,
+                0,
+                1,
+                3,
+                4,
+                MAX_FRAME_LENGTH - 1,
+                1 << 24,
+                100000,
+            ),
+        )
         return struct.pack(">I", length) + ch.raw(64)
     if shape == 9:  # length word edits on a good frame
         edited = bytearray(good_frame(ch))
-        struct.pack_into(">I", edited, 0, (len(edited) - 4 + pick(ch, (-1, 1, -4, 4, 100))) & 0xFFFFFFFF)
+        struct.pack_into(
+            ">I", edited, 0, (len(edited) - 4 + pick(ch, (-1, 1, -4, 4, 100))) & 0xFFFFFFFF
+        )
         return bytes(edited)
     if shape == 10:  # pipelined: several frames on one connection
         return b"".join(frame(ch, depth + 1) for _ in range(2 + ch.below(4)))
@@ -572,7 +785,12 @@ def check_frame(payload: bytes) -> RemotingCommand:
         cmd.ext_bool(key)
     back = RemotingCommand.decode(cmd.encode()[4:])
     if (back.code, back.opaque, back.flag, back.remark, back.ext_fields, back.body) != (
-        cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body,
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        cmd.remark,
+        cmd.ext_fields,
+        cmd.body,
     ):
         raise FuzzFailure("decode(encode(decode(x))) differs from decode(x)")
     cmd.error(1, "x").encode()  # the error answer for this request can always be written
@@ -614,7 +832,11 @@ def _acl_answer(cmd: RemotingCommand, addr: str) -> str | None:
     answer = _VALIDATOR.refusal(cmd, addr)
     if answer is None:
         return None
-    if answer.code != 1 or not (answer.remark or "").startswith(_ACL_PREFIX) or not answer.is_response:
+    if (
+        answer.code != 1
+        or not (answer.remark or "").startswith(_ACL_PREFIX)
+        or not answer.is_response
+    ):
         raise FuzzFailure(f"bad ACL refusal: code {answer.code} remark {answer.remark!r}")
     answer.encode()  # the refusal can always be written
     return answer.remark
@@ -639,7 +861,9 @@ class _MemoryTransport(asyncio.Transport):
         self.closed = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 10911)}.get(name, default)
+        return {"peername": ("127.0.0.1", 40000), "sockname": ("127.0.0.1", 10911)}.get(
+            name, default
+        )
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass

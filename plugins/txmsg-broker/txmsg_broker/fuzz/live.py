@@ -41,13 +41,17 @@ from .inputs import parse_frames, walk_frames
 #: (access key, secret key) of a broker with ACL (``run.py --acl``); None = unsigned requests
 Credentials = tuple[str, str] | None
 PROBE_CODE = 9999
-PROBE_OPAQUE = 1592597077  # 0x5EED1E55; fuzz inputs draw opaques at random, a clash only weakens a check
+PROBE_OPAQUE = (
+    1592597077  # 0x5EED1E55; fuzz inputs draw opaques at random, a clash only weakens a check
+)
 GOOD_QUEUES = 4
 
 
 def probe_frame(credentials: Credentials = None) -> bytes:
     """The probe; signed with ``credentials`` for a broker with ACL (which checks unknown codes too)."""
-    encoded: bytes = signed(RemotingCommand.request(PROBE_CODE, opaque=PROBE_OPAQUE), credentials).encode()
+    encoded: bytes = signed(
+        RemotingCommand.request(PROBE_CODE, opaque=PROBE_OPAQUE), credentials
+    ).encode()
     return encoded
 
 
@@ -73,7 +77,9 @@ class Exchange:
         )
 
 
-def exchange(addr: str, data: bytes, *, deadline: float = 10.0, credentials: Credentials = None) -> Exchange:
+def exchange(
+    addr: str, data: bytes, *, deadline: float = 10.0, credentials: Credentials = None
+) -> Exchange:
     """Write ``data`` + probe, half-close, read until EOF. Never blocks longer than ``deadline``.
     ``credentials`` sign the probe (a broker with ACL)."""
     started = time.monotonic()
@@ -109,7 +115,9 @@ def exchange(addr: str, data: bytes, *, deadline: float = 10.0, credentials: Cre
                         sent += sock.send(out[sent:])
                     except (BlockingIOError, InterruptedError):
                         pass
-                    except OSError:  # the broker closed first (bad frame): stop writing, keep reading
+                    except (
+                        OSError
+                    ):  # the broker closed first (bad frame): stop writing, keep reading
                         sent = len(out)
                     if sent >= len(out):
                         with contextlib.suppress(OSError):  # already closed by the broker
@@ -119,7 +127,9 @@ def exchange(addr: str, data: bytes, *, deadline: float = 10.0, credentials: Cre
         sel.close()
         sock.close()
     answers, leftover = parse_frames(bytes(received))
-    return Exchange(hung=not eof, answers=answers, leftover=leftover, seconds=time.monotonic() - started)
+    return Exchange(
+        hung=not eof, answers=answers, leftover=leftover, seconds=time.monotonic() - started
+    )
 
 
 def problems(data: bytes, result: Exchange) -> list[str]:
@@ -128,7 +138,9 @@ def problems(data: bytes, result: Exchange) -> list[str]:
     if result.hung:
         found.append(f"hang: no close within {result.seconds:.1f} s after the client half-closed")
     if result.leftover:
-        found.append(f"the broker wrote {len(result.leftover)} bytes that are not a whole valid frame")
+        found.append(
+            f"the broker wrote {len(result.leftover)} bytes that are not a whole valid frame"
+        )
     found.extend(
         f"undocumented exception in a handler: code {answer.code} {answer.remark!r}"
         for answer in result.answers
@@ -136,7 +148,9 @@ def problems(data: bytes, result: Exchange) -> list[str]:
     )
     model = walk_frames(data)
     if model.clean_end and not model.uncertain and not result.probe_answered and not result.hung:
-        found.append("the connection stopped serving: a clean frame sequence, but the probe got no answer")
+        found.append(
+            "the connection stopped serving: a clean frame sequence, but the probe got no answer"
+        )
     return found
 
 
@@ -144,7 +158,9 @@ def problems(data: bytes, result: Exchange) -> list[str]:
 class GoodSender(threading.Thread):
     """Sends normal messages over one long-lived connection until stopped; every send must succeed."""
 
-    def __init__(self, broker_addr: str, interval: float = 0.005, *, credentials: Credentials = None) -> None:
+    def __init__(
+        self, broker_addr: str, interval: float = 0.005, *, credentials: Credentials = None
+    ) -> None:
         super().__init__(name="fuzz-good-sender", daemon=True)
         self.broker_addr = broker_addr
         self.credentials = credentials
@@ -160,9 +176,21 @@ class GoodSender(threading.Thread):
         body = f"good-{i}-{uuid.uuid4().hex}".encode() + bytes(range(i % 64))
         request = RemotingCommand.request(
             SEND_MESSAGE_V2,
-            {"a": "FuzzGoodPG", "b": self.topic, "c": "TBW102", "d": GOOD_QUEUES, "e": queue_id, "f": 0,
-             "g": int(time.time() * 1000), "h": 0, "i": f"KEYS\x01k{i}\x02TAGS\x01good\x02", "j": 0,
-             "k": "false", "l": 16, "m": "false"},
+            {
+                "a": "FuzzGoodPG",
+                "b": self.topic,
+                "c": "TBW102",
+                "d": GOOD_QUEUES,
+                "e": queue_id,
+                "f": 0,
+                "g": int(time.time() * 1000),
+                "h": 0,
+                "i": f"KEYS\x01k{i}\x02TAGS\x01good\x02",
+                "j": 0,
+                "k": "false",
+                "l": 16,
+                "m": "false",
+            },
             body,
             opaque=i + 1,
         )
@@ -207,9 +235,18 @@ def read_back(
                 opaque += 1
                 request = RemotingCommand.request(
                     PULL_MESSAGE,
-                    {"consumerGroup": "FuzzReadBack", "topic": topic, "queueId": queue_id,
-                     "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0,
-                     "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0},
+                    {
+                        "consumerGroup": "FuzzReadBack",
+                        "topic": topic,
+                        "queueId": queue_id,
+                        "queueOffset": offset,
+                        "maxMsgNums": 32,
+                        "sysFlag": 0,
+                        "commitOffset": 0,
+                        "suspendTimeoutMillis": 0,
+                        "subscription": "*",
+                        "subVersion": 0,
+                    },
                     opaque=opaque,
                 )
                 sock.sendall(signed(request, credentials).encode())
@@ -229,11 +266,17 @@ def healthy(namesrv_addr: str, broker_addr: str, *, credentials: Credentials = N
     found: list[str] = []
     for addr, code, ext in (
         (namesrv_addr, GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}),
-        (broker_addr, QUERY_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "TBW102", "queueId": 0}),
+        (
+            broker_addr,
+            QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "g", "topic": "TBW102", "queueId": 0},
+        ),
     ):
         try:
             with connect(addr, timeout=10.0) as sock:
-                sock.sendall(signed(RemotingCommand.request(code, ext, opaque=7), credentials).encode())
+                sock.sendall(
+                    signed(RemotingCommand.request(code, ext, opaque=7), credentials).encode()
+                )
                 answer = read_command(sock)
             if answer.code != SUCCESS or answer.opaque != 7:
                 found.append(f"{addr} answered code {answer.code}: {answer.remark}")
@@ -243,7 +286,12 @@ def healthy(namesrv_addr: str, broker_addr: str, *, credentials: Credentials = N
 
 
 #: lines in the broker's logs that mean an exception nobody documented or handled
-_LOG_MARKERS = ("Traceback", "Fatal error", "Exception in callback", "exception was never retrieved")
+_LOG_MARKERS = (
+    "Traceback",
+    "Fatal error",
+    "Exception in callback",
+    "exception was never retrieved",
+)
 
 
 def _scan(name: str, text: str) -> list[str]:

@@ -92,8 +92,15 @@ class Stats:
         if len(self.findings) < MAX_FINDINGS and all(
             (f["target"], f["error"], f["where"]) != key for f in self.findings
         ):
-            self.findings.append({"target": target, "error": type(exc).__name__, "where": where,
-                                  "message": str(exc)[:300], "hex": data.hex()})
+            self.findings.append(
+                {
+                    "target": target,
+                    "error": type(exc).__name__,
+                    "where": where,
+                    "message": str(exc)[:300],
+                    "hex": data.hex(),
+                }
+            )
 
     def to_json(self) -> str:
         return json.dumps({**self.__dict__, "labels": dict(self.labels)})
@@ -122,9 +129,15 @@ class Watchdog(threading.Thread):
             elif time.monotonic() - since > self.limit:
                 target, data = self.current
                 self.stats.hangs += 1
-                self.stats.findings.append({"target": target, "error": "Hang", "where": "?",
-                                            "message": f"no progress for {self.limit:.0f} s",
-                                            "hex": data.hex()})
+                self.stats.findings.append(
+                    {
+                        "target": target,
+                        "error": "Hang",
+                        "where": "?",
+                        "message": f"no progress for {self.limit:.0f} s",
+                        "hex": data.hex(),
+                    }
+                )
                 self.on_hang()
                 os._exit(3)
 
@@ -153,14 +166,21 @@ def run_mutate(inputs: int, seed: int, seconds: float | None, hang_seconds: floa
 
 def _progress(stats: Stats, started: float) -> None:
     elapsed = time.monotonic() - started
-    print(f"  {stats.inputs} inputs, {elapsed:.0f} s, {stats.inputs / elapsed:.0f}/s, "
-          f"{stats.finding_count} findings", file=sys.stderr, flush=True)
+    print(
+        f"  {stats.inputs} inputs, {elapsed:.0f} s, {stats.inputs / elapsed:.0f}/s, "
+        f"{stats.finding_count} findings",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _report_hang(stats: Stats) -> None:
     _print_findings(stats.findings)
-    print(f"RESULT fuzz_broker inputs={stats.inputs} socket_inputs=0 crashes={stats.finding_count} "
-          f"hangs={stats.hangs} stored_ok=0/0 ratio=0.0", flush=True)
+    print(
+        f"RESULT fuzz_broker inputs={stats.inputs} socket_inputs=0 crashes={stats.finding_count} "
+        f"hangs={stats.hangs} stored_ok=0/0 ratio=0.0",
+        flush=True,
+    )
 
 
 # --- phase 1: atheris engine (child process) ------------------------------------------------------
@@ -185,8 +205,19 @@ def run_atheris(inputs: int, seed: int, seconds: float | None, hang_seconds: flo
     """Run the coverage-guided child and collect its counts."""
     workdir = Path(tempfile.mkdtemp(prefix="txmsg-atheris-"))
     stats_path = workdir / "stats.json"
-    cmd = [sys.executable, "-c", ATHERIS_BOOT, "--atheris-child", str(stats_path),
-           "--inputs", str(inputs), "--seed", str(seed), "--hang-seconds", str(hang_seconds)]
+    cmd = [
+        sys.executable,
+        "-c",
+        ATHERIS_BOOT,
+        "--atheris-child",
+        str(stats_path),
+        "--inputs",
+        str(inputs),
+        "--seed",
+        str(seed),
+        "--hang-seconds",
+        str(hang_seconds),
+    ]
     if seconds:
         cmd += ["--seconds", str(seconds)]
     with open(workdir / "libfuzzer.log", "wb") as log:
@@ -201,13 +232,21 @@ def run_atheris(inputs: int, seed: int, seconds: float | None, hang_seconds: flo
     # the child died without writing its counts: a native crash, or libFuzzer's own timeout
     tail = (workdir / "libfuzzer.log").read_text(errors="replace").splitlines()[-30:]
     stats = Stats(engine="atheris", finding_count=1)
-    stats.findings.append({"target": "?", "error": f"child exit {proc.returncode}", "where": str(workdir),
-                           "message": "\n".join(tail), "hex": ""})
+    stats.findings.append(
+        {
+            "target": "?",
+            "error": f"child exit {proc.returncode}",
+            "where": str(workdir),
+            "message": "\n".join(tail),
+            "hex": "",
+        }
+    )
     return stats
 
 
-def atheris_child(stats_path: Path, inputs: int, seed: int, seconds: float | None,
-                  hang_seconds: float) -> None:
+def atheris_child(
+    stats_path: Path, inputs: int, seed: int, seconds: float | None, hang_seconds: float
+) -> None:
     """The libFuzzer loop; started through :data:`ATHERIS_BOOT`, which instrumented the broker."""
     atheris: Any = importlib.import_module("atheris")  # optional, untyped (dev extra, Linux x86_64)
 
@@ -236,8 +275,15 @@ def atheris_child(stats_path: Path, inputs: int, seed: int, seconds: float | Non
             _progress(stats, started)
 
     atheris.Setup(
-        ["txmsg-fuzz-broker", f"-seed={seed}", "-max_len=8192", f"-timeout={int(hang_seconds) + 5}",
-         f"-artifact_prefix={stats_path.parent}/", "-print_final_stats=0", "-rss_limit_mb=4096"],
+        [
+            "txmsg-fuzz-broker",
+            f"-seed={seed}",
+            "-max_len=8192",
+            f"-timeout={int(hang_seconds) + 5}",
+            f"-artifact_prefix={stats_path.parent}/",
+            "-print_final_stats=0",
+            "-rss_limit_mb=4096",
+        ],
         test_one_input,
     )
     atheris.Fuzz()
@@ -257,8 +303,15 @@ class SocketStats:
     notes: list[str] = field(default_factory=list)
 
 
-def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, deadline: float,
-                keep: bool, acl: bool = False) -> SocketStats:
+def run_sockets(
+    inputs: int,
+    seed: int,
+    seconds: float | None,
+    workers: int,
+    deadline: float,
+    keep: bool,
+    acl: bool = False,
+) -> SocketStats:
     """``acl``: the broker enforces FUZZ_ACL; the good client, probes and checks sign with its admin keys."""
     base = Path(tempfile.mkdtemp(prefix="txmsg-fuzz-broker-"))
     settings: dict[str, Any] = {"acl": write_acl(base / "plain_acl.yml", FUZZ_ACL)} if acl else {}
@@ -282,9 +335,17 @@ def run_sockets(inputs: int, seed: int, seconds: float | None, workers: int, dea
     return result
 
 
-def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed: int,
-                  seconds: float | None, workers: int, deadline: float,
-                  credentials: tuple[str, str] | None = None) -> None:
+def _fuzz_sockets(
+    broker: Any,
+    good: Any,
+    result: SocketStats,
+    inputs: int,
+    seed: int,
+    seconds: float | None,
+    workers: int,
+    deadline: float,
+    credentials: tuple[str, str] | None = None,
+) -> None:
     """``workers`` threads, one connection per input, each input reproducible from (seed, index)."""
     lock = threading.Lock()
     next_index = iter(range(inputs))
@@ -313,12 +374,22 @@ def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed
                 if outcome is not None and outcome.probe_answered:
                     result.probes_answered += 1
                 for text in found:
-                    bucket = result.hangs if text.startswith(("hang", "the connection stopped")) else result.crashes
-                    bucket.append(f"{text}\n    input #{index} to {addr} ({len(data)} bytes): {data.hex()}")
+                    bucket = (
+                        result.hangs
+                        if text.startswith(("hang", "the connection stopped"))
+                        else result.crashes
+                    )
+                    bucket.append(
+                        f"{text}\n    input #{index} to {addr} ({len(data)} bytes): {data.hex()}"
+                    )
                 if result.inputs % 5000 == 0:
                     elapsed = time.monotonic() - started
-                    print(f"  {result.inputs} socket inputs, {elapsed:.0f} s, {result.inputs / elapsed:.0f}/s, "
-                          f"good sends {len(good.sent)}", file=sys.stderr, flush=True)
+                    print(
+                        f"  {result.inputs} socket inputs, {elapsed:.0f} s, {result.inputs / elapsed:.0f}/s, "
+                        f"good sends {len(good.sent)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
 
     threads = [threading.Thread(target=worker, name=f"fuzz-socket-{i}") for i in range(workers)]
     for thread in threads:
@@ -328,12 +399,16 @@ def _fuzz_sockets(broker: Any, good: Any, result: SocketStats, inputs: int, seed
     result.seconds = time.monotonic() - started
 
 
-def _verify_store(broker: Any, good: Any, result: SocketStats, credentials: tuple[str, str] | None = None) -> None:
+def _verify_store(
+    broker: Any, good: Any, result: SocketStats, credentials: tuple[str, str] | None = None
+) -> None:
     """The well-behaved client's messages: all acknowledged, all read back, also after a restart."""
     result.good_sent, result.good_attempts = len(good.sent), good.attempts
     result.crashes += [f"well-behaved client: {text}" for text in good.failures]
     if not broker.running:
-        result.crashes.append(f"the broker process died (exit {broker.proc.returncode if broker.proc else '?'})")
+        result.crashes.append(
+            f"the broker process died (exit {broker.proc.returncode if broker.proc else '?'})"
+        )
         return
     try:
         result.crashes += [
@@ -347,7 +422,9 @@ def _verify_store(broker: Any, good: Any, result: SocketStats, credentials: tupl
         broker.start()  # recovery re-verifies every commit-log record (magic, size, CRC)
         after = read_back(broker.broker_addr, good.topic, credentials=credentials)
         result.stored_ok = sum(
-            1 for body, queue_id in good.sent.items() if before.get(body) == queue_id and after.get(body) == queue_id
+            1
+            for body, queue_id in good.sent.items()
+            if before.get(body) == queue_id and after.get(body) == queue_id
         )
         result.notes.append(f"read back {len(before)} before and {len(after)} after a restart")
         broker.stop()
@@ -362,24 +439,39 @@ def _print_findings(findings: list[dict[str, str]]) -> None:
         if f["hex"]:
             print(f"  input ({len(f['hex']) // 2} bytes): {f['hex']}")
             shown = f["hex"] if len(f["hex"]) <= 256 else "<the input above>"
-            print(f"  reproduce: python -c \"from txmsg_broker.fuzz.inputs import run_target; "
-                  f"print(run_target('{f['target']}', bytes.fromhex('{shown}')))\"")
+            print(
+                f'  reproduce: python -c "from txmsg_broker.fuzz.inputs import run_target; '
+                f"print(run_target('{f['target']}', bytes.fromhex('{shown}')))\""
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=1_000_000, help="in-process inputs (phase 1)")
-    parser.add_argument("--socket-inputs", type=int, default=20_000, help="live broker inputs (phase 2)")
+    parser.add_argument(
+        "--socket-inputs", type=int, default=20_000, help="live broker inputs (phase 2)"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--seconds", type=float, default=None, help="cap each phase at this many seconds")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="cap each phase at this many seconds"
+    )
     parser.add_argument("--engine", choices=("auto", "atheris", "mutate"), default="auto")
-    parser.add_argument("--workers", type=int, default=4, help="concurrent fuzz connections (phase 2)")
-    parser.add_argument("--deadline", type=float, default=10.0, help="seconds before a connection is a hang")
-    parser.add_argument("--hang-seconds", type=float, default=20.0, help="in-process hang threshold")
+    parser.add_argument(
+        "--workers", type=int, default=4, help="concurrent fuzz connections (phase 2)"
+    )
+    parser.add_argument(
+        "--deadline", type=float, default=10.0, help="seconds before a connection is a hang"
+    )
+    parser.add_argument(
+        "--hang-seconds", type=float, default=20.0, help="in-process hang threshold"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the broker's data and logs")
-    parser.add_argument("--acl", action="store_true",
-                        help="phase 2 against a broker with ACL on (inputs.FUZZ_ACL); the well-behaved "
-                             "client and the probes sign with its admin keys, a third of the inputs too")
+    parser.add_argument(
+        "--acl",
+        action="store_true",
+        help="phase 2 against a broker with ACL on (inputs.FUZZ_ACL); the well-behaved "
+        "client and the probes sign with its admin keys, a third of the inputs too",
+    )
     parser.add_argument("--atheris-child", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -390,26 +482,42 @@ def main(argv: list[str] | None = None) -> int:
     engine = args.engine
     if engine == "auto":
         engine = "atheris" if atheris_available() else "mutate"
-    print(f"phase 1: {args.inputs} in-process inputs, engine {engine}, seed {args.seed}", flush=True)
+    print(
+        f"phase 1: {args.inputs} in-process inputs, engine {engine}, seed {args.seed}", flush=True
+    )
     runner = run_atheris if engine == "atheris" else run_mutate
     stats = runner(args.inputs, args.seed, args.seconds, args.hang_seconds)
     rate = stats.inputs / stats.seconds if stats.seconds else 0.0
-    print(f"phase 1: {stats.inputs} inputs in {stats.seconds:.1f} s ({rate:.0f} inputs/s), "
-          f"{stats.finding_count} findings, {stats.hangs} hangs")
+    print(
+        f"phase 1: {stats.inputs} inputs in {stats.seconds:.1f} s ({rate:.0f} inputs/s), "
+        f"{stats.finding_count} findings, {stats.hangs} hangs"
+    )
     for label, count in sorted(stats.labels.items()):
         print(f"  {label:40s} {count:9d}")
     _print_findings(stats.findings)
 
     sockets = SocketStats()
     if args.socket_inputs > 0:
-        print(f"phase 2: {args.socket_inputs} live socket inputs, {args.workers} workers"
-              + (", ACL on" if args.acl else ""), flush=True)
-        sockets = run_sockets(args.socket_inputs, args.seed, args.seconds, args.workers, args.deadline, args.keep,
-                              args.acl)
+        print(
+            f"phase 2: {args.socket_inputs} live socket inputs, {args.workers} workers"
+            + (", ACL on" if args.acl else ""),
+            flush=True,
+        )
+        sockets = run_sockets(
+            args.socket_inputs,
+            args.seed,
+            args.seconds,
+            args.workers,
+            args.deadline,
+            args.keep,
+            args.acl,
+        )
         srate = sockets.inputs / sockets.seconds if sockets.seconds else 0.0
-        print(f"phase 2: {sockets.inputs} inputs in {sockets.seconds:.1f} s ({srate:.0f} inputs/s), "
-              f"probe answered on {sockets.probes_answered}; well-behaved client: {sockets.good_sent} of "
-              f"{sockets.good_attempts} sends acknowledged, {sockets.stored_ok} read back intact")
+        print(
+            f"phase 2: {sockets.inputs} inputs in {sockets.seconds:.1f} s ({srate:.0f} inputs/s), "
+            f"probe answered on {sockets.probes_answered}; well-behaved client: {sockets.good_sent} of "
+            f"{sockets.good_attempts} sends acknowledged, {sockets.stored_ok} read back intact"
+        )
         for note in sockets.notes:
             print(f"  {note}")
         reports = sockets.crashes + sockets.hangs
@@ -422,8 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     hangs = stats.hangs + len(sockets.hangs)
     total = sockets.good_attempts
     ratio = sockets.stored_ok / total if total else 1.0
-    print(f"RESULT fuzz_broker inputs={stats.inputs} socket_inputs={sockets.inputs} crashes={crashes} "
-          f"hangs={hangs} stored_ok={sockets.stored_ok}/{total} ratio={round(ratio, 4)}")
+    print(
+        f"RESULT fuzz_broker inputs={stats.inputs} socket_inputs={sockets.inputs} crashes={crashes} "
+        f"hangs={hangs} stored_ok={sockets.stored_ok}/{total} ratio={round(ratio, 4)}"
+    )
     failed = crashes or hangs or sockets.stored_ok != total
     return 1 if failed else 0
 

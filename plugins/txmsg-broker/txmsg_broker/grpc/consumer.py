@@ -53,7 +53,26 @@ MIN_INVISIBLE_FOR_RECV_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 #: SubscriptionGroupConfig defaults: retryMaxTimes 16 -> max attempts 17; CustomizedRetryPolicy.next
 RETRY_MAX_TIMES = 16
-RETRY_NEXT_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+RETRY_NEXT_S = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)
 GROUP_MAX_LENGTH = 120
 SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 ILLEGAL_POLLING_SINCE = (5, 0, 3)
@@ -133,9 +152,14 @@ class GrpcConsumer:
     def _validate_invisible(ms: int, minimum: int = 0) -> None:
         """``GrpcValidator.validateInvisibleTime``."""
         if ms < minimum:
-            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too small. min is {minimum}")
+            raise ProxyError(
+                Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too small. min is {minimum}"
+            )
         if ms > MAX_INVISIBLE_MS:
-            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}")
+            raise ProxyError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
+            )
 
     # -- settings / heartbeat --------------------------------------------------------------------
     def merged_settings(self, settings: Any) -> Any:
@@ -166,7 +190,9 @@ class GrpcConsumer:
         return svc.HeartbeatResponse(status=ok())
 
     # -- ReceiveMessage --------------------------------------------------------------------------
-    async def ReceiveMessage(self, session: ClientSession, request: Any, context: Any) -> AsyncIterator[Any]:
+    async def ReceiveMessage(
+        self, session: ClientSession, request: Any, context: Any
+    ) -> AsyncIterator[Any]:
         """Status, then the messages, then the delivery timestamp (``ReceiveMessageResponseStreamWriter``)."""
         try:
             async with contextlib.aclosing(self._receive(session, request, context)) as responses:
@@ -175,7 +201,9 @@ class GrpcConsumer:
         except ProxyError as exc:
             yield svc.ReceiveMessageResponse(status=status(exc.code, exc.message))
         except Exception as exc:  # noqa: BLE001 - the proxy's "internal server error"; the broker keeps serving
-            self.broker.logs.broker.error("GrpcReceiveMessage", f"gRPC ReceiveMessage failed: {exc!r}")
+            self.broker.logs.broker.error(
+                "GrpcReceiveMessage", f"gRPC ReceiveMessage failed: {exc!r}"
+            )
             yield svc.ReceiveMessageResponse(
                 status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
             )
@@ -189,8 +217,12 @@ class GrpcConsumer:
         if request.HasField("long_polling_timeout"):
             polling = to_ms(request.long_polling_timeout)
         else:
-            request_timeout = to_ms(session.settings.request_timeout) if session.settings is not None else 0
-            polling = (remaining if remaining is not None else MAX_LONG_POLLING_MS) - request_timeout // 2
+            request_timeout = (
+                to_ms(session.settings.request_timeout) if session.settings is not None else 0
+            )
+            polling = (
+                remaining if remaining is not None else MAX_LONG_POLLING_MS
+            ) - request_timeout // 2
         polling = min(max(polling, MIN_LONG_POLLING_MS), MAX_LONG_POLLING_MS)
         if remaining is not None and polling > remaining:
             if remaining >= MIN_LONG_POLLING_MS:
@@ -206,11 +238,14 @@ class GrpcConsumer:
                     else Code.BAD_REQUEST
                 )
                 raise ProxyError(
-                    code, "The deadline time remaining is not enough for polling, please check network condition"
+                    code,
+                    "The deadline time remaining is not enough for polling, please check network condition",
                 )
         return polling
 
-    async def _receive(self, session: ClientSession, request: Any, context: Any) -> AsyncGenerator[Any, None]:
+    async def _receive(
+        self, session: ClientSession, request: Any, context: Any
+    ) -> AsyncGenerator[Any, None]:
         polling_ms = self._polling_ms(session, request, context)
         topic, group = self._validate(request.message_queue.topic, request.group)
         auto_renew = bool(request.auto_renew)
@@ -236,18 +271,30 @@ class GrpcConsumer:
         deadline = now_ms() + max(0, polling_ms - 100)
         while True:
             popped = self.pops.pop(
-                group=group, topic=topic, queue_ids=queue_ids, batch=batch, invisible_ms=invisible_ms, fifo=fifo,
-                max_attempts=self.max_attempts(), tags=tags, client_id=session.client_id, auto_renew=auto_renew,
+                group=group,
+                topic=topic,
+                queue_ids=queue_ids,
+                batch=batch,
+                invisible_ms=invisible_ms,
+                fifo=fifo,
+                max_attempts=self.max_attempts(),
+                tags=tags,
+                client_id=session.client_id,
+                auto_renew=auto_renew,
             )
             if popped:
                 break
             now = now_ms()
             remaining = (deadline - now) / 1000.0
             if remaining <= 0 or self.pops.stopping or context.cancelled():
-                yield svc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+                yield svc.ReceiveMessageResponse(
+                    status=status(Code.MESSAGE_NOT_FOUND, "no new message")
+                )
                 return
             wake = self.pops.next_wake_s(group, topic, queue_ids, now)
-            await self.pops.wait(topic, remaining if wake is None else min(remaining, max(wake, 0.001)))
+            await self.pops.wait(
+                topic, remaining if wake is None else min(remaining, max(wake, 0.001))
+            )
         written = 0
         try:
             yield svc.ReceiveMessageResponse(status=ok())
@@ -270,7 +317,15 @@ class GrpcConsumer:
         return message
 
     # -- receipt handles -------------------------------------------------------------------------
-    def _handle(self, session: ClientSession, group: str, topic: str, text: str, *, check_expiry: bool = True) -> ReceiptHandle:
+    def _handle(
+        self,
+        session: ClientSession,
+        group: str,
+        topic: str,
+        text: str,
+        *,
+        check_expiry: bool = True,
+    ) -> ReceiptHandle:
         """Decode, then the proxy's and the broker's checks, in their order."""
         handle = decode(text)
         if check_expiry and handle.is_expired():
@@ -288,7 +343,10 @@ class GrpcConsumer:
                 f"[{cfg.read_queue_nums}] consumer:[{session.peer}]",
             )
         store = self.broker.store
-        low, high = store.min_offset(topic, handle.queue_id), store.max_offset(topic, handle.queue_id)
+        low, high = (
+            store.min_offset(topic, handle.queue_id),
+            store.max_offset(topic, handle.queue_id),
+        )
         if not low <= handle.offset <= high:
             raise ProxyError(
                 Code.INTERNAL_SERVER_ERROR,
@@ -308,14 +366,20 @@ class GrpcConsumer:
                 entry_status = ok()
             except ProxyError as exc:
                 entry_status = status(exc.code, exc.message)
-            response.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=entry_status)
+            response.entries.add(
+                message_id=entry.message_id,
+                receipt_handle=entry.receipt_handle,
+                status=entry_status,
+            )
             codes.add(entry_status.code)
         if len(codes) > 1:
             response.status.CopyFrom(status(Code.MULTIPLE_RESULTS))
         elif codes:
             response.status.CopyFrom(status(codes.pop()))
         else:
-            response.status.CopyFrom(status(Code.INTERNAL_SERVER_ERROR, "ack message result is empty"))
+            response.status.CopyFrom(
+                status(Code.INTERNAL_SERVER_ERROR, "ack message result is empty")
+            )
         return response
 
     # -- ChangeInvisibleDuration -----------------------------------------------------------------
@@ -339,7 +403,10 @@ class GrpcConsumer:
             raise unknown_broker(handle.broker_name)
         msg = self.broker.store.lookup(handle.commit_log_offset)
         if msg is None:
-            raise ProxyError(Code.INTERNAL_SERVER_ERROR, f"look message by offset failed, {handle.commit_log_offset}")
+            raise ProxyError(
+                Code.INTERNAL_SERVER_ERROR,
+                f"look message by offset failed, {handle.commit_log_offset}",
+            )
         d = self.pops.delivery(group, topic, handle)
         attempts = d.attempt if d is not None else max(1, request.delivery_attempt)
         self.pops.to_dlq(group, msg, attempts, request.max_delivery_attempts or self.max_attempts())
@@ -362,7 +429,9 @@ class GrpcConsumer:
             ids = range(cfg.read_queue_nums) if self._fifo_group(group) else (-1,)
             for queue_id in ids:
                 response.assignments.add().message_queue.CopyFrom(
-                    pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker)
+                    pb.MessageQueue(
+                        topic=request.topic, id=queue_id, permission=permission, broker=broker
+                    )
                 )
         if not response.assignments:
             response.status.CopyFrom(status(Code.FORBIDDEN, "no readable queue"))

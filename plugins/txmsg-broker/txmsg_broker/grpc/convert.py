@@ -41,11 +41,30 @@ KEY_SEPARATOR = " "
 #: that matters here: anything the broker itself interprets)
 SYSTEM_PROPERTIES = frozenset(
     {
-        PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_TRAN_MSG, PROPERTY_PGROUP, PROPERTY_DELAY,
-        PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_CHECK_IMMUNITY, PROPERTY_SHARDING_KEY,
-        PROPERTY_TRACE_CONTEXT, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS,
-        PROPERTY_BORN_HOST, PROPERTY_BORN_TIMESTAMP, PROPERTY_RECONSUME_TIME, "TRANSACTION_CHECK_TIMES",
-        "MAX_OFFSET", "MIN_OFFSET", "WAIT", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "CLUSTER",
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_TRAN_MSG,
+        PROPERTY_PGROUP,
+        PROPERTY_DELAY,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QID,
+        PROPERTY_CHECK_IMMUNITY,
+        PROPERTY_SHARDING_KEY,
+        PROPERTY_TRACE_CONTEXT,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_BORN_HOST,
+        PROPERTY_BORN_TIMESTAMP,
+        PROPERTY_RECONSUME_TIME,
+        "TRANSACTION_CHECK_TIMES",
+        "MAX_OFFSET",
+        "MIN_OFFSET",
+        "WAIT",
+        "RETRY_TOPIC",
+        "ORIGIN_MESSAGE_ID",
+        "CLUSTER",
     }
 )
 
@@ -54,7 +73,15 @@ def topic_message_type(props: dict[str, str]) -> str:
     """``TopicMessageType.parseFromMessageProperty``: the kind of a message from its properties."""
     if props.get(PROPERTY_TRAN_MSG) == "true":
         return "TRANSACTION"
-    if any(k in props for k in (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)):
+    if any(
+        k in props
+        for k in (
+            PROPERTY_DELAY,
+            PROPERTY_TIMER_DELIVER_MS,
+            PROPERTY_TIMER_DELAY_SEC,
+            PROPERTY_TIMER_DELAY_MS,
+        )
+    ):
         return "DELAY"
     if PROPERTY_SHARDING_KEY in props:
         return "FIFO"
@@ -81,7 +108,9 @@ def to_millis(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
-def to_stored(message: Any, *, queue_id: int, producer_group: str, peer: str, scale: float) -> StoredMessage:
+def to_stored(
+    message: Any, *, queue_id: int, producer_group: str, peer: str, scale: float
+) -> StoredMessage:
     """A validated ``v2.Message`` as the store keeps it (see the module docstring)."""
     sp = message.system_properties
     props: dict[str, str] = dict(message.user_properties)
@@ -96,7 +125,9 @@ def to_stored(message: Any, *, queue_id: int, producer_group: str, peer: str, sc
     if sp.message_type == pb.MessageType.TRANSACTION:
         props[PROPERTY_TRAN_MSG] = "true"
         if sp.HasField("orphaned_transaction_recovery_duration"):
-            props[PROPERTY_CHECK_IMMUNITY] = str(int(sp.orphaned_transaction_recovery_duration.seconds))
+            props[PROPERTY_CHECK_IMMUNITY] = str(
+                int(sp.orphaned_transaction_recovery_duration.seconds)
+            )
     if sp.HasField("delivery_timestamp"):
         deliver = to_millis(sp.delivery_timestamp)
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver)
@@ -112,7 +143,9 @@ def to_stored(message: Any, *, queue_id: int, producer_group: str, peer: str, sc
     born_host = sp.born_host or peer
     if born_host:
         props[PROPERTY_BORN_HOST] = born_host
-    born = to_millis(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
+    born = (
+        to_millis(sp.born_timestamp) if sp.HasField("born_timestamp") else int(time.time() * 1000)
+    )
     props[PROPERTY_BORN_TIMESTAMP] = str(born)
     return StoredMessage(
         topic=message.topic.name,
@@ -126,7 +159,9 @@ def to_stored(message: Any, *, queue_id: int, producer_group: str, peer: str, sc
 
 
 def _timestamp(ms: int) -> Any:
-    return pb.google_dot_protobuf_dot_timestamp__pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    return pb.google_dot_protobuf_dot_timestamp__pb2.Timestamp(
+        seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000
+    )
 
 
 def to_proto(msg: StoredMessage, *, topic: str | None = None, namespace: str = "") -> Any:
@@ -143,8 +178,12 @@ def to_proto(msg: StoredMessage, *, topic: str | None = None, namespace: str = "
     }.get("TRANSACTION" if tran else kind, pb.MessageType.NORMAL)
     sp = pb.SystemProperties(
         message_id=msg.uniq_key,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(msg.body) & 0xFFFFFFFF, "08X")),
-        body_encoding=pb.Encoding.GZIP if msg.sys_flag & SYSFLAG_COMPRESSED else pb.Encoding.IDENTITY,
+        body_digest=pb.Digest(
+            type=pb.DigestType.CRC32, checksum=format(zlib.crc32(msg.body) & 0xFFFFFFFF, "08X")
+        ),
+        body_encoding=pb.Encoding.GZIP
+        if msg.sys_flag & SYSFLAG_COMPRESSED
+        else pb.Encoding.IDENTITY,
         message_type=message_type,
         born_timestamp=_timestamp(msg.born_timestamp),
         born_host=props.get(PROPERTY_BORN_HOST, msg.born_host.partition(":")[0]),

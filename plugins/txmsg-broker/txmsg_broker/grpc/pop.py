@@ -151,7 +151,11 @@ class PopService:
             stored = self.store.query_offset(group, topic, queue_id)
             # ConsumeInitMode.MAX with initPopOffsetByCheckMsgInMem: a queue whose head is still there is
             # read from its head, like a new remoting group on this broker (see offsets.query_offset)
-            start = stored if stored is not None and stored >= 0 else self.store.min_offset(topic, queue_id)
+            start = (
+                stored
+                if stored is not None and stored >= 0
+                else self.store.min_offset(topic, queue_id)
+            )
             st = self.queues[key] = QueueState(next_offset=start, committed=start)
         return st
 
@@ -166,7 +170,9 @@ class PopService:
             return False
         return d.auto_renew or d.visible_at <= now
 
-    def next_wake_s(self, group: str, topic: str, queue_ids: Iterable[int], now: int) -> float | None:
+    def next_wake_s(
+        self, group: str, topic: str, queue_ids: Iterable[int], now: int
+    ) -> float | None:
         """Seconds until an in-flight delivery of these queues may become visible (None: never)."""
         best: float | None = None
         for qid in queue_ids:
@@ -208,16 +214,37 @@ class PopService:
             st = self.state(group, topic, qid)
             out.extend(
                 self._pop_queue(
-                    group, topic, qid, st, batch - len(out), now, invisible_ms, fifo, max_attempts, tags,
-                    client_id, auto_renew,
+                    group,
+                    topic,
+                    qid,
+                    st,
+                    batch - len(out),
+                    now,
+                    invisible_ms,
+                    fifo,
+                    max_attempts,
+                    tags,
+                    client_id,
+                    auto_renew,
                 )
             )
             self._commit(group, topic, qid, st)
         return out
 
     def _pop_queue(
-        self, group: str, topic: str, qid: int, st: QueueState, want: int, now: int, invisible_ms: int,
-        fifo: bool, max_attempts: int, tags: set[str] | None, client_id: str, auto_renew: bool,
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        st: QueueState,
+        want: int,
+        now: int,
+        invisible_ms: int,
+        fifo: bool,
+        max_attempts: int,
+        tags: set[str] | None,
+        client_id: str,
+        auto_renew: bool,
     ) -> list[Popped]:
         if fifo and any(not self.visible(d, now) for d in st.inflight.values()):
             return []  # orderly pop: the queue is blocked until its deliveries are acked or time out
@@ -227,9 +254,14 @@ class PopService:
             d = Delivery(msg.queue_offset, now, invisible_ms, attempt, client_id, auto_renew)
             st.inflight[msg.queue_offset] = d
             handle = ReceiptHandle(
-                start_offset=msg.queue_offset, pop_time=now, invisible_ms=invisible_ms,
-                revive_queue_id=ORDER_REVIVE_QUEUE if fifo else 0, topic_type=NORMAL_TOPIC,
-                broker_name=self.broker.broker_name, queue_id=qid, offset=msg.queue_offset,
+                start_offset=msg.queue_offset,
+                pop_time=now,
+                invisible_ms=invisible_ms,
+                revive_queue_id=ORDER_REVIVE_QUEUE if fifo else 0,
+                topic_type=NORMAL_TOPIC,
+                broker_name=self.broker.broker_name,
+                queue_id=qid,
+                offset=msg.queue_offset,
                 commit_log_offset=msg.commit_log_offset,
             )
             out.append(Popped(msg, d, handle))
@@ -285,7 +317,9 @@ class PopService:
         self.notify(topic)  # a FIFO queue may be free again
         return True
 
-    def change(self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
+    def change(
+        self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int
+    ) -> ReceiptHandle:
         """New invisible time counted from now; the new handle (the old one no longer acks)."""
         now = now_ms()
         new = replace(handle, pop_time=now, invisible_ms=invisible_ms)
@@ -297,7 +331,9 @@ class PopService:
             self.notify(topic)
         return new
 
-    def to_dlq(self, group: str, msg: StoredMessage, reconsume_times: int, max_attempts: int) -> StoredMessage:
+    def to_dlq(
+        self, group: str, msg: StoredMessage, reconsume_times: int, max_attempts: int
+    ) -> StoredMessage:
         """Store a copy in ``%DLQ%<group>`` (``consumerSendMsgBack`` with delay level -1)."""
         topic = DLQ_PREFIX + group
         cfg, created = self.broker.topics.create_if_absent(topic, 1)
@@ -315,7 +351,11 @@ class PopService:
         props[PROPERTY_WAIT] = "false"
         props.pop(PROPERTY_DELAY, None)
         copy = replace(
-            msg, topic=topic, queue_id=0, properties=props, reconsume_times=reconsume_times,
+            msg,
+            topic=topic,
+            queue_id=0,
+            properties=props,
+            reconsume_times=reconsume_times,
             sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK,
         )
         return self.broker.put_message(copy)

@@ -48,7 +48,9 @@ def validate_topic(name: str) -> None:
     problem = validate_topic_name(name)
     if problem is not None:
         if len(name) > 127:
-            raise ProxyError(Code.ILLEGAL_TOPIC, "The specified topic is longer than topic max length.")
+            raise ProxyError(
+                Code.ILLEGAL_TOPIC, "The specified topic is longer than topic max length."
+            )
         raise ProxyError(
             Code.ILLEGAL_TOPIC,
             f"The specified topic[{name}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
@@ -67,7 +69,9 @@ def accepted_types(cfg: TopicConfig) -> list[int]:
     return [getattr(mt, kind, mt.MESSAGE_TYPE_UNSPECIFIED)]
 
 
-def end_tx_header(group: str, tsto: int, clo: int, state: int, from_check: bool, msg_id: str, tx_id: str) -> str:
+def end_tx_header(
+    group: str, tsto: int, clo: int, state: int, from_check: bool, msg_id: str, tx_id: str
+) -> str:
     """5.x ``EndTransactionRequestHeader.toString`` (Guava ``toStringHelper``: no quotes, no bname)."""
     return end_transaction_header(5, group, tsto, clo, state, from_check, msg_id, tx_id)
 
@@ -87,24 +91,40 @@ class ProducerRpcs:
         if len(message.body) == 0:
             raise ProxyError(Code.MESSAGE_BODY_EMPTY, "message body cannot be empty")
         if len(message.body) > cfg.max_message_size:
-            raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {cfg.max_message_size}")
+            raise ProxyError(
+                Code.MESSAGE_BODY_TOO_LARGE,
+                f"message body cannot exceed the max {cfg.max_message_size}",
+            )
         user = message.user_properties
         if len(user) > MAX_USER_PROPERTY_NUM:
-            raise ProxyError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties, max is {MAX_USER_PROPERTY_NUM}")
+            raise ProxyError(
+                Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                f"too many user properties, max is {MAX_USER_PROPERTY_NUM}",
+            )
         size = 0
         for key, value in user.items():
             if key in SYSTEM_PROPERTIES:
-                raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}"
+                )
             if _has_control(key):
-                raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "the key of property cannot contain control character")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    "the key of property cannot contain control character",
+                )
             if _has_control(value):
-                raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "the value of property cannot contain control character")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    "the value of property cannot contain control character",
+                )
             size += len(key.encode()) + len(value.encode())
         sp = message.system_properties
         tag = sp.tag
         if tag:
             if not tag.strip():
-                raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace"
+                )
             if "|" in tag:
                 raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'")
             if _has_control(tag):
@@ -112,7 +132,9 @@ class ProducerRpcs:
         size += len(tag.encode())
         for key in sp.keys:
             if key and not key.strip():
-                raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, "key cannot be the char sequence of whitespace")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_KEY, "key cannot be the char sequence of whitespace"
+                )
             if _has_control(key):
                 raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, "key cannot contain control character")
             size += len(key.encode())
@@ -124,24 +146,41 @@ class ProducerRpcs:
         if not sp.message_id.strip():
             raise ProxyError(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
         if sp.HasField("delivery_timestamp"):
-            deliver = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            deliver = (
+                sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+            )
             if deliver - int(time.time() * 1000) > MAX_DELAY_MS:
-                raise ProxyError(Code.ILLEGAL_DELIVERY_TIME, f"the max delay time of message is too large, max is {MAX_DELAY_MS}")
+                raise ProxyError(
+                    Code.ILLEGAL_DELIVERY_TIME,
+                    f"the max delay time of message is too large, max is {MAX_DELAY_MS}",
+                )
         group = sp.message_group
         if group:
             if not group.strip():
-                raise ProxyError(Code.ILLEGAL_MESSAGE_GROUP, "message group cannot be the char sequence of whitespace")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_GROUP,
+                    "message group cannot be the char sequence of whitespace",
+                )
             if len(group.encode()) >= MAX_MESSAGE_GROUP_SIZE:
-                raise ProxyError(Code.ILLEGAL_MESSAGE_GROUP, f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_GROUP,
+                    f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}",
+                )
             if _has_control(group):
-                raise ProxyError(Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character")
+                raise ProxyError(
+                    Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character"
+                )
 
     def _queue(self, cfg: TopicConfig, request: Any) -> int:
         """``SendMessageQueueSelector``: by message group hash (one message), else any writable queue."""
         writable = cfg.write_queue_nums
         if writable <= 0 or not cfg.perm & PERM_WRITE:
             raise ProxyError(Code.FORBIDDEN, "no writable queue")
-        group = request.messages[0].system_properties.message_group if len(request.messages) == 1 else ""
+        group = (
+            request.messages[0].system_properties.message_group
+            if len(request.messages) == 1
+            else ""
+        )
         if group:
             return (zlib.crc32(group.encode()) & 0x7FFFFFFF) % writable
         return random.randrange(writable)  # noqa: S311 - spreads load over queues, not a secret
@@ -157,7 +196,13 @@ class ProducerRpcs:
         if cfg is None:
             raise topic_not_found(topic)
         msgs = [
-            to_stored(m, queue_id=0, producer_group=topic, peer=session.peer, scale=self.broker.config.delay_scale)
+            to_stored(
+                m,
+                queue_id=0,
+                producer_group=topic,
+                peer=session.peer,
+                scale=self.broker.config.delay_scale,
+            )
             for m in request.messages
         ]
         if self.broker.config.enforce_topic_types:
@@ -169,7 +214,9 @@ class ProducerRpcs:
                     f"TopicMessageType validate failed, the expected type is {expected}, but actual type is {actual}",
                 )
         queue_id = self._queue(cfg, request)
-        transactional = request.messages[0].system_properties.message_type == pb.MessageType.TRANSACTION
+        transactional = (
+            request.messages[0].system_properties.message_type == pb.MessageType.TRANSACTION
+        )
         stored: list[StoredMessage] = []
         for msg in msgs:
             msg.queue_id = queue_id
@@ -223,8 +270,10 @@ class ProducerRpcs:
         if not transaction_id.strip():
             raise ProxyError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
         resolution = request.resolution
-        state = COMMIT if resolution == pb.TransactionResolution.COMMIT else (
-            ROLLBACK if resolution == pb.TransactionResolution.ROLLBACK else UNKNOWN
+        state = (
+            COMMIT
+            if resolution == pb.TransactionResolution.COMMIT
+            else (ROLLBACK if resolution == pb.TransactionResolution.ROLLBACK else UNKNOWN)
         )
         from_check = request.source == pb.TransactionSource.SOURCE_SERVER_CHECK
         group = topic  # the proxy's producer group for gRPC producers
@@ -233,13 +282,23 @@ class ProducerRpcs:
             # TRANSACTION_DATA_NOT_FOUND is not in the proxy's code mapping: INTERNAL_SERVER_ERROR
             raise ProxyError(Code.INTERNAL_SERVER_ERROR, "cannot found transaction data")
         tsto, clo = located
-        self._broker_end_transaction(session, group, tsto, clo, state, from_check, request.message_id, transaction_id)
+        self._broker_end_transaction(
+            session, group, tsto, clo, state, from_check, request.message_id, transaction_id
+        )
         if state != UNKNOWN:
             self.sessions.transactions.pop((group, transaction_id), None)
         return svc.EndTransactionResponse(status=ok())
 
     def _broker_end_transaction(
-        self, session: ClientSession, group: str, tsto: int, clo: int, state: int, from_check: bool, msg_id: str, tx_id: str
+        self,
+        session: ClientSession,
+        group: str,
+        tsto: int,
+        clo: int,
+        state: int,
+        from_check: bool,
+        msg_id: str,
+        tx_id: str,
     ) -> None:
         """``EndTransactionProcessor`` as a 5.x broker runs it for a proxy request (shared state)."""
         thread = self._end_threads.next()
@@ -262,9 +321,15 @@ class ProducerRpcs:
             }[state]
             tx.warn(thread, f"Check producer[{addr}] transaction state, {what}{tail}")
         elif state == UNKNOWN:
-            tx.warn(thread, f"The producer[{addr}] end transaction in sending message,  and it's pending status.{tail}")
+            tx.warn(
+                thread,
+                f"The producer[{addr}] end transaction in sending message,  and it's pending status.{tail}",
+            )
         elif state == ROLLBACK:
-            tx.warn(thread, f"The producer[{addr}] end transaction in sending message, rollback the message.{tail}")
+            tx.warn(
+                thread,
+                f"The producer[{addr}] end transaction in sending message, rollback the message.{tail}",
+            )
         if state == UNKNOWN:
             return
         service = self.broker.transactions
@@ -282,7 +347,10 @@ class ProducerRpcs:
             return
         if tsto in service.resolved:
             if header:
-                tx.debug(thread, f"Half offset {tsto} has been committed/rolled back, request ignored: {header}")
+                tx.debug(
+                    thread,
+                    f"Half offset {tsto} has been committed/rolled back, request ignored: {header}",
+                )
             return
         if state == COMMIT:
             service.commit(half)

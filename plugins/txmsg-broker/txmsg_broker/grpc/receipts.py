@@ -52,8 +52,15 @@ class ReceiptHandle:
         return SEPARATOR.join(
             str(part)
             for part in (
-                self.start_offset, self.pop_time, self.invisible_ms, self.revive_queue_id, self.topic_type,
-                self.broker_name, self.queue_id, self.offset, self.commit_log_offset,
+                self.start_offset,
+                self.pop_time,
+                self.invisible_ms,
+                self.revive_queue_id,
+                self.topic_type,
+                self.broker_name,
+                self.queue_id,
+                self.offset,
+                self.commit_log_offset,
             )
         )
 

@@ -24,7 +24,9 @@ def query_route(broker: Broker, request: Any, host: str, port: int) -> Any:
     cfg = broker.topics.get(topic)
     if cfg is None:
         raise topic_not_found(topic)
-    endpoints = pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=port)])
+    endpoints = pb.Endpoints(
+        scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=port)]
+    )
     proto_broker = pb.Broker(name=broker.broker_name, id=0, endpoints=endpoints)
     types = accepted_types(cfg)
     readable, writable = bool(cfg.perm & PERM_READ), bool(cfg.perm & PERM_WRITE)
@@ -50,7 +52,10 @@ def query_route(broker: Broker, request: Any, host: str, port: int) -> Any:
     ):
         for _ in range(count):
             response.message_queues.add(
-                topic=request.topic, id=queue_id, permission=permission, broker=proto_broker,
+                topic=request.topic,
+                id=queue_id,
+                permission=permission,
+                broker=proto_broker,
                 accept_message_types=types,
             )
             queue_id += 1

@@ -147,7 +147,9 @@ class GrpcEndpoint:
         self.sessions.local_addr = f"{self.advertised_host}:{port}"
         await server.start()
         self.server = server
-        self.broker.logs.broker.info("main", f"grpc server start success, listening on {host}:{port}")
+        self.broker.logs.broker.info(
+            "main", f"grpc server start success, listening on {host}:{port}"
+        )
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -37,11 +37,15 @@ THREAD = "GrpcClientManagerThreadPool_1"
 class ConsumerRpcs(Protocol):
     """What ``txmsg_broker.grpc.consumer.install(endpoint)`` returns (see the module docstring)."""
 
-    def ReceiveMessage(self, session: ClientSession, request: Any, context: Any) -> AsyncIterator[Any]: ...
+    def ReceiveMessage(
+        self, session: ClientSession, request: Any, context: Any
+    ) -> AsyncIterator[Any]: ...
     async def AckMessage(self, session: ClientSession, request: Any) -> Any: ...
     async def ChangeInvisibleDuration(self, session: ClientSession, request: Any) -> Any: ...
     async def QueryAssignment(self, session: ClientSession, request: Any) -> Any: ...
-    async def ForwardMessageToDeadLetterQueue(self, session: ClientSession, request: Any) -> Any: ...
+    async def ForwardMessageToDeadLetterQueue(
+        self, session: ClientSession, request: Any
+    ) -> Any: ...
 
 
 def peer_address(context: Any) -> str:
@@ -77,7 +81,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
         client_id = header(context, CLIENT_ID_HEADER)
         if not client_id.strip():
             raise client_id_required()
-        known = self.sessions.by_id.get(client_id)  # hot path: peer and language only for a new client
+        known = self.sessions.by_id.get(
+            client_id
+        )  # hot path: peer and language only for a new client
         if known is not None:
             return known
         return self.sessions.get(client_id, peer_address(context), header(context, LANGUAGE_HEADER))
@@ -94,7 +100,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
             return response_type(status=status(exc.code, exc.message))
         except Exception as exc:  # noqa: BLE001 - the proxy's "internal server error"; the broker keeps serving
             self.broker.logs.broker.error(THREAD, f"gRPC {rpc} failed: {exc!r}")
-            return response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+            return response_type(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+            )
 
     def _consumer(self, rpc: str) -> Callable[..., Any]:
         method = getattr(self.consumer, rpc, None) if self.consumer is not None else None
@@ -105,17 +113,25 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
     # -- routes, clients -------------------------------------------------------------------------
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "QueryRoute", context, svc.QueryRouteResponse,
-            lambda s: routes.query_route(self.broker, request, self.endpoint.advertised_host, self.endpoint.port),
+            "QueryRoute",
+            context,
+            svc.QueryRouteResponse,
+            lambda s: routes.query_route(
+                self.broker, request, self.endpoint.advertised_host, self.endpoint.port
+            ),
         )
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
-        return await self._unary("Heartbeat", context, svc.HeartbeatResponse, lambda s: self._heartbeat(s, request))
+        return await self._unary(
+            "Heartbeat", context, svc.HeartbeatResponse, lambda s: self._heartbeat(s, request)
+        )
 
     def _heartbeat(self, session: ClientSession, request: Any) -> Any:
         settings = session.settings
         if settings is None:
-            raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            raise ProxyError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+            )
         if settings.client_type == pb.ClientType.PRODUCER:
             self.sessions.heartbeat(session)
         elif settings.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
@@ -123,52 +139,73 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
             if hook is not None:
                 return hook(session, request)
         else:
-            raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(settings.client_type))
+            raise ProxyError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(settings.client_type)
+            )
         return svc.HeartbeatResponse(status=ok())
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "NotifyClientTermination", context, svc.NotifyClientTerminationResponse,
+            "NotifyClientTermination",
+            context,
+            svc.NotifyClientTerminationResponse,
             lambda s: self._terminate(s),
         )
 
     def _terminate(self, session: ClientSession) -> Any:
         if not self.sessions.terminate(session):
-            raise ProxyError(Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+            raise ProxyError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+            )
         return svc.NotifyClientTerminationResponse(status=ok())
 
     # -- producer --------------------------------------------------------------------------------
     async def SendMessage(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "SendMessage", context, svc.SendMessageResponse, lambda s: self.producer.send_message(s, request)
+            "SendMessage",
+            context,
+            svc.SendMessageResponse,
+            lambda s: self.producer.send_message(s, request),
         )
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "EndTransaction", context, svc.EndTransactionResponse, lambda s: self.producer.end_transaction(s, request)
+            "EndTransaction",
+            context,
+            svc.EndTransactionResponse,
+            lambda s: self.producer.end_transaction(s, request),
         )
 
     # -- consumer (seam) -------------------------------------------------------------------------
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "QueryAssignment", context, svc.QueryAssignmentResponse,
+            "QueryAssignment",
+            context,
+            svc.QueryAssignmentResponse,
             lambda s: self._consumer("QueryAssignment")(s, request),
         )
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "AckMessage", context, svc.AckMessageResponse, lambda s: self._consumer("AckMessage")(s, request)
+            "AckMessage",
+            context,
+            svc.AckMessageResponse,
+            lambda s: self._consumer("AckMessage")(s, request),
         )
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "ChangeInvisibleDuration", context, svc.ChangeInvisibleDurationResponse,
+            "ChangeInvisibleDuration",
+            context,
+            svc.ChangeInvisibleDurationResponse,
             lambda s: self._consumer("ChangeInvisibleDuration")(s, request),
         )
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         return await self._unary(
-            "ForwardMessageToDeadLetterQueue", context, svc.ForwardMessageToDeadLetterQueueResponse,
+            "ForwardMessageToDeadLetterQueue",
+            context,
+            svc.ForwardMessageToDeadLetterQueueResponse,
             lambda s: self._consumer("ForwardMessageToDeadLetterQueue")(s, request),
         )
 
@@ -188,7 +225,11 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
         broker (check-backs) go down the same stream, which the client's startup waits for."""
         outbox: asyncio.Queue[Any] = asyncio.Queue()
         client_id = header(context, CLIENT_ID_HEADER).strip()
-        session = self.sessions.get(client_id, peer_address(context), header(context, LANGUAGE_HEADER)) if client_id else None
+        session = (
+            self.sessions.get(client_id, peer_address(context), header(context, LANGUAGE_HEADER))
+            if client_id
+            else None
+        )
 
         async def read() -> None:
             try:
@@ -198,7 +239,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
                         break
                     if session is None:
                         exc = client_id_required()
-                        outbox.put_nowait(svc.TelemetryCommand(status=status(exc.code, exc.message)))
+                        outbox.put_nowait(
+                            svc.TelemetryCommand(status=status(exc.code, exc.message))
+                        )
                         continue
                     if command.WhichOneof("command") != "settings":
                         continue  # thread stack traces / verify results answer requests we never send
@@ -222,7 +265,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
                         if Code.BAD_REQUEST <= item.code < Code.INTERNAL_ERROR
                         else grpc.StatusCode.INTERNAL
                     )
-                    await context.abort(code, f"process client telemetryCommand failed. {item.message}")
+                    await context.abort(
+                        code, f"process client telemetryCommand failed. {item.message}"
+                    )
                 if isinstance(item, Exception):
                     break
                 await context.write(item)
@@ -239,7 +284,9 @@ class MessagingServicer(svc_grpc.MessagingServiceServicer):  # type: ignore[misc
                 for topic in settings.publishing.topics:
                     validate_topic(topic.name)
             elif kind is None:
-                return ProxyError(Code.BAD_REQUEST, "there is no publishing or subscription data in settings")
+                return ProxyError(
+                    Code.BAD_REQUEST, "there is no publishing or subscription data in settings"
+                )
             session.outbox = outbox
             merged = self.sessions.apply_settings(session, settings)
             if kind == "subscription":

@@ -74,7 +74,9 @@ class GrpcChannel(Connection):
     def send(self, cmd: Any) -> bool:
         return False  # no remoting frames to a gRPC client
 
-    def send_oneway(self, code: int, ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> bool:
+    def send_oneway(
+        self, code: int, ext_fields: dict[str, Any] | None = None, body: bytes = b""
+    ) -> bool:
         return False
 
     def close(self) -> None:

@@ -43,7 +43,9 @@ def broker(txmsg_broker_factory: Any) -> Any:
     consumer retries after ~0.1 s; an orderly queue lock a dead consumer held comes free 25 s after
     its last renewal (the real broker's ``rocketmq.broker.rebalance.lockMaxLiveTime``: 60 s;
     librocketmq renews every 20 s, so live consumers keep theirs)."""
-    return txmsg_broker_factory(grpc_port=0, delay_scale=0.01, rebalance_lock_max_live_time_ms=25_000)
+    return txmsg_broker_factory(
+        grpc_port=0, delay_scale=0.01, rebalance_lock_max_live_time_ms=25_000
+    )
 
 
 @dataclass

@@ -80,8 +80,13 @@ class QueueRecorder:
         deliver_at: datetime | float | None = None,
     ) -> Future[SendResult]:
         return self.producer.send_async(
-            topic, payload, keys=keys, tags=tags, properties=properties,
-            delay_level=delay_level, deliver_at=deliver_at,
+            topic,
+            payload,
+            keys=keys,
+            tags=tags,
+            properties=properties,
+            delay_level=delay_level,
+            deliver_at=deliver_at,
         )
 
 
@@ -120,9 +125,7 @@ def assert_applied_once_in_order(
     """Every event the after-sales service committed is in the ledger exactly once, each order's
     events in seq order 1..n, and each merchant was charged each refund once."""
     with cases_db() as session:
-        sent = {
-            (e.order_id, e.seq, e.kind, e.event_id) for e in session.scalars(select(CaseEvent))
-        }
+        sent = {(e.order_id, e.seq, e.kind, e.event_id) for e in session.scalars(select(CaseEvent))}
     with settlement_db() as session:
         entries = settlement.ledger(session)
         per_order: dict[str, list[int]] = defaultdict(list)

@@ -100,13 +100,17 @@ class InlinePublisher:
             message_id=None,
         )
         state = self.listener.execute_local(msg, arg)
-        if state is S.UNKNOW:  # what the broker's check-back loop does: ask until the answer is definite
+        if (
+            state is S.UNKNOW
+        ):  # what the broker's check-back loop does: ask until the answer is definite
 
             def definite() -> S | None:
                 answer = self.listener.check_local(msg)
                 return None if answer is S.UNKNOW else answer
 
-            state = wait_until(definite, timeout=30, message="a definite check-back answer") or state
+            state = (
+                wait_until(definite, timeout=30, message="a definite check-back answer") or state
+            )
         self.states.append(state)
         if state is S.COMMIT:
             self.committed.append(msg)

@@ -111,7 +111,9 @@ def test_unreachable_endpoints_say_what_to_do(clean_env: Path) -> None:
 
 
 # ---- choosing the backend (no broker needed) ---------------------------------------------------
-def test_backend_from_environment_and_toml(clean_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_backend_from_environment_and_toml(
+    clean_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert backend_target(None, None).backend == "rocketmq"  # nothing set: the default
 
     monkeypatch.setenv("TXMSG_BACKEND", "rocketmq5")

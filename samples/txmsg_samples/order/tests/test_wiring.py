@@ -80,7 +80,11 @@ def test_sample_end_to_end(txmsg_broker: Any, tmp_path: Path) -> None:
 
         def counts() -> tuple[int, int, int]:
             with sample.points_db() as s1, sample.logistics_db() as s2, sample.cart_db() as s3:
-                return len(points.entries(s1)), len(logistics.shipments(s2)), len(cart.checkouts(s3))
+                return (
+                    len(points.entries(s1)),
+                    len(logistics.shipments(s2)),
+                    len(cart.checkouts(s3)),
+                )
 
         wait_until(
             lambda: counts() == (3, 3, 3),
