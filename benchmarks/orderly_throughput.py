@@ -313,6 +313,7 @@ class TxmsgOrderly:
         poison: bytes | None = None,
         retries: int,
         retry_delay: float,
+        database: str | None = None,
     ) -> None:
         import txmsg.sqla  # noqa: PLC0415 - SQLAlchemy only for this variant
         from txmsg import TxMsg  # noqa: PLC0415
@@ -320,7 +321,9 @@ class TxmsgOrderly:
         from txmsg.message import Message  # noqa: PLC0415
 
         self.group = unique("cg_orderly_txmsg")
-        self.engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / (self.group + '.db')}")
+        self.engine = txmsg.sqla.create_engine(
+            database or f"sqlite:///{workdir / (self.group + '.db')}"
+        )
         txmsg.sqla.create_tables(self.engine)
         self.session_factory = txmsg.sqla.make_session_factory(self.engine)
 
@@ -362,28 +365,33 @@ class TxmsgOrderly:
         self.engine.dispose()
 
 
-def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float]:
-    """Median milliseconds, on a fresh SQLite file, of ``is_parked`` (every message of an orderly
-    listener pays it; nothing parked), of ``park_behind`` (every message of a parked key pays
-    it: one write transaction) and of the in-flight journal's write and delete around a message
-    (every message pays it on the rocketmq backend, ``txmsg.sqla.journal``; the delete is timed
-    as its own transaction, which an idempotent listener saves by deleting with its effects)."""
+def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float, float]:
+    """Median milliseconds, on a fresh SQLite file, of ``is_parked`` (the query the handler
+    asked before every message until the parked keys were kept in memory; now it runs about
+    every 0.5 s), of ``park_behind`` (every message of a parked key pays it: one write
+    transaction), of the in-flight journal around a message as every message pays it now (the
+    spool's two appends, ``admit`` + ``done``, ``txmsg.sqla.journal``) and of its table path
+    (INSERT and DELETE, two transactions: what every message paid before, and what messages of a
+    key with rows in the table - a dead consumer's leftover - still pay)."""
     import txmsg.sqla  # noqa: PLC0415
     from txmsg.message import Message  # noqa: PLC0415
     from txmsg.sqla import parking  # noqa: PLC0415
-    from txmsg.sqla.journal import InflightJournal  # noqa: PLC0415
+    from txmsg.sqla.journal import InflightJournal, Ticket  # noqa: PLC0415
+    from txmsg.sqla.parking import parked_message_key  # noqa: PLC0415
 
     engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / 'parking-costs.db'}")
     txmsg.sqla.create_tables(engine)
     sessions = txmsg.sqla.make_session_factory(engine)
 
-    def message(i: int) -> Message:
+    def message(i: int, key: str = POISON_KEY) -> Message:
         return Message(
             topic="bench",
-            body=f"{POISON_KEY}|{i}".encode(),
+            body=f"{key}|{i}".encode(),
             message_id=f"m{i}",
-            properties={"UNIQ_KEY": f"m{i}"},
-            sharding_key=POISON_KEY,
+            properties={"UNIQ_KEY": f"m{i}", "__SHARDINGKEY": key},
+            sharding_key=key,
+            queue_id=i % QUEUES,
+            queue_offset=i,
         )
 
     checks, parks = [], []
@@ -396,20 +404,39 @@ def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float]
         t0 = time.perf_counter()
         parking.park_behind(sessions, "bench", message(i))
         parks.append(time.perf_counter() - t0)
-    journal, journaled = InflightJournal(sessions, "bench-journal"), []
+    journal, spooled, tabled = InflightJournal(sessions, "bench-journal"), [], []
+    journal.refresh()
     for i in range(calls):
+        m = message(i, key_name(1 + i % 63))
         t0 = time.perf_counter()
-        entry = journal.enter(message(i))
+        ticket = journal.admit(m).ticket
+        if ticket is None or ticket.seq is None:
+            raise RuntimeError("the journal did not spool a message of a key without rows")
+        journal.done(ticket)
+        spooled.append(time.perf_counter() - t0)
+    for i in range(calls, 2 * calls):
+        m = message(i, key_name(1 + i % 63))
+        t0 = time.perf_counter()
+        entry = journal.enter(m)
         if entry.row_id is None:
             raise RuntimeError("the journal refused a new message: nothing else writes this file")
-        journal.done(entry.row_id)
-        journaled.append(time.perf_counter() - t0)
+        journal.done(Ticket(m, parked_message_key(m), row_id=entry.row_id))
+        tabled.append(time.perf_counter() - t0)
+    journal.close()
     engine.dispose()
     return (
         statistics.median(checks) * 1000,
         statistics.median(parks) * 1000,
-        statistics.median(journaled) * 1000,
+        statistics.median(spooled) * 1000,
+        statistics.median(tabled) * 1000,
     )
+
+
+def per_message_ms(txmsg: Figures, raw: Figures) -> float:
+    """What txmsg adds to each message, in ms: 1/txmsg - 1/raw (busy rates, one round's pair)."""
+    if txmsg.busy_rate <= 0 or raw.busy_rate <= 0:
+        return float("nan")
+    return (1 / txmsg.busy_rate - 1 / raw.busy_rate) * 1000
 
 
 # ---- driving one variant --------------------------------------------------------------------------
@@ -473,6 +500,13 @@ def main(argv: list[str] | None = None) -> int:
         help="raw or txmsg alone (no ratios; for trying one side)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="per-variant limit in seconds")
+    parser.add_argument(
+        "--pg",
+        default=os.environ.get("TXMSG_BENCH_PG_URL"),
+        metavar="URL",
+        help="also run the txmsg variant with its database on this PostgreSQL URL "
+        "(default $TXMSG_BENCH_PG_URL; e.g. what `bash scripts/pg.sh` prints)",
+    )
     args = parser.parse_args(argv)
     thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
     ensure_client_log_dir()
@@ -496,7 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     def raw(threads: int) -> Callable[[Arrivals], Any]:
         return lambda arrivals: RawOrderly(broker.namesrv_addr, topic, threads, arrivals)
 
-    def tx(threads: int, poison: bytes | None = None) -> Callable[[Arrivals], Any]:
+    def tx(
+        threads: int, poison: bytes | None = None, database: str | None = None
+    ) -> Callable[[Arrivals], Any]:
         return lambda arrivals: TxmsgOrderly(
             broker.namesrv_addr,
             topic,
@@ -506,19 +542,24 @@ def main(argv: list[str] | None = None) -> int:
             poison=poison,
             retries=args.retries,
             retry_delay=args.retry_delay,
+            database=database,
         )
 
     rates: dict[str, list[float]] = {}
     ratios: dict[str, float] = {}
+    overheads: dict[str, list[float]] = {}
     violations = 0
     incomplete = 0
     try:
         for threads in thread_counts:
             pair_ratios: list[float] = []
+            pg_ratios: list[float] = []
             for round_no in range(args.rounds):
                 order = [("raw", raw(threads)), ("txmsg", tx(threads))]
+                if args.pg:
+                    order.append(("txmsgpg", tx(threads, database=args.pg)))
                 if args.only != "all":
-                    order = [o for o in order if o[0] == args.only]
+                    order = [o for o in order if o[0].startswith(args.only)]
                 if round_no % 2:
                     order.reverse()
                 got: dict[str, Figures] = {}
@@ -531,13 +572,26 @@ def main(argv: list[str] | None = None) -> int:
                     rates.setdefault(f"{name}{threads}", []).append(figures.busy_rate)
                     violations += figures.violations
                     incomplete += not figures.complete
-                if len(got) == 2 and got["raw"].busy_rate > 0:
+                if "raw" in got and "txmsg" in got and got["raw"].busy_rate > 0:
                     pair_ratios.append(got["txmsg"].busy_rate / got["raw"].busy_rate)
-            if pair_ratios:
-                ratios[f"t{threads}"] = statistics.median(pair_ratios)
+                    overheads.setdefault(f"overhead{threads}", []).append(
+                        per_message_ms(got["txmsg"], got["raw"])
+                    )
+                if "raw" in got and "txmsgpg" in got and got["raw"].busy_rate > 0:
+                    pg_ratios.append(got["txmsgpg"].busy_rate / got["raw"].busy_rate)
+                    overheads.setdefault(f"overhead{threads}pg", []).append(
+                        per_message_ms(got["txmsgpg"], got["raw"])
+                    )
+            for suffix, values in (("", pair_ratios), ("pg", pg_ratios)):
+                if not values:
+                    continue
+                name = f"t{threads}{suffix}"
+                ratios[name] = statistics.median(values)
+                cost = statistics.median(overheads[f"overhead{threads}{suffix}"])
                 print(
-                    f"threads {threads}: txmsg/raw = {ratios[f't{threads}']:.3f} (median of "
-                    f"{', '.join(f'{r:.2f}' for r in pair_ratios)})",
+                    f"threads {threads}: txmsg{' (PostgreSQL)' if suffix else ''}/raw = "
+                    f"{ratios[name]:.3f} (median of {', '.join(f'{r:.2f}' for r in values)}); "
+                    f"txmsg adds {cost:.3f} ms per message (1/txmsg - 1/raw, median)",
                     flush=True,
                 )
 
@@ -586,22 +640,27 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(f'{r:.2f}' for r in pair_ratios)}; goal >= 0.9)",
                 flush=True,
             )
-        check_ms, park_ms, journal_ms = (
-            parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0)
+        check_ms, park_ms, journal_ms, table_ms = (
+            parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0, 0.0)
         )
         print(
-            f"parking alone, SQLite: is the key parked? {check_ms:.2f} ms (every message); "
-            f"park behind a parked key {park_ms:.2f} ms (every message of a parked key); "
-            f"in-flight journal write + delete {journal_ms:.2f} ms (every message)",
+            f"alone, SQLite: is the key parked? {check_ms:.3f} ms (a query; now about every "
+            f"0.5 s); park behind a parked key {park_ms:.3f} ms (every message of a parked key); "
+            f"in-flight journal, spool append + end {journal_ms:.3f} ms (every message); its "
+            f"table path, INSERT + DELETE {table_ms:.3f} ms (messages of keys with leftover rows)",
             flush=True,
         )
     finally:
         broker.stop()
     best = " ".join(f"{name}={max(values):.0f}" for name, values in rates.items())
     parts = " ".join(f"{name}={value:.3f}" for name, value in ratios.items())
+    costs = " ".join(
+        f"{'overhead_ms' if name == 'overhead1' else name + '_ms'}={statistics.median(values):.3f}"
+        for name, values in overheads.items()
+    )
     print(
-        f"RESULT orderly_throughput {best} {parts} parked_check_ms={check_ms:.2f} "
-        f"park_behind_ms={park_ms:.2f} journal_ms={journal_ms:.2f} "
+        f"RESULT orderly_throughput {best} {parts} {costs} parked_check_ms={check_ms:.3f} "
+        f"park_behind_ms={park_ms:.3f} journal_ms={journal_ms:.3f} journal_table_ms={table_ms:.3f} "
         f"violations={violations} incomplete={incomplete} ratio={ratios.get('poison', 0.0):.3f}"
     )
     return 0
