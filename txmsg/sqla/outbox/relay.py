@@ -67,6 +67,13 @@ log = logging.getLogger("txmsg.outbox")
 
 MAX_PAUSE = 30.0
 """Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
+LINGER = 0.01
+"""Seconds between the end of a cycle that sent rows and the next cycle.  Why: woken by every
+commit, a busy relay ran one read and one delete transaction per commit; on SQLite each delete
+takes the one write lock the writers need, and a writer that finds it taken sleeps in SQLite's
+busy handler (1 ms, then 2, 5, 10 ...), so the writers' commit rate halved.  At most 100 cycles
+a second, each carrying what was committed meanwhile (up to ``batch_size``), costs a message at
+most this long, and only while the relay is busy."""
 PURGE_EVERY = 600.0
 """Seconds between two purges of idle key lock rows."""
 KEY_IDLE = timedelta(hours=1)
@@ -155,19 +162,20 @@ class _Row:
     attempts: int
 
     @classmethod
-    def of(cls, row: OutboxMessage) -> _Row:
+    def of(cls, row: Mapping[str, Any]) -> _Row:
+        """From a row of :func:`store.due_to_send` (a mapping of its columns)."""
         return cls(
-            id=row.id,
-            message_key=row.message_key,
-            topic=row.topic,
-            tags=row.tags,
-            keys=row.keys,
-            properties=dict(row.properties or {}),
-            body=row.body,
-            sharding_key=row.sharding_key,
-            delay_level=row.delay_level,
-            deliver_at_ms=row.deliver_at_ms,
-            attempts=row.attempts,
+            id=row["id"],
+            message_key=row["message_key"],
+            topic=row["topic"],
+            tags=row["tags"],
+            keys=row["keys"],
+            properties=dict(row["properties"] or {}),
+            body=row["body"],
+            sharding_key=row["sharding_key"],
+            delay_level=row["delay_level"],
+            deliver_at_ms=row["deliver_at_ms"],
+            attempts=row["attempts"],
         )
 
 
@@ -390,7 +398,13 @@ class Relay:
                 continue
             if taken >= self.outbox.batch_size:
                 continue  # probably more due now
+            ended = time.monotonic()
             self._wake.wait(self._timeout())
+            if taken:
+                # busy (the last cycle had rows): let the commits of the next few ms join this
+                # cycle, so the relay's reads and deletes come in batches instead of one pair
+                # of transactions per commit; idle, a commit is sent at once
+                self._stop.wait(max(0.0, LINGER - (time.monotonic() - ended)))
             with self._lock:
                 self._wheel.due(time.monotonic())
 
@@ -472,7 +486,7 @@ class Relay:
             with factory() as session, session.begin():
                 rows = [
                     _Row.of(r)
-                    for r in store.due_rows(session, self.outbox.group, limit=limit, lock=True)
+                    for r in store.due_to_send(session, self.outbox.group, limit=limit, lock=True)
                 ]
                 if not rows:
                     return 0
@@ -483,7 +497,7 @@ class Relay:
                 read_only(session)
                 rows = [
                     _Row.of(r)
-                    for r in store.due_rows(session, self.outbox.group, limit=limit, lock=False)
+                    for r in store.due_to_send(session, self.outbox.group, limit=limit, lock=False)
                 ]
             if not rows:
                 return 0
