@@ -2,7 +2,7 @@
 
     python -m benchmarks.orderly_throughput [--messages 10000] [--keys 64] [--threads 1,8]
                                             [--rounds 3] [--poison-threads 8]
-                                            [--retries 3] [--retry-delay 0.05]
+                                            [--retries 3] [--retry-delay 0.05] [--pg URL]
 
 One embedded broker (child process), one topic with 8 queues, pre-filled once with ``--messages``
 messages sent with ``SendMessageOrderlyByShardingKey`` over ``--keys`` sharding keys (``order-000``
@@ -22,13 +22,18 @@ with 8 consumer threads:
   txmsg consumer code).
 * **txmsg**: ``app.add_message_listener(..., orderly=True, session_factory=...)`` on the rocketmq
   backend with parking on a SQLite file (``txmsg.sqla``): every message goes through the orderly
-  wrapper (the in-flight journal's write before the listener and delete after it - librocketmq
-  hazard #10, ``txmsg.sqla.journal`` - and is its key parked? - one SELECT), the listener notes
-  the arrival the same way.
+  wrapper (the in-flight journal - librocketmq hazard #10, ``txmsg.sqla.journal``: two appends to
+  the process's spool file, the table only for long-running, handed-back or dead consumers'
+  messages - and is its key parked? - a set in memory, read again every 0.5 s and when a queue
+  comes to the process), the listener notes the arrival the same way.
+* **txmsgpg** (with ``--pg URL``, e.g. what ``bash scripts/pg.sh`` prints): the same with the
+  listener's database on PostgreSQL.
 
-Each round runs raw and txmsg back to back (alternating which goes first); the ratio txmsg/raw per
-thread count is the median of the rounds' ratios of busy rates (the 2-core machine is noisy; nothing is
-compared across runs).
+Each round runs raw and txmsg (and txmsgpg) back to back (alternating the order); the ratio
+txmsg/raw per thread count is the median of the rounds' ratios of busy rates (the 2-core machine is
+noisy; nothing is compared across runs), and ``overhead_ms`` what txmsg adds per message, 1/txmsg -
+1/raw in ms, median of the rounds (``overhead_ms`` for 1 thread, ``overhead8_ms`` for 8,
+``overhead1pg_ms``/``overhead8pg_ms`` on PostgreSQL; goal <= 0.1, i.e. t1 and t8 >= 0.15).
 
 Then, with ``--poison-threads`` consumer threads, **poisoned** vs **unpoisoned** txmsg runs (paired
 the same way): in the poisoned one the listener raises for the first message of key ``order-000``,
@@ -42,18 +47,25 @@ ended in the parked table, in order.
 Every variant checks per-key order (a message arriving before an earlier one of its key is a
 violation) and counts duplicates; the log of txmsg (parking warnings) goes to a file.  Final line::
 
-    RESULT orderly_throughput raw1=<msgs/s> txmsg1=<msgs/s> raw8=... txmsg8=... unpoisoned8=...
-        poisoned8=... t1=<txmsg/raw> t8=<txmsg/raw> poison=<poisoned/unpoisoned>
-        parked_check_ms=<ms> park_behind_ms=<ms> journal_ms=<ms> violations=<n> incomplete=<n>
+    RESULT orderly_throughput raw1=<msgs/s> txmsg1=<msgs/s> [txmsgpg1=...] raw8=... txmsg8=...
+        unpoisoned8=... poisoned8=... t1=<txmsg/raw> [t1pg=...] t8=<txmsg/raw> [t8pg=...]
+        poison=<poisoned/unpoisoned> overhead_ms=<ms> [overhead1pg_ms=...] overhead8_ms=<ms>
+        [overhead8pg_ms=...] parked_check_ms=<ms> park_behind_ms=<ms> journal_ms=<ms>
+        journal_table_ms=<ms> wrapper_ms=<ms> fifo_wrapper_ms=<ms> violations=<n> incomplete=<n>
         ratio=<poison>
 
 (rates: the best of the rounds - busy rates for raw/txmsg, wall rates for (un)poisoned; ratios:
 medians of the pairs; ``ratio=`` is the figure the issue sets a goal for, poisoned/unpoisoned >=
-0.9; txmsg/raw has none and is reported as t1/t8).  ``parked_check_ms`` and ``park_behind_ms``
-explain the figures: the orderly wrapper's "is this key parked?" query (every message pays it)
-and parking a message behind a parked key (every later message of the poisoned key pays it), each
-alone on a fresh SQLite file (``txmsg.sqla.parking``, median of 300 calls); ``journal_ms`` the
-same for the in-flight journal's write and delete (every message pays it).
+0.9).  The rest explain the figures, each alone on a fresh SQLite file (medians of 300 calls):
+``parked_check_ms`` the "is this key parked?" query (now read about every 0.5 s, not per message;
+the rocketmq5 FIFO path still asks it per message), ``park_behind_ms`` parking a message behind a
+parked key (every later message of the poisoned key pays it), ``journal_ms`` the in-flight
+journal's spool append and end (every message pays it), ``journal_table_ms`` its table path
+(INSERT and DELETE, what every message paid before the spool; now only messages of keys with rows
+there).  ``wrapper_ms`` and ``fifo_wrapper_ms``: txmsg's orderly handler alone (no broker, a
+listener that does nothing, mean of 1 800 calls) as the rocketmq backend calls it and as the
+rocketmq5 FIFO consumer calls it (no journal, a parked-key query per message) - the FIFO
+consumer's figure beside the remoting one without a 5.x raw baseline to divide by.
 """
 
 from __future__ import annotations
@@ -432,6 +444,58 @@ def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float,
     )
 
 
+def wrapper_costs(workdir: Path, calls: int = 2000) -> tuple[float, float]:
+    """Mean milliseconds per message of txmsg's orderly handler alone (a listener that does
+    nothing, no broker), on a fresh SQLite file: as the rocketmq backend calls it (in-flight
+    journal on, messages carry their queue) and as the rocketmq5 FIFO consumer calls it (no
+    journal: the client acks each message itself; no queue: any consumer may get a message
+    group's next message, so "is the key parked?" stays a query per message)."""
+    import txmsg.sqla  # noqa: PLC0415
+    from txmsg.consumer import build_consumer_spec  # noqa: PLC0415
+    from txmsg.message import Message  # noqa: PLC0415
+    from txmsg.orderly import orderly_handler  # noqa: PLC0415
+
+    def listener(message: Message) -> None:
+        del message
+
+    results = []
+    for name, journal, queued in (("remoting", True, True), ("fifo", False, False)):
+        engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / f'wrapper-{name}.db'}")
+        txmsg.sqla.create_tables(engine)
+        spec = build_consumer_spec(
+            listener,
+            topic="bench",
+            group=f"bench-{name}",
+            orderly=True,
+            session_factory=txmsg.sqla.make_session_factory(engine),
+        )
+        handler = orderly_handler(spec, journal=journal)
+        batch = []
+        for i in range(calls):
+            key = key_name(i % 64)
+            batch.append(
+                Message(
+                    topic="bench",
+                    body=f"{key}|{i}".encode(),
+                    message_id=f"m{i}",
+                    properties={"UNIQ_KEY": f"m{i}", "__SHARDINGKEY": key},
+                    sharding_key=key,
+                    queue_id=(i % QUEUES) if queued else None,
+                    queue_offset=i if queued else None,
+                )
+            )
+        for message in batch[: calls // 10]:  # warm-up: snapshots read, spool file open
+            handler(message)
+        t0 = time.perf_counter()
+        for message in batch[calls // 10 :]:
+            if not handler(message):
+                raise RuntimeError(f"the {name} handler refused a message")
+        results.append((time.perf_counter() - t0) / (calls - calls // 10) * 1000)
+        handler.close()
+        engine.dispose()
+    return results[0], results[1]
+
+
 def per_message_ms(txmsg: Figures, raw: Figures) -> float:
     """What txmsg adds to each message, in ms: 1/txmsg - 1/raw (busy rates, one round's pair)."""
     if txmsg.busy_rate <= 0 or raw.busy_rate <= 0:
@@ -643,6 +707,15 @@ def main(argv: list[str] | None = None) -> int:
         check_ms, park_ms, journal_ms, table_ms = (
             parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0, 0.0)
         )
+        wrapper_ms, fifo_ms = (
+            wrapper_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0)
+        )
+        print(
+            f"txmsg's orderly handler alone (no broker, trivial listener, SQLite): "
+            f"{wrapper_ms:.3f} ms per message as the rocketmq backend calls it (journal on), "
+            f"{fifo_ms:.3f} ms as the rocketmq5 FIFO consumer does (a parked-key query each)",
+            flush=True,
+        )
         print(
             f"alone, SQLite: is the key parked? {check_ms:.3f} ms (a query; now about every "
             f"0.5 s); park behind a parked key {park_ms:.3f} ms (every message of a parked key); "
@@ -661,6 +734,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"RESULT orderly_throughput {best} {parts} {costs} parked_check_ms={check_ms:.3f} "
         f"park_behind_ms={park_ms:.3f} journal_ms={journal_ms:.3f} journal_table_ms={table_ms:.3f} "
+        f"wrapper_ms={wrapper_ms:.3f} fifo_wrapper_ms={fifo_ms:.3f} "
         f"violations={violations} incomplete={incomplete} ratio={ratios.get('poison', 0.0):.3f}"
     )
     return 0

@@ -367,6 +367,8 @@ class InflightJournal:
         if not picked:
             return 0
         rows: dict[int, int] = {}
+        conflicts: set[int] = set()
+        committed = False
         try:
             lease_until = utcnow() + self.lease
             with self._begin() as tx:
@@ -375,15 +377,32 @@ class InflightJournal:
                         owner=self.owner, lease_until=lease_until
                     )
                     row_id = _insert_returning_id(tx, values)
-                    if row_id is not None:  # else a row is there already: keep the spool entry
+                    if row_id is None:
+                        conflicts.add(id(ticket))
+                    else:
                         rows[id(ticket)] = row_id
+            committed = True
         finally:
+            if not committed:  # nothing was written: every ticket stays in the spool
+                rows.clear()
+                conflicts.clear()
             finished: list[int] = []
             ended: list[int] = []
             with self._lock:
                 for ticket in picked:
                     ticket.moving = False
                     row_id = rows.get(id(ticket))
+                    if row_id is None and id(ticket) in conflicts:
+                        # The message has a row already (written through the table's path by
+                        # a redelivery that raced this move): that row is its record.
+                        if ticket.running:
+                            ticket.finishing = True  # keep the spool entry; stop moving it
+                        else:
+                            self._spooled.pop(id(ticket), None)
+                            if ticket.seq is not None:
+                                ended.append(ticket.seq)
+                                ticket.seq = None
+                        continue
                     if row_id is None:
                         continue
                     ticket.row_id = row_id
