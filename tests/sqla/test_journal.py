@@ -24,7 +24,7 @@ from txmsg.orderly import OrderlyHandler, orderly_handler
 from txmsg.sqla import parked_messages, parking
 from txmsg.sqla.journal import InflightJournal, host_identity
 from txmsg.sqla.models import ConsumedMessage, OrderlyInflight, utcnow
-from txmsg.sqla.spool import DIRECTORY_ENV, Spool, read_entries
+from txmsg.sqla.spool import DIRECTORY_ENV, Spool, group_directory, read_entries
 
 from .conftest import Db
 
@@ -536,3 +536,21 @@ def test_a_key_released_elsewhere_is_handled_here(db: Db) -> None:
     assert handle(msg("m2", 1)) is True  # the stale "parked" is corrected by park_behind
     assert listener.handled == ["p1", "m2"]
     assert "order-1" not in handle.parked
+
+
+def test_a_spool_of_another_host_is_not_read(db: Db, spool_directory: Path) -> None:
+    # The boundary of the spool: it is read on the host that wrote it.  A consumer that died
+    # less than promote_after into m1's callback on a host that never runs the group again
+    # leaves m1 in a file nobody here reads (docs/guide/ordered.md, "What the journal protects
+    # against"); the key's next message goes on without it.
+    elsewhere = Spool(group_directory(spool_directory, "other-host#1", GROUP), "other-host#1:7:x")
+    elsewhere.begin(msg("m1", 5))
+    elsewhere.close()  # its lock goes, as with a dead process; m1 stays open in the file
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m2", 6)) is True
+    assert listener.handled == ["m2"]
+    assert handle.journal is not None
+    assert handle.journal.imported == 0
+    assert elsewhere.path is not None
+    assert elsewhere.path.exists()

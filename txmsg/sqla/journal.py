@@ -11,12 +11,13 @@ listener runs, until it is consumed or parked.  The journal has two tiers:
   the machine, and is read on this host only;
 * the **table** ``txmsg_orderly_inflight`` in the service's database (:class:`~txmsg.sqla.models.
   OrderlyInflight`), which every consumer of the group sees.  A message goes there when its
-  listener has run longer than ``promote_after`` seconds (the hazard's window is a pull answered
-  "no new message" while the callback runs: seconds, not microseconds), when it is handed back
-  (the queue may move to another consumer before it comes again), and when a dead process's
-  spool is found (:meth:`InflightJournal.import_spools`: by every consumer process of the group
-  on the host, at start and then about every second).  Messages of a key that has rows in the
-  table take the table's path, as before the spool existed (:meth:`InflightJournal.enter`).
+  listener has run longer than ``promote_after`` seconds (so that a consumer on another host can
+  finish it if this host never comes back), when it is handed back (the queue may move to
+  another consumer before it comes again), and when a dead process's spool is found
+  (:meth:`InflightJournal.import_spools`: by every consumer process of the group on the host, at
+  start, at every :meth:`~InflightJournal.refresh` and every ``sweep_interval``).  Messages of a
+  key that has rows in the table take the table's path, as before the spool existed
+  (:meth:`InflightJournal.enter`).
 
 A row left by a consumer that is gone is finished by someone else, in the key's order:
 
