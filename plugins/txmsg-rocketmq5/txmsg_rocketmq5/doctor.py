@@ -5,6 +5,10 @@ the one that imports (``rocketmq-client-python`` 2.0.0 installs a ``rocketmq/__i
 own; with that one on top the 5.x client cannot import itself), and every configured endpoint
 answers gRPC.  librocketmq and ``rocketmq-client-python`` are not needed and not checked.
 Imports run in a child interpreter so a broken combination leaves nothing half-imported here.
+
+The broker's transaction settings cannot be read over gRPC (the proxy's ``MessagingService`` has no call
+for them), so one advisory row says what to check by hand: a 5.1+ broker whose ``transactionTimeOut`` is
+below its ``transactionOpBatchInterval`` checks back transactions that already ended.
 """
 
 from __future__ import annotations
@@ -90,4 +94,18 @@ def report(config: Any = None) -> list[Check]:
     endpoints, tls = settings.endpoints, settings.tls
     addresses = [a.strip() for a in endpoints.split(";") if a.strip()]
     checks.extend(_endpoint(address, tls) for address in addresses)
+    checks.append(BROKER_SETTINGS_ADVICE)
     return checks
+
+
+#: advisory (ok): what ``txmsg doctor`` cannot read over gRPC and a user must check on the broker
+BROKER_SETTINGS_ADVICE: Check = (
+    "broker transaction settings",
+    "not readable over gRPC; check by hand (`mqadmin getBrokerConfig -b <broker>:10911`, or broker.conf) "
+    "that transactionTimeOut (default 6000) is above transactionOpBatchInterval (RocketMQ 5.1+, default "
+    "3000) with a margin. If it is below, the broker checks back transactions that already committed or "
+    "rolled back: a COMMIT answer delivers the message again, or delivers a rolled-back one, so "
+    "check_local must answer ROLLBACK for rolled-back transactions (RecordBackedListener does). "
+    "With the rocketmq backend (remoting) `txmsg doctor` reads these settings itself",
+    True,
+)
