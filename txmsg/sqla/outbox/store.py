@@ -102,6 +102,57 @@ def due_to_send(
     return list(session.connection().execute(statement, params).mappings().all())
 
 
+_RANK = func.row_number().over(partition_by=_M.sharding_key, order_by=_M.seq).label("rank_in_key")
+_KEYS_ROWS = (
+    select(*_SEND_COLUMNS, _M.seq, _M.state, _M.next_attempt_at, _RANK)
+    .where(_M.outbox == bindparam("outbox"), _M.sharding_key.in_(bindparam("keys", expanding=True)))
+    .subquery()
+)
+_FOLLOWING = (
+    select(_KEYS_ROWS)
+    .where(_KEYS_ROWS.c.rank_in_key <= bindparam("per_key"))
+    .order_by(_KEYS_ROWS.c.sharding_key, _KEYS_ROWS.c.seq)
+)
+
+
+def due_chains(
+    session: Session,
+    outbox: str,
+    *,
+    limit: int,
+    per_key: int,
+    lock: bool,
+    now: datetime | None = None,
+) -> list[list[Any]]:
+    """What a relay cycle sends: :func:`due_to_send`'s rows, each keyed one followed by up to
+    ``per_key - 1`` next rows of its key (in ``seq`` order, as long as they are pending and due),
+    as lists the relay sends one after the other, each once the broker acknowledged the one
+    before.  Why: a key's rows used to go one per cycle (two transactions and a broker round
+    trip), so one busy key was held to the cycle rate however fast the broker answered.
+
+    Only the first row of each key is locked (``lock``, PostgreSQL): while it is there no other
+    relay sees the key's next rows as due, so they are this relay's too until it commits.
+    """
+    now = now or utcnow()
+    first = due_to_send(session, outbox, limit=limit, lock=lock, now=now)
+    chains = [[row] for row in first]
+    by_key = {c[0]["sharding_key"]: c for c in chains if c[0]["sharding_key"] is not None}
+    if per_key <= 1 or not by_key:
+        return chains
+    params = {"outbox": outbox, "keys": list(by_key), "per_key": per_key}
+    closed: set[str] = set()
+    for row in session.connection().execute(_FOLLOWING, params).mappings():
+        key = row["sharding_key"]
+        chain = by_key[key]
+        if key in closed or row["id"] == chain[0]["id"]:
+            continue
+        if row["state"] != PENDING or row["next_attempt_at"] > now:
+            closed.add(key)  # a dead row or one in back-off: the rest of the key waits behind it
+            continue
+        chain.append(row)
+    return chains
+
+
 _DELETE_SENT = delete(_MESSAGES).where(_M.id.in_(bindparam("row_ids", expanding=True)))
 _RETRY_LATER = (
     update(_MESSAGES)
