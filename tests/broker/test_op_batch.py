@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from rocketmq.client import Message, TransactionStatus
@@ -165,3 +166,19 @@ def test_4x_broker_and_a_short_batch_check_no_finished_transaction(txmsg_broker_
         checks, delivered = _run_commit_and_rollback(broker, answer_all_commit=True)
         assert checks == Counter(), settings
         assert delivered == Counter({"C0": 1, "C1": 1, "C2": 1}), settings
+
+
+def test_rocketmq5_doctor_reads_the_settings_through_a_name_server(txmsg_broker_factory) -> None:
+    """gRPC cannot read them; with a name server configured (and the remoting reader installed)
+    the rocketmq5 doctor reports each master's settings, else what to check by hand."""
+    doctor5 = pytest.importorskip("txmsg_rocketmq5.doctor")
+    broker = txmsg_broker_factory(grpc_port=0)  # 5.3.3: 1000 ms timeout < 3000 ms batch
+    (row,) = doctor5._broker_settings(SimpleNamespace(name_server=broker.namesrv_addr))
+    assert row[0].endswith(f"(via name server {broker.namesrv_addr})")
+    assert row[2] is False
+    assert "transactionOpBatchInterval=3000" in row[1]
+    (advice,) = doctor5._broker_settings(SimpleNamespace(name_server="127.0.0.1:1"))
+    assert advice == doctor5.BROKER_SETTINGS_ADVICE
+    assert "not readable over gRPC" in advice[1]
+    assert "mqadmin getBrokerConfig" in advice[1]
+    assert doctor5._broker_settings(SimpleNamespace()) == [doctor5.BROKER_SETTINGS_ADVICE]
