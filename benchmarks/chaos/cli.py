@@ -14,7 +14,14 @@ from rich.table import Table
 
 from benchmarks.chaos import tracking
 from benchmarks.chaos.faults import FAULT_CHOICES
-from benchmarks.chaos.run import BACKENDS, ChaosResult, ChaosRun, RunOptions, backend_problem
+from benchmarks.chaos.run import (
+    BACKENDS,
+    ChaosResult,
+    ChaosRun,
+    RunOptions,
+    backend_problem,
+    external_problem,
+)
 from benchmarks.chaos.settings import STREAMS, ChaosSettings
 
 MODES = {
@@ -104,6 +111,19 @@ def _pair(value: str) -> tuple[float, float]:
     "one broker, kill faults)",
 )
 @click.option(
+    "--name-server",
+    default=None,
+    metavar="HOST:PORT",
+    help="run against this external cluster (e.g. a real RocketMQ) instead of brokers of its own: "
+    "no broker is started or killed, strikes hit the services only; --faults kill only",
+)
+@click.option(
+    "--endpoints",
+    default=None,
+    metavar="HOST:PORT",
+    help="with --name-server and --backend rocketmq5: the external cluster's 5.x proxy",
+)
+@click.option(
     "--streams",
     default="orders",
     show_default=True,
@@ -155,6 +175,8 @@ def chaos_command(
     brokers: int,
     fault_kinds: tuple[str, ...],
     backend: str,
+    name_server: str | None,
+    endpoints: str | None,
     streams: tuple[str, ...],
     writers: int,
     relays: int,
@@ -170,7 +192,9 @@ def chaos_command(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    problem = backend_problem(backend, brokers, fault_kinds)
+    problem = backend_problem(backend, brokers, fault_kinds) or external_problem(
+        backend, name_server, endpoints, fault_kinds
+    )
     if problem:
         raise click.UsageError(problem)
     m_strikes, m_interval, m_pause, m_producers, m_consumers = MODES[mode]
@@ -198,6 +222,8 @@ def chaos_command(
         network_strikes=network_strikes or NETWORK_STRIKES[mode],
         backend=backend,
         warmup=warmup,
+        name_server=name_server,
+        endpoints=endpoints,
     )
     console = Console()
     console.print(
@@ -205,7 +231,11 @@ def chaos_command(
         f"{','.join(streams)}) in {workdir}: "
         + (f"{options.strikes} kill strikes, " if "kill" in fault_kinds else "")
         + (f"{options.network_strikes} network strikes, " if "network" in fault_kinds else "")
-        + f"{options.brokers} broker(s), "
+        + (
+            f"external cluster {name_server} (no broker kills), "
+            if name_server
+            else f"{options.brokers} broker(s), "
+        )
         + (f"{settings.producers} producers, " if "orders" in streams else "")
         + (f"{writers} outbox writers, {relays} relay processes, " if "outbox" in streams else "")
         + f"{settings.consumers_per_service} consumers "

@@ -55,9 +55,32 @@ class RunOptions:
     backend: str = "rocketmq"
     """``rocketmq5``: the broker also serves gRPC (a fixed port across restarts) and the services
     use the 5.x client against it; one broker, kill faults only (see :func:`backend_problem`)."""
+    name_server: str | None = None
+    """An external cluster's name server (``--name-server``): no broker is started, so none is
+    killed; the strikes hit producers and consumers only.  Topics and groups are created on it."""
+    endpoints: str | None = None
+    """With ``name_server`` and ``rocketmq5``: that cluster's 5.x proxy (``--endpoints``)."""
 
 
 BACKENDS = ("rocketmq", "rocketmq5")
+
+
+def external_problem(
+    backend: str, name_server: str | None, endpoints: str | None, fault_kinds: tuple[str, ...]
+) -> str | None:
+    """Why a run against an external cluster cannot go this way (None: it can, or no cluster)."""
+    if name_server is None:
+        return (
+            "--endpoints needs --name-server too (topics are created there)" if endpoints else None
+        )
+    if "network" in fault_kinds:
+        return (
+            "--faults network relays the brokers' ports through the fault proxy, which needs "
+            "brokers this run starts: use --faults kill against an external cluster"
+        )
+    if backend == "rocketmq5" and not endpoints:
+        return "--backend rocketmq5 against an external cluster needs --endpoints (its 5.x proxy)"
+    return None
 
 
 def backend_problem(backend: str, brokers: int, fault_kinds: tuple[str, ...]) -> str | None:
@@ -113,7 +136,11 @@ class ChaosResult:
 
 class ChaosRun:
     def __init__(self, settings: ChaosSettings, options: RunOptions) -> None:
-        problem = backend_problem(options.backend, options.brokers, options.faults)
+        problem = backend_problem(
+            options.backend, options.brokers, options.faults
+        ) or external_problem(
+            options.backend, options.name_server, options.endpoints, options.faults
+        )
         if problem:
             raise ValueError(problem)
         self.settings = settings
@@ -144,7 +171,9 @@ class ChaosRun:
                 "name_server": name_server,
                 "database_urls": urls,
                 "backend": self.options.backend,
-                "endpoints": self.brokers[0].process.grpc_endpoint or "",
+                "endpoints": self.options.endpoints
+                or (self.brokers[0].process.grpc_endpoint if self.brokers else None)
+                or "",
             }
         )
         settings_file = str(self.settings.save())
@@ -335,7 +364,10 @@ class ChaosRun:
         )
 
     def _start_brokers(self, workdir: Path) -> str:
-        """Start the broker process(es); the name server address."""
+        """Start the broker process(es); the name server address (an external cluster's as is:
+        nothing is started, so the monkey never kills a broker it does not own)."""
+        if self.options.name_server is not None:
+            return self.options.name_server
         base = workdir / "broker"
         if self.options.brokers == 1:
             self.brokers = [
