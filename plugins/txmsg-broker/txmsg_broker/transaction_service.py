@@ -280,6 +280,13 @@ class TransactionService:
             )
             return None
         half = self.store.lookup(clo)
+        if (
+            half is not None
+            and half.topic == HALF_TOPIC
+            and self.rejects_late_end(half, from_check)
+        ):
+            self.log_late_end(thread, state, cmd.ext_fields.get("msgId", "null"), clo)
+            return None
         problem = None
         if half is None or half.topic != HALF_TOPIC:
             problem = "Find prepared transaction message failed"
@@ -309,6 +316,27 @@ class TransactionService:
                 f"msgExt:{describe_message(half)}",
             )
         return None
+
+    def rejects_late_end(self, half: StoredMessage, from_check: bool) -> bool:
+        """5.x ``EndTransactionProcessor.rejectCommitOrRollback``: a send-phase commit/rollback of a
+        message with ``CHECK_IMMUNITY_TIME_IN_SECONDS`` that arrives after that immunity (at least
+        ``transactionTimeOut``) is refused (ILLEGAL_OPERATION, "wait check"); the check decides."""
+        if not self.five or from_check:
+            return False
+        raw = half.properties.get(PROPERTY_CHECK_IMMUNITY)
+        if not raw:
+            return False
+        timeout = self.broker.config.transaction_timeout_ms
+        immunity = max(_int(raw, 0) * 1000, timeout)  # TransactionalMessageUtil.getImmunityTime
+        return now_ms() - half.born_timestamp > immunity
+
+    def log_late_end(self, thread: str, state: int, msg_id: str, clo: int) -> None:
+        what = "commit" if state == COMMIT else "rollback"
+        self.tx.warn(
+            thread,
+            f"Message {what} fail [producer end]. currentTimeMillis - bornTime > checkImmunityTime, "
+            f"msgId={msg_id},commitLogOffset={clo}, wait check",
+        )
 
     def commit(self, half: StoredMessage) -> tuple[StoredMessage, StoredMessage | None]:
         """Store the message in its real topic and the op record, with one write: (real, op).
