@@ -233,7 +233,14 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
         )
         threading.Event().wait(settle_s(broker))  # two more check passes: nothing else happens
     assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
-    assert script.counted() == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
+    counted = script.counted()
+    if getattr(broker, "is_real", False) and broker.is_5x:
+        # a real 5.x broker may check back a transaction that already ended while its op record
+        # waits in the op batch (seen on 5.3.3 with transactionOpBatchInterval=500 under load:
+        # COMMIT checked 3 times; docs/rocketmq-facts.md); what counts is that nothing more was
+        # delivered (above) - check_local's answers for ended ones are the application's job
+        counted = {row: n for row, n in counted.items() if row not in ("COMMIT", "ROLLBACK")}
+    assert counted == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
     for row in got.counts():
         (message,) = got.of(row)
         assert message.body == f"body-{row}".encode()
