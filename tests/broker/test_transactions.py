@@ -9,6 +9,10 @@ Fixture timings: transactionTimeOut 1 s, check interval 1 s, check max 3.
 | UNKNOWN       | ROLLBACK               | 1      | never                              |
 | UNKNOWN       | UNKNOWN, then COMMIT   | 2      | yes                                |
 | UNKNOWN       | UNKNOWN forever        | 3      | never; moved to TRANS_CHECK_MAX_TIME_TOPIC |
+| UNKNOWN       | UNKNOWN twice, COMMIT  | 3      | yes; with many transactions pending behind it also moved to TRANS_CHECK_MAX_TIME_TOPIC |
+
+The last row is Java's (4.9.8 and 5.3.3; seen on both real brokers): see
+test_commit_at_the_last_check_is_delivered_and_discarded.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from txmsg_broker.message_codec import PROPERTY_CHECK_TIMES, properties_to_strin
 from txmsg_broker.rawclient import call
 from txmsg_broker.store import MessageStore
 from txmsg_broker.testing import Clients, create_topic, read_log, unique, wait_until
-from txmsg_broker.topics import CHECK_MAX_TIME_TOPIC
+from txmsg_broker.topics import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from txmsg_broker.transaction_service import op_offsets
 
 C, R, U = TransactionStatus.COMMIT, TransactionStatus.ROLLBACK, TransactionStatus.UNKNOWN
 
@@ -109,6 +114,72 @@ def test_transaction_outcome_table(txmsg_broker):
         assert parked.properties[PROPERTY_CHECK_TIMES] == "3"
         real = [m for q in range(4) for m in store.get(topic, q, 0, 100)]
         assert sorted(m.properties["KEYS"] for m in real) == sorted(DELIVERED)
+
+
+@pytest.mark.parametrize("version", ["4.9.8", "5.3.3"])
+def test_commit_at_the_last_check_is_delivered_and_discarded(txmsg_broker_factory, version):
+    """transactionCheckMax 3, answers UNKNOWN, UNKNOWN, COMMIT, other transactions pending behind
+    it: delivered once *and* discarded.
+
+    Java's ``check`` (4.9.8 and 5.3.3) re-puts the half message with TRANSACTION_CHECK_TIMES 3
+    before it sends the third check-back and reads on; once the copy is dispatched (the reput
+    thread runs every 1 ms, so with TAIL entries to check first it is) the same pass reaches it,
+    ``needDiscard`` (before the "Fresh stored" break) finds the count at the maximum and moves it
+    to TRANS_CHECK_MAX_TIME_TOPIC before the answer arrives.  The COMMIT answer names that copy,
+    still in the half queue: it is committed and its op record names the copy.  A lone transaction
+    usually escapes (its copy is read before it is dispatched); a real 4.9.8 did both
+    (docs/rocketmq-facts.md)."""
+    # 5.3.3: an op batch written within the wait below (pending ops are lost at a stop, as in Java)
+    batch = {"transaction_op_batch_interval_ms": 500} if version == "5.3.3" else {}
+    broker = txmsg_broker_factory(broker_version=version, check_max=3, **batch)
+    topic = unique("TxLastCheck")
+    create_topic(broker.namesrv_addr, topic)
+    answers = [U, U, C]
+    checks: list[TransactionStatus] = []
+
+    def checker(msg):
+        if (msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys) != "LAST":
+            return U
+        checks.append(answers[min(len(checks), len(answers) - 1)])
+        return checks[-1]
+
+    with Clients(broker.namesrv_addr) as clients:
+        delivered = clients.consumer(unique("TxLastCheckCG"), topic)
+        producer = clients.transaction_producer(unique("TxLastCheckPG"), checker)
+        sent = producer.send_message_in_transaction(message(topic, "LAST"), lambda m, a: U)
+        for n in range(TAIL):
+            producer.send_message_in_transaction(message(topic, f"TAIL{n}"), lambda m, a: U)
+        clients.heartbeat(producer)
+        wait_until(
+            lambda: [r.keys for r in delivered] == ["LAST"],
+            timeout=30,
+            message=lambda: f"the commit at the third check; {len(checks)} checks",
+        )
+        time.sleep(2.5)  # two more check intervals: no further check, nothing delivered again
+        assert len(checks) == 3
+        assert [(r.keys, r.msg_id) for r in delivered] == [("LAST", sent.msg_id)]
+    broker.stop()
+    with MessageStore(broker.data_dir) as store:
+        parked = [
+            m
+            for m in store.get(CHECK_MAX_TIME_TOPIC, 0, 0, 1000)
+            if m.properties.get("KEYS") == "LAST"
+        ]
+        assert [m.properties[PROPERTY_CHECK_TIMES] for m in parked] == ["3"]
+        halves = [
+            m for m in store.get(HALF_TOPIC, 0, 0, 5000) if m.properties.get("KEYS") == "LAST"
+        ]
+        # the original and the three copies re-put for the three check-backs
+        assert [h.properties.get(PROPERTY_CHECK_TIMES) for h in halves] == [None, "1", "2", "3"]
+        ops = {o for op in store.get(OP_HALF_TOPIC, 0, 0, 5000) for o in op_offsets(op.body)}
+        assert ops == {halves[-1].queue_offset}  # the commit named the discarded copy
+        real = [m for q in range(4) for m in store.get(topic, q, 0, 100)]
+        assert [m.properties["KEYS"] for m in real] == ["LAST"]
+
+
+#: transactions left pending behind LAST: the check pass spends well over the reput thread's 1 ms
+#: between re-putting LAST's copy and reaching it
+TAIL = 200
 
 
 def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):

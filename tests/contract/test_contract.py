@@ -157,17 +157,34 @@ def _discarded(broker: Any, topic: str) -> int | None:
     )
 
 
+def _discarded_row(broker: Any, topic: str, row: str) -> int | None:
+    """Discards of ``row`` (its keys) of ``topic``: the "checked too many times" lines, which print
+    the half message's properties (None without the broker's logs)."""
+    log = broker_log(broker)
+    if log is None:
+        return None
+    named = (
+        re.compile(rf"[{{ ]KEYS={re.escape(row)}[,}}]"),
+        re.compile(rf"[{{ ]REAL_TOPIC={re.escape(topic)}[,}}]"),
+    )
+    return sum(
+        1
+        for line in log.splitlines()
+        if "has been checked too many times" in line and all(p.search(line) for p in named)
+    )
+
+
 def _gave_up(broker: Any, topic: str, script: Script, row: str) -> bool:
-    """The broker gave up on ``row`` (the only transaction of ``topic`` left unresolved): the
-    embedded broker's discard line; on a real cluster, the last of its ``check_max`` check-backs
-    reached ``check_local``.  Why not the real broker's discard lines: a real 4.9.8 also discards
-    a transaction whose *last* check-back is answered COMMIT - it re-puts the half message with
-    the check count at the maximum and, in the same pass (check immunity counts from the born
-    timestamp), moves that copy to TRANS_CHECK_MAX_TIME_TOPIC before the answer arrives; the
-    answer still commits the message (docs/rocketmq-facts.md, "Suites against real brokers")."""
+    """The broker gave up on ``row``: the embedded broker's discard line naming it; on a real
+    cluster, the last of its ``check_max`` check-backs reached ``check_local``.  Why not count
+    the discards of the topic: a broker (real 4.9.8 and 5.3.3, the embedded one as either) also
+    discards a transaction whose *last* check-back is answered COMMIT when other transactions are
+    pending - it re-puts the half message with the check count at the maximum and, in the same
+    pass, moves that copy to TRANS_CHECK_MAX_TIME_TOPIC before the answer arrives; the answer
+    still commits the message (docs/rocketmq-facts.md, "Suites against real brokers")."""
     if getattr(broker, "is_real", False):
         return script.counted().get(row, 0) >= timings(broker)["check_max"]
-    return _discarded(broker, topic) == 1
+    return _discarded_row(broker, topic, row) == 1
 
 
 def _max_offsets(broker: Any, topic: str) -> int:

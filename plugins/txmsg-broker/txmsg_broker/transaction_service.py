@@ -15,6 +15,11 @@ Modelled on the Java 4.9 broker so outcomes *and* pitfalls match a real one:
   with the count + 1 and CHECK_TRANSACTION_STATE (oneway) is sent for that new copy to a live channel of its
   producer group, round-robin over all the group's channels. Like Java, each copy is an independent entry: a
   slow checker that answers COMMIT for several copies commits several times (the duplicate-delivery pitfall).
+  The pass reads on into the copies it re-put once they are dispatched (Java's reput thread runs every
+  1 ms: :data:`REPUT_INTERVAL_S`); ``needDiscard`` comes before the "Fresh stored" stop, so the copy put
+  for the *last* check-back is discarded in the same pass when the pass spent that long on other entries,
+  and a COMMIT answer to that check still commits it: committed *and* discarded (4.9.8 and 5.3.3; seen on a
+  real 4.9.8 with 200 transactions pending behind it, not with a lone one).
 * transaction.log lines are the 4.9.8 broker's by default; ``log_format`` 5 (``txmsg broker --log-format 5``)
   writes END_TRANSACTION headers and check-backs as a 5.1+ broker does (see :func:`end_transaction_header`;
   one INFO ``Check transaction. real_topic=...`` line per check-back), so log analysers can be tested on
@@ -80,6 +85,9 @@ OFFSET_SEPARATOR = ","
 #: 5.x ``TransactionalMessageServiceImpl.SLEEP_WHILE_NO_OP`` (ms)
 SLEEP_WHILE_NO_OP_MS = 1000
 OP_BATCH_THREAD = "TransactionalOpBatchService"
+#: ``ReputMessageService`` (4.9.8 and 5.3.3) sleeps 1 ms between dispatch rounds: a message put into
+#: the half queue becomes readable there (its consume-queue entry) up to this long after the put
+REPUT_INTERVAL_S = 0.001
 
 
 def java_bool(raw: str | None) -> bool:
@@ -154,6 +162,7 @@ class TransactionService:
         self.last_op_write_ms: int | None = None
         self._op_wakeup = asyncio.Event()
         self._op_task: asyncio.Task[None] | None = None
+        self._put_now: dict[int, float] = {}
         self.recover()
 
     @property
@@ -570,28 +579,44 @@ class TransactionService:
             )
         sent = 0
         i = self.cursor
-        while i < half_max:
+        #: half-queue offsets this pass re-put -> when (perf_counter): not readable for REPUT_INTERVAL_S
+        self._put_now = {}
+        # like Java, read on past the offset the pass began at: the copies this pass re-puts come
+        # next once dispatched (those below the maximum stop it as "Fresh stored", those at it are
+        # discarded); one not dispatched yet ends the pass as Java's NO_NEW_MSG does
+        while True:
             if i in resolved or i in self.passed:
                 if debug and i in resolved:
                     tx.debug(CHECK_THREAD, f"Half offset {i} has been committed/rolled back")
                 i += 1
                 continue
+            put_at = self._put_now.get(i)
+            if put_at is not None and time.perf_counter() - put_at < REPUT_INTERVAL_S:
+                tx.warn(  # the store's line for a read past the dispatched end (real 4.9.8's)
+                    CHECK_THREAD,
+                    f"No new message. GetMessageStatus=OFFSET_OVERFLOW_ONE, topic={HALF_TOPIC}, "
+                    f"groupId={SYSTEM_GROUP}, requestOffset={i}",
+                )
+                break
             found = store.get(HALF_TOPIC, 0, i, 1)
             if not found:
                 break
             msg = found[0]
-            if msg.store_timestamp >= begin:
-                tx.debug(
-                    CHECK_THREAD,
-                    f"Fresh stored. the miss offset={i}, check it later, store={java_date(msg.store_timestamp)}",
-                )
-                break
+            # needDiscard comes before the "Fresh stored" break (4.9.8 and 5.3.3): the copy re-put for
+            # the last check-back earlier in this same pass is discarded at once, before its answer
+            # arrives; a COMMIT answer then still commits that copy (committed *and* discarded)
             checks = _int(msg.properties.get(PROPERTY_CHECK_TIMES), 0)
             if checks >= cfg.check_max:
                 self.discard(msg)
                 self.passed.add(i)
                 i += 1
                 continue
+            if msg.store_timestamp >= begin:
+                tx.debug(
+                    CHECK_THREAD,
+                    f"Fresh stored. the miss offset={i}, check it later, store={java_date(msg.store_timestamp)}",
+                )
+                break
             immunity_raw = msg.properties.get(PROPERTY_CHECK_IMMUNITY)
             immunity = _int(immunity_raw, -1) * 1000 if immunity_raw is not None else -1
             if immunity < 0:
@@ -616,6 +641,7 @@ class TransactionService:
             props = dict(msg.properties)
             props[PROPERTY_CHECK_TIMES] = str(checks + 1)
             copy = store.put(clone(msg, properties=props))
+            self._put_now[copy.queue_offset] = time.perf_counter()
             self.passed.add(i)
             tx.debug(CHECK_THREAD, f"[BUG-TO-FIX] Thread:{CHECK_THREAD} msgID:{msg.msg_id}")
             tx.debug(
@@ -659,7 +685,8 @@ class TransactionService:
         props[PROPERTY_PREPARED_QUEUE_OFFSET] = (
             first if first is not None else str(msg.queue_offset)
         )
-        self.store.put(clone(msg, properties=props))
+        copy = self.store.put(clone(msg, properties=props))
+        self._put_now[copy.queue_offset] = time.perf_counter()
 
     def send_check(self, msg: StoredMessage) -> bool:
         group = msg.properties.get(PROPERTY_PGROUP, "")
