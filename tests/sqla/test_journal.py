@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message
@@ -366,7 +366,10 @@ import txmsg.sqla
 from txmsg.message import Message, SHARDING_KEY, UNIQ_KEY
 from txmsg.sqla.journal import InflightJournal
 
-engine = txmsg.sqla.create_engine(sys.argv[1])
+options = sys.argv[4]  # PostgreSQL: the test's schema (search_path), as the parent connects
+engine = txmsg.sqla.create_engine(
+    sys.argv[1], **({"connect_args": {"options": options}} if options else {})
+)
 journal = InflightJournal(txmsg.sqla.make_session_factory(engine), sys.argv[2])
 journal.refresh()
 for uid, offset in (("m0", 4), ("m1", 5)):
@@ -383,6 +386,15 @@ os.kill(os.getpid(), signal.SIGKILL)  # inside m1's callback
 """
 
 
+def connect_options(db: Db) -> str:
+    """What the child passes as libpq ``options`` to see the test's schema (``""`` on SQLite):
+    each PostgreSQL test has its own schema, set through ``search_path`` and not the URL."""
+    if db.name != "postgresql":
+        return ""
+    with db.engine.connect() as conn:
+        return f"-csearch_path={conn.execute(text('SHOW search_path')).scalar()}"
+
+
 def kill_inside_m1(db: Db) -> Path:
     """A real process that spools m0 (consumed) and m1, and is SIGKILLed inside m1's callback:
     nothing in the table, m1 only in its spool file.  Returns the spool directory."""
@@ -394,6 +406,7 @@ def kill_inside_m1(db: Db) -> Path:
             str(db.engine.url.render_as_string(False)),
             GROUP,
             TOPIC,
+            connect_options(db),
         ],
         capture_output=True,
         text=True,

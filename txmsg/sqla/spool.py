@@ -47,6 +47,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from txmsg.errors import ClosedError
 from txmsg.message import Message
 
 log = logging.getLogger("txmsg.journal")
@@ -167,7 +168,10 @@ class Spool:
         with self._lock:
             if self._fd < 0:
                 if self.closed:
-                    raise RuntimeError("the in-flight spool is closed")
+                    raise ClosedError(
+                        "the in-flight spool is closed: its orderly consumer was closed; a "
+                        "message consumed now must go through a consumer that is running"
+                    )
                 self._fd, self._path = self._new_file()
                 self._size = 0
             elif self._size > ROTATE_BYTES:
