@@ -20,6 +20,7 @@ TIMINGS: dict[str, Any] = {
     "transaction_timeout_ms": 500,
     "check_interval_ms": 500,
     "check_max": 5,
+    "delay_scale": 0.001,
 }
 
 CONNECT: dict[str, Callable[[Any, Path], dict[str, Any]]] = {
