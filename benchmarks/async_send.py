@@ -2,7 +2,8 @@
 
     python -m benchmarks.async_send [--n 64] [--sends 1280] [--backend rocketmq|rocketmq5]
 
-One run, one embedded broker (child process), one SQLite file per side:
+One run, one embedded broker (child process), one SQLite file per side, each behind a pool of
+``--pool`` connections (8):
 
 * **async**: ``async with app:``, one event loop running ``--n`` concurrent requests; each is
   ``await app.async_producer(g).send_in_transaction(...)`` whose ``async def execute_local``
@@ -72,7 +73,9 @@ def _config(args: argparse.Namespace, broker: Any, tmp: Path) -> TxMsgConfig:
 
 def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> tuple[float, float]:
     """Async sends: (transactions per second, p99 loop lag in ms)."""
-    engine = create_async_engine(f"sqlite:///{tmp / 'async.db'}")
+    engine = create_async_engine(
+        f"sqlite:///{tmp / 'async.db'}", pool_size=args.pool, max_overflow=0
+    )
     sessions = make_async_session_factory(engine)
 
     class Pay:
@@ -127,7 +130,7 @@ def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> t
 
 def run_sync(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> float:
     """Sync sends on ``--n`` threads: transactions per second."""
-    engine = create_engine(f"sqlite:///{tmp / 'sync.db'}")
+    engine = create_engine(f"sqlite:///{tmp / 'sync.db'}", pool_size=args.pool, max_overflow=0)
     Base.metadata.create_all(engine)
     sessions = make_session_factory(engine)
 
@@ -240,6 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sends", type=int, default=1280, help="transactions per side")
     parser.add_argument("--checks", type=int, default=160, help="transactions checked back")
     parser.add_argument("--max-wait", type=float, default=120.0)
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=8,
+        help="connections of each side's engine (SQLite has one writer; aiosqlite runs a "
+        "thread per connection, so more only add threads competing for the GIL)",
+    )
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

@@ -7,6 +7,7 @@ so a check-back scenario resolves in about a second.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,15 @@ def topic(broker: Any) -> str:
     name = unique("aio")
     create_topic(broker.namesrv_addr, name, message_type="TRANSACTION")
     return name
+
+
+DATABASES = ["sqlite"] + (["postgresql"] if os.environ.get("TXMSG_TEST_PG_URL") else [])
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A SQLite file, and PostgreSQL (async psycopg) when ``TXMSG_TEST_PG_URL`` is set: tests
+    sharing that database keep their rows apart with unique names."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'service.db'}"
+    return os.environ["TXMSG_TEST_PG_URL"]

@@ -40,15 +40,16 @@ class Points(Base):
 
 
 def test_async_idempotent_listener_applies_each_message_once(
-    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Path
+    make_app: Callable[..., TxMsg], broker: Any, database_url: str
 ) -> None:
     """Two copies of one message (same dedup key) and a first failing delivery: the effects are
     written once per message, the duplicate is absorbed, the failure is redelivered."""
     topic = unique("aio_idem")
     create_topic(broker.namesrv_addr, topic, message_type="NORMAL")
-    engine = create_async_engine(f"sqlite:///{tmp_path / 'points.db'}")
+    engine = create_async_engine(database_url)
     sessions = make_async_session_factory(engine)
-    failures = {"boom": 1}
+    a, boom, dedup = unique("a"), unique("boom"), unique("dup-key")  # apart on a shared database
+    failures = {boom: 1}
 
     app, group = make_app(), unique("pg_idem")
     app.add_producer(group=group)
@@ -68,7 +69,11 @@ def test_async_idempotent_listener_applies_each_message_once(
 
     async def count() -> dict[str, int]:
         async with sessions() as session:
-            rows = await session.execute(select(Points.order, func.count()).group_by(Points.order))
+            rows = await session.execute(
+                select(Points.order, func.count())
+                .where(Points.order.in_([a, boom]))
+                .group_by(Points.order)
+            )
             return {order: n for order, n in rows.all()}
 
     async def main() -> dict[str, int]:
@@ -77,9 +82,9 @@ def test_async_idempotent_listener_applies_each_message_once(
             await conn.run_sync(metadata.create_all)
         async with app:
             producer = app.async_producer(group)
-            await producer.send(topic, "a", properties={DEDUP_KEY: "dup-key"})
-            await producer.send(topic, "a", properties={DEDUP_KEY: "dup-key"})  # the copy
-            await producer.send(topic, "boom")
+            await producer.send(topic, a, properties={DEDUP_KEY: dedup})
+            await producer.send(topic, a, properties={DEDUP_KEY: dedup})  # the copy
+            await producer.send(topic, boom)
             while consumer.applied < 2 or consumer.duplicates < 1:
                 await asyncio.sleep(0.05)
             counted = await count()
@@ -87,7 +92,7 @@ def test_async_idempotent_listener_applies_each_message_once(
         return counted
 
     counted = asyncio.run(asyncio.wait_for(main(), 90))
-    assert counted == {"a": 1, "boom": 1}
+    assert counted == {a: 1, boom: 1}
     assert (consumer.applied, consumer.duplicates) == (2, 1)
 
 

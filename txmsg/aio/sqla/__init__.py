@@ -16,11 +16,14 @@ from txmsg.aio.sqla.engine import (
     make_async_session_factory,
 )
 from txmsg.aio.sqla.idempotent import AsyncIdempotentConsumer
+from txmsg.aio.sqla.listener import AsyncRecordBackedListener, run_on_connection
 
 __all__ = [
     "AsyncIdempotentConsumer",
+    "AsyncRecordBackedListener",
     "AsyncSessionFactory",
     "create_async_engine",
     "is_async_session_factory",
     "make_async_session_factory",
+    "run_on_connection",
 ]
