@@ -276,3 +276,50 @@ def test_coroutine_returned_by_a_plain_def_is_an_error_nothing_lost(
     assert any("consumer" in e and "nobody awaited" in e for e in errors), errors
     assert attempts[0] == 0
     assert attempts[1] >= 1  # handed again: nothing lost
+
+
+def test_async_checks_bounded_by_concurrency_and_drained_on_close(
+    make_app: Callable[..., TxMsg], topic: str
+) -> None:
+    """Six transactions left UNKNOW, checked back by an async check_local at concurrency 2: never
+    more than 2 coroutines at once (and 2 do overlap); ``aclose()`` while checks still run waits
+    for them to finish (the drain) instead of cancelling them."""
+    app, group = make_app(), unique("pg_bound")
+    active = 0
+    most = 0
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    class Slow:
+        async def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        async def check_local(self, message: Message) -> S:
+            nonlocal active, most
+            active += 1  # one loop: no lock needed
+            most = max(most, active)
+            started.set()
+            try:
+                await asyncio.sleep(0.4)
+            finally:
+                active -= 1
+            finished.append(message.transaction_key or "")
+            return S.COMMIT
+
+    app.add_transactional_listener(Slow(), group=group, topics=[topic], executor={"concurrency": 2})
+
+    async def main() -> int:
+        async with app:
+            producer = app.async_producer(group)
+            await asyncio.gather(*(producer.send_in_transaction(topic, str(i)) for i in range(6)))
+            await started.wait()
+            while most < 2 and len(finished) < 6:
+                await asyncio.sleep(0.05)
+            in_flight = active
+        return in_flight  # aclose() returned: whatever ran then has finished
+
+    in_flight = asyncio.run(asyncio.wait_for(main(), 90))
+    assert most == 2
+    assert in_flight >= 1
+    assert active == 0  # drained: every started check ran to its end, none was cancelled
+    assert len(finished) >= in_flight
