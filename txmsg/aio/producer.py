@@ -62,6 +62,7 @@ class AsyncProducer:
         """The sync producer this one drives (its statistics count these sends too)."""
         self._pool = pool
         self._bridge = bridge
+        self._caller_bridge: LoopBridge | None = None
 
     @property
     def group(self) -> str:
@@ -209,12 +210,11 @@ class AsyncProducer:
     def _bridge_here(self) -> LoopBridge:
         """The bridge to the loop awaiting this send: the app's when it is that loop."""
         loop = asyncio.get_running_loop()
-        bridge = self._bridge
-        if bridge is None or bridge.loop is not loop:
-            bridge = LoopBridge(loop)
-            if self._bridge is None:
-                self._bridge = bridge
-        return bridge
+        for bridge in (self._bridge, self._caller_bridge):
+            if bridge is not None and bridge.loop is loop:
+                return bridge
+        self._caller_bridge = LoopBridge(loop)  # sends awaited on a loop the app does not run on
+        return self._caller_bridge
 
     async def _off_loop(self, call: Callable[[], T]) -> T:
         """Run the blocking ``call`` on the send pool and await it."""
