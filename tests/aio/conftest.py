@@ -21,6 +21,7 @@ TIMINGS: dict[str, Any] = {
     "transaction_timeout_ms": 500,
     "check_interval_ms": 500,
     "check_max": 5,
+    "transaction_op_batch_interval_ms": 100,
     "delay_scale": 0.001,
 }
 

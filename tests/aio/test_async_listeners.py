@@ -45,7 +45,7 @@ class AsyncGot:
 
 class AsyncPay:
     """``async def execute_local`` answering from ``arg``; ``async def check_local`` answering
-    COMMIT for every key it is asked about (the transaction was UNKNOW at first)."""
+    COMMIT (ROLLBACK for the key "rollback"), as the transaction's record would."""
 
     def __init__(self) -> None:
         self.executed: list[str] = []
@@ -62,7 +62,9 @@ class AsyncPay:
         await asyncio.sleep(0.01)
         self.loops.add(id(asyncio.get_running_loop()))
         self.checked.append(message.keys or "")
-        return S.COMMIT
+        # answers as a database would: a rolled-back one stays rolled back (a 5.x broker may
+        # check a finished transaction back before its op record is written)
+        return S.ROLLBACK if message.keys == "rollback" else S.COMMIT
 
 
 def test_async_with_app_runs_async_listeners_on_the_running_loop(
