@@ -166,7 +166,7 @@ class LoopBridge:
         Raises:
             LifecycleError: called on the loop's own thread (it would wait for itself forever),
                 or the loop is gone.
-            Whatever the coroutine raised.
+            Exception: whatever the coroutine raised, unchanged.
         """
         if self.in_loop_thread():
             raise LifecycleError(

@@ -17,6 +17,7 @@ from txmsg.aio.sqla.engine import (
 )
 from txmsg.aio.sqla.idempotent import AsyncIdempotentConsumer
 from txmsg.aio.sqla.listener import AsyncRecordBackedListener, run_on_connection
+from txmsg.aio.sqla.outbox import outbox_send
 
 __all__ = [
     "AsyncIdempotentConsumer",
@@ -25,5 +26,6 @@ __all__ = [
     "create_async_engine",
     "is_async_session_factory",
     "make_async_session_factory",
+    "outbox_send",
     "run_on_connection",
 ]
