@@ -90,7 +90,7 @@ def test_async_with_app_runs_async_listeners_on_the_running_loop(
                 await asyncio.sleep(0.05)
             return list(results), id(asyncio.get_running_loop())
 
-    results, loop_id = asyncio.run(asyncio.wait_for(main(), 60))
+    results, loop_id = asyncio.run(asyncio.wait_for(main(), 240))
     assert [r.local_state for r in results] == [S.COMMIT, S.ROLLBACK, S.UNKNOW]
     assert all(r.send_status == "SEND_OK" for r in results)
     assert sorted(pay.executed) == ["commit", "rollback", "unknown"]
@@ -135,8 +135,8 @@ def test_with_app_runs_async_and_sync_listeners_mixed(
             sync_topic, "b", keys="from-sync"
         )
         assert (a.local_state, b.local_state) == (S.COMMIT, S.COMMIT)
-        wait_until(lambda: got.keys() == {"from-async"}, timeout=30)
-        wait_until(lambda: [m.keys for m in sync_got] == ["from-sync"], timeout=30)
+        wait_until(lambda: got.keys() == {"from-async"}, timeout=120)
+        wait_until(lambda: [m.keys for m in sync_got] == ["from-sync"], timeout=120)
     assert got.threads == {"txmsg-loop"}
     assert app.bridge is None  # closed with the app: its loop thread is gone
     assert not [t for t in threading.enumerate() if t.name == "txmsg-loop"]
@@ -180,7 +180,7 @@ def test_async_producer_plain_sends_never_block_the_loop(
             await task
         return ticks
 
-    ticks = asyncio.run(asyncio.wait_for(main(), 60))
+    ticks = asyncio.run(asyncio.wait_for(main(), 240))
     assert ticks > 10
     assert sorted(m.body for m in got.messages) == [b"b1", b"b2", b"one", b"oneway"]
     assert app.stats()[group].plain_sent == 4
@@ -229,7 +229,7 @@ def test_blocking_calls_on_the_loop_are_refused_or_warned(
             while got.keys() != {"slow"} or got_plain.keys() != {"blocked-loop"}:
                 await asyncio.sleep(0.05)
 
-    asyncio.run(asyncio.wait_for(main(), 60))
+    asyncio.run(asyncio.wait_for(main(), 240))
     assert "never" not in got.keys()  # noqa: SIM118 - AsyncGot.keys() is not a dict
     assert app.stats()[group].sent == 1  # the refused send never reached the broker
     warned = [r.getMessage() for r in caplog.records if r.name == "txmsg.aio"]
@@ -272,7 +272,7 @@ def test_coroutine_returned_by_a_plain_def_is_an_error_nothing_lost(
     with caplog.at_level(logging.ERROR), app:
         result = app.transactional_producer(group).send_in_transaction(topic, "x", keys="forgot")
         assert result.local_state is S.UNKNOW
-        wait_until(lambda: len(attempts) >= 2, timeout=60, message="the redelivery")
+        wait_until(lambda: len(attempts) >= 2, timeout=120, message="the redelivery")
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("check_local returned coroutine" in e and "async def" in e for e in errors), errors
     assert any("consumer" in e and "nobody awaited" in e for e in errors), errors
@@ -320,7 +320,7 @@ def test_async_checks_bounded_by_concurrency_and_drained_on_close(
             in_flight = active
         return in_flight  # aclose() returned: whatever ran then has finished
 
-    in_flight = asyncio.run(asyncio.wait_for(main(), 90))
+    in_flight = asyncio.run(asyncio.wait_for(main(), 240))
     assert most == 2
     assert in_flight >= 1
     assert active == 0  # drained: every started check ran to its end, none was cancelled

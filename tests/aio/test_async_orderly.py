@@ -63,10 +63,10 @@ def test_async_orderly_listener_parks_and_replays(
             producer.send_orderly(topic, "poison:2", sharding_key="poison")
             for i in range(3):
                 producer.send_orderly(topic, f"fine:{i}", sharding_key="fine")
-            wait_until(lambda: len(handled) == 3 and len(parked) == 1, timeout=60)
+            wait_until(lambda: len(handled) == 3 and len(parked) == 1, timeout=120)
             wait_until(
                 lambda: [k.messages for k in parked_keys(sessions, cg)] == [2],
-                timeout=30,
+                timeout=120,
                 message="poison:2 parked behind its key",
             )
         assert handled == ["fine:0", "fine:1", "fine:2"]

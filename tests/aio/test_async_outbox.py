@@ -55,7 +55,7 @@ def test_outbox_send_commits_with_the_async_transaction(
         await engine.dispose()
 
     try:
-        asyncio.run(asyncio.wait_for(main(), 90))
+        asyncio.run(asyncio.wait_for(main(), 240))
     finally:
         sync_engine.dispose()
     assert got == [b"kept"]

@@ -98,7 +98,7 @@ def test_async_record_backed_listener_answers_from_its_records(
         await engine.dispose()
         return results, records, orders
 
-    results, records, orders = asyncio.run(asyncio.wait_for(main(), 90))
+    results, records, orders = asyncio.run(asyncio.wait_for(main(), 240))
     paid, boom, lost = results
     assert [r.local_state for r in results] == [S.COMMIT, S.ROLLBACK, S.UNKNOW]
     assert records == {

@@ -91,7 +91,7 @@ def test_async_idempotent_listener_applies_each_message_once(
         await engine.dispose()
         return counted
 
-    counted = asyncio.run(asyncio.wait_for(main(), 90))
+    counted = asyncio.run(asyncio.wait_for(main(), 240))
     assert counted == {a: 1, boom: 1}
     assert (consumer.applied, consumer.duplicates) == (2, 1)
 

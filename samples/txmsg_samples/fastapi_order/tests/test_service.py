@@ -124,6 +124,6 @@ def test_order_paid_over_http_earns_points_once(
             future = asyncio.run_coroutine_threadsafe(read(), loyalty_app.bridge.loop)  # type: ignore[union-attr]
             return future.result(30)
 
-        wait_until(lambda: points() == [(order["id"], 12)], timeout=60, message="points")
+        wait_until(lambda: points() == [(order["id"], 12)], timeout=120, message="points")
         time.sleep(1)  # a duplicate delivery, had there been one, would have landed by now
         assert points() == [(order["id"], 12)]
