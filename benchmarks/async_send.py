@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import logging
 import math
+import sys
 import tempfile
 import threading
 import time
@@ -244,6 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checks", type=int, default=160, help="transactions checked back")
     parser.add_argument("--max-wait", type=float, default=120.0)
     parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval for the run (seconds; Python's default 0.005): how long a "
+        "thread may hold the GIL before another gets it, which bounds the loop's lag",
+    )
+    parser.add_argument(
         "--pool",
         type=int,
         default=8,
@@ -252,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
     args = parser.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     logging.basicConfig(level=logging.WARNING)
     grpc: dict[str, Any] = {"grpc_port": 0} if args.backend == "rocketmq5" else {}
     broker = BrokerProcess(
@@ -264,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
             for side in ("async", "sync", "check"):
                 topics[side] = f"bench_{side}_{int(time.time())}"
                 create_topic(broker.namesrv_addr, topics[side], message_type="TRANSACTION")
-            print(f"backend {args.backend}; N={args.n}; {args.sends} sends per side", flush=True)
+            print(
+                f"backend {args.backend}; N={args.n}; {args.sends} sends per side; GIL switch "
+                f"interval {sys.getswitchinterval() * 1000:g} ms",
+                flush=True,
+            )
             sync_tps = run_sync(args, broker, tmp, topics["sync"])
             print(f"sync:  {sync_tps:.1f} tx/s on {args.n} threads", flush=True)
             async_tps, lag = run_async(args, broker, tmp, topics["async"])
