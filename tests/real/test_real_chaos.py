@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.real_broker
+#: one at a time (one xdist worker, ``--dist loadgroup``): a chaos run uses fixed topic and group names: two at once on one cluster consume each other's messages
+pytestmark = [pytest.mark.real_broker, pytest.mark.xdist_group("real-cluster-chaos")]
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.real_broker
+#: one at a time (one xdist worker, ``--dist loadgroup``): the demo uses fixed topic and group names (DEMO_NAMES): two demos at once on one cluster consume each other's messages
+pytestmark = [pytest.mark.real_broker, pytest.mark.xdist_group("real-cluster-demo")]
 
 
 @pytest.mark.timeout(900)

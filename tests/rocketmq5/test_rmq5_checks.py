@@ -60,6 +60,9 @@ def test_a_failed_check_is_logged_and_never_answered_for_check_local(
             wait_until(lambda: len(delivered) == 1, timeout=20, message="the second check's COMMIT")
         assert calls[:2] == [key, key]
         assert sender.check_concurrency == 2
+        # the broker may store (and the consumer receive) the COMMIT before the sender has counted
+        # its answer: the count follows the EndTransaction call's return
+        wait_until(lambda: sender.stats()["checks_answered"] >= 1, timeout=10)
         stats = sender.stats()
         assert stats["checks_failed"] == 1
         assert stats["checks_answered"] >= 1

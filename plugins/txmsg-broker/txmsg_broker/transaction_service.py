@@ -9,7 +9,9 @@ Modelled on the Java 4.9 broker so outcomes *and* pitfalls match a real one:
   are in the commit log / offset table, so pending state survives restarts. Unknown (0) changes nothing.
 * check loop (every ``check_interval_ms``, one task): from the half-queue cursor, skip resolved entries; a
   message whose ``TRANSACTION_CHECK_TIMES`` reached ``check_max`` is moved to ``TRANS_CHECK_MAX_TIME_TOPIC``;
-  one older than ``transactionTimeOut`` (or its ``CHECK_IMMUNITY_TIME_IN_SECONDS``) is re-put to the half queue
+  one with ``CHECK_IMMUNITY_TIME_IN_SECONDS`` still inside it is re-put with the count + 1 and no check (Java
+  raises the count first: each pass inside the immunity uses one up, apache/rocketmq#8311);
+  one older than ``transactionTimeOut`` (or its immunity) is re-put to the half queue
   with the count + 1 and CHECK_TRANSACTION_STATE (oneway) is sent for that new copy to a live channel of its
   producer group, round-robin over all the group's channels. Like Java, each copy is an independent entry: a
   slow checker that answers COMMIT for several copies commits several times (the duplicate-delivery pitfall).
@@ -48,6 +50,7 @@ from .message_codec import (
     PROPERTY_CHECK_IMMUNITY,
     PROPERTY_CHECK_TIMES,
     PROPERTY_PGROUP,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
@@ -280,6 +283,13 @@ class TransactionService:
             )
             return None
         half = self.store.lookup(clo)
+        if (
+            half is not None
+            and half.topic == HALF_TOPIC
+            and self.rejects_late_end(half, from_check)
+        ):
+            self.log_late_end(thread, state, cmd.ext_fields.get("msgId", "null"), clo)
+            return None
         problem = None
         if half is None or half.topic != HALF_TOPIC:
             problem = "Find prepared transaction message failed"
@@ -309,6 +319,27 @@ class TransactionService:
                 f"msgExt:{describe_message(half)}",
             )
         return None
+
+    def rejects_late_end(self, half: StoredMessage, from_check: bool) -> bool:
+        """5.x ``EndTransactionProcessor.rejectCommitOrRollback``: a send-phase commit/rollback of a
+        message with ``CHECK_IMMUNITY_TIME_IN_SECONDS`` that arrives after that immunity (at least
+        ``transactionTimeOut``) is refused (ILLEGAL_OPERATION, "wait check"); the check decides."""
+        if not self.five or from_check:
+            return False
+        raw = half.properties.get(PROPERTY_CHECK_IMMUNITY)
+        if not raw:
+            return False
+        timeout = self.broker.config.transaction_timeout_ms
+        immunity = max(_int(raw, 0) * 1000, timeout)  # TransactionalMessageUtil.getImmunityTime
+        return now_ms() - half.born_timestamp > immunity
+
+    def log_late_end(self, thread: str, state: int, msg_id: str, clo: int) -> None:
+        what = "commit" if state == COMMIT else "rollback"
+        self.tx.warn(
+            thread,
+            f"Message {what} fail [producer end]. currentTimeMillis - bornTime > checkImmunityTime, "
+            f"msgId={msg_id},commitLogOffset={clo}, wait check",
+        )
 
     def commit(self, half: StoredMessage) -> tuple[StoredMessage, StoredMessage | None]:
         """Store the message in its real topic and the op record, with one write: (real, op).
@@ -538,7 +569,6 @@ class TransactionService:
                 f"No new message. GetMessageStatus={status}, topic={HALF_TOPIC}, groupId={SYSTEM_GROUP}, requestOffset={self.cursor}",
             )
         sent = 0
-        hold: int | None = None  # first offset we must come back to (immune message)
         i = self.cursor
         while i < half_max:
             if i in resolved or i in self.passed:
@@ -563,20 +593,22 @@ class TransactionService:
                 i += 1
                 continue
             immunity_raw = msg.properties.get(PROPERTY_CHECK_IMMUNITY)
-            immunity = _int(immunity_raw, -1) * 1000 if immunity_raw else -1
+            immunity = _int(immunity_raw, -1) * 1000 if immunity_raw is not None else -1
             if immunity < 0:
                 immunity = cfg.transaction_timeout_ms
-            if now_ms() - msg.born_timestamp < immunity:
+            age = now_ms() - msg.born_timestamp
+            if immunity_raw is not None:
+                if age < immunity:
+                    self._immune(msg, checks + 1, resolved, immunity_raw)
+                    self.passed.add(i)
+                    i += 1
+                    continue
+            elif 0 <= age < immunity:
                 tx.debug(
                     CHECK_THREAD,
                     f"New arrived, the miss offset={i}, check it later checkImmunity={immunity}, "
                     f"born={java_date(msg.born_timestamp)}",
                 )
-                if immunity_raw:
-                    if hold is None:
-                        hold = i
-                    i += 1
-                    continue
                 break
             if ops_read:  # once per pass: afterwards opMsg is null (NO_NEW_MSG)
                 ops_read = False
@@ -595,13 +627,39 @@ class TransactionService:
             self.send_check(copy)
             sent += 1
             i += 1
-        self.cursor = hold if hold is not None else i
+        self.cursor = i
         self.resolved = {o for o in self.resolved if o >= self.cursor}
         self.passed = {o for o in self.passed if o >= self.cursor}
         store.commit_offset(SYSTEM_GROUP, HALF_TOPIC, 0, self.cursor)
         store.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0, self.op_cursor)
         tx.info(CHECK_THREAD, f"End to check prepare message, consumed time:{now_ms() - begin}")
         return sent
+
+    def _immune(
+        self, msg: StoredMessage, times: int, resolved: set[int], immunity_raw: str
+    ) -> None:
+        """A half message still inside its CHECK_IMMUNITY_TIME_IN_SECONDS (Java ``checkPrepareQueueOffset``,
+        4.9.8 and 5.3.3): done if an op names its first offset (``TRAN_PREPARED_QUEUE_OFFSET``), else
+        re-put as a new copy that remembers that offset.  The copy carries ``TRANSACTION_CHECK_TIMES``
+        already raised by ``needDiscard``, so every pass inside the immunity uses up one of
+        ``transactionCheckMax`` without a check (apache/rocketmq#8311): an immunity longer than
+        ``transactionCheckMax`` x ``transactionCheckInterval`` is discarded without any check-back."""
+        first = msg.properties.get(PROPERTY_PREPARED_QUEUE_OFFSET)
+        if first is not None and _int(first, -1) in resolved:
+            if self.five:
+                self.tx.info(
+                    CHECK_THREAD,
+                    f"removeMap contain prepareQueueOffset. real_topic="
+                    f"{msg.properties.get(PROPERTY_REAL_TOPIC, '')},uniqKey={msg.uniq_key},"
+                    f"immunityTime={immunity_raw},offset={msg.queue_offset}",
+                )
+            return
+        props = dict(msg.properties)
+        props[PROPERTY_CHECK_TIMES] = str(times)
+        props[PROPERTY_PREPARED_QUEUE_OFFSET] = (
+            first if first is not None else str(msg.queue_offset)
+        )
+        self.store.put(clone(msg, properties=props))
 
     def send_check(self, msg: StoredMessage) -> bool:
         group = msg.properties.get(PROPERTY_PGROUP, "")
