@@ -92,6 +92,13 @@ BENCHES: tuple[Bench, ...] = (
         (),
     ),
     Bench(
+        "async_send",
+        "awaited transactional sends on one loop / sync API on N threads >= 1.0 at N = 64, "
+        "loop lag p99 <= 5 ms, async check-backs bound >= 0.9",
+        ("--sends", "256", "--checks", "48"),
+        (),
+    ),
+    Bench(
         "chaos",
         "kill -9 chaos: every committed order processed exactly once (ratio 1.0, 0 violations)",
         ("--mode", "short"),

@@ -38,6 +38,10 @@ __all__ = [
     "TransactionalProducer",
     "ProducerStats",
     "CheckDispatcher",
+    # asyncio
+    "AsyncProducer",
+    "LoopBridge",
+    "LoopBlockingWarning",
     # executor
     "ExecutorConfig",
     "RejectionPolicy",
@@ -93,6 +97,8 @@ from txmsg.errors import (
 from txmsg.states import LocalTransactionState
 
 if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDEs
+    from txmsg.aio.loop import LoopBlockingWarning, LoopBridge
+    from txmsg.aio.producer import AsyncProducer
     from txmsg.app import TxMsg
     from txmsg.config import TxMsgConfig, load_config
     from txmsg.consumer import ConsumerSpec
@@ -107,6 +113,9 @@ if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDE
     from txmsg.registry import ListenerRegistry
 
 _LAZY: dict[str, str] = {
+    "AsyncProducer": "txmsg.aio.producer",
+    "LoopBlockingWarning": "txmsg.aio.loop",
+    "LoopBridge": "txmsg.aio.loop",
     "CheckDispatcher": "txmsg.dispatch",
     "ConsumerSpec": "txmsg.consumer",
     "ExecutorConfig": "txmsg.executor",

@@ -16,6 +16,10 @@
 Each app has its own listeners (``app.registry``); listeners declared in other modules come in
 through ``app.include(registry)``.  Registration is frozen once ``start()`` succeeds.
 
+In an asyncio service, ``async with app:`` binds the app to the running event loop (``async def``
+listeners run there) and ``app.async_producer(group)`` sends without blocking it; see
+:mod:`txmsg.aio` and ``docs/guide/async.md``.
+
 Backends are found lazily, on ``start()``, through the entry-point group ``txmsg.backends``
 (``rocketmq`` is ``txmsg_rocketmq.backend:RocketMQBackend``), so importing txmsg never loads a
 native library.
@@ -23,13 +27,18 @@ native library.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.metadata
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from txmsg import defaults
+from txmsg.aio.callables import is_async
+from txmsg.aio.loop import LoopBridge
 from txmsg.backend import Backend, capabilities_of
 from txmsg.config import TxMsgConfig, load_config
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
@@ -57,6 +66,7 @@ from txmsg.registry import (
 )
 
 if TYPE_CHECKING:
+    from txmsg.aio.producer import AsyncProducer
     from txmsg.orderly import ParkedEvent
     from txmsg.sqla.engine import SessionFactory
     from txmsg.sqla.outbox import Outbox, OutboxDeadEvent, RetryPolicy
@@ -153,9 +163,12 @@ class TxMsg:
             (:mod:`txmsg.names`) apply at once, to every listener registered with this app.
         listener_factory: makes a listener instance from its class at start (default: call the
             class with no arguments; pass e.g. ``injector.get`` to build them with DI).
+        async_send_threads: threads of the pool the awaitable sends of
+            :meth:`async_producer` wait on (:data:`txmsg.defaults.ASYNC_SEND_THREADS`).
 
     Lifecycle: *new* (declare listeners) -> :meth:`start` -> *started* (send) -> :meth:`close`
-    -> *closed* (final; make a new app to start again).
+    -> *closed* (final; make a new app to start again).  In a coroutine: ``async with app:``,
+    or :meth:`astart` and :meth:`aclose`.
     """
 
     def __init__(
@@ -164,7 +177,16 @@ class TxMsg:
         *,
         backend: Backend | str | None = None,
         listener_factory: Callable[[type[Any]], Any] | None = None,
+        async_send_threads: int = defaults.ASYNC_SEND_THREADS,
     ) -> None:
+        if isinstance(async_send_threads, bool) or not isinstance(async_send_threads, int):
+            raise ListenerDefinitionError(
+                f"async_send_threads must be an int >= 1, got {async_send_threads!r}"
+            )
+        if async_send_threads < 1:
+            raise ListenerDefinitionError(
+                f"async_send_threads must be an int >= 1, got {async_send_threads!r}"
+            )
         self.config = config if config is not None else load_config()
         self.listener_factory: Callable[[type[Any]], Any] = listener_factory or (lambda cls: cls())
         self._backend_arg = backend
@@ -183,6 +205,10 @@ class TxMsg:
         self._outbox_dead_hooks: list[Callable[[OutboxDeadEvent], Any]] = []
         self._lock = threading.RLock()
         self._state = "new"  # new -> started -> closed
+        self._bridge: LoopBridge | None = None  # the event loop async listeners run on
+        self._async_send_threads = async_send_threads
+        self._send_pool: ThreadPoolExecutor | None = None
+        self._async_producers: dict[str, AsyncProducer] = {}
 
     # ---- registration (before start) ------------------------------------------------------------
     def _setup(self, what: str) -> None:
@@ -452,6 +478,11 @@ class TxMsg:
         return self
 
     def _start_all(self) -> None:
+        if self._bridge is None and self._needs_loop():
+            # `with app:` and async listeners: a loop of the app's own, on its own thread
+            self._bridge = LoopBridge.on_own_thread("txmsg-loop")
+            log.info("async listeners run on the app's own event loop thread (txmsg-loop)")
+        bridge = self._bridge
         backend = self.backend
         capabilities = capabilities_of(backend)
         consumers = sorted(self.registry.consumers.items())
@@ -481,6 +512,7 @@ class TxMsg:
                 check_wait_timeout=self.config.check_wait_timeout,
                 name_rules=self.name_rules,
                 capabilities=capabilities,
+                bridge=bridge,
             )
             self._producers[group] = producer
             if group in declared:  # also add_producer: its plain-send client starts now too
@@ -504,7 +536,9 @@ class TxMsg:
             # takes every other listener (and the capability check above refused orderly ones).
             extra: dict[str, Any] = {"orderly": True} if cspec.orderly else {}
             handler = cspec.safe_handler(
-                on_parked=hooks, journal=cspec.orderly and not capabilities.orderly_crash_safe
+                on_parked=hooks,
+                journal=cspec.orderly and not capabilities.orderly_crash_safe,
+                bridge=bridge,
             )
             stop = backend.subscribe(
                 cspec.topic,
@@ -528,6 +562,87 @@ class TxMsg:
                 outbox.start_relay(self._producers[group], hooks=self.outbox_dead_hooks)
                 self._stops.append(outbox.stop_relay)
 
+    def _needs_loop(self) -> bool:
+        """Whether a declared listener, handler or hook is ``async def``."""
+        for spec in self.registry.listeners.values():
+            target = self._chosen.get(spec.group, spec.target)
+            if is_async(getattr(target, "execute_local", None)) or is_async(
+                getattr(target, "check_local", None)
+            ):
+                return True
+        if any(is_async(c.handler) for c in self.registry.consumers.values()):
+            return True
+        return any(is_async(hook) for hook in self.registry.parked_hooks)
+
+    @property
+    def bridge(self) -> LoopBridge | None:
+        """The event loop the app's ``async def`` listeners run on (None: not started, or no
+        loop: neither ``async with app:`` nor an async listener)."""
+        return self._bridge
+
+    # ---- asyncio lifecycle ----------------------------------------------------------------------
+    async def astart(self) -> Self:
+        """:meth:`start` from a coroutine: binds the app to the running event loop (``async
+        def`` listeners run on it) and starts the clients on a thread, so the loop keeps running
+        meanwhile.  ``async with app:`` calls it.
+
+        Raises: as :meth:`start`; :class:`~txmsg.LifecycleError` when the app is already bound
+        to another loop.
+        """
+        with self._lock:
+            if self._state == "started":
+                if self._bridge is not None and self._bridge.in_loop_thread():
+                    return self
+                raise LifecycleError(
+                    "this TxMsg was started without this event loop (`with app:` or on another "
+                    "loop); start it once, with `async with app:` on the loop that serves it"
+                )
+            self._setup("start on an event loop")
+            self._bridge = LoopBridge.of_running_loop()
+        try:
+            await asyncio.to_thread(self.start)
+        except BaseException:
+            with self._lock:
+                if self._state != "started":
+                    self._bridge = None
+            raise
+        return self
+
+    async def aclose(self, timeout: float | None = None) -> None:
+        """:meth:`close` from a coroutine: the clients close on a thread while the loop keeps
+        running the listener coroutines still in flight (the drain).  ``async with app:``
+        calls it.  Idempotent."""
+        await asyncio.to_thread(self.close, timeout)
+
+    async def __aenter__(self) -> Self:
+        return await self.astart()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def async_producer(self, group: str | None = None) -> AsyncProducer:
+        """The awaitable producer of ``group`` (:class:`~txmsg.aio.producer.AsyncProducer`):
+        the same sends as :meth:`producer` / :meth:`transactional_producer`, as coroutines that
+        never block the loop.  ``None`` picks the group as :meth:`producer` does.
+
+        Raises:
+            NotStartedError / ClosedError: outside start() .. close().
+            UnknownGroupError: no producer of that group.
+        """
+        from txmsg.aio.producer import AsyncProducer  # noqa: PLC0415 - asyncio users only
+
+        producer = self.producer(group)
+        with self._lock:
+            found = self._async_producers.get(producer.group)
+            if found is None:
+                if self._send_pool is None:
+                    self._send_pool = ThreadPoolExecutor(
+                        self._async_send_threads, thread_name_prefix="txmsg-async-send"
+                    )
+                found = AsyncProducer(producer, self._send_pool, bridge=self._bridge)
+                self._async_producers[producer.group] = found
+            return found
+
     def _instance_for(self, spec: ListenerSpec) -> Any:
         if spec.group in self._chosen:
             return self._chosen[spec.group]
@@ -550,6 +665,13 @@ class TxMsg:
         whose background workers finish slow local transactions) is closed after its group's
         producer, so no check-back is running when it goes.
         """
+        bridge = self._bridge
+        if bridge is not None and self._state == "started" and bridge.in_loop_thread():
+            raise LifecycleError(
+                "close() was called on the event loop the app's async listeners run on, so the "
+                "coroutines it must wait for could never finish; use `await app.aclose()` (or "
+                "`async with app:`)"
+            )
         with self._lock:
             if self._state == "closed":
                 return
@@ -562,6 +684,9 @@ class TxMsg:
         # instead of adding up per group (a long-polling consumer may take its poll to notice).
         _in_parallel("stop a consumer", [(stop, timeout) for stop in reversed(self._stops)])
         self._stops.clear()
+        pool, self._send_pool = self._send_pool, None
+        if pool is not None:  # awaited sends in flight finish before their producers close
+            _quietly("finish the awaited sends", pool.shutdown, True)
         _in_parallel(
             "close a producer", [(producer.close, timeout) for producer in self._producers.values()]
         )
@@ -571,6 +696,9 @@ class TxMsg:
                 _quietly(f"close the listener of {group}", close)
         if self._backend is not None and self._owns_backend:
             _quietly("close the backend", self._backend.close, timeout)
+        bridge, self._bridge = self._bridge, None
+        if bridge is not None:  # last: producers and consumers waited for their coroutines
+            _quietly("drain the listener coroutines", bridge.close, timeout)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -13,6 +13,11 @@ message is applied once.
 With ``orderly=True`` each queue is consumed one message at a time, in order; a failing message is
 retried in place a bounded number of times and then its sharding key is *parked* in the service's
 database so the queue moves on to other keys (see :mod:`txmsg.orderly`).
+
+The function may be ``async def``: each delivery then runs as a coroutine on the app's event loop
+while the client thread that received it waits (:mod:`txmsg.aio.loop`), so ``concurrency`` still
+bounds how many run at once.  An ``async def`` idempotent listener takes an ``AsyncSession``
+(``session_factory=async_sessionmaker(...)``, :mod:`txmsg.aio.sqla`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from txmsg import defaults
-from txmsg.errors import ListenerDefinitionError
+from txmsg.aio.callables import discard_awaitable, is_async, not_awaited_text
+from txmsg.errors import LifecycleError, ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.names import check_name
 
 if TYPE_CHECKING:
+    from txmsg.aio.loop import LoopBridge
     from txmsg.orderly import ParkedEvent
 
 log = logging.getLogger("txmsg.consumer")
@@ -65,8 +72,9 @@ class ConsumerSpec:
     def safe_handler(
         self,
         *,
-        on_parked: Sequence[Callable[[ParkedEvent], None]] = (),
+        on_parked: Sequence[Callable[[ParkedEvent], Any]] = (),
         journal: bool = False,
+        bridge: LoopBridge | None = None,
     ) -> Callable[[Message], bool]:
         """The handler a backend gets: True = consumed, False = hand it again later; never raises.
 
@@ -75,13 +83,17 @@ class ConsumerSpec:
         ``on_parked`` are the alert hooks called when a key is parked; ``journal`` writes each
         message to the in-flight journal first (:mod:`txmsg.sqla.journal`), for backends whose
         ``Capabilities.orderly_crash_safe`` is False.  An orderly handler has a ``close()`` to
-        call after the consumer stopped.
+        call after the consumer stopped.  ``bridge``: the app's event loop, where an ``async
+        def`` listener (or hook) runs.
+
+        Raises:
+            LifecycleError: an ``async def`` listener or hook and no ``bridge``.
         """
         if self.orderly:
             from txmsg.orderly import orderly_handler  # noqa: PLC0415 - needs SQLAlchemy
 
-            return orderly_handler(self, on_parked=on_parked, journal=journal)
-        handler, group = self.handler, self.group
+            return orderly_handler(self, on_parked=on_parked, journal=journal, bridge=bridge)
+        handler, group = self.sync_handler(bridge), self.group
 
         def consume(message: Message) -> bool:
             try:
@@ -102,6 +114,39 @@ class ConsumerSpec:
             return True
 
         return consume
+
+    def sync_handler(self, bridge: LoopBridge | None) -> Callable[[Message], None]:
+        """``handler`` as a plain call for a client thread: an ``async def`` one runs on
+        ``bridge``'s loop (the thread waits); a coroutine returned by a plain one is an error,
+        so the message is handed again rather than acknowledged with its work never done.
+
+        Raises:
+            LifecycleError: the handler is ``async def`` and there is no ``bridge``.
+        """
+        return bridged(self.handler, bridge, self.name)
+
+
+def bridged(fn: Callable[..., Any], bridge: LoopBridge | None, name: str) -> Callable[..., None]:
+    """``fn`` callable from a client thread (see :meth:`ConsumerSpec.sync_handler`)."""
+    if is_async(fn):
+        if bridge is None:
+            raise LifecycleError(
+                f"{name} is `async def` but has no event loop to run on; start the app that "
+                "declares it (`with app:` or `async with app:`)"
+            )
+        loop = bridge
+
+        def on_loop(*args: Any) -> None:
+            loop.run(fn, *args, name=name)
+
+        return on_loop
+
+    def plain(*args: Any) -> None:
+        value = fn(*args)
+        if discard_awaitable(value):
+            raise ListenerDefinitionError(not_awaited_text(name, value))
+
+    return plain
 
 
 def _check_arity(fn: Callable[..., Any], n: int, wanted: str, owner: str) -> None:
@@ -144,9 +189,10 @@ def build_consumer_spec(
         raise ListenerDefinitionError(
             f"@message_listener decorates a function fn(message), not {fn!r}"
         )
-    if inspect.iscoroutinefunction(fn):
+    if inspect.isasyncgenfunction(fn):
         raise ListenerDefinitionError(
-            f"{owner} is `async def`; consumers run on the client's threads: use a plain def"
+            f"{owner} is an async generator (`async def` with `yield`); a listener is "
+            "`def fn(message)` or `async def fn(message)`"
         )
     check_name("topic", topic, owner=owner)
     check_name("consumer_group", group, owner=owner)
@@ -161,6 +207,16 @@ def build_consumer_spec(
     max_orderly_retries, orderly_retry_delay = _check_orderly(
         owner, orderly, max_orderly_retries, orderly_retry_delay, session_factory
     )
+    if orderly and session_factory is not None:
+        from txmsg.aio.sqla.engine import is_async_session_factory  # noqa: PLC0415 - SQLAlchemy
+
+        if is_async_session_factory(session_factory):
+            raise ListenerDefinitionError(
+                f"{owner}: orderly=True parks keys and journals messages with a sync "
+                "session_factory (sessionmaker(engine)), not an async one; an orderly listener "
+                "may be `async def`, but not orderly and idempotent with an AsyncSession: use a "
+                "plain def for that one"
+            )
     handler: Callable[[Message], Any]
     if idempotent:
         _check_arity(fn, 2, f"{owner}(message, session) because idempotent=True", owner)
@@ -169,9 +225,7 @@ def build_consumer_spec(
                 f"{owner}: idempotent=True needs session_factory=... (a callable returning "
                 "SQLAlchemy sessions on the database the handler writes to)"
             )
-        from txmsg.sqla.idempotent import wrap_idempotent  # noqa: PLC0415 - optional part
-
-        handler = wrap_idempotent(fn, session_factory=session_factory, group=group, topic=topic)
+        handler = _idempotent(fn, session_factory, group=group, topic=topic, owner=owner)
     else:
         _check_arity(fn, 1, f"{owner}(message)", owner)
         handler = fn
@@ -190,6 +244,38 @@ def build_consumer_spec(
         session_factory=session_factory,
     )
     return spec
+
+
+def _idempotent(
+    fn: Callable[..., Any],
+    session_factory: Callable[[], Any],
+    *,
+    group: str,
+    topic: str,
+    owner: str,
+) -> Callable[[Message], Any]:
+    """The idempotent wrapper of ``fn``: an ``async def`` one needs an ``async_sessionmaker``
+    (its effects are written with an ``AsyncSession``), a plain one a ``sessionmaker``."""
+    from txmsg.aio.sqla.engine import is_async_session_factory  # noqa: PLC0415 - SQLAlchemy
+
+    if is_async(fn) != is_async_session_factory(session_factory):
+        wanted = (
+            "session_factory=async_sessionmaker(async_engine) (it writes with an AsyncSession)"
+            if is_async(fn)
+            else "session_factory=sessionmaker(engine), or make the listener `async def`"
+        )
+        raise ListenerDefinitionError(
+            f"{owner}: an {'`async def`' if is_async(fn) else 'plain'} idempotent listener "
+            f"cannot use {'a sync' if is_async(fn) else 'an async'} session factory "
+            f"({session_factory!r}); pass {wanted}"
+        )
+    if is_async(fn):
+        from txmsg.aio.sqla.idempotent import AsyncIdempotentConsumer  # noqa: PLC0415
+
+        return AsyncIdempotentConsumer(fn, session_factory, group, topic)
+    from txmsg.sqla.idempotent import wrap_idempotent  # noqa: PLC0415 - optional part
+
+    return wrap_idempotent(fn, session_factory=session_factory, group=group, topic=topic)
 
 
 def _check_orderly(

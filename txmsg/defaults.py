@@ -37,3 +37,7 @@ ORDERLY_RETRY_DELAY: Final = 1.0
 """Seconds between those attempts (RocketMQ's ``suspendCurrentQueueTimeMillis``)."""
 SEND_TIMEOUT: Final = 3.0
 """Seconds a synchronous send waits for the broker (RocketMQ's ``sendMsgTimeout``)."""
+ASYNC_SEND_THREADS: Final = 64
+"""Threads of an app's send pool, where the sends of ``app.async_producer(group)`` wait for the
+broker (and a transactional send for its ``execute_local``): how many awaited sends can be in
+flight at once before further ones queue (``TxMsg(async_send_threads=...)``)."""

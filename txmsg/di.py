@@ -18,11 +18,12 @@
     app.start()
 
 :class:`TxMsgModule` binds, for every listener group and every plain producer group
-(``app.add_producer``) ``g`` of the app (and any extra ``groups``), two keys:
+(``app.add_producer``) ``g`` of the app (and any extra ``groups``), three keys:
 ``Annotated[Producer, ProducerGroup(g)]`` (``app.producer(g)``; ``producer_for(g)`` is that key,
 for ``injector.get(producer_for("fee-tx"))``) and ``Annotated[TransactionalProducer,
 ProducerGroup(g)]`` (``app.transactional_producer(g)``: the same object, typed to send in
-transactions).  Unannotated, ``Producer`` is ``app.producer()`` and ``TransactionalProducer``
+transactions); and ``Annotated[AsyncProducer, ProducerGroup(g)]``, its awaitable producer
+(``app.async_producer(g)``, :mod:`txmsg.aio.producer`).  Unannotated, ``Producer`` is ``app.producer()`` and ``TransactionalProducer``
 ``app.transactional_producer()``.  Type checkers accept the aliases as types.
 
 The groups bound are those the app has when the injector is built: declare listeners
@@ -43,6 +44,7 @@ from typing import Annotated, Any, cast
 
 import injector
 
+from txmsg.aio.producer import AsyncProducer
 from txmsg.app import TxMsg
 from txmsg.config import TxMsgConfig
 from txmsg.errors import UnknownGroupError
@@ -63,8 +65,8 @@ def producer_for(group: str) -> Any:
 
 
 class TxMsgModule(injector.Module):
-    """Binds the app, its config, its default producers and two keys per producer group (the
-    plain type and the transactional one)."""
+    """Binds the app, its config, its default producers and three keys per producer group (the
+    plain type, the transactional one and the awaitable one)."""
 
     def __init__(self, app: TxMsg, groups: Iterable[str] = ()) -> None:
         self.app = app
@@ -76,10 +78,22 @@ class TxMsgModule(injector.Module):
         binder.bind(TxMsgConfig, to=app.config)
         binder.bind(Producer, to=injector.CallableProvider(lambda: app.producer()))
         binder.bind(TransactionalProducer, to=_transactional_provider(app, None))
+        binder.bind(AsyncProducer, to=injector.CallableProvider(lambda: app.async_producer()))
         groups = set(app.registry.listeners) | set(app.registry.producer_groups) | set(self.groups)
         for group in sorted(groups):
             binder.bind(producer_for(group), to=_group_provider(app, group))
             binder.bind(_transactional_key(group), to=_transactional_provider(app, group))
+            binder.bind(async_producer_for(group), to=_async_provider(app, group))
+
+
+def async_producer_for(group: str) -> Any:
+    """The injection key of the awaitable producer of ``group``
+    (``Annotated[AsyncProducer, ProducerGroup(group)]``, ``app.async_producer(group)``)."""
+    return Annotated[AsyncProducer, ProducerGroup(group)]
+
+
+def _async_provider(app: TxMsg, group: str) -> injector.CallableProvider[AsyncProducer]:
+    return injector.CallableProvider(lambda: app.async_producer(group))
 
 
 def _transactional_key(group: str) -> Any:

@@ -48,7 +48,7 @@ from collections import deque
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from txmsg.defaults import CHECK_WAIT_TIMEOUT
 from txmsg.errors import RejectedError
@@ -57,6 +57,9 @@ from txmsg.listener import ListenerSpec
 from txmsg.message import Message
 from txmsg.safety import run_check_local
 from txmsg.states import LocalTransactionState
+
+if TYPE_CHECKING:
+    from txmsg.aio.loop import LoopBridge
 
 log = logging.getLogger("txmsg.transaction")
 
@@ -144,6 +147,7 @@ class CheckDispatcher:
             its rejection policy.
         wait_timeout: seconds a blocking caller (:meth:`handle`) waits for an answer before
             replying UNKNOW (the check keeps running; the broker will ask again and join it).
+        bridge: the app's event loop, for an ``async def check_local``.
 
     Backends receive the dispatcher itself as their ``check_handler``: calling it is
     :meth:`handle`; a backend that must not block uses :meth:`submit` (see :class:`CheckSubmitter`).
@@ -156,11 +160,15 @@ class CheckDispatcher:
         executor: TxExecutor,
         *,
         wait_timeout: float = CHECK_WAIT_TIMEOUT,
+        bridge: LoopBridge | None = None,
     ) -> None:
         self.listener = listener
         self.spec = spec
         self.executor = executor
         self.wait_timeout = wait_timeout
+        self.bridge = bridge
+        """The event loop an ``async def check_local`` runs on (the executor thread waits for
+        it, so ``concurrency`` still bounds the checks running at once)."""
         self._lock = threading.RLock()  # RLock: done-callbacks may run inline under it
         self._in_flight: dict[str, _InFlight] = {}
         self._submitting = threading.local()  # set while submit() hands a check to the executor
@@ -249,7 +257,9 @@ class CheckDispatcher:
     ) -> None:
         answer.set_running_or_notify_cancel()  # new: always True; nobody may cancel it now
         try:
-            submitted = self.executor.submit(run_check_local, self.listener, message, self.spec)
+            submitted = self.executor.submit(
+                run_check_local, self.listener, message, self.spec, self.bridge
+            )
         except RejectedError as exc:
             self._refused(answer, key, str(exc))
             return
@@ -337,7 +347,7 @@ class CheckDispatcher:
 
     def _check_one(self, item: _Waiting) -> None:
         try:
-            state = run_check_local(self.listener, item.message, self.spec)
+            state = run_check_local(self.listener, item.message, self.spec, self.bridge)
         except BaseException as exc:  # noqa: BLE001 - run_check_local never raises; be sure
             self._dispatch_failed(item.key, exc)
             state = UNKNOW

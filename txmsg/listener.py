@@ -10,6 +10,9 @@
         def check_local(self, message):           # runs when the broker asks again
             return LocalTransactionState.COMMIT
 
+Either method may be ``async def``: it then runs on the app's event loop (``async with app:``, or
+a loop thread of the app's own with ``with app:``), see :mod:`txmsg.aio.loop`.
+
 :func:`build_spec` validates the class at once (so a mistake fails at import, not at the first
 check-back hours later); the registry keeps the :class:`ListenerSpec` (see
 :class:`txmsg.ListenerRegistry`).
@@ -88,7 +91,8 @@ def _signature_text(fn: Callable[..., Any]) -> str:
 
 
 def _check_method(cls: type, name: str, params: tuple[str, ...], owner: str) -> None:
-    """``cls.name`` must be a plain (not async) callable accepting ``params`` after self."""
+    """``cls.name`` must be a callable accepting ``params`` after self; ``async def`` or plain
+    (an ``async def`` one runs on the app's event loop: :mod:`txmsg.aio.loop`)."""
     wanted = f"def {name}(self, {', '.join(params)})"
     raw = inspect.getattr_static(cls, name, None)
     if raw is None:
@@ -98,11 +102,10 @@ def _check_method(cls: type, name: str, params: tuple[str, ...], owner: str) -> 
     fn = getattr(cls, name)
     if not callable(fn):
         raise ListenerDefinitionError(f"{owner}.{name} is not callable; define `{wanted}`")
-    func = raw.__func__ if isinstance(raw, staticmethod | classmethod) else raw
-    if inspect.iscoroutinefunction(func):
+    if inspect.isasyncgenfunction(getattr(raw, "__func__", raw)):
         raise ListenerDefinitionError(
-            f"{owner}.{name} is `async def`; txmsg calls it from the sending thread and from "
-            f"the client's native check threads, so define a plain `{wanted}`"
+            f"{owner}.{name} is an async generator (`async def` with `yield`); define "
+            f"`{wanted}` or `async {wanted}` returning a LocalTransactionState"
         )
     needs_self = not isinstance(raw, staticmethod | classmethod) and inspect.isfunction(raw)
     try:

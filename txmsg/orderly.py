@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, inspect
 
@@ -45,6 +45,7 @@ from txmsg.sqla.journal import InflightJournal, Ticket
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage
 
 if TYPE_CHECKING:
+    from txmsg.aio.loop import LoopBridge
     from txmsg.consumer import ConsumerSpec
 
 log = logging.getLogger("txmsg.orderly")
@@ -68,8 +69,9 @@ class ParkedEvent:
     parked_at: datetime
 
 
-ParkedHook = Callable[[ParkedEvent], None]
-"""An alert hook: ``app.on_parked`` registers them; exceptions in them are logged, never raised."""
+ParkedHook = Callable[[ParkedEvent], Any]
+"""An alert hook: ``app.on_parked`` registers them; exceptions in them are logged, never raised.
+An ``async def`` hook runs on the app's event loop (the consumer's thread waits for it)."""
 
 
 def replay_command(group: str, key: str) -> str:
@@ -79,13 +81,18 @@ def replay_command(group: str, key: str) -> str:
 
 
 def orderly_handler(
-    spec: ConsumerSpec, *, on_parked: Sequence[ParkedHook] = (), journal: bool = False
+    spec: ConsumerSpec,
+    *,
+    on_parked: Sequence[ParkedHook] = (),
+    journal: bool = False,
+    bridge: LoopBridge | None = None,
 ) -> OrderlyHandler:
     """The backend handler of an orderly listener (see the module docstring).
 
     ``journal``: write each message to the in-flight journal before the listener runs
     (:mod:`txmsg.sqla.journal`), for clients that may commit a queue's offset past a message
-    still in its callback (``Capabilities.orderly_crash_safe`` False).
+    still in its callback (``Capabilities.orderly_crash_safe`` False).  ``bridge``: the app's
+    event loop, where an ``async def`` listener or hook runs.
     """
     session_factory = spec.session_factory
     if session_factory is None:  # build_consumer_spec refuses this; a hand-made spec may not
@@ -94,7 +101,7 @@ def orderly_handler(
             "with @message_listener(orderly=True, session_factory=...)"
         )
     inflight = InflightJournal(session_factory, spec.group) if journal else None
-    handler = OrderlyHandler(spec, session_factory, tuple(on_parked), inflight)
+    handler = OrderlyHandler(spec, session_factory, tuple(on_parked), inflight, bridge)
     handler.start()
     return handler
 
@@ -144,13 +151,18 @@ class OrderlyHandler:
         session_factory: SessionFactory,
         hooks: tuple[ParkedHook, ...],
         journal: InflightJournal | None,
+        bridge: LoopBridge | None = None,
         *,
         refresh_interval: float = REFRESH_INTERVAL,
     ) -> None:
+        from txmsg.consumer import bridged  # noqa: PLC0415 - txmsg.consumer imports this module
+
         self.spec = spec
         self.session_factory = session_factory
-        self.hooks = hooks
+        self.hooks = tuple(bridged(hook, bridge, _hook_name(hook)) for hook in hooks)
         self.journal = journal
+        self.bridge = bridge
+        self._call = spec.sync_handler(bridge)  # an async def listener: on the bridge's loop
         self.parked = parking.ParkedKeyCache(session_factory, spec.group)
         self._fresh = _Freshness(refresh_interval)
 
@@ -362,14 +374,14 @@ class OrderlyHandler:
         idempotent and the message has a row in the table)."""
         journal = self.journal
         if journal is None or ticket is None:
-            handler(message)
+            self._call(message)
             return
         if isinstance(handler, IdempotentConsumer):
             applied = handler.apply(
                 message, in_same_transaction=partial(journal.remove, ticket=ticket)
             )
         else:
-            handler(message)
+            self._call(message)
             applied = False
         try:
             journal.done(ticket, removed=applied)
@@ -380,6 +392,11 @@ class OrderlyHandler:
         if self.journal is not None and ticket is not None:
             self.journal.release(ticket)
         return False
+
+
+def _hook_name(hook: Callable[..., Any]) -> str:
+    module = getattr(hook, "__module__", "?")
+    return f"on_parked hook {module}.{getattr(hook, '__qualname__', repr(hook))}"
 
 
 def _missing_tables(session_factory: SessionFactory, names: list[str]) -> list[str]:

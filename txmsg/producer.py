@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from txmsg.aio.callables import is_async
+from txmsg.aio.loop import LoopBridge, warn_blocking_send
 from txmsg.backend import Backend, Capabilities, MessageSender, TransactionalSender, capabilities_of
 from txmsg.convert import to_body
 from txmsg.defaults import CHECK_WAIT_TIMEOUT
@@ -238,6 +240,7 @@ class Producer:
             ProducerClosedError: after :meth:`close`.
             SendError: the broker did not accept the message.
         """
+        warn_blocking_send(self.group, "send")
         message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
         return self._send_now(message)
 
@@ -303,6 +306,7 @@ class Producer:
             InvalidMessageError: ``sharding_key`` is empty or not a string, or as :meth:`send`.
             ProducerClosedError, SendError: as :meth:`send`.
         """
+        warn_blocking_send(self.group, "send_orderly")
         _check_sharding_key(topic, sharding_key)
         message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
         return self._send_now(message)
@@ -343,6 +347,7 @@ class Producer:
                 large for the backend.
             InvalidNameError, ProducerClosedError, SendError: as :meth:`send`.
         """
+        warn_blocking_send(self.group, "send_batch")
         self._check_open()
         check_name("topic", topic, owner=f"group {self.group}: send_batch", rules=self.name_rules)
         messages = [
@@ -654,10 +659,15 @@ class TransactionalProducer(Producer):
         backend: Backend | None = None,
         message_sender: MessageSender | None = None,
         capabilities: Capabilities | None = None,
+        bridge: LoopBridge | None = None,
     ) -> None:
         super().__init__(
             spec.group, backend=backend, message_sender=message_sender, capabilities=capabilities
         )
+        self.bridge = bridge
+        """The app's event loop: where an ``async def execute_local`` runs for a send made
+        from another thread (an :class:`~txmsg.aio.producer.AsyncProducer` runs it on the loop
+        that awaits the send)."""
         self.sender = sender
         """The transactional sender of the group."""
         self.listener = listener
@@ -684,13 +694,17 @@ class TransactionalProducer(Producer):
         check_wait_timeout: float = CHECK_WAIT_TIMEOUT,
         name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
         capabilities: Capabilities | None = None,
+        bridge: LoopBridge | None = None,
     ) -> TransactionalProducer:
         """Build the executor and check dispatcher for ``spec`` and start a transactional sender
         on ``backend``; the plain-send client opens on the first plain send.
 
-        ``name_rules`` check the topic of every send (the app passes its backend's rules)."""
+        ``name_rules`` check the topic of every send (the app passes its backend's rules);
+        ``bridge`` is the app's event loop, where ``async def`` listener methods run."""
         executor = TxExecutor(executor_config or spec.executor, name=f"txmsg-{spec.group}")
-        dispatcher = CheckDispatcher(listener, spec, executor, wait_timeout=check_wait_timeout)
+        dispatcher = CheckDispatcher(
+            listener, spec, executor, wait_timeout=check_wait_timeout, bridge=bridge
+        )
         try:
             sender = backend.create_transactional_sender(
                 spec.group,
@@ -702,7 +716,14 @@ class TransactionalProducer(Producer):
             executor.shutdown(wait=False)
             raise
         producer = cls(
-            sender, listener, spec, executor, dispatcher, backend=backend, capabilities=capabilities
+            sender,
+            listener,
+            spec,
+            executor,
+            dispatcher,
+            backend=backend,
+            capabilities=capabilities,
+            bridge=bridge,
         )
         producer.name_rules = name_rules
         return producer
@@ -731,7 +752,45 @@ class TransactionalProducer(Producer):
                 ``check_immunity_seconds`` is invalid.
             ProducerClosedError: after :meth:`close`.
             SendError: the broker or the backend refused the half message.
+            LifecycleError: called on the app's event loop thread while ``execute_local`` is
+                ``async def`` (it could never run: the loop waits for this call); nothing sent.
+                Use ``await app.async_producer(group).send_in_transaction(...)``.
         """
+        bridge = self.bridge
+        if bridge is not None and bridge.in_loop_thread() and is_async(self.listener.execute_local):
+            raise LifecycleError(
+                f"group={self.group}: send_in_transaction() was called on the app's event loop "
+                "and execute_local is `async def`: it would wait for the loop it blocks, forever; "
+                f"nothing was sent. Use `await app.async_producer({self.group!r})"
+                ".send_in_transaction(...)`"
+            )
+        warn_blocking_send(self.group, "send_in_transaction")
+        return self.transact(
+            topic,
+            payload,
+            arg=arg,
+            keys=keys,
+            tags=tags,
+            properties=properties,
+            check_immunity_seconds=check_immunity_seconds,
+            bridge=bridge,
+        )
+
+    def transact(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        arg: Any = None,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        check_immunity_seconds: int | None = None,
+        bridge: LoopBridge | None = None,
+    ) -> TransactionSendResult:
+        """:meth:`send_in_transaction` with the event loop an ``async def execute_local`` runs
+        on (``bridge``), without the checks of the calling thread: what the sync and the async
+        producer share.  The caller must not be on ``bridge``'s loop."""
         sender, spec = self.sender, self.spec
         self._check_open()
         message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
@@ -740,7 +799,7 @@ class TransactionalProducer(Producer):
 
         def local_executor(half: Message) -> LocalTransactionState:
             try:
-                state = run_execute_local(listener, half, arg, spec)
+                state = run_execute_local(listener, half, arg, spec, bridge)
             except BaseException:  # noqa: BLE001 - run_execute_local never raises; be sure
                 state = spec.on_exception
             decided.append(state)
@@ -803,7 +862,7 @@ class TransactionalProducer(Producer):
         }
         try:
             future: Future[TransactionSendResult] = executor.submit(
-                self.send_in_transaction, topic, payload, **kwargs
+                self.transact, topic, payload, bridge=self.bridge, **kwargs
             )
         except RejectedError as exc:
             if executor.is_shutdown:  # closed between the check above and submit()

@@ -5,15 +5,24 @@ unwritten, which the native side can read as COMMIT (facts §3 (b)).  So every c
 code that answers a transaction goes through these functions: an exception, or a return value
 that is not a :class:`LocalTransactionState`, becomes a safe state, is logged with the group and
 the transaction key on the ``txmsg.transaction`` logger, and never propagates.
+
+An ``async def`` method runs on the app's event loop through a
+:class:`~txmsg.aio.loop.LoopBridge` (the calling thread waits for it); a plain method that
+*returns* a coroutine is an error (:mod:`txmsg.aio.callables`), answered like any invalid value.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from txmsg.aio.callables import discard_awaitable, is_async, name_of, not_awaited_text
+from txmsg.errors import LifecycleError
 from txmsg.message import Message
 from txmsg.states import LocalTransactionState
+
+if TYPE_CHECKING:
+    from txmsg.aio.loop import LoopBridge
 
 log = logging.getLogger("txmsg.transaction")
 
@@ -40,6 +49,16 @@ def _checked(
 ) -> LocalTransactionState:
     if isinstance(value, LocalTransactionState):
         return value
+    if discard_awaitable(value):
+        log.error(
+            "group=%s key=%s topic=%s: %s; answering %s",
+            spec.group,
+            _key(message),
+            getattr(message, "topic", None),
+            not_awaited_text(phase, value),
+            fallback.name,
+        )
+        return fallback
     log.error(
         "group=%s key=%s topic=%s: %s returned %r, not a LocalTransactionState; answering %s. "
         "Return LocalTransactionState.COMMIT, ROLLBACK or UNKNOW.",
@@ -53,17 +72,39 @@ def _checked(
     return fallback
 
 
+def call_listener(
+    method: Any, args: tuple[Any, ...], bridge: LoopBridge | None, phase: str
+) -> object:
+    """``method(*args)``; an ``async def`` one on ``bridge``'s loop, waited for here.
+
+    Raises:
+        LifecycleError: an ``async def`` method and no event loop to run it on.
+    """
+    if not is_async(method):
+        return method(*args)
+    if bridge is None:
+        raise LifecycleError(
+            f"{phase} ({name_of(method)}) is `async def` but no event loop was given to run it "
+            "on; start the app (`with app:` or `async with app:`), which provides one"
+        )
+    return bridge.run(method, *args, name=name_of(method))
+
+
 def run_execute_local(
-    listener: Any, message: Message, arg: object, spec: SpecLike
+    listener: Any,
+    message: Message,
+    arg: object,
+    spec: SpecLike,
+    bridge: LoopBridge | None = None,
 ) -> LocalTransactionState:
     """Call ``listener.execute_local(message, arg)``; never raises.
 
     An exception or an invalid return answers ``spec.on_exception`` (UNKNOW by default,
-    ROLLBACK when configured).
+    ROLLBACK when configured).  ``bridge``: the loop an ``async def execute_local`` runs on.
     """
     fallback = spec.on_exception
     try:
-        value = listener.execute_local(message, arg)
+        value = call_listener(listener.execute_local, (message, arg), bridge, "execute_local")
     except BaseException as exc:
         log.error(
             "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
@@ -79,12 +120,15 @@ def run_execute_local(
     return _checked(value, "execute_local", spec, message, fallback)
 
 
-def run_check_local(listener: Any, message: Message, spec: SpecLike) -> LocalTransactionState:
+def run_check_local(
+    listener: Any, message: Message, spec: SpecLike, bridge: LoopBridge | None = None
+) -> LocalTransactionState:
     """Call ``listener.check_local(message)``; never raises.  Failures answer UNKNOW, so the
-    broker asks again later instead of acting on a guess."""
+    broker asks again later instead of acting on a guess.  ``bridge``: the loop an
+    ``async def check_local`` runs on."""
     fallback = LocalTransactionState.UNKNOW
     try:
-        value = listener.check_local(message)
+        value = call_listener(listener.check_local, (message,), bridge, "check_local")
     except BaseException as exc:
         log.error(
             "group=%s key=%s topic=%s: check_local raised %s: %s; answering UNKNOW",

@@ -1,6 +1,8 @@
 """Issue 14.5: one contract for every backend.
 
-Each test runs once per installed backend (``backend_name``, see conftest.py) through the public
+Each test runs once per installed backend (``backend_name``, see conftest.py), the scripted
+transaction cases once with plain ``def`` listeners and once with ``async def`` ones
+(``listener_style``, issue 27), through the public
 API only: ``TxMsg(config)``, ``@app.transactional_listener``, ``@app.message_listener``, the same on a
 module-style ``ListenerRegistry`` taken with ``app.include``, producers.  Deliveries are observed by
 message listeners of the same backend.  Where backends differ, the test
@@ -12,6 +14,7 @@ generously; none asserts a duration.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -107,6 +110,42 @@ class Script:
             return dict(self.checks)
 
 
+class AsyncScript(Script):
+    """The same table, answered by ``async def`` methods (issue 27: they run on the app's event
+    loop, a thread of its own under ``with app:``)."""
+
+    async def execute_local(self, message: Message, row: str) -> Any:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return Script.execute_local(self, message, row)
+
+    async def check_local(self, message: Message) -> Any:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return Script.check_local(self, message)
+
+
+class AsyncDeliveries(Deliveries):
+    """:class:`Deliveries` as an ``async def`` message listener."""
+
+    async def __call__(self, message: Message) -> None:  # type: ignore[override]
+        await asyncio.sleep(0)
+        Deliveries.__call__(self, message)
+
+
+@pytest.fixture(params=["sync", "async"])
+def listener_style(request: pytest.FixtureRequest) -> str:
+    """The scripted cases run with plain ``def`` listeners and with ``async def`` ones."""
+    style: str = request.param
+    return style
+
+
+def _script(style: str, table: dict[str, tuple[Any, list[Any]]]) -> Script:
+    return AsyncScript(table) if style == "async" else Script(table)
+
+
+def _deliveries(style: str) -> Deliveries:
+    return AsyncDeliveries() if style == "async" else Deliveries()
+
+
 def _topic(broker: Any, prefix: str) -> str:
     topic = unique(prefix)
     create_topic(broker.namesrv_addr, topic, message_type="TRANSACTION")
@@ -117,12 +156,13 @@ def _scripted_app(
     make_app: Callable[..., TxMsg],
     broker: Any,
     table: dict[str, tuple[Any, list[Any]]],
+    style: str = "sync",
     **listener: Any,
 ) -> tuple[TxMsg, str, str, Script, Deliveries]:
     """The Script and a recording message listener (2 threads), declared on a module-style
-    ListenerRegistry that the app includes."""
+    ListenerRegistry that the app includes; ``style`` "async": both ``async def``."""
     topic, group = _topic(broker, "ct"), unique("pg_ct")
-    registry, script, got = ListenerRegistry(), Script(table), Deliveries()
+    registry, script, got = ListenerRegistry(), _script(style, table), _deliveries(style)
     registry.add_transactional_listener(script, group=group, topics=[topic], **listener)
     registry.add_message_listener(got, topic=topic, group=unique("cg_ct"), concurrency=2)
     app = make_app()
@@ -232,8 +272,10 @@ OUTCOMES: dict[str, tuple[Any, list[Any]]] = {
 }
 
 
-def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) -> None:
-    app, topic, group, script, got = _scripted_app(make_app, broker, OUTCOMES)
+def test_transaction_outcome_table(
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
+) -> None:
+    app, topic, group, script, got = _scripted_app(make_app, broker, OUTCOMES, listener_style)
     with app:
         keys = _send_rows(app, group, topic, {row: answers[0] for row, answers in OUTCOMES.items()})
         wait_until(
@@ -270,9 +312,11 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
     assert _unknown_answers(broker, keys["UU_COMMIT"]) in (1, None)
 
 
-def test_unknown_until_discarded(make_app: Callable[..., TxMsg], broker: Any) -> None:
+def test_unknown_until_discarded(
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
+) -> None:
     app, topic, group, script, got = _scripted_app(
-        make_app, broker, {"U_FOREVER": (S.UNKNOW, [S.UNKNOW])}
+        make_app, broker, {"U_FOREVER": (S.UNKNOW, [S.UNKNOW])}, listener_style
     )
     # the broker's own consumer view of the discarded half message (a remoting client: the topic is
     # a system topic some backends refuse to subscribe to)
@@ -335,16 +379,22 @@ def test_check_backs_reach_a_topic_the_listener_did_not_declare(
 
 # ---- exception safety of both callbacks ---------------------------------------------------------
 def test_execute_local_raising_maps_to_execute_exception_state(
-    make_app: Callable[..., TxMsg], broker: Any, caplog: pytest.LogCaptureFixture
+    make_app: Callable[..., TxMsg],
+    broker: Any,
+    caplog: pytest.LogCaptureFixture,
+    listener_style: str,
 ) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
     table: dict[str, tuple[Any, list[Any]]] = {
         "RAISE": (RuntimeError("db down"), [S.COMMIT]),
         "GARBAGE": ("yes please", [S.ROLLBACK]),
     }
-    app, topic, group, script, got = _scripted_app(make_app, broker, table)  # default: UNKNOW
+    app, topic, group, script, got = _scripted_app(  # default: UNKNOW
+        make_app, broker, table, listener_style
+    )
     rb_topic, rb_group = _topic(broker, "ct_rb"), unique("pg_ct_rb")
-    rb_script, rb_got = Script({"RAISE_RB": (RuntimeError("disk full"), [S.COMMIT])}), Deliveries()
+    rb_script = _script(listener_style, {"RAISE_RB": (RuntimeError("disk full"), [S.COMMIT])})
+    rb_got = _deliveries(listener_style)
     app.add_transactional_listener(
         rb_script, group=rb_group, topics=[rb_topic], execute_exception_state=S.ROLLBACK
     )
@@ -376,6 +426,7 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
     broker: Any,
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
+    listener_style: str,
 ) -> None:
     caplog.set_level(logging.ERROR, logger="txmsg.transaction")
     table: dict[str, tuple[Any, list[Any]]] = {
@@ -387,7 +438,7 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
         "FLAKY": (ValueError("local failure"), [RuntimeError("db down"), "definitely", S.COMMIT]),
     }
     committed = {"RAISE_THEN_COMMIT", "GARBAGE_THEN_COMMIT", "FLAKY"}
-    app, topic, group, script, got = _scripted_app(make_app, broker, table)
+    app, topic, group, script, got = _scripted_app(make_app, broker, table, listener_style)
     with app:
         _send_rows(app, group, topic, dict.fromkeys(table, S.UNKNOW))
         wait_until(

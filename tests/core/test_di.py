@@ -102,3 +102,19 @@ def test_unknown_group_binding_fails_at_use() -> None:
     inj = injector.Injector([TxMsgModule(app, groups=["ghost-tx"])])
     with app, pytest.raises(UnknownGroupError, match="ghost-tx"):
         inj.get(producer_for("ghost-tx"))
+
+
+def test_async_producers_are_injected(wired: tuple[TxMsg, injector.Injector]) -> None:
+    """Issue 27: ``Annotated[AsyncProducer, ProducerGroup(g)]`` and plain ``AsyncProducer`` are
+    the app's awaitable producers."""
+    from txmsg import AsyncProducer  # noqa: PLC0415
+    from txmsg.di import async_producer_for  # noqa: PLC0415
+
+    app, inj = wired
+    app.start()
+    fees = inj.get(Annotated[AsyncProducer, ProducerGroup("fee-tx")])
+    assert fees is app.async_producer("fee-tx")
+    assert fees.transactional
+    assert inj.get(async_producer_for("fee-tx")) is fees
+    assert inj.get(AsyncProducer) is app.async_producer()
+    assert app.async_producer().group == "order-tx"

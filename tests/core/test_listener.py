@@ -3,6 +3,8 @@ and say what to fix."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from txmsg import (
@@ -79,12 +81,22 @@ def test_broken_listeners_are_rejected_with_the_fix(
     assert registry.listeners == {}
 
 
-def test_async_methods_are_rejected(app: TxMsg) -> None:
+def test_async_methods_are_accepted_async_generators_refused(app: TxMsg) -> None:
+    """``async def`` methods run on the app's loop (issue 27); an async generator never
+    returns a state, so it is refused at declaration."""
+
     async def execute_local(self: object, message: object, arg: object) -> None: ...
 
-    with pytest.raises(ListenerDefinitionError, match=r"async def.*plain"):
-        app.transactional_listener(group="g")(
-            _listener(execute_local=execute_local, check_local=ok_check)
+    app.transactional_listener(group="g")(
+        _listener(execute_local=execute_local, check_local=ok_check)
+    )
+
+    async def check_local(self: object, message: object) -> Any:
+        yield None
+
+    with pytest.raises(ListenerDefinitionError, match=r"async generator"):
+        app.transactional_listener(group="g2")(
+            _listener(execute_local=execute_local, check_local=check_local)
         )
 
 

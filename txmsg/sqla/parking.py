@@ -631,8 +631,23 @@ def replay(
     else:
         keys = [key]
     report = ReplayReport()
-    for each in keys:
-        report.keys.append(_replay_key(handler, session_factory, group, each))
+    from txmsg.aio.callables import is_async  # noqa: PLC0415 - tiny; consumer imports us lazily
+
+    bridge = None
+    if is_async(handler):
+        # an `async def` listener: replayed on an event loop of the replay's own, one for all
+        # its messages (the CLI has none; a coroutine calling replay() runs it in a thread)
+        from txmsg.aio.loop import LoopBridge  # noqa: PLC0415
+        from txmsg.consumer import bridged  # noqa: PLC0415
+
+        bridge = LoopBridge.on_own_thread("txmsg-replay-loop")
+        handler = bridged(handler, bridge, f"{getattr(handler, '__qualname__', handler)}")
+    try:
+        for each in keys:
+            report.keys.append(_replay_key(handler, session_factory, group, each))
+    finally:
+        if bridge is not None:
+            bridge.close()
     return report
 
 

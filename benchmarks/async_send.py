@@ -1,0 +1,305 @@
+"""Awaitable transactional sends on one event loop vs the sync API on N threads (issue 27).
+
+    python -m benchmarks.async_send [--n 64] [--sends 1280] [--backend rocketmq|rocketmq5]
+
+One run, one embedded broker (child process), one SQLite file per side, each behind a pool of
+``--pool`` connections (8):
+
+* **async**: ``async with app:``, one event loop running ``--n`` concurrent requests; each is
+  ``await app.async_producer(g).send_in_transaction(...)`` whose ``async def execute_local``
+  awaits a database write (an insert through async SQLAlchemy, aiosqlite) and answers COMMIT.
+  While it runs, a probe on the same loop sleeps 10 ms again and again and records how late each
+  wake-up is: the loop's lag (p99 reported).
+* **sync**: the same on the sync API: ``--n`` threads of a pool, each
+  ``producer.send_in_transaction(...)`` whose plain ``execute_local`` makes the same insert
+  through sync SQLAlchemy.
+* **check bound**: ``--checks`` transactions left UNKNOW by an ``async def execute_local``, then
+  checked back by an ``async def check_local`` awaiting 100 ms, at ``concurrency`` 16.  Within
+  the broker's check pass that checks them, the ideal rate is what whole rounds of 16 allow,
+  ``M / (ceil(M / 16) * 0.1 s)``; ``check_bound`` is the measured rate over it (as
+  ``benchmarks.check_scaling`` reports for the threaded path).
+
+Final line: ``RESULT async_send async_tps=<a> sync_tps=<b> ratio=<a/b> loop_lag_p99_ms=<l>
+check_bound=<c>``.  Goals (issue 27): ratio >= 1.0 at N = 64, p99 lag <= 5 ms, bound >= 0.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import math
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Integer, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from txmsg_broker.app import BrokerProcess
+from txmsg_broker.testing import create_topic
+
+from txmsg import LocalTransactionState, Message, TxMsg, TxMsgConfig
+from txmsg.aio.sqla import create_async_engine, make_async_session_factory
+from txmsg.sqla import create_engine, make_session_factory
+
+S = LocalTransactionState
+CHECK_SLEEP = 0.1
+CHECK_CONCURRENCY = 16
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Row(Base):
+    __tablename__ = "bench_row"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(64))
+
+
+def _config(args: argparse.Namespace, broker: Any, tmp: Path) -> TxMsgConfig:
+    if args.backend == "rocketmq5":
+        return TxMsgConfig(backend="rocketmq5", endpoints=broker.grpc_endpoint)
+    return TxMsgConfig(
+        backend="rocketmq",
+        name_server=broker.namesrv_addr,
+        client_log_dir=str(tmp / "client-logs"),
+        instance_prefix="bench",
+    )
+
+
+def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> tuple[float, float]:
+    """Async sends: (transactions per second, p99 loop lag in ms)."""
+    engine = create_async_engine(
+        f"sqlite:///{tmp / 'async.db'}", pool_size=args.pool, max_overflow=0
+    )
+    sessions = make_async_session_factory(engine)
+
+    class Pay:
+        async def execute_local(self, message: Message, arg: Any) -> S:
+            async with sessions() as session, session.begin():
+                session.add(Row(key=message.transaction_key or ""))
+            return S.COMMIT
+
+        async def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    app = TxMsg(_config(args, broker, tmp), async_send_threads=args.n)
+    app.add_transactional_listener(Pay(), group="bench-async", topics=[topic])
+
+    async def main() -> tuple[float, float]:
+        async with engine.begin() as conn:
+            await conn.run_sync(Base.metadata.create_all)
+        lags: list[float] = []
+        stop = asyncio.Event()
+
+        async def probe() -> None:
+            while not stop.is_set():
+                began = time.perf_counter()
+                await asyncio.sleep(0.01)
+                lags.append(time.perf_counter() - began - 0.01)
+
+        async with app:
+            producer = app.async_producer("bench-async")
+            await producer.send_in_transaction(topic, "warm-up")
+            remaining = args.sends
+
+            async def request() -> None:
+                nonlocal remaining
+                while remaining > 0:
+                    remaining -= 1
+                    result = await producer.send_in_transaction(topic, {"n": remaining})
+                    assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
+
+            prober = asyncio.create_task(probe())
+            began = time.perf_counter()
+            await asyncio.gather(*(request() for _ in range(args.n)))
+            elapsed = time.perf_counter() - began
+            stop.set()
+            await prober
+        await engine.dispose()
+        lags.sort()
+        p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
+        return args.sends / elapsed, p99 * 1000
+
+    return asyncio.run(main())
+
+
+def run_sync(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> float:
+    """Sync sends on ``--n`` threads: transactions per second."""
+    engine = create_engine(f"sqlite:///{tmp / 'sync.db'}", pool_size=args.pool, max_overflow=0)
+    Base.metadata.create_all(engine)
+    sessions = make_session_factory(engine)
+
+    class Pay:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            with sessions() as session, session.begin():
+                session.add(Row(key=message.transaction_key or ""))
+            return S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    app = TxMsg(_config(args, broker, tmp))
+    app.add_transactional_listener(Pay(), group="bench-sync", topics=[topic])
+    lock = threading.Lock()
+    remaining = args.sends
+    with app:
+        producer = app.transactional_producer("bench-sync")
+        producer.send_in_transaction(topic, "warm-up")
+
+        def request() -> None:
+            nonlocal remaining
+            while True:
+                with lock:
+                    if remaining <= 0:
+                        return
+                    remaining -= 1
+                    n = remaining
+                result = producer.send_in_transaction(topic, {"n": n})
+                assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
+
+        with ThreadPoolExecutor(args.n) as pool:
+            began = time.perf_counter()
+            for future in [pool.submit(request) for _ in range(args.n)]:
+                future.result()
+            elapsed = time.perf_counter() - began
+    engine.dispose()
+    return args.sends / elapsed
+
+
+def run_checks(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> dict[str, float]:
+    """Async check-backs at concurrency 16: the measured rate within one check pass vs the
+    bound whole rounds of 16 allow."""
+    starts: list[float] = []
+    answered: dict[str, float] = {}
+    active = 0
+    most = 0
+    lock = threading.Lock()
+
+    class Unknown:
+        async def execute_local(self, message: Message, arg: Any) -> S:
+            return S.UNKNOW
+
+        async def check_local(self, message: Message) -> S:
+            nonlocal active, most
+            with lock:
+                starts.append(time.monotonic())
+                active += 1
+                most = max(most, active)
+            await asyncio.sleep(CHECK_SLEEP)
+            with lock:
+                active -= 1
+                answered.setdefault(message.transaction_key or "", time.monotonic())
+            return S.COMMIT
+
+    app = TxMsg(_config(args, broker, tmp))
+    app.add_transactional_listener(
+        Unknown(),
+        group="bench-check",
+        topics=[topic],
+        executor={"concurrency": CHECK_CONCURRENCY},
+    )
+
+    async def main() -> None:
+        async with app:
+            producer = app.async_producer("bench-check")
+            await asyncio.gather(
+                *(producer.send_in_transaction(topic, {"n": i}) for i in range(args.checks))
+            )
+            deadline = time.monotonic() + args.max_wait
+            while len(answered) < args.checks and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+
+    asyncio.run(main())
+    # the check pass that answered most: starts closer than a check interval belong together
+    starts.sort()
+    passes: list[list[float]] = [[]]
+    for t in starts:
+        if passes[-1] and t - passes[-1][-1] > 0.5:
+            passes.append([])
+        passes[-1].append(t)
+    biggest = max(passes, key=len)
+    ends = sorted(v for v in answered.values() if biggest[0] <= v <= biggest[-1] + 5)
+    m = len(biggest)
+    rate = m / (ends[-1] - biggest[0]) if ends and m else 0.0
+    bound = m / (math.ceil(m / CHECK_CONCURRENCY) * CHECK_SLEEP) if m else 1.0
+    return {
+        "answered": float(len(answered)),
+        "pass_checks": float(m),
+        "rate": rate,
+        "bound": bound,
+        "ratio": rate / bound,
+        "overlap": float(most),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=64, help="concurrent requests (and threads)")
+    parser.add_argument("--sends", type=int, default=1280, help="transactions per side")
+    parser.add_argument("--checks", type=int, default=160, help="transactions checked back")
+    parser.add_argument("--max-wait", type=float, default=120.0)
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval for the run (seconds; Python's default 0.005): how long a "
+        "thread may hold the GIL before another gets it, which bounds the loop's lag",
+    )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=8,
+        help="connections of each side's engine (SQLite has one writer; aiosqlite runs a "
+        "thread per connection, so more only add threads competing for the GIL)",
+    )
+    parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
+    args = parser.parse_args(argv)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
+    logging.basicConfig(level=logging.WARNING)
+    grpc: dict[str, Any] = {"grpc_port": 0} if args.backend == "rocketmq5" else {}
+    broker = BrokerProcess(
+        transaction_timeout_ms=200, check_interval_ms=3000, check_max=15, **grpc
+    ).start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="txmsg-async-bench-") as tmp_dir:
+            tmp = Path(tmp_dir)
+            topics = {}
+            for side in ("async", "sync", "check"):
+                topics[side] = f"bench_{side}_{int(time.time())}"
+                create_topic(broker.namesrv_addr, topics[side], message_type="TRANSACTION")
+            print(
+                f"backend {args.backend}; N={args.n}; {args.sends} sends per side; GIL switch "
+                f"interval {sys.getswitchinterval() * 1000:g} ms",
+                flush=True,
+            )
+            sync_tps = run_sync(args, broker, tmp, topics["sync"])
+            print(f"sync:  {sync_tps:.1f} tx/s on {args.n} threads", flush=True)
+            async_tps, lag = run_async(args, broker, tmp, topics["async"])
+            print(f"async: {async_tps:.1f} tx/s on one loop; loop lag p99 {lag:.2f} ms", flush=True)
+            checks = run_checks(args, broker, tmp, topics["check"])
+            print(
+                f"checks: {checks['pass_checks']:.0f} in one pass at {checks['rate']:.1f}/s, "
+                f"bound {checks['bound']:.1f}/s, most at once {checks['overlap']:.0f}, "
+                f"answered {checks['answered']:.0f}/{args.checks}",
+                flush=True,
+            )
+    finally:
+        broker.stop()
+    print(
+        f"RESULT async_send async_tps={async_tps:.1f} sync_tps={sync_tps:.1f} "
+        f"ratio={async_tps / sync_tps:.2f} loop_lag_p99_ms={lag:.2f} "
+        f"check_bound={checks['ratio']:.2f}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

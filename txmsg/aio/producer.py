@@ -1,0 +1,235 @@
+"""``AsyncProducer``: the producer's sends as coroutines that never block the event loop.
+
+::
+
+    async with app:
+        producer = app.async_producer("order-tx")
+        result = await producer.send_in_transaction("orders", order, arg=order_id)
+
+The backends' clients are blocking (librocketmq waits for the broker; the 5.x client's
+transactional send calls the local executor in the sending thread), and rewriting them is not
+the point: each send runs on a thread of the app's send pool (``async_send_threads`` threads,
+:data:`txmsg.defaults.ASYNC_SEND_THREADS`) and the coroutine awaits it.  The loop's thread only
+schedules and resumes.
+
+A transactional send runs the half message on that thread; an ``async def execute_local`` then
+runs as a coroutine **on the loop that awaits the send** (where the service's async database
+engine lives) while the send's thread waits for its answer, and the thread ends the
+transaction.  A plain ``def execute_local`` runs on the send's thread, off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, TypeVar
+
+from txmsg.aio.loop import LoopBridge
+from txmsg.errors import ProducerClosedError, UnknownGroupError
+from txmsg.message import SendResult, TransactionSendResult
+from txmsg.producer import Producer, ProducerStats, TransactionalProducer
+
+T = TypeVar("T")
+
+
+class AsyncProducer:
+    """Awaitable sends of one producer group (``app.async_producer(group)``).
+
+    The same sends as :class:`~txmsg.Producer` and :class:`~txmsg.TransactionalProducer`, with
+    the same options, errors and statistics (it drives that producer): :meth:`send`,
+    :meth:`send_oneway`, :meth:`send_orderly`, :meth:`send_batch`, and for a group with a
+    transactional listener :meth:`send_in_transaction`.  The ``*_async`` methods of the sync
+    producer have no twin here: ``asyncio.create_task(producer.send(...))`` is that.
+
+    Parameters:
+        producer: the group's producer (started by the app).
+        pool: the threads the blocking client calls run on.
+        bridge: the app's loop bridge, reused when a send is awaited on that loop (so the app's
+            close drains its ``execute_local`` coroutines too).
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        pool: ThreadPoolExecutor,
+        *,
+        bridge: LoopBridge | None = None,
+    ) -> None:
+        self.producer = producer
+        """The sync producer this one drives (its statistics count these sends too)."""
+        self._pool = pool
+        self._bridge = bridge
+        self._caller_bridge: LoopBridge | None = None
+
+    @property
+    def group(self) -> str:
+        """The producer group."""
+        return self.producer.group
+
+    @property
+    def transactional(self) -> bool:
+        """True when the group has a transactional listener (``send_in_transaction`` works)."""
+        return isinstance(self.producer, TransactionalProducer)
+
+    def stats(self) -> ProducerStats:
+        """The group's figures (shared with the sync producer)."""
+        return self.producer.stats()
+
+    # ---- sends --------------------------------------------------------------------------------
+    async def send_in_transaction(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        arg: Any = None,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        check_immunity_seconds: int | None = None,
+    ) -> TransactionSendResult:
+        """Send the half message, await ``execute_local(message, arg)``, end the transaction:
+        :meth:`txmsg.TransactionalProducer.send_in_transaction`, awaited (module docstring).
+
+        Raises: as the sync method; :class:`~txmsg.UnknownGroupError` for a plain group.
+        """
+        producer = self.producer
+        if not isinstance(producer, TransactionalProducer):
+            raise UnknownGroupError(
+                f"producer group {self.group!r} has no transactional listener, so it cannot "
+                f"send in a transaction; declare one with @app.transactional_listener("
+                f"group={self.group!r}) (plain sends need none: await producer.send(...))",
+                group=self.group,
+            )
+        bridge = self._bridge_here()
+        return await self._off_loop(
+            functools.partial(
+                producer.transact,
+                topic,
+                payload,
+                arg=arg,
+                keys=keys,
+                tags=tags,
+                properties=properties,
+                check_immunity_seconds=check_immunity_seconds,
+                bridge=bridge,
+            )
+        )
+
+    async def send(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> SendResult:
+        """:meth:`txmsg.Producer.send`, awaited (delays as there)."""
+        return await self._off_loop(
+            functools.partial(
+                self.producer.send,
+                topic,
+                payload,
+                keys=keys,
+                tags=tags,
+                properties=properties,
+                delay_level=delay_level,
+                deliver_at=deliver_at,
+            )
+        )
+
+    async def send_oneway(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        delay_level: int | None = None,
+        deliver_at: datetime | float | None = None,
+    ) -> None:
+        """:meth:`txmsg.Producer.send_oneway`, awaited (the client takes it; no answer)."""
+        await self._off_loop(
+            functools.partial(
+                self.producer.send_oneway,
+                topic,
+                payload,
+                keys=keys,
+                tags=tags,
+                properties=properties,
+                delay_level=delay_level,
+                deliver_at=deliver_at,
+            )
+        )
+
+    async def send_orderly(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        sharding_key: str,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> SendResult:
+        """:meth:`txmsg.Producer.send_orderly`, awaited: await each send of a key before the
+        next one, so that the key's order holds."""
+        return await self._off_loop(
+            functools.partial(
+                self.producer.send_orderly,
+                topic,
+                payload,
+                sharding_key=sharding_key,
+                keys=keys,
+                tags=tags,
+                properties=properties,
+            )
+        )
+
+    async def send_batch(
+        self,
+        topic: str,
+        payloads: Iterable[Any],
+        *,
+        tags: str | None = None,
+        keys: str | Sequence[str] | None = None,
+    ) -> SendResult:
+        """:meth:`txmsg.Producer.send_batch`, awaited."""
+        items = list(payloads)  # an iterator is consumed here, on the loop, not on a thread
+        return await self._off_loop(
+            functools.partial(self.producer.send_batch, topic, items, tags=tags, keys=keys)
+        )
+
+    # ---- plumbing -----------------------------------------------------------------------------
+    def _bridge_here(self) -> LoopBridge:
+        """The bridge to the loop awaiting this send: the app's when it is that loop."""
+        loop = asyncio.get_running_loop()
+        for bridge in (self._bridge, self._caller_bridge):
+            if bridge is not None and bridge.loop is loop:
+                return bridge
+        self._caller_bridge = LoopBridge(loop)  # sends awaited on a loop the app does not run on
+        return self._caller_bridge
+
+    async def _off_loop(self, call: Callable[[], T]) -> T:
+        """Run the blocking ``call`` on the send pool and await it."""
+        if self.producer.closed:
+            self.producer._check_open()  # raises ProducerClosedError with its message
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._pool, call)
+        except RuntimeError as exc:  # the pool is shut down: the app is closing
+            raise ProducerClosedError(
+                f"producer group {self.group!r} is closing; sends must happen before "
+                "`await app.aclose()`"
+            ) from exc
+        return await future
+
+    def __repr__(self) -> str:
+        kind = "transactional" if self.transactional else "plain"
+        return f"<AsyncProducer group={self.group!r} {kind} closed={self.producer.closed}>"

@@ -1,0 +1,97 @@
+"""Async engines tuned like :func:`txmsg.sqla.create_engine`, and telling session factories apart.
+
+The SQLite settings that make check-backs and dedup rows behave (WAL, busy timeout, ``BEGIN
+IMMEDIATE``; see :mod:`txmsg.sqla.engine`) are connection hooks, so the async engine gets the very
+same hooks on its sync core (``engine.sync_engine``).  ``sqlite://`` URLs use aiosqlite,
+``postgresql://`` ones psycopg 3 in its async mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+
+from txmsg.errors import ConfigError
+from txmsg.sqla.engine import _BEGIN_MODES, _install_sqlite_hooks, is_in_memory_sqlite
+
+try:  # the async extra: sqlalchemy.ext.asyncio needs greenlet at run time
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+    from sqlalchemy.ext.asyncio import create_async_engine as _sa_create_async_engine
+except ImportError:  # pragma: no cover - SQLAlchemy 2 always has the module
+    async_sessionmaker = None  # type: ignore[assignment,misc]
+
+AsyncSessionFactory = Callable[[], "AsyncSession"]
+"""Anything that returns a new ``AsyncSession`` (an ``async_sessionmaker`` is one)."""
+
+_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+psycopg"}
+
+
+def async_url(url: str | URL) -> URL:
+    """``url`` with the async driver txmsg installs (aiosqlite, psycopg) when it names none."""
+    sa_url = make_url(url)
+    backend = sa_url.get_backend_name()
+    if sa_url.drivername == backend and backend in _ASYNC_DRIVERS:
+        sa_url = sa_url.set(drivername=_ASYNC_DRIVERS[backend])
+    return sa_url
+
+
+def create_async_engine(
+    url: str | URL,
+    *,
+    sqlite_busy_timeout_ms: int = 30_000,
+    sqlite_begin: str = "IMMEDIATE",
+    sqlite_synchronous: str = "NORMAL",
+    **kwargs: Any,
+) -> AsyncEngine:
+    """An ``AsyncEngine`` configured as :func:`txmsg.sqla.create_engine` configures a sync one.
+
+    Raises:
+        ConfigError: an unknown ``sqlite_begin`` mode, or the async driver is not installed
+            (``pip install 'txmsg[async]'``).
+    """
+    sa_url = async_url(url)
+    try:
+        if sa_url.get_backend_name() != "sqlite":
+            kwargs.setdefault("pool_pre_ping", True)
+            return _sa_create_async_engine(sa_url, **kwargs)
+        mode = sqlite_begin.upper()
+        if mode not in _BEGIN_MODES:
+            raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
+        in_memory = is_in_memory_sqlite(sa_url)
+        if not in_memory:
+            Path(sa_url.database or "").expanduser().resolve().parent.mkdir(
+                parents=True, exist_ok=True
+            )
+            kwargs.setdefault("pool_size", 20)
+            kwargs.setdefault("max_overflow", 40)
+        connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
+        connect_args.setdefault("check_same_thread", False)
+        connect_args.setdefault("timeout", sqlite_busy_timeout_ms / 1000.0)
+        engine = _sa_create_async_engine(sa_url, connect_args=connect_args, **kwargs)
+    except ImportError as exc:
+        raise ConfigError(
+            f"the async driver of {sa_url.drivername} is not installed ({exc}); "
+            "pip install 'txmsg[async]' (aiosqlite; PostgreSQL uses psycopg: 'txmsg[postgres]')"
+        ) from exc
+    _install_sqlite_hooks(
+        engine.sync_engine, mode, sqlite_busy_timeout_ms, sqlite_synchronous, in_memory
+    )
+    return engine
+
+
+def make_async_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """An ``async_sessionmaker`` whose objects stay readable after commit (as
+    :func:`txmsg.sqla.make_session_factory`): awaiting a lazy load after commit is an error in
+    async SQLAlchemy, so ``expire_on_commit=False`` matters even more here."""
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def is_async_session_factory(factory: object) -> bool:
+    """True when ``factory`` makes ``AsyncSession`` objects (an ``async_sessionmaker``, or a
+    callable marked ``txmsg_async = True``)."""
+    if async_sessionmaker is not None and isinstance(factory, async_sessionmaker):
+        return True
+    return getattr(factory, "txmsg_async", False) is True
