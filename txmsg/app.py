@@ -504,7 +504,9 @@ class TxMsg:
             # takes every other listener (and the capability check above refused orderly ones).
             extra: dict[str, Any] = {"orderly": True} if cspec.orderly else {}
             handler = cspec.safe_handler(
-                on_parked=hooks, journal=cspec.orderly and not capabilities.orderly_crash_safe
+                on_parked=hooks,
+                journal=cspec.orderly and not capabilities.orderly_crash_safe,
+                max_reconsume=max_reconsume,
             )
             stop = backend.subscribe(
                 cspec.topic,

@@ -27,6 +27,7 @@ from txmsg import defaults
 from txmsg.errors import ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.names import check_name
+from txmsg.otel import hooks
 
 if TYPE_CHECKING:
     from txmsg.orderly import ParkedEvent
@@ -67,6 +68,7 @@ class ConsumerSpec:
         *,
         on_parked: Sequence[Callable[[ParkedEvent], None]] = (),
         journal: bool = False,
+        max_reconsume: int | None = None,
     ) -> Callable[[Message], bool]:
         """The handler a backend gets: True = consumed, False = hand it again later; never raises.
 
@@ -76,7 +78,23 @@ class ConsumerSpec:
         message to the in-flight journal first (:mod:`txmsg.sqla.journal`), for backends whose
         ``Capabilities.orderly_crash_safe`` is False.  An orderly handler has a ``close()`` to
         call after the consumer stopped.
+
+        Every delivery gets a ``process <topic>`` span and the consumer metrics
+        (:func:`txmsg.otel.hooks.processing`); ``max_reconsume`` (default the spec's) tells its
+        span when a failure sends the message to the dead-letter queue.
         """
+        handler = self._bare_handler(on_parked, journal)
+        return hooks.processing(
+            handler,
+            group=self.group,
+            topic=self.topic,
+            max_reconsume=self.max_reconsume if max_reconsume is None else max_reconsume,
+            orderly=self.orderly,
+        )
+
+    def _bare_handler(
+        self, on_parked: Sequence[Callable[[ParkedEvent], None]], journal: bool
+    ) -> Callable[[Message], bool]:
         if self.orderly:
             from txmsg.orderly import orderly_handler  # noqa: PLC0415 - needs SQLAlchemy
 
@@ -98,6 +116,7 @@ class ConsumerSpec:
                     exc,
                     exc_info=True,
                 )
+                hooks.record_exception(exc)  # on the `process <topic>` span
                 return False
             return True
 

@@ -13,6 +13,7 @@ import logging
 from typing import Any, Protocol
 
 from txmsg.message import Message
+from txmsg.otel.hooks import record_exception
 from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.transaction")
@@ -75,6 +76,7 @@ def run_execute_local(
             fallback.name,
             exc_info=True,
         )
+        record_exception(exc)  # on the `send <topic>` span it runs in
         return fallback
     return _checked(value, "execute_local", spec, message, fallback)
 
@@ -95,5 +97,6 @@ def run_check_local(listener: Any, message: Message, spec: SpecLike) -> LocalTra
             exc,
             exc_info=True,
         )
+        record_exception(exc)  # on the `check <topic>` span it runs in
         return fallback
     return _checked(value, "check_local", spec, message, fallback)
