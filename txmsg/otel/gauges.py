@@ -18,8 +18,12 @@ from txmsg.otel._runtime import Reading, otel, unwatch, watch
 def watch_executor(group: str, executor: Any) -> list[int]:
     """Report ``executor.stats()`` (queued, active, rejected) for producer ``group``; returns
     the tokens for :func:`unwatch_all`.  Held weakly: a producer never closed does not leak."""
-    otel()  # the observable instruments exist once the API is loaded
-    ref = weakref.ref(executor)
+    if otel() is None:  # no API: nothing would read them
+        return []
+    try:
+        ref: Callable[[], Any] = weakref.ref(executor)
+    except TypeError:  # an executor without weak references: held for the producer's life
+        ref = lambda: executor  # noqa: E731 - the same call shape as the weak reference
     attributes = {names.PRODUCER_GROUP: group}
 
     def reading(field: str) -> Callable[[], Reading]:
@@ -38,7 +42,8 @@ def watch_executor(group: str, executor: Any) -> list[int]:
 
 def watch_parked_keys(group: str, count: Callable[[], int]) -> list[int]:
     """Report ``count()`` (the parked keys of consumer ``group``, read from its database)."""
-    otel()
+    if otel() is None:
+        return []
     attributes = {names.CONSUMER_GROUP: group}
     return [watch(names.PARKED_KEYS, lambda: [(count(), attributes)])]
 
@@ -46,7 +51,8 @@ def watch_parked_keys(group: str, count: Callable[[], int]) -> list[int]:
 def watch_outbox(group: str, backlog: Callable[[], tuple[int, float | None]]) -> list[int]:
     """Report an outbox's unsent rows and oldest unsent age (0 when none) for producer
     ``group``; ``backlog()`` reads both (one query per instrument and collection)."""
-    otel()
+    if otel() is None:
+        return []
     attributes = {names.PRODUCER_GROUP: group}
     return [
         watch(names.OUTBOX_UNSENT, lambda: [(backlog()[0], attributes)]),
