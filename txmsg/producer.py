@@ -21,6 +21,7 @@ transactions opens nothing more than before.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -681,7 +682,10 @@ class TransactionalProducer(Producer):
         self.executor = executor
         """Check-backs and :meth:`send_in_transaction_async` run here."""
         self.dispatcher = dispatcher
-        self._watching = gauges.watch_executor(spec.group, executor)  # txmsg.executor.* gauges
+        self._watching = [  # txmsg.executor.* and txmsg.local_transactions, read when collected
+            *gauges.watch_executor(spec.group, executor),
+            *gauges.watch_local_transactions(spec.group, self._local_results),
+        ]
 
     @property
     def transactional(self) -> bool:
@@ -820,9 +824,11 @@ class TransactionalProducer(Producer):
             "properties": properties,
             "check_immunity_seconds": check_immunity_seconds,
         }
+        # the caller's context (its current span: the send span's parent) goes along
+        context = contextvars.copy_context()
         try:
             future: Future[TransactionSendResult] = executor.submit(
-                self.send_in_transaction, topic, payload, **kwargs
+                context.run, self.send_in_transaction, topic, payload, **kwargs
             )
         except RejectedError as exc:
             if executor.is_shutdown:  # closed between the check above and submit()
@@ -860,6 +866,12 @@ class TransactionalProducer(Producer):
     # ---- figures and lifecycle ------------------------------------------------------------------
     def _transaction_figures(self) -> tuple[ExecutorStats, DispatchStats]:
         return self.executor.stats(), self.dispatcher.stats()
+
+    def _local_results(self) -> dict[str, int]:
+        """``committed``, ``rolled_back``, ``unknown`` of :meth:`stats`, as metrics name them."""
+        with self._lock:
+            counts = dict(self._counts)
+        return {hooks.result_name(state): counts[state.name] for state in LocalTransactionState}
 
     def _closers(self, timeout: float | None) -> list[Callable[[], object]]:
         """The transactional sender (it waits for in-flight callbacks, which still need the

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from core.doubles import DoubleBackend
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 from txmsg_broker.testing import unique
 
@@ -174,3 +175,25 @@ def test_a_context_the_caller_put_in_the_properties_is_kept(
     assert seen[0].properties["traceparent"] == mine
     (_, second) = telemetry.spans(f"send {topic}")
     assert seen[1].properties["traceparent"].split("-")[2] == format(second.context.span_id, "016x")
+
+
+def test_an_async_transactional_send_is_a_child_of_the_callers_span(
+    telemetry: Telemetry, double_app: tuple[TxMsg, DoubleBackend]
+) -> None:
+    app, _ = double_app
+    group, topic = unique("pg_oa"), unique("oa")
+
+    class Commit:
+        def execute_local(self, message: Message, arg: Any) -> S:
+            return S.COMMIT
+
+        def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    app.add_transactional_listener(Commit(), group=group, topics=[topic])
+    app.start()
+    with trace.get_tracer("app").start_as_current_span("request") as request:
+        app.transactional_producer(group).send_in_transaction_async(topic, "x").result(30)
+    (send,) = telemetry.spans(f"send {topic}")
+    assert send.parent is not None
+    assert send.parent.span_id == request.get_span_context().span_id

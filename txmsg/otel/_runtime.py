@@ -75,10 +75,13 @@ class Otel:
         self.operation_duration = histogram(names.OPERATION_DURATION, "Duration of a send")
         self.consumed = counter(names.CONSUMED_MESSAGES, "Deliveries handed to listeners")
         self.process_duration = histogram(names.PROCESS_DURATION, "Duration of a delivery")
-        self.local_transactions = counter(names.LOCAL_TRANSACTIONS, "execute_local answers")
         self.checks = counter(names.CHECKS, "Check-backs answered")
         self.check_duration = histogram(names.CHECK_DURATION, "Check-back arrival to answer")
         observed = {
+            names.LOCAL_TRANSACTIONS: (
+                "counter",
+                "execute_local answers of sends that reached the broker",
+            ),
             names.EXECUTOR_QUEUED: ("gauge", "Tasks waiting for an executor thread"),
             names.EXECUTOR_ACTIVE: ("gauge", "Executor threads running a task"),
             names.EXECUTOR_REJECTED: ("counter", "Tasks the executor refused"),

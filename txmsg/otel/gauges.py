@@ -8,7 +8,7 @@ metrics cannot drift from ``stats()`` - both read the same place.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from txmsg.otel import names
@@ -38,6 +38,29 @@ def watch_executor(group: str, executor: Any) -> list[int]:
         watch(names.EXECUTOR_ACTIVE, reading("active")),
         watch(names.EXECUTOR_REJECTED, reading("rejected")),
     ]
+
+
+def watch_local_transactions(group: str, counts: Callable[[], Mapping[str, int]]) -> list[int]:
+    """Report ``counts()`` (result -> count: the producer's own commit / rollback / unknown
+    counts, those of ``stats()``) as ``txmsg.local_transactions`` of producer ``group``.  Read
+    when collected rather than added per send: no cost on the sending thread."""
+    if otel() is None:
+        return []
+    try:  # a bound method is held weakly, like the executor above
+        ref: Callable[[], Callable[[], Mapping[str, int]] | None] = weakref.WeakMethod(counts)
+    except TypeError:
+        ref = lambda: counts  # noqa: E731 - the same call shape as the weak reference
+
+    def read() -> Reading:
+        current = ref()
+        if current is None:
+            return []
+        return [
+            (n, {names.PRODUCER_GROUP: group, names.LOCAL_RESULT: result})
+            for result, n in current().items()
+        ]
+
+    return [watch(names.LOCAL_TRANSACTIONS, read)]
 
 
 def watch_parked_keys(group: str, count: Callable[[], int]) -> list[int]:

@@ -69,6 +69,16 @@ def _send_attributes(group: str, topic: str, kind: str) -> Mapping[str, Any]:
 
 
 @functools.lru_cache(maxsize=4096)
+def _send_metric_attributes(group: str, topic: str) -> Mapping[str, Any]:
+    return {
+        names.SYSTEM: names.ROCKETMQ,
+        names.DESTINATION: topic,
+        names.OPERATION_NAME: "send",
+        names.PRODUCER_GROUP: group,
+    }
+
+
+@functools.lru_cache(maxsize=4096)
 def _result_attributes(group: str, topic: str, key: str, result: str) -> Mapping[str, Any]:
     return {
         names.SYSTEM: names.ROCKETMQ,
@@ -123,9 +133,22 @@ class Sending:
     """One send: its span and figures.  Use as a context manager around a synchronous send (the
     span is current inside), or call :meth:`end` from a callback (async sends).
 
-    ``message`` is what to hand to the backend: the given one plus the trace context."""
+    ``message`` is what to hand to the backend: the given one plus the trace context.  Why the
+    attributes are gathered and set in two calls (at the start and at :meth:`end`): each call into
+    the SDK takes its lock and validates, and a send holds the GIL for all of it
+    (``benchmarks/otel_overhead.py``)."""
 
-    __slots__ = ("_attributes", "_count", "_o", "_span", "_started", "_token", "message")
+    __slots__ = (
+        "_count",
+        "_message_id",
+        "_metric_attributes",
+        "_o",
+        "_result",
+        "_span",
+        "_started",
+        "_token",
+        "message",
+    )
 
     def __init__(
         self,
@@ -139,21 +162,24 @@ class Sending:
         self._o = o
         self._count = count
         self._token: object | None = None
-        self._attributes = _send_attributes(
-            group, message.topic, _message_type(message, transactional)
+        self._message_id: str | None = None
+        self._result: str | None = None
+        self._metric_attributes = _send_metric_attributes(group, message.topic)
+        attributes = _span_attributes(
+            _send_attributes(group, message.topic, _message_type(message, transactional)),
+            message,
+            count,
         )
-        span = o.tracer.start_span(
-            f"send {message.topic}", kind=o.PRODUCER, attributes=self._attributes
-        )
+        span = o.tracer.start_span(f"send {message.topic}", kind=o.PRODUCER, attributes=attributes)
         self._span = span
         self._started = time.perf_counter()
         self.message = message
-        if span.is_recording():
-            _describe_outgoing(span, message, count)
-            if _TRACEPARENT not in message.properties:  # a context the user set is kept
-                carrier = dict(message.properties)
-                o.propagate.inject(carrier, context=o.trace.set_span_in_context(span))
-                self.message = dataclasses.replace(message, properties=carrier)
+        # a sampled-out span still has a valid context: consumers keep its sampling decision;
+        # no SDK: nothing to carry.  A context the caller set in the properties is kept.
+        if span.get_span_context().is_valid and _TRACEPARENT not in message.properties:
+            carrier = dict(message.properties)
+            o.propagate.inject(carrier, context=o.trace.set_span_in_context(span))
+            self.message = dataclasses.replace(message, properties=carrier)
 
     def __enter__(self) -> Sending:
         self._token = self._o.context.attach(self._o.trace.set_span_in_context(self._span))
@@ -169,38 +195,34 @@ class Sending:
 
     def sent(self, message_id: str | None) -> None:
         """The broker's answer: the message id goes on the span."""
-        if message_id and self._span.is_recording():
-            self._span.set_attribute(names.MESSAGE_ID, message_id)
+        self._message_id = message_id or None
 
     def local_state(self, state: LocalTransactionState | None) -> None:
-        """A transactional send reached the broker and ``execute_local`` answered ``state``."""
-        if state is None:
-            return
-        result = result_name(state)
-        attributes = self._attributes
-        self._o.local_transactions.add(
-            1,
-            _result_attributes(
-                attributes[names.PRODUCER_GROUP],
-                attributes[names.DESTINATION],
-                names.LOCAL_RESULT,
-                result,
-            ),
-        )
-        if self._span.is_recording():
-            self._span.set_attribute(names.LOCAL_RESULT, result)
+        """A transactional send reached the broker and ``execute_local`` answered ``state``
+        (on the span; ``txmsg.local_transactions`` reads the producer's own counts)."""
+        if state is not None:
+            self._result = result_name(state)
 
     def end(self, error: BaseException | None = None) -> None:
         """Close the span and count the send (failed when ``error`` is given)."""
         o, span = self._o, self._span
         elapsed = time.perf_counter() - self._started
-        attributes = _with_error(self._attributes, None if error is None else error_type(error))
+        kind = None if error is None else error_type(error)
+        attributes = _with_error(self._metric_attributes, kind)
         o.sent.add(self._count, attributes)
         o.operation_duration.record(elapsed, attributes)
-        if error is not None and span.is_recording():
-            span.record_exception(error)
-            span.set_status(o.Status(o.ERROR, f"{error_type(error)}: {error}"))
-            span.set_attribute(names.ERROR_TYPE, error_type(error))
+        if span.is_recording():
+            late: dict[str, Any] = {}
+            if self._message_id is not None:
+                late[names.MESSAGE_ID] = self._message_id
+            if self._result is not None:
+                late[names.LOCAL_RESULT] = self._result
+            if error is not None:
+                late[names.ERROR_TYPE] = kind
+                span.record_exception(error)
+                span.set_status(o.Status(o.ERROR, f"{kind}: {error}"))
+            if late:
+                span.set_attributes(late)
         span.end()
 
 
@@ -261,20 +283,24 @@ def inject_all(messages: Sequence[OutgoingMessage], like: OutgoingMessage) -> li
     ]
 
 
-def _describe_outgoing(span: Any, message: OutgoingMessage, count: int) -> None:
+def _span_attributes(
+    base: Mapping[str, Any], message: OutgoingMessage, count: int
+) -> Mapping[str, Any]:
+    """The send span's attributes: ``base`` plus what this message has."""
+    extra: dict[str, Any] = {}
     if count > 1:
-        span.set_attribute(names.BATCH_COUNT, count)
-    keys = _keys(message.keys)
-    if keys:
-        span.set_attribute(names.ROCKETMQ_KEYS, keys)
+        extra[names.BATCH_COUNT] = count
+    if message.keys:
+        extra[names.ROCKETMQ_KEYS] = _keys(message.keys)
     if message.tags:
-        span.set_attribute(names.ROCKETMQ_TAG, message.tags)
+        extra[names.ROCKETMQ_TAG] = message.tags
     if message.sharding_key is not None:
-        span.set_attribute(names.ROCKETMQ_GROUP, message.sharding_key)
+        extra[names.ROCKETMQ_GROUP] = message.sharding_key
     if message.delay_level is not None:
-        span.set_attribute(names.ROCKETMQ_DELAY_LEVEL, message.delay_level)
+        extra[names.ROCKETMQ_DELAY_LEVEL] = message.delay_level
     if message.deliver_at_ms is not None:
-        span.set_attribute(names.ROCKETMQ_DELIVERY_TIMESTAMP, message.deliver_at_ms)
+        extra[names.ROCKETMQ_DELIVERY_TIMESTAMP] = message.deliver_at_ms
+    return {**base, **extra} if extra else base
 
 
 # ---- check-backs --------------------------------------------------------------------------------
@@ -416,27 +442,28 @@ class Processing:
     def _start(self, message: Message) -> tuple[Any, Any, list[str]]:
         o = self._o
         parent, links = _parent(o, message.properties)
+        attributes: dict[str, Any] = {
+            **self._attributes,
+            names.ROCKETMQ_CONSUMPTION_MODEL: "clustering",
+            names.RECONSUME_TIMES: message.reconsume_times,
+        }
+        if message.message_id:
+            attributes[names.MESSAGE_ID] = message.message_id
+        if message.keys:
+            attributes[names.ROCKETMQ_KEYS] = _keys(message.keys)
+        if message.tags:
+            attributes[names.ROCKETMQ_TAG] = message.tags
+        if message.sharding_key is not None:
+            attributes[names.ROCKETMQ_GROUP] = message.sharding_key
+        if message.queue_id is not None:
+            attributes["messaging.destination.partition.id"] = str(message.queue_id)
         span = o.tracer.start_span(
             f"process {message.topic}",
             context=parent,
             kind=o.CONSUMER,
-            attributes=self._attributes,
+            attributes=attributes,
             links=links,
         )
-        if span.is_recording():
-            if message.message_id:
-                span.set_attribute(names.MESSAGE_ID, message.message_id)
-            keys = _keys(message.keys)
-            if keys:
-                span.set_attribute(names.ROCKETMQ_KEYS, keys)
-            if message.tags:
-                span.set_attribute(names.ROCKETMQ_TAG, message.tags)
-            if message.sharding_key is not None:
-                span.set_attribute(names.ROCKETMQ_GROUP, message.sharding_key)
-            if message.queue_id is not None:
-                span.set_attribute("messaging.destination.partition.id", str(message.queue_id))
-            span.set_attribute(names.ROCKETMQ_CONSUMPTION_MODEL, "clustering")
-            span.set_attribute(names.RECONSUME_TIMES, message.reconsume_times)
         errors: list[str] = []
         token = o.context.attach(o.trace.set_span_in_context(span))
         _errors.set(errors)
