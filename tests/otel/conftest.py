@@ -1,9 +1,9 @@
 """The OpenTelemetry SDK with in-memory exporters, for the tests of txmsg's telemetry.
 
 The global providers can be set once per process, so one SDK serves every test of a worker
-(``telemetry``); spans are kept only while a test of this directory runs (other tests in the
-same xdist worker record nothing), and every test names its own groups and topics, so it reads
-only its own spans and data points.
+(``telemetry``); spans are made only while a test of this directory runs (the other tests of the
+same xdist worker see the API without an SDK: no span, no trace context in their messages), and
+every test names its own groups and topics, so it reads only its own spans and data points.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from txmsg import TxMsg
@@ -42,23 +43,41 @@ CONNECT = {
 }
 
 
-class _WhileRecording(SpanProcessor):
-    """Hands ended spans to the exporter only while ``recording`` is set."""
+class _Switch(trace.TracerProvider):
+    """The SDK's tracer provider while ``recording`` is set, the API's no-op one otherwise.
 
-    def __init__(self, exporter: InMemorySpanExporter) -> None:
-        self.exporter = exporter
+    Why: the global provider cannot be taken back, and the other tests of an xdist worker must
+    see txmsg as without an SDK (no span, no ``traceparent`` written into their messages)."""
+
+    def __init__(self, sdk: TracerProvider) -> None:
         self.recording = threading.Event()
+        self._sdk = sdk
 
-    def on_end(self, span: ReadableSpan) -> None:
-        if self.recording.is_set():
-            self.exporter.export((span,))
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return _SwitchTracer(self, self._sdk.get_tracer(*args, **kwargs))
+
+
+class _SwitchTracer(trace.Tracer):
+    def __init__(self, switch: _Switch, sdk: trace.Tracer) -> None:
+        self._switch = switch
+        self._sdk = sdk
+        self._noop = trace.NoOpTracer()
+
+    def _current(self) -> trace.Tracer:
+        return self._sdk if self._switch.recording.is_set() else self._noop
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        return self._current().start_span(*args, **kwargs)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self._current().start_as_current_span(*args, **kwargs)
 
 
 @dataclass
 class Telemetry:
     exporter: InMemorySpanExporter
     reader: InMemoryMetricReader
-    processor: _WhileRecording
+    switch: _Switch
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
@@ -92,23 +111,25 @@ class Telemetry:
 @pytest.fixture(scope="session")
 def _sdk() -> Telemetry:
     exporter = InMemorySpanExporter()
-    processor = _WhileRecording(exporter)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
+    sdk = TracerProvider()
+    sdk.add_span_processor(SimpleSpanProcessor(exporter))
+    provider = _Switch(sdk)
     trace.set_tracer_provider(provider)
     reader = InMemoryMetricReader()
-    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    meter_provider = MeterProvider(metric_readers=[reader])
+    metrics.set_meter_provider(meter_provider)
     assert trace.get_tracer_provider() is provider, "another global tracer provider was set first"
-    return Telemetry(exporter, reader, processor)
+    assert metrics.get_meter_provider() is meter_provider, "another meter provider was set first"
+    return Telemetry(exporter, reader, provider)
 
 
 @pytest.fixture
 def telemetry(_sdk: Telemetry) -> Iterator[Telemetry]:
     """The SDK, recording spans for this test (cleared before)."""
     _sdk.exporter.clear()
-    _sdk.processor.recording.set()
+    _sdk.switch.recording.set()
     yield _sdk
-    _sdk.processor.recording.clear()
+    _sdk.switch.recording.clear()
     _sdk.exporter.clear()
 
 
