@@ -2,7 +2,7 @@
 
     python -m benchmarks.orderly_throughput [--messages 10000] [--keys 64] [--threads 1,8]
                                             [--rounds 3] [--poison-threads 8]
-                                            [--retries 3] [--retry-delay 0.05]
+                                            [--retries 3] [--retry-delay 0.05] [--pg URL]
 
 One embedded broker (child process), one topic with 8 queues, pre-filled once with ``--messages``
 messages sent with ``SendMessageOrderlyByShardingKey`` over ``--keys`` sharding keys (``order-000``
@@ -22,13 +22,18 @@ with 8 consumer threads:
   txmsg consumer code).
 * **txmsg**: ``app.add_message_listener(..., orderly=True, session_factory=...)`` on the rocketmq
   backend with parking on a SQLite file (``txmsg.sqla``): every message goes through the orderly
-  wrapper (the in-flight journal's write before the listener and delete after it - librocketmq
-  hazard #10, ``txmsg.sqla.journal`` - and is its key parked? - one SELECT), the listener notes
-  the arrival the same way.
+  wrapper (the in-flight journal - librocketmq hazard #10, ``txmsg.sqla.journal``: two appends to
+  the process's spool file, the table only for long-running, handed-back or dead consumers'
+  messages - and is its key parked? - a set in memory, read again every 0.5 s and when a queue
+  comes to the process), the listener notes the arrival the same way.
+* **txmsgpg** (with ``--pg URL``, e.g. what ``bash scripts/pg.sh`` prints): the same with the
+  listener's database on PostgreSQL.
 
-Each round runs raw and txmsg back to back (alternating which goes first); the ratio txmsg/raw per
-thread count is the median of the rounds' ratios of busy rates (the 2-core machine is noisy; nothing is
-compared across runs).
+Each round runs raw and txmsg (and txmsgpg) back to back (alternating the order); the ratio
+txmsg/raw per thread count is the median of the rounds' ratios of busy rates (the 2-core machine is
+noisy; nothing is compared across runs), and ``overhead_ms`` what txmsg adds per message, 1/txmsg -
+1/raw in ms, median of the rounds (``overhead_ms`` for 1 thread, ``overhead8_ms`` for 8,
+``overhead1pg_ms``/``overhead8pg_ms`` on PostgreSQL; goal <= 0.1, i.e. t1 and t8 >= 0.15).
 
 Then, with ``--poison-threads`` consumer threads, **poisoned** vs **unpoisoned** txmsg runs (paired
 the same way): in the poisoned one the listener raises for the first message of key ``order-000``,
@@ -42,18 +47,25 @@ ended in the parked table, in order.
 Every variant checks per-key order (a message arriving before an earlier one of its key is a
 violation) and counts duplicates; the log of txmsg (parking warnings) goes to a file.  Final line::
 
-    RESULT orderly_throughput raw1=<msgs/s> txmsg1=<msgs/s> raw8=... txmsg8=... unpoisoned8=...
-        poisoned8=... t1=<txmsg/raw> t8=<txmsg/raw> poison=<poisoned/unpoisoned>
-        parked_check_ms=<ms> park_behind_ms=<ms> journal_ms=<ms> violations=<n> incomplete=<n>
+    RESULT orderly_throughput raw1=<msgs/s> txmsg1=<msgs/s> [txmsgpg1=...] raw8=... txmsg8=...
+        unpoisoned8=... poisoned8=... t1=<txmsg/raw> [t1pg=...] t8=<txmsg/raw> [t8pg=...]
+        poison=<poisoned/unpoisoned> overhead_ms=<ms> [overhead1pg_ms=...] overhead8_ms=<ms>
+        [overhead8pg_ms=...] parked_check_ms=<ms> park_behind_ms=<ms> journal_ms=<ms>
+        journal_table_ms=<ms> wrapper_ms=<ms> fifo_wrapper_ms=<ms> violations=<n> incomplete=<n>
         ratio=<poison>
 
 (rates: the best of the rounds - busy rates for raw/txmsg, wall rates for (un)poisoned; ratios:
 medians of the pairs; ``ratio=`` is the figure the issue sets a goal for, poisoned/unpoisoned >=
-0.9; txmsg/raw has none and is reported as t1/t8).  ``parked_check_ms`` and ``park_behind_ms``
-explain the figures: the orderly wrapper's "is this key parked?" query (every message pays it)
-and parking a message behind a parked key (every later message of the poisoned key pays it), each
-alone on a fresh SQLite file (``txmsg.sqla.parking``, median of 300 calls); ``journal_ms`` the
-same for the in-flight journal's write and delete (every message pays it).
+0.9).  The rest explain the figures, each alone on a fresh SQLite file (medians of 300 calls):
+``parked_check_ms`` the "is this key parked?" query (now read about every 0.5 s, not per message;
+the rocketmq5 FIFO path still asks it per message), ``park_behind_ms`` parking a message behind a
+parked key (every later message of the poisoned key pays it), ``journal_ms`` the in-flight
+journal's spool append and end (every message pays it), ``journal_table_ms`` its table path
+(INSERT and DELETE, what every message paid before the spool; now only messages of keys with rows
+there).  ``wrapper_ms`` and ``fifo_wrapper_ms``: txmsg's orderly handler alone (no broker, a
+listener that does nothing, mean of 1 800 calls) as the rocketmq backend calls it and as the
+rocketmq5 FIFO consumer calls it (no journal, a parked-key query per message) - the FIFO
+consumer's figure beside the remoting one without a 5.x raw baseline to divide by.
 """
 
 from __future__ import annotations
@@ -313,6 +325,7 @@ class TxmsgOrderly:
         poison: bytes | None = None,
         retries: int,
         retry_delay: float,
+        database: str | None = None,
     ) -> None:
         import txmsg.sqla  # noqa: PLC0415 - SQLAlchemy only for this variant
         from txmsg import TxMsg  # noqa: PLC0415
@@ -320,7 +333,9 @@ class TxmsgOrderly:
         from txmsg.message import Message  # noqa: PLC0415
 
         self.group = unique("cg_orderly_txmsg")
-        self.engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / (self.group + '.db')}")
+        self.engine = txmsg.sqla.create_engine(
+            database or f"sqlite:///{workdir / (self.group + '.db')}"
+        )
         txmsg.sqla.create_tables(self.engine)
         self.session_factory = txmsg.sqla.make_session_factory(self.engine)
 
@@ -362,28 +377,33 @@ class TxmsgOrderly:
         self.engine.dispose()
 
 
-def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float]:
-    """Median milliseconds, on a fresh SQLite file, of ``is_parked`` (every message of an orderly
-    listener pays it; nothing parked), of ``park_behind`` (every message of a parked key pays
-    it: one write transaction) and of the in-flight journal's write and delete around a message
-    (every message pays it on the rocketmq backend, ``txmsg.sqla.journal``; the delete is timed
-    as its own transaction, which an idempotent listener saves by deleting with its effects)."""
+def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float, float]:
+    """Median milliseconds, on a fresh SQLite file, of ``is_parked`` (the query the handler
+    asked before every message until the parked keys were kept in memory; now it runs about
+    every 0.5 s), of ``park_behind`` (every message of a parked key pays it: one write
+    transaction), of the in-flight journal around a message as every message pays it now (the
+    spool's two appends, ``admit`` + ``done``, ``txmsg.sqla.journal``) and of its table path
+    (INSERT and DELETE, two transactions: what every message paid before, and what messages of a
+    key with rows in the table - a dead consumer's leftover - still pay)."""
     import txmsg.sqla  # noqa: PLC0415
     from txmsg.message import Message  # noqa: PLC0415
     from txmsg.sqla import parking  # noqa: PLC0415
-    from txmsg.sqla.journal import InflightJournal  # noqa: PLC0415
+    from txmsg.sqla.journal import InflightJournal, Ticket  # noqa: PLC0415
+    from txmsg.sqla.parking import parked_message_key  # noqa: PLC0415
 
     engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / 'parking-costs.db'}")
     txmsg.sqla.create_tables(engine)
     sessions = txmsg.sqla.make_session_factory(engine)
 
-    def message(i: int) -> Message:
+    def message(i: int, key: str = POISON_KEY) -> Message:
         return Message(
             topic="bench",
-            body=f"{POISON_KEY}|{i}".encode(),
+            body=f"{key}|{i}".encode(),
             message_id=f"m{i}",
-            properties={"UNIQ_KEY": f"m{i}"},
-            sharding_key=POISON_KEY,
+            properties={"UNIQ_KEY": f"m{i}", "__SHARDINGKEY": key},
+            sharding_key=key,
+            queue_id=i % QUEUES,
+            queue_offset=i,
         )
 
     checks, parks = [], []
@@ -396,20 +416,91 @@ def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float]
         t0 = time.perf_counter()
         parking.park_behind(sessions, "bench", message(i))
         parks.append(time.perf_counter() - t0)
-    journal, journaled = InflightJournal(sessions, "bench-journal"), []
+    journal, spooled, tabled = InflightJournal(sessions, "bench-journal"), [], []
+    journal.refresh()
     for i in range(calls):
+        m = message(i, key_name(1 + i % 63))
         t0 = time.perf_counter()
-        entry = journal.enter(message(i))
+        ticket = journal.admit(m).ticket
+        if ticket is None or ticket.seq is None:
+            raise RuntimeError("the journal did not spool a message of a key without rows")
+        journal.done(ticket)
+        spooled.append(time.perf_counter() - t0)
+    for i in range(calls, 2 * calls):
+        m = message(i, key_name(1 + i % 63))
+        t0 = time.perf_counter()
+        entry = journal.enter(m)
         if entry.row_id is None:
             raise RuntimeError("the journal refused a new message: nothing else writes this file")
-        journal.done(entry.row_id)
-        journaled.append(time.perf_counter() - t0)
+        journal.done(Ticket(m, parked_message_key(m), row_id=entry.row_id))
+        tabled.append(time.perf_counter() - t0)
+    journal.close()
     engine.dispose()
     return (
         statistics.median(checks) * 1000,
         statistics.median(parks) * 1000,
-        statistics.median(journaled) * 1000,
+        statistics.median(spooled) * 1000,
+        statistics.median(tabled) * 1000,
     )
+
+
+def wrapper_costs(workdir: Path, calls: int = 2000) -> tuple[float, float]:
+    """Mean milliseconds per message of txmsg's orderly handler alone (a listener that does
+    nothing, no broker), on a fresh SQLite file: as the rocketmq backend calls it (in-flight
+    journal on, messages carry their queue) and as the rocketmq5 FIFO consumer calls it (no
+    journal: the client acks each message itself; no queue: any consumer may get a message
+    group's next message, so "is the key parked?" stays a query per message)."""
+    import txmsg.sqla  # noqa: PLC0415
+    from txmsg.consumer import build_consumer_spec  # noqa: PLC0415
+    from txmsg.message import Message  # noqa: PLC0415
+    from txmsg.orderly import orderly_handler  # noqa: PLC0415
+
+    def listener(message: Message) -> None:
+        del message
+
+    results = []
+    for name, journal, queued in (("remoting", True, True), ("fifo", False, False)):
+        engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / f'wrapper-{name}.db'}")
+        txmsg.sqla.create_tables(engine)
+        spec = build_consumer_spec(
+            listener,
+            topic="bench",
+            group=f"bench-{name}",
+            orderly=True,
+            session_factory=txmsg.sqla.make_session_factory(engine),
+        )
+        handler = orderly_handler(spec, journal=journal)
+        batch = []
+        for i in range(calls):
+            key = key_name(i % 64)
+            batch.append(
+                Message(
+                    topic="bench",
+                    body=f"{key}|{i}".encode(),
+                    message_id=f"m{i}",
+                    properties={"UNIQ_KEY": f"m{i}", "__SHARDINGKEY": key},
+                    sharding_key=key,
+                    queue_id=(i % QUEUES) if queued else None,
+                    queue_offset=i if queued else None,
+                )
+            )
+        for message in batch[: calls // 10]:  # warm-up: snapshots read, spool file open
+            handler(message)
+        t0 = time.perf_counter()
+        for message in batch[calls // 10 :]:
+            if not handler(message):
+                raise RuntimeError(f"the {name} handler refused a message")
+        results.append((time.perf_counter() - t0) / (calls - calls // 10) * 1000)
+        handler.close()
+        engine.dispose()
+    return results[0], results[1]
+
+
+def per_message_ms(txmsg: Figures, raw: Figures) -> float:
+    """What txmsg adds to each message, in ms: 1/txmsg - 1/raw (busy rates, one round's pair)."""
+    if txmsg.busy_rate <= 0 or raw.busy_rate <= 0:
+        return float("nan")
+    return (1 / txmsg.busy_rate - 1 / raw.busy_rate) * 1000
 
 
 # ---- driving one variant --------------------------------------------------------------------------
@@ -473,6 +564,13 @@ def main(argv: list[str] | None = None) -> int:
         help="raw or txmsg alone (no ratios; for trying one side)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="per-variant limit in seconds")
+    parser.add_argument(
+        "--pg",
+        default=os.environ.get("TXMSG_BENCH_PG_URL"),
+        metavar="URL",
+        help="also run the txmsg variant with its database on this PostgreSQL URL "
+        "(default $TXMSG_BENCH_PG_URL; e.g. what `bash scripts/pg.sh` prints)",
+    )
     args = parser.parse_args(argv)
     thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
     ensure_client_log_dir()
@@ -496,7 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     def raw(threads: int) -> Callable[[Arrivals], Any]:
         return lambda arrivals: RawOrderly(broker.namesrv_addr, topic, threads, arrivals)
 
-    def tx(threads: int, poison: bytes | None = None) -> Callable[[Arrivals], Any]:
+    def tx(
+        threads: int, poison: bytes | None = None, database: str | None = None
+    ) -> Callable[[Arrivals], Any]:
         return lambda arrivals: TxmsgOrderly(
             broker.namesrv_addr,
             topic,
@@ -506,19 +606,24 @@ def main(argv: list[str] | None = None) -> int:
             poison=poison,
             retries=args.retries,
             retry_delay=args.retry_delay,
+            database=database,
         )
 
     rates: dict[str, list[float]] = {}
     ratios: dict[str, float] = {}
+    overheads: dict[str, list[float]] = {}
     violations = 0
     incomplete = 0
     try:
         for threads in thread_counts:
             pair_ratios: list[float] = []
+            pg_ratios: list[float] = []
             for round_no in range(args.rounds):
                 order = [("raw", raw(threads)), ("txmsg", tx(threads))]
+                if args.pg:
+                    order.append(("txmsgpg", tx(threads, database=args.pg)))
                 if args.only != "all":
-                    order = [o for o in order if o[0] == args.only]
+                    order = [o for o in order if o[0].startswith(args.only)]
                 if round_no % 2:
                     order.reverse()
                 got: dict[str, Figures] = {}
@@ -531,13 +636,26 @@ def main(argv: list[str] | None = None) -> int:
                     rates.setdefault(f"{name}{threads}", []).append(figures.busy_rate)
                     violations += figures.violations
                     incomplete += not figures.complete
-                if len(got) == 2 and got["raw"].busy_rate > 0:
+                if "raw" in got and "txmsg" in got and got["raw"].busy_rate > 0:
                     pair_ratios.append(got["txmsg"].busy_rate / got["raw"].busy_rate)
-            if pair_ratios:
-                ratios[f"t{threads}"] = statistics.median(pair_ratios)
+                    overheads.setdefault(f"overhead{threads}", []).append(
+                        per_message_ms(got["txmsg"], got["raw"])
+                    )
+                if "raw" in got and "txmsgpg" in got and got["raw"].busy_rate > 0:
+                    pg_ratios.append(got["txmsgpg"].busy_rate / got["raw"].busy_rate)
+                    overheads.setdefault(f"overhead{threads}pg", []).append(
+                        per_message_ms(got["txmsgpg"], got["raw"])
+                    )
+            for suffix, values in (("", pair_ratios), ("pg", pg_ratios)):
+                if not values:
+                    continue
+                name = f"t{threads}{suffix}"
+                ratios[name] = statistics.median(values)
+                cost = statistics.median(overheads[f"overhead{threads}{suffix}"])
                 print(
-                    f"threads {threads}: txmsg/raw = {ratios[f't{threads}']:.3f} (median of "
-                    f"{', '.join(f'{r:.2f}' for r in pair_ratios)})",
+                    f"threads {threads}: txmsg{' (PostgreSQL)' if suffix else ''}/raw = "
+                    f"{ratios[name]:.3f} (median of {', '.join(f'{r:.2f}' for r in values)}); "
+                    f"txmsg adds {cost:.3f} ms per message (1/txmsg - 1/raw, median)",
                     flush=True,
                 )
 
@@ -586,22 +704,37 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(f'{r:.2f}' for r in pair_ratios)}; goal >= 0.9)",
                 flush=True,
             )
-        check_ms, park_ms, journal_ms = (
-            parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0)
+        check_ms, park_ms, journal_ms, table_ms = (
+            parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0, 0.0)
+        )
+        wrapper_ms, fifo_ms = (
+            wrapper_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0)
         )
         print(
-            f"parking alone, SQLite: is the key parked? {check_ms:.2f} ms (every message); "
-            f"park behind a parked key {park_ms:.2f} ms (every message of a parked key); "
-            f"in-flight journal write + delete {journal_ms:.2f} ms (every message)",
+            f"txmsg's orderly handler alone (no broker, trivial listener, SQLite): "
+            f"{wrapper_ms:.3f} ms per message as the rocketmq backend calls it (journal on), "
+            f"{fifo_ms:.3f} ms as the rocketmq5 FIFO consumer does (a parked-key query each)",
+            flush=True,
+        )
+        print(
+            f"alone, SQLite: is the key parked? {check_ms:.3f} ms (a query; now about every "
+            f"0.5 s); park behind a parked key {park_ms:.3f} ms (every message of a parked key); "
+            f"in-flight journal, spool append + end {journal_ms:.3f} ms (every message); its "
+            f"table path, INSERT + DELETE {table_ms:.3f} ms (messages of keys with leftover rows)",
             flush=True,
         )
     finally:
         broker.stop()
     best = " ".join(f"{name}={max(values):.0f}" for name, values in rates.items())
     parts = " ".join(f"{name}={value:.3f}" for name, value in ratios.items())
+    costs = " ".join(
+        f"{'overhead_ms' if name == 'overhead1' else name + '_ms'}={statistics.median(values):.3f}"
+        for name, values in overheads.items()
+    )
     print(
-        f"RESULT orderly_throughput {best} {parts} parked_check_ms={check_ms:.2f} "
-        f"park_behind_ms={park_ms:.2f} journal_ms={journal_ms:.2f} "
+        f"RESULT orderly_throughput {best} {parts} {costs} parked_check_ms={check_ms:.3f} "
+        f"park_behind_ms={park_ms:.3f} journal_ms={journal_ms:.3f} journal_table_ms={table_ms:.3f} "
+        f"wrapper_ms={wrapper_ms:.3f} fifo_wrapper_ms={fifo_ms:.3f} "
         f"violations={violations} incomplete={incomplete} ratio={ratios.get('poison', 0.0):.3f}"
     )
     return 0

@@ -113,9 +113,8 @@ class SendResult:
     """Outcome of a plain send (``send``, ``send_orderly``, ``send_batch``, ``send_async``).
 
     For a batch, ``message_id`` holds every id joined by commas, as the Java client answers;
-    :attr:`message_ids` splits them.  The rocketmq backend's batch answers ``""``: librocketmq
-    2.1.0 gives each entry its id on an internal copy (``BatchMessage::encode`` overwrites any id
-    set before) and reports none, so the ids are known only to consumers.
+    :attr:`message_ids` splits them (both backends send a batch's messages one by one:
+    ``Capabilities.batch``).
     """
 
     message_id: str

@@ -6,7 +6,10 @@ handler built here (``@message_listener(..., orderly=True)``; :meth:`ConsumerSpe
 <txmsg.consumer.ConsumerSpec.safe_handler>`) bounds that, per message:
 
 1. its sharding key is parked for this group -> the message is parked behind the key (in the
-   service's database, in queue order) and acknowledged;
+   service's database, in queue order) and acknowledged.  Which keys are parked is kept in memory
+   (:class:`~txmsg.sqla.parking.ParkedKeyCache`), read again when that snapshot is older than
+   ``refresh_interval`` (0.5 s) or a queue comes to this process (its first message in that
+   time), so a key parked by the consumer that had the queue before is seen;
 2. else the listener runs; an exception is retried in this thread after ``orderly_retry_delay``
    seconds, up to ``max_orderly_retries`` failures in total; then the key and the message are
    parked (one transaction), an ERROR is logged with the command that replays them, the
@@ -23,6 +26,7 @@ replayed and discarded with :mod:`txmsg.sqla.parking` or ``txmsg parked list|rep
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,13 +43,17 @@ from txmsg.otel import hooks as otel_hooks
 from txmsg.sqla import parking
 from txmsg.sqla.engine import SessionFactory, is_in_memory_sqlite
 from txmsg.sqla.idempotent import IdempotentConsumer
-from txmsg.sqla.journal import InflightJournal
+from txmsg.sqla.journal import InflightJournal, Ticket
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage
 
 if TYPE_CHECKING:
     from txmsg.consumer import ConsumerSpec
 
 log = logging.getLogger("txmsg.orderly")
+
+REFRESH_INTERVAL = 0.5
+"""Seconds the in-memory parked keys (and the journal's keys with rows) are trusted; a queue not
+seen for that long is taken as new to this process and reads them again at once."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,41 @@ def orderly_handler(
     return handler
 
 
+class _Freshness:
+    """When the handler's snapshots (parked keys, keys with journal rows) must be read again:
+    older than ``interval``, or the message's queue was not seen for ``interval`` (it came to
+    this process from another consumer, which may have parked or journaled its keys)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, int | None], float] = {}
+        self._at: float | None = None
+
+    def needed(self, message: Message) -> bool:
+        now = time.monotonic()
+        queue = (message.topic, message.queue_id)
+        with self._lock:
+            last = self._seen.get(queue)
+            self._seen[queue] = now
+            if last is None or now - last > self.interval or self._at is None:
+                return True
+            if now - self._at >= self.interval:
+                self._at = now  # this thread reads them; the others go on with the old ones
+                return True
+        return False
+
+    def refreshed(self, at: float) -> None:
+        with self._lock:
+            if self._at is None or at > self._at:
+                self._at = at
+
+    def failed(self, message: Message) -> None:
+        with self._lock:
+            self._at = None
+            self._seen.pop((message.topic, message.queue_id), None)
+
+
 class OrderlyHandler:
     """``handler(message)``: True = consumed or parked, False = hand the message again later;
     never raises.  :meth:`close` stops the journal's sweeper (after the consumer stopped)."""
@@ -103,12 +146,16 @@ class OrderlyHandler:
         session_factory: SessionFactory,
         hooks: tuple[ParkedHook, ...],
         journal: InflightJournal | None,
+        *,
+        refresh_interval: float = REFRESH_INTERVAL,
     ) -> None:
         self.spec = spec
         self.session_factory = session_factory
         self.hooks = hooks
         self.journal = journal
         self._watching: list[int] = []
+        self.parked = parking.ParkedKeyCache(session_factory, spec.group)
+        self._fresh = _Freshness(refresh_interval)
 
     def start(self) -> None:
         """Check the tables are there, then start the journal's sweeper: it finishes what dead
@@ -151,23 +198,53 @@ class OrderlyHandler:
         if self.journal is not None:
             self.journal.close(timeout)
 
+    def _refresh(self, message: Message) -> None:
+        """Read the parked keys and the journal's keys again when due (see :class:`_Freshness`).
+        Messages without a queue (a FIFO message group that any consumer may get next) are not
+        served from the snapshot at all: see :meth:`_is_parked`."""
+        if message.queue_id is None or not self._fresh.needed(message):
+            return
+        at = time.monotonic()
+        try:
+            self.parked.refresh()
+            if self.journal is not None:
+                self.journal.refresh()
+        except BaseException:
+            self._fresh.failed(message)
+            raise
+        self._fresh.refreshed(at)
+
+    def _is_parked(self, message: Message, key: str) -> bool:
+        if message.queue_id is None:
+            # No queue held by one consumer at a time (rocketmq5 FIFO): the key's next message
+            # may go to another process right after this one parked it, so ask the database.
+            return parking.is_parked(self.session_factory, self.spec.group, key)
+        return key in self.parked
+
     def __call__(self, message: Message) -> bool:
         journal = self.journal
-        if journal is None:
-            return self._handle(message, None)
-        key = parking.sharding_key_of(message)
         group = self.spec.group
         try:
-            entry = journal.enter(message)
+            self._refresh(message)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
+            key = parking.sharding_key_of(message)
+            _database_failed(group, message, key, "read the parked and journaled keys", exc)
+            return False
+        if journal is None:
+            return self._handle(message, None)
+        try:
+            entry = journal.admit(message)
+        except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
+            key = parking.sharding_key_of(message)
             _database_failed(group, message, key, "write it to the in-flight journal", exc)
             return False
-        if entry.row_id is None:
+        ticket = entry.ticket
+        if ticket is None:
             log.info(
                 "group=%s key=%r msgId=%s: another consumer is finishing this message; handing "
                 "it again later",
                 group,
-                key,
+                parking.sharding_key_of(message),
                 message.message_id,
             )
             return False
@@ -176,38 +253,39 @@ class OrderlyHandler:
             try:
                 claimed = journal.claim(leftover)
             except Exception as exc:  # noqa: BLE001 - logged with its traceback
+                key = parking.sharding_key_of(message)
                 _database_failed(group, message, key, "claim a dead consumer's message", exc)
                 claimed = False
-            if not claimed or not self._handle(leftover.message, leftover.id):
-                journal.release(entry.row_id)
+            if not claimed or not self._handle(leftover.message, journal.leftover_ticket(leftover)):
+                journal.release(ticket)
                 return False
-        return self._handle(message, entry.row_id)
+        return self._handle(message, ticket)
 
-    def _handle(self, message: Message, row_id: int | None) -> bool:
+    def _handle(self, message: Message, ticket: Ticket | None) -> bool:
         """Park behind a parked key, or run the listener with bounded retries and park."""
         group, session_factory = self.spec.group, self.session_factory
         key = parking.sharding_key_of(message)
-        journal = self.journal if row_id is not None else None
+        journal = self.journal if ticket is not None else None
         try:
-            if parking.is_parked(session_factory, group, key) and parking.park_behind(
-                session_factory, group, message
-            ):
-                log.warning(
-                    "group=%s topic=%s key=%r msgId=%s: key is parked; message parked behind it "
-                    "(%s)",
-                    group,
-                    message.topic,
-                    key,
-                    message.message_id,
-                    replay_command(group, key),
-                )
-                otel_hooks.add_event(names.EVENT_PARKED_BEHIND, {names.SHARDING_KEY: key})
-                if journal is not None and row_id is not None:
-                    journal.done(row_id)
-                return True
+            if self._is_parked(message, key):
+                if parking.park_behind(session_factory, group, message):
+                    log.warning(
+                        "group=%s topic=%s key=%r msgId=%s: key is parked; message parked "
+                        "behind it (%s)",
+                        group,
+                        message.topic,
+                        key,
+                        message.message_id,
+                        replay_command(group, key),
+                    )
+                    otel_hooks.add_event(names.EVENT_PARKED_BEHIND, {names.SHARDING_KEY: key})
+                    if journal is not None and ticket is not None:
+                        journal.done(ticket)
+                    return True
+                self.parked.discard(key)  # released meanwhile (a replay): handle it here
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "check whether the key is parked", exc)
-            return self._again(row_id)
+            return self._again(ticket)
         handler, retries, delay = (
             self.spec.handler,
             self.spec.max_orderly_retries,
@@ -217,10 +295,10 @@ class OrderlyHandler:
         while True:
             attempts += 1
             try:
-                self._run(handler, message, row_id)
+                self._run(handler, message, ticket)
             except _JournalFailed as failed:
                 _database_failed(group, message, key, "delete its in-flight row", failed.error)
-                return self._again(row_id)
+                return self._again(ticket)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
@@ -247,18 +325,19 @@ class OrderlyHandler:
                     message.message_id,
                     type(exc).__name__,
                 )
-                return self._again(row_id)
+                return self._again(ticket)
             else:
                 return True
         try:
             parked_at = parking.park(
                 session_factory, group, message, error=error, attempts=attempts
             )
-            if journal is not None and row_id is not None:
-                journal.done(row_id)
+            self.parked.add(key)
+            if journal is not None and ticket is not None:
+                journal.done(ticket)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "park the key", exc)
-            return self._again(row_id)
+            return self._again(ticket)
         log.error(
             "group=%s topic=%s key=%r msgId=%s: failed %d times (%s); key PARKED: this key's "
             "later messages are parked behind it, other keys keep flowing. Fix the cause, then "
@@ -293,28 +372,29 @@ class OrderlyHandler:
         return True
 
     def _run(
-        self, handler: Callable[[Message], object], message: Message, row_id: int | None
+        self, handler: Callable[[Message], object], message: Message, ticket: Ticket | None
     ) -> None:
-        """The listener once; then the journal row goes (with the effects, when idempotent)."""
+        """The listener once; then the journal's record goes (with the effects, when
+        idempotent and the message has a row in the table)."""
         journal = self.journal
-        if journal is None or row_id is None:
+        if journal is None or ticket is None:
             handler(message)
             return
         if isinstance(handler, IdempotentConsumer):
             applied = handler.apply(
-                message, in_same_transaction=partial(journal.remove, row_id=row_id)
+                message, in_same_transaction=partial(journal.remove, ticket=ticket)
             )
         else:
             handler(message)
             applied = False
         try:
-            journal.done(row_id, removed=applied)
+            journal.done(ticket, removed=applied)
         except Exception as exc:
             raise _JournalFailed(exc) from exc
 
-    def _again(self, row_id: int | None) -> bool:
-        if self.journal is not None and row_id is not None:
-            self.journal.release(row_id)
+    def _again(self, ticket: Ticket | None) -> bool:
+        if self.journal is not None and ticket is not None:
+            self.journal.release(ticket)
         return False
 
 

@@ -119,17 +119,25 @@ def _app_targets(reference: str, group: str | None) -> list[Target]:
     return [Target(g, sessions) for g, spec, sessions in _app_specs(reference, group)]
 
 
-def _targets(app: str | None, database: str | None, group: str | None) -> list[Target]:
+@contextmanager
+def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
+    """The groups a command works on; an engine made for ``--database`` is disposed when the
+    command is done (an app's engines are its own)."""
     if app is not None and database is not None:
         raise click.UsageError("give --app or --database, not both")
     if app is not None:
-        return _app_targets(app, group)
+        yield _app_targets(app, group)
+        return
     if database is not None:
         try:
-            sessions = make_session_factory(create_engine(database))
+            engine = create_engine(database)
         except Exception as exc:
             raise click.ClickException(f"--database {database}: {exc}") from exc
-        return [Target(group, sessions)]
+        try:
+            yield [Target(group, make_session_factory(engine))]
+        finally:
+            engine.dispose()
+        return
     raise click.UsageError(
         "say where the parked messages are: --app MODULE:ATTR (your TxMsg app) or "
         "--database URL (the service's database)"
@@ -183,7 +191,11 @@ def list_command(
     app: str | None, database: str | None, group: str | None, key: str | None, as_json: bool
 ) -> None:
     """Parked keys (oldest first), or with --key the messages parked under it, in order."""
-    targets = _targets(app, database, group)
+    with _targets(app, database, group) as targets:
+        _list(targets, group, key, as_json)
+
+
+def _list(targets: list[Target], group: str | None, key: str | None, as_json: bool) -> None:
     keys = _keys(targets, key)
     if key is None:
         if as_json:
@@ -313,7 +325,11 @@ def discard_command(
     yes: bool,
 ) -> None:
     """Delete parked messages without handling them; a key left empty is released."""
-    (target,) = _targets(app, database, group)
+    with _targets(app, database, group) as targets:
+        _discard(targets[0], group, key, message_key, yes)
+
+
+def _discard(target: Target, group: str, key: str, message_key: str | None, yes: bool) -> None:
     with _database("read the parked messages"):
         rows = parked_messages(target.sessions, group, key)
     doomed = [r for r in rows if message_key is None or r.message_key == message_key]

@@ -14,8 +14,15 @@ from rich.table import Table
 
 from benchmarks.chaos import tracking
 from benchmarks.chaos.faults import FAULT_CHOICES
-from benchmarks.chaos.run import BACKENDS, ChaosResult, ChaosRun, RunOptions, backend_problem
-from benchmarks.chaos.settings import ChaosSettings
+from benchmarks.chaos.run import (
+    BACKENDS,
+    ChaosResult,
+    ChaosRun,
+    RunOptions,
+    backend_problem,
+    external_problem,
+)
+from benchmarks.chaos.settings import STREAMS, ChaosSettings
 
 MODES = {
     # strikes, interval between strikes (s), restart pause (s), producers, consumers per service
@@ -36,6 +43,16 @@ def parse_faults(_ctx: click.Context, _param: click.Parameter, value: str) -> tu
             f"{', '.join(bad) or 'nothing'}: use kill, network or kill,network"
         )
     return kinds
+
+
+def parse_streams(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    streams = tuple(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+    bad = [k for k in streams if k not in STREAMS]
+    if bad or not streams:
+        raise click.BadParameter(
+            f"{', '.join(bad) or 'nothing'}: use orders, outbox or orders,outbox"
+        )
+    return streams
 
 
 def _pair(value: str) -> tuple[float, float]:
@@ -93,6 +110,54 @@ def _pair(value: str) -> tuple[float, float]:
     "5.x client over gRPC; the broker also serves gRPC on a port kept across restarts; "
     "one broker, kill faults)",
 )
+@click.option(
+    "--name-server",
+    default=None,
+    metavar="HOST:PORT",
+    help="run against this external cluster (e.g. a real RocketMQ) instead of brokers of its own: "
+    "no broker is started or killed, strikes hit the services only; --faults kill only",
+)
+@click.option(
+    "--endpoints",
+    default=None,
+    metavar="HOST:PORT",
+    help="with --name-server and --backend rocketmq5: the external cluster's 5.x proxy",
+)
+@click.option(
+    "--streams",
+    default="orders",
+    show_default=True,
+    callback=parse_streams,
+    help="orders (the order sample: half messages, its ordered events), outbox (transfers "
+    "through the transactional outbox: writers, in-process and `txmsg outbox relay` relays, "
+    "orderly idempotent consumers; benchmarks/chaos/outbox_stream.py), or orders,outbox",
+)
+@click.option(
+    "--writers",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="outbox writer processes",
+)
+@click.option(
+    "--relays",
+    type=click.IntRange(0),
+    default=1,
+    show_default=True,
+    help="`txmsg outbox relay` processes (besides writer 0's in-process relay)",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="seconds before the first strike",
+)
+@click.option(
+    "--network-strikes",
+    type=click.IntRange(4),
+    help="override the mode's number of network strikes (at least 4: each fault once)",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--settle-timeout", default=240.0, show_default=True, type=float)
 @click.option("-v", "--verbose", is_flag=True, help="log every strike and settle poll")
@@ -110,6 +175,13 @@ def chaos_command(
     brokers: int,
     fault_kinds: tuple[str, ...],
     backend: str,
+    name_server: str | None,
+    endpoints: str | None,
+    streams: tuple[str, ...],
+    writers: int,
+    relays: int,
+    warmup: float,
+    network_strikes: int | None,
     seed: int,
     settle_timeout: float,
     verbose: bool,
@@ -120,7 +192,9 @@ def chaos_command(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    problem = backend_problem(backend, brokers, fault_kinds)
+    problem = backend_problem(backend, brokers, fault_kinds) or external_problem(
+        backend, name_server, endpoints, fault_kinds
+    )
     if problem:
         raise click.UsageError(problem)
     m_strikes, m_interval, m_pause, m_producers, m_consumers = MODES[mode]
@@ -133,6 +207,9 @@ def chaos_command(
         fail_rate=fail_rate,
         slow_rate=slow_rate,
         seed=seed,
+        streams=streams,
+        outbox_writers=writers,
+        outbox_relays=relays,
     )
     options = RunOptions(
         strikes=strikes or m_strikes,
@@ -142,22 +219,36 @@ def chaos_command(
         database_url=database_url,
         brokers=brokers,
         faults=fault_kinds,
-        network_strikes=NETWORK_STRIKES[mode],
+        network_strikes=network_strikes or NETWORK_STRIKES[mode],
         backend=backend,
+        warmup=warmup,
+        name_server=name_server,
+        endpoints=endpoints,
     )
     console = Console()
     console.print(
-        f"chaos run ({mode}, backend {backend}, faults {','.join(fault_kinds)}) in {workdir}: "
+        f"chaos run ({mode}, backend {backend}, faults {','.join(fault_kinds)}, streams "
+        f"{','.join(streams)}) in {workdir}: "
         + (f"{options.strikes} kill strikes, " if "kill" in fault_kinds else "")
         + (f"{options.network_strikes} network strikes, " if "network" in fault_kinds else "")
-        + f"{options.brokers} broker(s), {settings.producers} producers, "
-        f"{settings.consumers_per_service} consumers "
+        + (
+            f"external cluster {name_server} (no broker kills), "
+            if name_server
+            else f"{options.brokers} broker(s), "
+        )
+        + (f"{settings.producers} producers, " if "orders" in streams else "")
+        + (f"{writers} outbox writers, {relays} relay processes, " if "outbox" in streams else "")
+        + f"{settings.consumers_per_service} consumers "
         f"per service, database {'PostgreSQL' if database_url else 'SQLite'}"
     )
     result = ChaosRun(settings, options).run()
-    console.print(table(result))
+    if "orders" in streams:
+        console.print(table(result))
+    if result.outbox is not None:
+        console.print(outbox_table(result))
     if result.network:
-        console.print(network_table(result))
+        if "orders" in streams:  # its figures are the payments'
+            console.print(network_table(result))
         for line in network_lines(result):
             print(line)
     violations = result.violations
@@ -166,6 +257,8 @@ def chaos_command(
     if len(violations) > 50:
         console.print(f"[red]... and {len(violations) - 50} more[/]")
     print(result_line(result))
+    if result.outbox is not None:
+        print(outbox_result_line(result))
     if violations:
         raise SystemExit(1)
 
@@ -211,22 +304,72 @@ def network_lines(result: ChaosResult) -> list[str]:
     ]
 
 
+def _sizes(found: set[int]) -> str:
+    sizes = sorted(found)
+    return f"{sizes[0]}..{sizes[-1]} ({len(sizes)} distinct)" if sizes else "-"
+
+
+def outbox_table(result: ChaosResult) -> Table:
+    """The outbox stream's figures (benchmarks/chaos/outbox_stream.py)."""
+    snap, stop, monkey = result.outbox, result.outbox_at_stop, result.monkey
+    assert snap is not None  # noqa: S101 - called only for runs with the outbox stream
+    out = Table(title="outbox stream (transfers through the transactional outbox)")
+    out.add_column("what")
+    out.add_column("value", justify="right")
+    counts = result.process_counts
+    rows = [
+        (
+            "processes (writers / relay processes / ledger consumers)",
+            f"{counts['outbox-writer']} / {counts['outbox-relay']} / {counts['ledger']}",
+        ),
+        ("strikes (kill -9 of a random subset)", len(monkey.strikes)),
+        ("subset sizes covered", _sizes(monkey.sizes)),
+        ("kills: broker", monkey.kills["broker"]),
+        ("kills: writers (writer-0 runs a relay)", monkey.kills["outbox-writer"]),
+        ("kills: relay processes", monkey.kills["outbox-relay"]),
+        ("transfers attempted", len(snap.attempted)),
+        ("transfers committed", len(snap.committed)),
+        ("transfers rolled back or killed mid-transaction", snap.rolled_back),
+        ("committed messages (3 per transfer, 2 sharding keys)", snap.messages),
+        ("unsent when the writers stopped", stop.unsent if stop is not None else "-"),
+        ("messages applied by the ledger", snap.applied_count),
+        ("redeliveries absorbed (idempotent)", snap.duplicates),
+        ("relay lease takeovers (SQLite)", result.relay_takeovers),
+        ("unsent / dead rows after settling", f"{snap.unsent} / {snap.dead}"),
+        ("violations (outbox stream)", len(result.outbox_violations)),
+        ("run / settle time (s)", f"{result.run_seconds:.0f} / {result.settle_seconds:.0f}"),
+    ]
+    for what, value in rows:
+        out.add_row(what, str(value))
+    return out
+
+
+def outbox_result_line(result: ChaosResult) -> str:
+    snap = result.outbox
+    assert snap is not None  # noqa: S101 - called only for runs with the outbox stream
+    kills = result.monkey.kills
+    return (
+        f"RESULT chaos-outbox committed={len(snap.committed)} rolled_back={snap.rolled_back} "
+        f"messages={snap.messages} applied={snap.applied_count} duplicates={snap.duplicates} "
+        f"keys={len(snap.expected)} writer_kills={kills['outbox-writer']} "
+        f"relay_kills={kills['outbox-relay']} broker_kills={kills['broker']} "
+        f"takeovers={result.relay_takeovers} unsent={snap.unsent} dead={snap.dead} "
+        f"violations={len(result.violations)} seconds={result.run_seconds:.0f}"
+    )
+
+
 def table(result: ChaosResult) -> Table:
     final, stop, monkey = result.final, result.at_monkey_stop, result.monkey
     out = Table(title=f"txmsg chaos: {len(monkey.strikes)} strikes in {result.run_seconds:.0f} s")
     out.add_column("what")
     out.add_column("value", justify="right")
-    sizes = sorted(monkey.sizes)
     rows = [
         (
             "processes (broker / producers / consumers)",
             " / ".join(str(result.process_counts[k]) for k in ("broker", "producer", "consumer")),
         ),
         ("strikes (kill -9 of a random subset)", len(monkey.strikes)),
-        (
-            "subset sizes covered",
-            f"{sizes[0]}..{sizes[-1]} ({len(sizes)} distinct)" if sizes else "-",
-        ),
+        ("subset sizes covered", _sizes(monkey.sizes)),
         ("kills: broker", monkey.kills["broker"]),
         ("kills: producer", monkey.kills["producer"]),
         ("kills: consumer", monkey.kills["consumer"]),

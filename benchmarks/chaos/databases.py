@@ -19,6 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from txmsg_samples.order import cart, logistics, points
 from txmsg_samples.order.orders import OrderBase
 
+from benchmarks.chaos.outbox_stream import BankBase, LedgerBase
 from benchmarks.chaos.settings import SERVICES
 from benchmarks.chaos.tracking import SendJournalBase, TrackingBase
 from txmsg.sqla import create_engine, create_tables, make_session_factory
@@ -73,6 +74,8 @@ BASES = {
     "logistics": (logistics.LogisticsBase,),
     "cart": (cart.CartBase,),
     "tracking": (TrackingBase,),
+    "bank": (BankBase,),
+    "ledger": (LedgerBase,),
 }
 
 

@@ -31,12 +31,25 @@ class Child(Protocol):
 
 
 class ServiceProcess:
-    """A producer or consumer (``python -m benchmarks.chaos.roles ...``) with its own log."""
+    """A producer or consumer (``python -m benchmarks.chaos.roles ...``, or ``argv``) with its own
+    log; ready once ``ready_mark`` is in the log since its last start."""
 
-    def __init__(self, kind: str, name: str, args: list[str], log: Path) -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        args: list[str],
+        log: Path,
+        *,
+        argv: list[str] | None = None,
+        ready_mark: bytes = b"READY ",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.kind = kind
         self.name = name
-        self.argv = [sys.executable, "-m", "benchmarks.chaos.roles", *args]
+        self.argv = argv or [sys.executable, "-m", "benchmarks.chaos.roles", *args]
+        self.ready_mark = ready_mark
+        self.env = env or {}
         self.log = log
         self.kills = 0
         self.starts = 0
@@ -55,7 +68,7 @@ class ServiceProcess:
             return False
         with open(self.log, "rb") as fh:
             fh.seek(self._ready_from)
-            return b"READY " in fh.read()
+            return self.ready_mark in fh.read()
 
     def start(self) -> None:
         with self._lock:
@@ -64,7 +77,7 @@ class ServiceProcess:
             self.log.parent.mkdir(parents=True, exist_ok=True)
             self._ready_from = self.log.stat().st_size if self.log.exists() else 0
             with open(self.log, "ab") as out:
-                env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+                env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
                 self.proc = subprocess.Popen(
                     self.argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
                 )

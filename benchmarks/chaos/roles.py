@@ -11,7 +11,10 @@ runs:
   After a payment answered COMMIT it sends the order's ordered events (``send_orderly``, sharding
   key = order id; :mod:`benchmarks.chaos.tracking`).
 * **consumer** - one instance of points, logistics or cart: the sample's idempotent consumer; or
-  of tracking: the ordered events' orderly, idempotent consumer.
+  of tracking: the ordered events' orderly, idempotent consumer; or of ledger: the outbox stream's
+  orderly, idempotent consumer (:mod:`benchmarks.chaos.outbox_stream`).
+* **outbox-writer** - an instance of the bank service: transfers committed with their outbox
+  messages; writer 0 runs the relay in its process.  SIGUSR1 stops writing (the relay goes on).
 
 Both print ``READY`` once started; the orchestrator reads it from their log.
 """
@@ -44,7 +47,7 @@ from txmsg_samples.order.orders import (
 from txmsg_samples.order.settings import OrderSampleSettings
 from txmsg_samples.order.wiring import CONSUMERS, OrderSampleModule
 
-from benchmarks.chaos import tracking
+from benchmarks.chaos import outbox_stream, tracking
 from benchmarks.chaos.databases import PaymentAttempt, finish_attempt, start_attempt
 from benchmarks.chaos.settings import ChaosSettings
 from txmsg import LocalTransactionState, TxMsg, TxMsgConfig, TxMsgModule
@@ -270,17 +273,58 @@ def producer(settings_file: str, index: int) -> None:
     instance.close()
 
 
+@main.command("outbox-writer")
+@click.argument("settings_file", type=click.Path(exists=True))
+@click.argument("index", type=int)
+def outbox_writer(settings_file: str, index: int) -> None:
+    """A bank-service instance: transfers through the outbox (writer 0 runs the relay)."""
+    settings = ChaosSettings.load(settings_file)
+    done, going = threading.Event(), threading.Event()
+    going.set()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGUSR1, lambda *_: going.clear())  # "stop writing, keep relaying"
+    if (settings.workdir / STOP_PAYING).exists():
+        going.clear()
+    name = f"writer-{index}"
+    app = TxMsg(_client_config(settings, f"{name}-{os.getpid()}", {}))
+    engine = create_engine(settings.database_urls["bank"])
+    sessions = make_session_factory(engine)
+    outbox = outbox_stream.declare_outbox(app, sessions, relay=index == 0)
+    app.start()
+    _ready(name)
+    writer = outbox_stream.Writer(app, sessions, outbox)
+    threads = [
+        threading.Thread(
+            target=writer.run_thread,
+            args=(name, t, settings.seed, settings.transfer_interval, going),
+            daemon=True,
+        )
+        for t in range(settings.outbox_threads)
+    ]
+    for thread in threads:
+        thread.start()
+    done.wait()
+    going.clear()
+    for thread in threads:
+        thread.join(10)
+    app.close(5.0)
+    engine.dispose()
+
+
 @main.command()
 @click.argument("settings_file", type=click.Path(exists=True))
-@click.argument("service", type=click.Choice(["points", "logistics", "cart", "tracking"]))
+@click.argument("service", type=click.Choice(["points", "logistics", "cart", "tracking", "ledger"]))
 @click.argument("index", type=int)
 def consumer(settings_file: str, service: str, index: int) -> None:
     settings = ChaosSettings.load(settings_file)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    orderly = service == "tracking"
-    if orderly:
+    orderly = service in ("tracking", "ledger")
+    if service == "tracking":
         group, handler, topic = tracking.GROUP, tracking.on_order_event, tracking.TOPIC
+    elif service == "ledger":
+        group, handler = outbox_stream.GROUP, outbox_stream.on_ledger_event
+        topic = outbox_stream.TOPIC
     else:
         group, handler, _key = next(c for c in CONSUMERS if c[0].startswith(service))
         topic = TOPIC

@@ -18,7 +18,7 @@ from txmsg_broker.testing import create_group, wait_until
 from txmsg_samples.order.demo_run import create_transaction_topic
 from txmsg_samples.order.events import TOPIC
 
-from benchmarks.chaos import check, faults, tracking
+from benchmarks.chaos import check, faults, outbox_stream, tracking
 from benchmarks.chaos.databases import close_all, open_all, prepare
 from benchmarks.chaos.faults import FaultFigures, NetworkFaults, NetworkReport
 from benchmarks.chaos.monkey import Monkey, MonkeyReport
@@ -55,9 +55,32 @@ class RunOptions:
     backend: str = "rocketmq"
     """``rocketmq5``: the broker also serves gRPC (a fixed port across restarts) and the services
     use the 5.x client against it; one broker, kill faults only (see :func:`backend_problem`)."""
+    name_server: str | None = None
+    """An external cluster's name server (``--name-server``): no broker is started, so none is
+    killed; the strikes hit producers and consumers only.  Topics and groups are created on it."""
+    endpoints: str | None = None
+    """With ``name_server`` and ``rocketmq5``: that cluster's 5.x proxy (``--endpoints``)."""
 
 
 BACKENDS = ("rocketmq", "rocketmq5")
+
+
+def external_problem(
+    backend: str, name_server: str | None, endpoints: str | None, fault_kinds: tuple[str, ...]
+) -> str | None:
+    """Why a run against an external cluster cannot go this way (None: it can, or no cluster)."""
+    if name_server is None:
+        return (
+            "--endpoints needs --name-server too (topics are created there)" if endpoints else None
+        )
+    if "network" in fault_kinds:
+        return (
+            "--faults network relays the brokers' ports through the fault proxy, which needs "
+            "brokers this run starts: use --faults kill against an external cluster"
+        )
+    if backend == "rocketmq5" and not endpoints:
+        return "--backend rocketmq5 against an external cluster needs --endpoints (its 5.x proxy)"
+    return None
 
 
 def backend_problem(backend: str, brokers: int, fault_kinds: tuple[str, ...]) -> str | None:
@@ -96,10 +119,15 @@ class ChaosResult:
     process_counts: dict[str, int] = field(default_factory=dict)
     network: list[FaultFigures] = field(default_factory=list)
     """Per network-fault figures (``--faults network``)."""
+    outbox: outbox_stream.OutboxSnapshot | None = None
+    """The outbox stream after settling (None when the run did not drive it)."""
+    outbox_violations: list[str] = field(default_factory=list)
+    outbox_at_stop: outbox_stream.OutboxSnapshot | None = None
+    relay_takeovers: int = 0
 
     @property
     def violations(self) -> list[str]:
-        out = list(self.final.violations)
+        out = list(self.final.violations) + list(self.outbox_violations)
         if not self.settled:
             out.insert(0, f"did not settle within the settle timeout ({self.settle_seconds:.0f} s)")
         out.extend(f"restart failed: {r}" for r in self.monkey.restart_failures)
@@ -108,7 +136,11 @@ class ChaosResult:
 
 class ChaosRun:
     def __init__(self, settings: ChaosSettings, options: RunOptions) -> None:
-        problem = backend_problem(options.backend, options.brokers, options.faults)
+        problem = backend_problem(
+            options.backend, options.brokers, options.faults
+        ) or external_problem(
+            options.backend, options.name_server, options.endpoints, options.faults
+        )
         if problem:
             raise ValueError(problem)
         self.settings = settings
@@ -117,6 +149,8 @@ class ChaosRun:
         self.cluster: BrokerCluster | None = None
         self.producers: list[ServiceProcess] = []
         self.consumers: list[ServiceProcess] = []
+        self.outbox_procs: list[ServiceProcess] = []
+        """The outbox stream's writers, relay processes and ledger consumers."""
         self.network = (
             NetworkFaults(
                 strikes=options.network_strikes, gap=options.network_gap, seed=settings.seed
@@ -137,7 +171,9 @@ class ChaosRun:
                 "name_server": name_server,
                 "database_urls": urls,
                 "backend": self.options.backend,
-                "endpoints": self.brokers[0].process.grpc_endpoint or "",
+                "endpoints": self.options.endpoints
+                or (self.brokers[0].process.grpc_endpoint if self.brokers else None)
+                or "",
             }
         )
         settings_file = str(self.settings.save())
@@ -147,6 +183,11 @@ class ChaosRun:
         # `mqadmin updateSubGroup -o true`: a RocketMQ 5 proxy pops a group in order only then
         create_group(self.settings.name_server, tracking.GROUP, orderly=True)
         logs = workdir / "logs"
+        streams = self.settings.streams
+        if "outbox" in streams:
+            create_fifo_topic(self.settings.name_server, outbox_stream.TOPIC, queues=8)
+            create_group(self.settings.name_server, outbox_stream.GROUP, orderly=True)
+            self.outbox_procs = self._outbox_processes(settings_file, logs)
         self.producers = [
             ServiceProcess(
                 "producer",
@@ -155,6 +196,7 @@ class ChaosRun:
                 logs / f"producer-{i}.log",
             )
             for i in range(self.settings.producers)
+            if "orders" in streams
         ]
         self.consumers = [
             ServiceProcess(
@@ -165,12 +207,21 @@ class ChaosRun:
             )
             for service in ("points", "logistics", "cart", "tracking")
             for i in range(self.settings.consumers_per_service)
+            if "orders" in streams
         ]
-        everything: list[Child] = [*self.brokers, *self.producers, *self.consumers]
+        everything: list[Child] = [
+            *self.brokers,
+            *self.producers,
+            *self.consumers,
+            *self.outbox_procs,
+        ]
         dbs = open_all(urls)
+        if "outbox" in streams:
+            outbox_stream.seed(dbs["bank"], dbs["ledger"])
         network: NetworkReport | None = None
+        outbox_at_stop = outbox_final = None
         try:
-            for child in [*self.consumers, *self.producers]:
+            for child in [*self.consumers, *self.producers, *self.outbox_procs]:
                 child.start()
             self._wait_ready(120.0)
             warmup_start = time.time()
@@ -188,13 +239,17 @@ class ChaosRun:
             self._wait_ready(180.0)
             # stop paying, keep answering check-backs and consuming
             (workdir / STOP_PAYING).touch()
-            for producer in self.producers:
+            for producer in [*self.producers, *self.writers]:
                 producer.signal(signal.SIGUSR1)
             at_stop = check.snapshot(dbs)
+            if self.outbox_procs:
+                outbox_at_stop = outbox_stream.read(dbs["bank"], dbs["ledger"])
             settled, settle_seconds = self._settle(dbs)
             final = check.verify(dbs, self.settings)
+            if self.outbox_procs:
+                outbox_final = outbox_stream.read(dbs["bank"], dbs["ledger"])
         finally:
-            for child in [*self.producers, *self.consumers]:
+            for child in [*self.producers, *self.consumers, *self.outbox_procs]:
                 child.stop(15.0)
             for broker in self.brokers:
                 broker.stop(15.0)
@@ -216,9 +271,64 @@ class ChaosRun:
                 "broker": len(self.brokers),
                 "producer": len(self.producers),
                 "consumer": len(self.consumers),
+                "outbox-writer": len(self.writers),
+                "outbox-relay": sum(c.kind == "outbox-relay" for c in self.outbox_procs),
+                "ledger": sum(c.kind == "consumer" for c in self.outbox_procs),
             },
             figures,
+            outbox=outbox_final,
+            outbox_violations=outbox_stream.verify(outbox_final) if outbox_final else [],
+            outbox_at_stop=outbox_at_stop,
+            relay_takeovers=outbox_stream.relay_takeovers(logs) if self.outbox_procs else 0,
         )
+
+    # -- the outbox stream (benchmarks.chaos.outbox_stream) ----------------------------------
+    def _outbox_processes(self, settings_file: str, logs: Path) -> list[ServiceProcess]:
+        """Writers (writer 0 relays in process), relay processes, ledger consumers."""
+        settings = self.settings
+        writers = [
+            ServiceProcess(
+                "outbox-writer",
+                f"writer-{i}",
+                ["outbox-writer", settings_file, str(i)],
+                logs / f"writer-{i}.log",
+            )
+            for i in range(settings.outbox_writers)
+        ]
+        relays = [
+            ServiceProcess(
+                "outbox-relay",
+                f"relay-{i}",
+                [],
+                logs / f"relay-{i}.log",
+                argv=[
+                    sys.executable,
+                    "-c",
+                    "import sys; from txmsg.cli import main; sys.exit(main())",
+                    "outbox",
+                    "relay",
+                    "--app",
+                    "benchmarks.chaos.outbox_stream:relay_app",
+                ],
+                ready_mark=b"relaying ",
+                env={outbox_stream.SETTINGS_ENV: settings_file},
+            )
+            for i in range(settings.outbox_relays)
+        ]
+        ledgers = [
+            ServiceProcess(
+                "consumer",
+                f"ledger-{i}",
+                ["consumer", settings_file, "ledger", str(i)],
+                logs / f"ledger-{i}.log",
+            )
+            for i in range(settings.consumers_per_service)
+        ]
+        return [*writers, *relays, *ledgers]
+
+    @property
+    def writers(self) -> list[ServiceProcess]:
+        return [c for c in self.outbox_procs if c.kind == "outbox-writer"]
 
     # -- network faults (benchmarks.chaos.faults) --------------------------------------------
     @property
@@ -232,7 +342,9 @@ class ChaosRun:
         if self.network is None:
             return
         clients = lambda: [  # noqa: E731 - the proxy asks for the current pids
-            c.proc.pid for c in [*self.producers, *self.consumers] if c.proc is not None
+            c.proc.pid
+            for c in [*self.producers, *self.consumers, *self.outbox_procs]
+            if c.proc is not None
         ]
         self.network.start_proxy([b.process.broker_port for b in self.brokers], clients)
 
@@ -241,15 +353,21 @@ class ChaosRun:
     ) -> None:
         if self.network is None:
             return
+        # half-open and partition strike a sending process: an order producer, or (outbox stream)
+        # a writer or relay process, whose relay's sends and answers are cut
+        senders = [*self.producers, *(c for c in self.outbox_procs if c.kind != "consumer")]
         self.network.start_monkey(
-            self.producers,
+            senders,
             BROKER_SETTINGS["check_interval_ms"] / 1000,
             lambda: faults.duplicates_total(dbs),
             warmup_start,
         )
 
     def _start_brokers(self, workdir: Path) -> str:
-        """Start the broker process(es); the name server address."""
+        """Start the broker process(es); the name server address (an external cluster's as is:
+        nothing is started, so the monkey never kills a broker it does not own)."""
+        if self.options.name_server is not None:
+            return self.options.name_server
         base = workdir / "broker"
         if self.options.brokers == 1:
             self.brokers = [
@@ -267,7 +385,7 @@ class ChaosRun:
         return self.cluster.namesrv_addr
 
     def _wait_ready(self, timeout: float) -> None:
-        children = [*self.producers, *self.consumers]
+        children = [*self.producers, *self.consumers, *self.outbox_procs]
 
         def all_ready() -> bool:
             self._revive()
@@ -283,7 +401,7 @@ class ChaosRun:
 
     def _revive(self) -> None:
         """Restart a service process that died on its own (not by the monkey)."""
-        for child in [*self.producers, *self.consumers]:
+        for child in [*self.producers, *self.consumers, *self.outbox_procs]:
             if not child.alive:
                 child.start()
 
@@ -293,6 +411,15 @@ class ChaosRun:
         stable = 0
         while time.monotonic() - started < self.options.settle_timeout:
             snap = check.snapshot(dbs)
+            outbox = outbox_stream.read(dbs["bank"], dbs["ledger"]) if self.outbox_procs else None
+            if outbox is not None:
+                log.info(
+                    "settling outbox: committed %d messages, applied %d, unsent %d, dead %d",
+                    outbox.messages,
+                    outbox.applied_count,
+                    outbox.unsent,
+                    outbox.dead,
+                )
             bounds = snap.equations()
             log.info(
                 "settling: paid %d, in flight %d, processed %s, events %d/%d%s",
@@ -303,7 +430,8 @@ class ChaosRun:
                 len(snap.stream.acked),
                 f" ({'; '.join(bounds)})" if bounds else "",
             )
-            stable = stable + 1 if snap.caught_up else 0
+            caught_up = snap.caught_up and (outbox is None or outbox.caught_up)
+            stable = stable + 1 if caught_up else 0
             if stable >= 2:
                 return True, time.monotonic() - started
             self._revive()

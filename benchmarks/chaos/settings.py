@@ -10,9 +10,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SERVICES = ("orders", "points", "logistics", "cart", "tracking")
+SERVICES = ("orders", "points", "logistics", "cart", "tracking", "bank", "ledger")
 """One database per service, as in a real deployment (the sample's OrderSampleSettings); tracking
-is the ordered stream's orderly consumer (:mod:`benchmarks.chaos.tracking`)."""
+is the ordered stream's orderly consumer (:mod:`benchmarks.chaos.tracking`); bank (the outbox's
+writers) and ledger (its consumers) are the outbox stream (:mod:`benchmarks.chaos.outbox_stream`)."""
+STREAMS = ("orders", "outbox")
+"""``orders``: the order sample with half messages and its ordered events; ``outbox``: transfers
+through the transactional outbox."""
 
 
 class ChaosSettings(BaseModel):
@@ -46,6 +50,15 @@ class ChaosSettings(BaseModel):
     """An IN_FLIGHT record untouched this long belongs to a dead producer: fenced and rolled back.
     Longer than the slowest local transaction, shorter than the broker's check horizon."""
     seed: int = 0
+    streams: tuple[str, ...] = ("orders",)
+    """What the run drives (:data:`STREAMS`)."""
+    outbox_writers: int = Field(default=2, ge=1)
+    """Bank-service processes writing transfers through the outbox (writer 0 runs the relay)."""
+    outbox_relays: int = Field(default=1, ge=0)
+    """``txmsg outbox relay`` processes besides writer 0's in-process relay."""
+    outbox_threads: int = Field(default=2, ge=1)
+    transfer_interval: float = Field(default=0.05, ge=0)
+    """Pause between two transfers of one writer thread."""
 
     @property
     def path(self) -> Path:

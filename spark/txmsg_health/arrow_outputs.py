@@ -141,6 +141,96 @@ def histogram(agg: pa.Table) -> list[tuple[Any, str, int, int, int, int]]:
     ]
 
 
+def after_end(agg: pa.Table) -> list[tuple[Any, str, int, int, int, int, int, int]]:
+    """Transactions checked after they had ended, per (group, broker): ``job._after_end``.
+
+    Rows (group, broker, the transaction's own check-backs, transactions, of them checked after
+    a logged first-phase end, of them checked again after a COMMIT/ROLLBACK check answer,
+    check-backs the broker caused, discards of ended transactions); the rules are in
+    ``summary.AFTER_END_RULES``.
+    """
+    import pyarrow as pa  # noqa: PLC0415 - the spark extra
+    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
+
+    t = agg.filter(pc.is_valid(agg["msg"]))
+    kind, n = t["kind"], t["n"]
+    zero = pa.scalar(0, pa.int64())
+    null = pa.scalar(None, pa.string())
+    lo, hi = _stamp(t, "tmin"), _stamp(t, "tmax")
+
+    def of(kinds: tuple[str, ...]) -> Any:
+        return pc.is_in(kind, value_set=pa.array(kinds))
+
+    per = (
+        pa.table(
+            {
+                "broker": t["broker"],
+                "msg": t["msg"],
+                "grp": t["grp"],
+                "a": pc.if_else(of(P.CHECK_KINDS), n, zero),
+                "s": pc.if_else(pc.equal(kind, P.CHECK_SENT), n, zero),
+                "k": pc.if_else(of(P.CONCLUSIVE_CHECK_KINDS), n, zero),
+                "d": pc.if_else(pc.equal(kind, P.DISCARD), n, zero),
+                "end": pc.if_else(of(P.FIRST_END_KINDS), lo, null),
+                "concl": pc.if_else(of(P.CONCLUSIVE_CHECK_KINDS), lo, null),
+                "sent": pc.if_else(pc.equal(kind, P.CHECK_SENT), hi, null),
+                "ans": pc.if_else(of(P.CHECK_KINDS), hi, null),
+            }
+        )
+        .group_by(["broker", "msg"], use_threads=False)
+        .aggregate(
+            [
+                ("grp", "min"),
+                *((c, "sum") for c in ("a", "s", "k", "d")),
+                ("end", "min"),
+                ("concl", "min"),
+                ("sent", "max"),
+                ("ans", "max"),
+            ]
+        )
+    )
+    checks = pc.max_element_wise(per["a_sum"], per["s_sum"])
+    k, d = per["k_sum"], per["d_sum"]
+    last = pc.coalesce(per["sent_max"], per["ans_max"])
+    at_send = pc.fill_null(pc.greater(last, per["end_min"]), False)
+    again = pc.and_(
+        pc.invert(at_send), pc.fill_null(pc.greater(per["sent_max"], per["concl_min"]), False)
+    )
+    one = pa.scalar(1, pa.int64())
+    caused = pc.if_else(
+        at_send,
+        checks,
+        pc.if_else(again, pc.max_element_wise(pc.subtract(k, one), one), zero),
+    )
+    tx = pa.table(
+        {
+            "broker": per["broker"],
+            "grp": per["grp_min"],
+            "own": pc.subtract(checks, caused),
+            "at_send": pc.cast(at_send, pa.int64()),
+            "again": pc.cast(again, pa.int64()),
+            "caused": caused,
+            "disc": pc.if_else(pc.or_(at_send, again), d, zero),
+        }
+    ).filter(pc.or_(pc.greater(checks, zero), pc.greater(d, zero)))
+    out = tx.group_by(["broker", "grp", "own"], use_threads=False).aggregate(
+        [([], "count_all"), *((c, "sum") for c in ("at_send", "again", "caused", "disc"))]
+    )
+    return [
+        (
+            r["grp"],
+            r["broker"],
+            int(r["own"]),
+            int(r["count_all"]),
+            int(r["at_send_sum"]),
+            int(r["again_sum"]),
+            int(r["caused_sum"]),
+            int(r["disc_sum"]),
+        )
+        for r in out.to_pylist()
+    ]
+
+
 def windows(
     agg: pa.Table, metrics: list[tuple[str, tuple[str, ...]]], window: str, tz: timezone
 ) -> pa.Table:

@@ -79,6 +79,14 @@ KEEP_SESSION = "txmsg_health: keep the session"
     "(no channel / send failed); negative turns the rule off.",
 )
 @click.option(
+    "--max-ended-checked",
+    type=int,
+    default=_D.max_ended_checked,
+    show_default=True,
+    help="Report a broker finding above this many transactions the broker checked back after "
+    "they had ended (transactionTimeOut < transactionOpBatchInterval); negative turns it off.",
+)
+@click.option(
     "--parquet-uri", default=None, help="Write the Parquet table to this URI instead of --out."
 )
 @click.option(
@@ -117,6 +125,7 @@ def health(
     max_discards: int,
     max_checks_per_transaction: float,
     max_undelivered_checks: int,
+    max_ended_checked: int,
     parquet_uri: str | None,
     broker_regex: str | None,
     no_dashboard: bool,
@@ -148,6 +157,7 @@ def health(
                 max_undelivered_checks=None
                 if max_undelivered_checks < 0
                 else max_undelivered_checks,
+                max_ended_checked=None if max_ended_checked < 0 else max_ended_checked,
             ),
             dashboard=not no_dashboard,
             parquet_uri=parquet_uri,

@@ -26,7 +26,7 @@ import shlex
 import sys
 import time
 import weakref
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, timezone
@@ -450,11 +450,11 @@ def _outputs_arrow(
     table = A.with_broker(table, names)
     os.makedirs(cfg.out, exist_ok=True)
 
-    def transactions() -> list[tuple[Any, str, int, int, int, int]]:
+    def transactions() -> tuple[list[tuple[Any, str, int, int, int, int]], list[Any]]:
         t = time.perf_counter()
-        hist = A.histogram(table)
+        hist, ended = A.histogram(table), A.after_end(table)
         timings["transactions"] = time.perf_counter() - t
-        return hist
+        return hist, ended
 
     def windows() -> Any:
         t = time.perf_counter()
@@ -466,9 +466,15 @@ def _outputs_arrow(
         hist_done, windows_done = pool.submit(transactions), pool.submit(windows)
         totals, addr_rows = _totals(A.totals(table), names)
         timings["scan_and_totals"] = time.perf_counter() - t
-        hist_rows, window_table = hist_done.result(), windows_done.result()
+        (hist_rows, ended_rows), window_table = hist_done.result(), windows_done.result()
     result = summary.build(
-        totals, addr_rows, hist_rows, window=cfg.window, tz=cfg.tz, thresholds=cfg.thresholds
+        totals,
+        addr_rows,
+        hist_rows,
+        window=cfg.window,
+        tz=cfg.tz,
+        thresholds=cfg.thresholds,
+        after_end=ended_rows,
     )
     result["inputs"] = list(cfg.inputs)
     result["parquet"] = _parquet(cfg)
@@ -550,6 +556,7 @@ def _outputs_spark(
             written = pool.submit(windows.write)
             t = time.perf_counter()
             hist_rows = _histogram(agg, broker)
+            ended_rows = _after_end(agg, broker)
             timings["transactions"] = time.perf_counter() - t
             result = summary.build(
                 totals,
@@ -558,6 +565,7 @@ def _outputs_spark(
                 window=cfg.window,
                 tz=cfg.tz,
                 thresholds=cfg.thresholds,
+                after_end=ended_rows,
             )
             timings["windows"] = written.result()
         result["inputs"] = list(cfg.inputs)
@@ -592,6 +600,70 @@ def _histogram(agg: DataFrame, broker: Column) -> list[tuple[Any, str, int, int,
         (r.grp, r.broker, int(r.c), int(r.ntx), int(r.nunk), int(r.sent))
         for r in per_tx.groupBy("broker", "grp", "c")
         .agg(F.count(F.lit(1)).alias("ntx"), F.sum("u").alias("nunk"), F.sum("s").alias("sent"))
+        .collect()
+    ]
+
+
+def _after_end(
+    agg: DataFrame, broker: Column
+) -> list[tuple[Any, str, int, int, int, int, int, int]]:
+    """Transactions checked after they had ended: ``arrow_outputs.after_end`` as Spark jobs.
+
+    Per transaction (broker, msgId): its check-backs, the first stamp of a logged first-phase end
+    and of a COMMIT/ROLLBACK check answer, the last stamp of a check-back; then summed per
+    (group, broker, the transaction's own check-backs). Rules: ``summary.AFTER_END_RULES``.
+    """
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import LongType  # noqa: PLC0415 - optional: the spark extra
+
+    kind, n = F.col("kind"), F.col("n")
+
+    def sum_of(*kinds: str) -> Column:
+        return F.sum(F.when(kind.isin(*kinds), n).otherwise(0))
+
+    def stamp_of(fn: Callable[[Column], Column], col: str, *kinds: str) -> Column:
+        return fn(F.when(kind.isin(*kinds), _stamp(col)))
+
+    per = (
+        agg.where(F.col("msg").isNotNull())
+        .groupBy(broker.alias("broker"), "msg")
+        .agg(
+            F.min("grp").alias("grp"),
+            F.greatest(sum_of(*P.CHECK_KINDS), sum_of(P.CHECK_SENT)).alias("c"),
+            sum_of(*P.CONCLUSIVE_CHECK_KINDS).alias("k"),
+            sum_of(P.DISCARD).alias("d"),
+            stamp_of(F.min, "tmin", *P.FIRST_END_KINDS).alias("end"),
+            stamp_of(F.min, "tmin", *P.CONCLUSIVE_CHECK_KINDS).alias("concl"),
+            stamp_of(F.max, "tmax", P.CHECK_SENT).alias("sent"),
+            stamp_of(F.max, "tmax", *P.CHECK_KINDS).alias("ans"),
+        )
+        .where((F.col("c") > 0) | (F.col("d") > 0))
+    )
+    last = F.coalesce(F.col("sent"), F.col("ans"))
+    at_send = F.coalesce(last > F.col("end"), F.lit(False))
+    again = ~at_send & F.coalesce(F.col("sent") > F.col("concl"), F.lit(False))
+    caused = (
+        F.when(at_send, F.col("c")).when(again, F.greatest(F.col("k") - 1, F.lit(1))).otherwise(0)
+    )
+    tx = per.select(
+        "broker",
+        "grp",
+        (F.col("c") - caused).alias("own"),
+        at_send.cast(LongType()).alias("at_send"),
+        again.cast(LongType()).alias("again"),
+        caused.alias("caused"),
+        F.when(at_send | again, F.col("d")).otherwise(0).alias("disc"),
+    )
+    return [
+        (r.grp, r.broker, int(r.own), int(r.ntx), int(r.a), int(r.b), int(r.c), int(r.d))
+        for r in tx.groupBy("broker", "grp", "own")
+        .agg(
+            F.count(F.lit(1)).alias("ntx"),
+            F.sum("at_send").alias("a"),
+            F.sum("again").alias("b"),
+            F.sum("caused").alias("c"),
+            F.sum("disc").alias("d"),
+        )
         .collect()
     ]
 

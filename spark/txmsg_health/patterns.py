@@ -37,7 +37,8 @@ The formats (``docs/rocketmq-facts.md``, transaction log lines), all with the br
   WARN too, so a DEBUG line counts only when it is a COMMIT with ``fromTransactionCheck=false``;
 * 4.9.x headers quote strings and end with ``bname='…'``; 5.x headers do not quote and have no bname;
 * a C++/Python producer's check answer arrives with ``fromTransactionCheck=false``: a filled
-  ``transactionId`` (neither empty nor ``null``) marks it as check-phase;
+  ``transactionId`` (neither empty nor ``null``) on a line with its empty remark marks it as
+  check-phase (``EMPTY_REMARK``);
 * ERROR ``MsgExt:… PGROUP=g … UNIQ_KEY=id … has been checked too many times`` (discard);
 * WARN ``Check transaction failed, channel is null. groupId=g`` (transaction.log) and the same event
   as ``Check transaction failed, channel table is empty. groupId=g`` in broker.log;
@@ -83,8 +84,13 @@ UNSTAMPED: Final = "unstamped"  # no timestamp: stack traces, wrapped text, fore
 CHECK_KINDS: Final = (CHECK_UNKNOWN, CHECK_ROLLBACK, CHECK_COMMIT, CHECK_COMMIT_DEBUG)
 DEBUG_KINDS: Final = (FIRST_COMMIT, CHECK_COMMIT_DEBUG, DEBUG_OTHER)
 UNKNOWN_KINDS: Final = (FIRST_UNKNOWN, CHECK_UNKNOWN)
-# Kinds whose msgId is kept for the per-transaction join (UNKNOW ever, checks per transaction).
-MSG_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD, CHECK_SENT)
+CONCLUSIVE_CHECK_KINDS: Final = (CHECK_ROLLBACK, CHECK_COMMIT, CHECK_COMMIT_DEBUG)
+"""Check answers that end the transaction: after one, the broker has no reason to check it again."""
+FIRST_END_KINDS: Final = (FIRST_ROLLBACK, FIRST_COMMIT)
+"""A first-phase end that is logged (a COMMIT only at DEBUG): after it, no check is due."""
+# Kinds whose msgId is kept for the per-transaction join (UNKNOW ever, checks per transaction,
+# transactions checked after they had ended: the broker's own doing).
+MSG_KINDS: Final = (FIRST_UNKNOWN, *FIRST_END_KINDS, *CHECK_KINDS, DISCARD, CHECK_SENT)
 # Kinds whose msgId names the transaction's group, for attributing 5.x check-sent lines.
 OWNER_KINDS: Final = (FIRST_UNKNOWN, *CHECK_KINDS, DISCARD)
 ALL_KINDS: Final = (
@@ -112,11 +118,16 @@ CHECK_LINE: Final = "Check transaction"  # common prefix of the failure and 5.x 
 CHECK_AND_DISCARD: Final = "heck"  # in both CHECK_LINE and DISCARD_MARK
 CHECK_SENT_MARK: Final = "Check transaction. real_topic="
 PROXY_REMARK: Final = "Remark: end transaction from proxy"
-"""A 5.x proxy in cluster mode relays a gRPC client's EndTransaction with this remark and sets
-``fromTransactionCheck`` from the client's ``TransactionSource``, so on such a line the flag is
-right and a filled ``transactionId`` (which every gRPC first-phase answer carries) is no check
-mark. (A proxy in local mode, inside the broker, passes no remark: those lines cannot be told
-from a C++ client's.)"""
+"""The remark a 5.x proxy in cluster mode relays a gRPC client's EndTransaction with (the DuckDB
+benchmark still tells relayed lines by it; the job uses ``EMPTY_REMARK``, which covers it)."""
+EMPTY_REMARK: Final = "Remark: "
+"""How a line from a C++/Python (librocketmq) producer ends: it sends an empty remark, and it is
+the only client whose check answers arrive with ``fromTransactionCheck=false`` (its ``"1"`` is not
+``true``), recognisable by their filled ``transactionId``. Every other sender fills the remark: a
+Java client and a 5.x proxy in local mode ``null`` (real 5.3.3: a gRPC first-phase ROLLBACK is
+logged with its transactionId, ``fromTransactionCheck=false`` and ``Remark: null``), a proxy in
+cluster mode ``end transaction from proxy``, a Java client's exception its text. On those lines
+``fromTransactionCheck`` is right, and a filled ``transactionId`` is no check mark."""
 
 WINDOW_CHARS: Final = {"minute": 16, "hour": 13}  # "yyyy-MM-dd HH:mm" / "yyyy-MM-dd HH"
 
@@ -491,14 +502,15 @@ def stage2d() -> list[Column]:
         _c("ts"),
         F.when(ok, field(3)).otherwise("").alias("st"),
         F.when(ok, field(4)).otherwise("").alias("ftc"),
-        # a relayed first-phase answer carries its transactionId too: not a C++ check answer
+        # a first-phase answer from a Java client or a 5.x proxy carries its transactionId too:
+        # only a line with librocketmq's empty remark is a C++ check answer (EMPTY_REMARK)
         F.when(
             ok,
             F.when(
                 ~_c("dbg")
                 & (field(4) == "false")
                 & _not_in(field(6), "", "null")
-                & _c("value").contains(PROXY_REMARK),
+                & ~_c("value").endswith(EMPTY_REMARK),
                 "",
             ).otherwise(field(6)),
         ).alias("tid"),

@@ -1,6 +1,6 @@
 """Flagging rules: when a producer group's numbers mean someone should look at it.
 
-Why these five: a check-back that never reaches the producer is the most common complaint about
+Why these five (plus one about the broker, ``summary.broker_findings``): a check-back that never reaches the producer is the most common complaint about
 RocketMQ transactions, and the broker says so in its own words (no channel for the group, or the
 send failed), so any such line flags the group by default. Then: a producer that leaves transactions UNKNOW makes the broker check back, delays
 delivery and finally discards messages. The share of UNKNOW first-phase answers is the honest
@@ -32,6 +32,10 @@ class Thresholds:
     """Messages discarded after the maximum number of checks."""
     max_checks_per_transaction: float = 3.0
     """Mean check answers per checked transaction."""
+    max_ended_checked: int | None = 0
+    """Transactions a broker checked back after they had ended (a first-phase COMMIT/ROLLBACK
+    logged, or a check answered COMMIT/ROLLBACK, before the check): above this, a broker finding
+    (``summary.broker_findings``). None turns it off."""
     max_undelivered_checks: int | None = 0
     """Check-backs that never reached a producer of the group ("channel is null" / "channel table
     is empty": none connected; "invoke producer exception": the send failed). None turns it off."""
@@ -62,16 +66,25 @@ def evaluate(g: dict[str, Any], t: Thresholds) -> list[str]:
                 f"{g.get('active_minutes', 0):.1f} min; COMMITs not logged (INFO level), so the share "
                 f"is unknown (limit {t.max_unknown_per_minute:g}/min)"
             )
-    if g.get("discarded", 0) > t.max_discards:
+    # checks and discards of transactions that had already ended are the broker's (a broker
+    # finding, summary.broker_findings), not this group's
+    by_broker = g.get("broker_caused_discards", 0)
+    discarded = g.get("discarded", 0) - by_broker
+    if discarded > t.max_discards:
+        more = f"; {by_broker} more of ended transactions, the broker's" if by_broker else ""
         reasons.append(
-            f"discards: {g['discarded']} messages discarded after the maximum number of checks "
-            f"(limit {t.max_discards})"
+            f"discards: {discarded} messages discarded after the maximum number of checks "
+            f"(limit {t.max_discards}{more})"
         )
-    cpt = g.get("checks_per_transaction")
+    own = "own_checks_per_transaction" in g
+    cpt = g.get("own_checks_per_transaction" if own else "checks_per_transaction")
     if cpt is not None and cpt > t.max_checks_per_transaction:
+        top = g.get("own_max_checks_per_transaction" if own else "max_checks_per_transaction")
+        caused = g.get("broker_caused_checks", 0)
+        more = f"; {caused} more check-backs of ended transactions, the broker's" if caused else ""
         reasons.append(
             f"checks_per_transaction: {cpt:.2f} check-backs per checked transaction, "
-            f"max {g.get('max_checks_per_transaction')} (limit {t.max_checks_per_transaction:g})"
+            f"max {top} (limit {t.max_checks_per_transaction:g}{more})"
         )
     undelivered = g.get("undelivered_checks", 0)
     if t.max_undelivered_checks is not None and undelivered > t.max_undelivered_checks:

@@ -38,6 +38,31 @@ Totals = tuple[str | None, str, str, str | None, int, str | None, str | None]
 """(group, broker, kind, format, lines, first and last "<window key>|<seconds into it>")."""
 
 
+AfterEnd = tuple[str | None, str, int, int, int, int, int, int]
+"""(group, broker, the transaction's own check-backs, transactions, of them checked after a logged
+first-phase end, of them checked again after a COMMIT/ROLLBACK check answer, check-backs the
+broker caused, discards of ended transactions): ``arrow_outputs.after_end`` / ``job._after_end``."""
+
+AFTER_END_RULES = """How a transaction checked after it had ended is told from the logs (per broker and msgId).
+
+* Checked after its first-phase end: a first-phase ROLLBACK (or, at DEBUG, COMMIT) is logged and
+  a check-back of the same transaction is logged at a later second. Every check-back of it is
+  the broker's doing: the producer had answered.
+* Checked again after a check answer: a check-back answered COMMIT or ROLLBACK, and a 5.x
+  ``Check transaction. real_topic=...,uniqKey=...`` line for the same transaction at a later
+  second (the check was *sent* after the answer). The broker's check-backs are the COMMIT/ROLLBACK
+  answers after the first, at least one. Without the 5.x check-sent lines (4.9.x at INFO) two
+  answers may only mean a slow checker (the second check was sent before the first answer came):
+  not counted.
+* A discard of a transaction found by one of the two is the broker's too. Not a discard after a
+  COMMIT answer alone: on a real 4.9.8 broker a slow C++ checker's COMMIT came after the broker had
+  already re-put the half message for the next check, which was then discarded - the checker's
+  slowness, not the broker's setting.
+The transaction's own check-backs are the others: what the producer's UNKNOW answers (or its
+silence) cost. Timestamps have one-second resolution, so an event within the same second as the
+end is not counted: the figures are a lower bound."""
+
+
 def build(
     totals: Iterable[Totals],
     by_address: Iterable[tuple[str, str, str, str, int]],
@@ -46,6 +71,7 @@ def build(
     window: str,
     tz: timezone,
     thresholds: Thresholds,
+    after_end: Iterable[AfterEnd] | None = None,
 ) -> dict[str, Any]:
     """Assemble the summary.
 
@@ -99,6 +125,20 @@ def build(
             h[checks] = h.get(checks, 0) + ntx
             overall_hist[checks] += ntx
 
+    ended: dict[tuple[str, str], dict[str, Any]] | None = None
+    if after_end is not None:
+        ended = {}
+        for agrp, broker, own, ntx, at_send, again, caused, disc in after_end:
+            if agrp is None:
+                continue
+            e = ended.setdefault((agrp, broker), _empty_after_end())
+            if own > 0:
+                e["own_hist"][own] = e["own_hist"].get(own, 0) + ntx
+            e["at_send"] += at_send
+            e["again"] += again
+            e["caused"] += caused
+            e["disc"] += disc
+
     groups: dict[str, Any] = {}
     for grp in sorted(kinds):
         groups[grp] = _with_brokers(
@@ -112,6 +152,7 @@ def build(
             window,
             tz,
             thresholds,
+            ended,
         )
     flagged = sorted(
         (g for g, v in groups.items() if v["flagged"]), key=lambda g: _rank(groups[g], g)
@@ -127,8 +168,12 @@ def build(
         }
         for b in sorted(broker_lines)
     }
+    findings = broker_findings(groups, thresholds)
+    for b, info in brokers.items():
+        info["finding"] = next((f["reason"] for f in findings if f["broker"] == b), None)
     return {
         "flagged": flagged,
+        "broker_findings": findings,
         "groups": groups,
         "brokers": brokers,
         "lines": {
@@ -146,6 +191,67 @@ def build(
         "tz": _tz_text(tz),
         "thresholds": thresholds.as_dict(),
     }
+
+
+def _empty_after_end() -> dict[str, Any]:
+    return {"own_hist": {}, "at_send": 0, "again": 0, "caused": 0, "disc": 0}
+
+
+def broker_findings(groups: dict[str, Any], t: Thresholds) -> list[dict[str, Any]]:
+    """One finding per broker that checked transactions after they had ended (``AFTER_END_RULES``).
+
+    Why a finding of the broker and not of its groups: a producer that answered cannot make the
+    broker check again; the broker does when it cannot see the commit/rollback record yet. On
+    RocketMQ 5.1+ that is ``transactionTimeOut`` shorter than ``transactionOpBatchInterval``.
+    """
+    if t.max_ended_checked is None:
+        return []
+    per: dict[str, dict[str, Any]] = {}
+    for name, g in groups.items():
+        for b, e in g["brokers"].items():
+            n = e["ended_checked_at_send"] + e["ended_checked_again"]
+            if not n and not e["broker_caused_discards"]:
+                continue
+            f = per.setdefault(
+                b,
+                {
+                    "broker": b,
+                    "transactions": 0,
+                    "checked_after_first_phase_end": 0,
+                    "checked_again_after_answer": 0,
+                    "check_backs": 0,
+                    "discards": 0,
+                    "groups": [],
+                },
+            )
+            f["transactions"] += n
+            f["checked_after_first_phase_end"] += e["ended_checked_at_send"]
+            f["checked_again_after_answer"] += e["ended_checked_again"]
+            f["check_backs"] += e["broker_caused_checks"]
+            f["discards"] += e["broker_caused_discards"]
+            f["groups"].append(name)
+    out = []
+    for b in sorted(per):
+        f = per[b]
+        if f["transactions"] <= t.max_ended_checked:
+            continue
+        f["setting"] = "transactionTimeOut < transactionOpBatchInterval"
+        f["reason"] = (
+            f"broker {b} checked back {f['transactions']} transactions that had already ended "
+            f"({f['checked_after_first_phase_end']} after their first-phase COMMIT/ROLLBACK was "
+            f"logged, {f['checked_again_after_answer']} again after a check-back was answered "
+            f"COMMIT/ROLLBACK; {f['check_backs']} check-backs, {f['discards']} discards, groups "
+            f"{', '.join(f['groups'])}): it does not see the commit/rollback records in time. On "
+            f"RocketMQ 5.1+ this is transactionTimeOut shorter than transactionOpBatchInterval "
+            f"(default 3000 ms: commit/rollback records are written in batches). Set "
+            f"transactionTimeOut above transactionOpBatchInterval (the default 6000 ms) or lower "
+            f"transactionOpBatchInterval (e.g. 500). Until then a COMMIT answer to such a check "
+            f"delivers the message again, and a rolled-back one answered COMMIT at all: check_local "
+            f"must answer ROLLBACK for rolled-back transactions. These check-backs and discards "
+            f"are not counted against the producer groups (limit {t.max_ended_checked})"
+        )
+        out.append(f)
+    return out
 
 
 def _rank(g: dict[str, Any], name: str) -> tuple[int, int, int, str]:
@@ -191,6 +297,10 @@ BROKER_FIELDS = (
     "check_send_failed",
     "undelivered_checks",
     "unknown_per_minute",
+    "ended_checked_at_send",
+    "ended_checked_again",
+    "broker_caused_checks",
+    "broker_caused_discards",
     "first_seen",
     "last_seen",
     "flagged",
@@ -209,12 +319,14 @@ def _with_brokers(
     window: str,
     tz: timezone,
     t: Thresholds,
+    ended: dict[tuple[str, str], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The group over all brokers, plus the same figures and rules per broker."""
     total: defaultdict[str, int] = defaultdict(int)
     span: list[str] | None = None
     ghist: dict[int, int] = defaultdict(int)
     no_channel = 0
+    g_ended = _empty_after_end()
     each: dict[str, Any] = {}
     for b in sorted(per_broker):
         c = per_broker[b]
@@ -226,7 +338,13 @@ def _with_brokers(
         h = hist.get((grp, b), {})
         for checks, ntx in h.items():
             ghist[checks] += ntx
-        e = _group(c, s, {}, h, unknown_tx.get((grp, b), 0), window, tz, t)
+        ae = None if ended is None else ended.get((grp, b), _empty_after_end())
+        if ae is not None:
+            for k in ("at_send", "again", "caused", "disc"):
+                g_ended[k] += ae[k]
+            for own, ntx in ae["own_hist"].items():
+                g_ended["own_hist"][own] = g_ended["own_hist"].get(own, 0) + ntx
+        e = _group(c, s, {}, h, unknown_tx.get((grp, b), 0), window, tz, t, ended=ae)
         no_channel += e["no_channel"]
         e["formats"] = dict(sorted(formats.get(b, {}).items()))
         each[b] = {k: e[k] for k in BROKER_FIELDS}
@@ -245,6 +363,7 @@ def _with_brokers(
         tz,
         t,
         no_channel=no_channel,
+        ended=None if ended is None else g_ended,
     )
     g["formats"] = dict(sorted(fmts.items()))
     g["brokers"] = each
@@ -276,6 +395,7 @@ def _group(
     tz: timezone,
     t: Thresholds,
     no_channel: int | None = None,
+    ended: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     commits_visible = any(c[k] for k in P.DEBUG_KINDS)
     unknown, rollback = c[P.FIRST_UNKNOWN], c[P.FIRST_ROLLBACK]
@@ -321,9 +441,23 @@ def _group(
         "first_seen": first,
         "last_seen": last,
         "active_minutes": round(active, 2),
-        "unknown_per_minute": (unknown / active) if active else 0.0,
+        # UNKNOW transactions: first-phase answers, or (5.x gRPC clients send nothing for an
+        # UNKNOW at send) transactions answered UNKNOW at a check
+        "unknown_per_minute": (max(unknown, unknown_tx) / active) if active else 0.0,
         "addresses": {a: _addr_entry(addrs[a]) for a in sorted(addrs)},
     }
+    # checks and discards of transactions that had already ended are the broker's doing
+    # (summary.AFTER_END_RULES): the producer is judged on the rest
+    own = hist if ended is None else ended["own_hist"]
+    own_checked = sum(own.values())
+    g["ended_checked_at_send"] = 0 if ended is None else ended["at_send"]
+    g["ended_checked_again"] = 0 if ended is None else ended["again"]
+    g["broker_caused_checks"] = 0 if ended is None else ended["caused"]
+    g["broker_caused_discards"] = 0 if ended is None else ended["disc"]
+    g["own_checks_per_transaction"] = (
+        sum(k * n for k, n in own.items()) / own_checked if own_checked else None
+    )
+    g["own_max_checks_per_transaction"] = max(own) if own else 0
     g["reasons"] = evaluate(g, t)
     g["flagged"] = bool(g["reasons"])
     return g

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections import Counter
 
 import pytest
 from rocketmq.client import Message, SendStatus
@@ -50,7 +49,12 @@ def test_send_and_consume_with_properties(txmsg_broker):
             assert item.topic == topic
 
 
-def test_batch_send_is_stored_as_separate_messages(txmsg_broker):
+def test_librocketmq_batch_is_stored_as_one_message_like_a_real_broker_does(txmsg_broker):
+    """librocketmq 2.1.0 flags its batch request ``m=1``; real 4.9.8 and 5.3.3 read header
+    booleans with Java's ``Boolean.parseBoolean`` (only "true"), so they store the encoded batch as
+    a single message (seen on a real 4.9.8: one message in one queue, an empty body to the
+    consumer).  The embedded broker does the same; txmsg's rocketmq backend therefore sends a
+    batch one by one (docs/rocketmq-facts.md, "Suites against real brokers")."""
     topic = unique("BatchT")
     create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
     with Clients(txmsg_broker.namesrv_addr) as clients:
@@ -68,14 +72,12 @@ def test_batch_send_is_stored_as_separate_messages(txmsg_broker):
         assert dll.SendBatchMessage(producer._handle, batch, ctypes.pointer(result)) == 0
         dll.DestroyBatchMessage(batch)
         assert result.sendStatus == 0
-        wait_until(lambda: len(received) >= 5, timeout=20)
-        assert Counter(r.keys for r in received) == Counter(f"b{i}" for i in range(5))
-        assert {r.body for r in received} == {f"batch {i}".encode() for i in range(5)}
+        wait_until(lambda: len(received) >= 1, timeout=20)
     txmsg_broker.stop()
     rows = stored(txmsg_broker.data_dir, topic)
-    assert len(rows) == 5
-    assert len({m.queue_id for m in rows}) == 1  # one batch → one queue
-    assert len({m.properties["UNIQ_KEY"] for m in rows}) == 5
+    assert len(rows) == 1  # not five: the batch flag "1" is not Java's "true"
+    assert b"batch 0" in rows[0].body  # the encoded batch, first entry ...
+    assert b"batch 4" in rows[0].body  # ... and last
 
 
 def test_compressed_body_is_stored_compressed_and_delivered_inflated(txmsg_broker):

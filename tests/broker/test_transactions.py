@@ -154,8 +154,12 @@ def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
         )
 
 
-def test_immunity_property_delays_first_check(txmsg_broker):
-    """CHECK_IMMUNITY_TIME_IN_SECONDS overrides transactionTimeOut for that message."""
+def test_immunity_property_delays_first_check(txmsg_broker_factory):
+    """CHECK_IMMUNITY_TIME_IN_SECONDS overrides transactionTimeOut for that message.  Each 1 s pass
+    inside the immunity re-puts it and uses up one of transactionCheckMax (Java's needDiscard runs
+    first, apache/rocketmq#8311): 10 leaves room for the 4 s here (3 would discard it unchecked,
+    test_long_immunity_is_discarded_without_a_check)."""
+    txmsg_broker = txmsg_broker_factory(check_max=10)
     topic = unique("TxImm")
     group = unique("TxImmPG")
     checked_at: dict[str, float] = {}
@@ -178,6 +182,28 @@ def test_immunity_property_delays_first_check(txmsg_broker):
     # and not before its own immunity elapsed
     assert checked_at["fast"] < checked_at["slow"]
     assert checked_at["slow"] - start >= 4.0
+
+
+def test_long_immunity_is_discarded_without_a_check(txmsg_broker):
+    """Java (4.9.8 and 5.3.3) raises TRANSACTION_CHECK_TIMES before it looks at the immunity and
+    re-puts the message with it: 4 s of immunity at a 1 s scan and transactionCheckMax 3 reach the
+    maximum before the first check - the message is discarded, its producer never asked
+    (apache/rocketmq#8311; a real 5.3.3 used one count during a 1 s immunity, docs/rocketmq-facts.md)."""
+    topic = unique("TxImmLong")
+    checks: list[str] = []
+    with Clients(txmsg_broker.namesrv_addr) as clients:
+        discarded = clients.consumer(unique("TxImmDiscardCG"), CHECK_MAX_TIME_TOPIC)
+        producer = clients.transaction_producer(
+            unique("TxImmLongPG"), lambda m: checks.append(1) or C
+        )
+        slow = message(topic, "slow")
+        slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
+        producer.send_message_in_transaction(slow, lambda m, a: U)
+        clients.heartbeat(producer)
+        wait_until(lambda: [r.keys for r in discarded] == ["slow"], timeout=20)
+        time.sleep(2)
+    assert checks == []
+    assert "checked too many times" in read_log(txmsg_broker.log_dir)
 
 
 def test_pending_transactions_survive_restart(txmsg_broker):

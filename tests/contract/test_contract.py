@@ -26,7 +26,8 @@ import pydantic
 import pytest
 from sqlalchemy import Integer, String, event, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from txmsg_broker.testing import AllAtOnce, Clients, create_topic, read_log, unique, wait_until
+from txmsg_broker.rawclient import call
+from txmsg_broker.testing import AllAtOnce, Clients, create_topic, unique, wait_until
 
 from txmsg import (
     ExecutorConfig,
@@ -46,12 +47,9 @@ from txmsg.backend import Capabilities
 from txmsg.message import OutgoingMessage
 from txmsg.sqla import create_engine, create_tables, duplicates_absorbed, make_session_factory
 
-from .conftest import TIMINGS, needs
+from .conftest import broker_log, needs, settle_s, timings
 
 S = LocalTransactionState
-CHECK_MAX = TIMINGS["check_max"]
-#: two check intervals and a little: after it, a settled transaction has no check in flight
-SETTLE_S = 2 * TIMINGS["check_interval_ms"] / 1000 + 0.3
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -146,32 +144,65 @@ def _send_rows(app: TxMsg, group: str, topic: str, rows: dict[str, Any]) -> dict
     return keys
 
 
-def _discarded(broker: Any, topic: str) -> int:
-    """Half messages of ``topic`` the broker gave up on after check_max checks (transaction.log)."""
+def _discarded(broker: Any, topic: str) -> int | None:
+    """Half messages of ``topic`` the broker gave up on after check_max checks (transaction.log;
+    None when the broker's logs cannot be read here)."""
+    log = broker_log(broker)
+    if log is None:
+        return None
     return sum(
         1
-        for line in read_log(broker.log_dir).splitlines()
+        for line in log.splitlines()
         if "Put checked-too-many-time half message" in line and line.endswith(f"real topic={topic}")
     )
 
 
-def _checks_sent(broker: Any, topic: str, key: str) -> int:
+def _gave_up(broker: Any, topic: str, script: Script, row: str) -> bool:
+    """The broker gave up on ``row`` (the only transaction of ``topic`` left unresolved): the
+    embedded broker's discard line; on a real cluster, the last of its ``check_max`` check-backs
+    reached ``check_local``.  Why not the real broker's discard lines: a real 4.9.8 also discards
+    a transaction whose *last* check-back is answered COMMIT - it re-puts the half message with
+    the check count at the maximum and, in the same pass (check immunity counts from the born
+    timestamp), moves that copy to TRANS_CHECK_MAX_TIME_TOPIC before the answer arrives; the
+    answer still commits the message (docs/rocketmq-facts.md, "Suites against real brokers")."""
+    if getattr(broker, "is_real", False):
+        return script.counted().get(row, 0) >= timings(broker)["check_max"]
+    return _discarded(broker, topic) == 1
+
+
+def _max_offsets(broker: Any, topic: str) -> int:
+    """Messages ever stored in ``topic`` on a real cluster's masters (GET_MAX_OFFSET, request 30,
+    of each queue; the discard topic has one queue); 0 for the embedded broker."""
+    total = 0
+    for master in getattr(broker, "masters", ()):
+        for queue in range(8):
+            reply = call(master, 30, {"topic": topic, "queueId": str(queue)})
+            if reply.code != 0:
+                break
+            total += int(reply.ext_fields.get("offset", "0"))
+    return total
+
+
+def _checks_sent(broker: Any, topic: str, key: str) -> int | None:
     """Check-backs the broker sent for the transaction ``key`` of ``topic`` (transaction.log at
-    DEBUG: one ``Check transaction.`` line each, remoting or gRPC)."""
-    return read_log(broker.log_dir).count(f"Check transaction. real_topic={topic},uniqKey={key},")
+    DEBUG: one ``Check transaction.`` line each, remoting or gRPC; None without the logs).  A
+    real 4.9.8 writes no such line at its default INFO level (5.x does): None there too."""
+    log = broker_log(broker)
+    if log is None or (getattr(broker, "is_real", False) and not broker.is_5x):
+        return None
+    return log.count(f"Check transaction. real_topic={topic},uniqKey={key},")
 
 
-def _unknown_answers(broker: Any, key: str) -> int:
+def _unknown_answers(broker: Any, key: str) -> int | None:
     """UNKNOW answers to check-backs of ``key`` the broker got (its ``pending status.`` lines naming
     the transaction id: librocketmq 2.1.0 sends them flagged as not from a check, the 5.x client
     as from a check; a send's own UNKNOW carries no transaction id over remoting and is not sent
     at all over gRPC)."""
+    log = broker_log(broker)
+    if log is None:
+        return None
     named = re.compile(rf"transactionId='?{re.escape(key)}'?[,}}]")
-    return sum(
-        1
-        for line in read_log(broker.log_dir).splitlines()
-        if "pending status." in line and named.search(line)
-    )
+    return sum(1 for line in log.splitlines() if "pending status." in line and named.search(line))
 
 
 # ---- the transaction outcome table --------------------------------------------------------------
@@ -200,9 +231,16 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
             timeout=10,
             message="U_ROLLBACK checked",
         )
-        threading.Event().wait(SETTLE_S)  # two more check passes: nothing else checked or delivered
+        threading.Event().wait(settle_s(broker))  # two more check passes: nothing else happens
     assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
-    assert script.counted() == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
+    counted = script.counted()
+    if getattr(broker, "is_real", False) and broker.is_5x:
+        # a real 5.x broker may check back a transaction that already ended while its op record
+        # waits in the op batch (seen on 5.3.3 with transactionOpBatchInterval=500 under load:
+        # COMMIT checked 3 times; docs/rocketmq-facts.md); what counts is that nothing more was
+        # delivered (above) - check_local's answers for ended ones are the application's job
+        counted = {row: n for row, n in counted.items() if row not in ("COMMIT", "ROLLBACK")}
+    assert counted == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
     for row in got.counts():
         (message,) = got.of(row)
         assert message.body == f"body-{row}".encode()
@@ -212,7 +250,7 @@ def test_transaction_outcome_table(make_app: Callable[..., TxMsg], broker: Any) 
         (row, keys[row], f"body-{row}".encode()) for row in script.counted()
     }
     # UU_COMMIT's first check answered UNKNOW: that answer reaches the broker too (it logs it)
-    assert _unknown_answers(broker, keys["UU_COMMIT"]) == 1
+    assert _unknown_answers(broker, keys["UU_COMMIT"]) in (1, None)
 
 
 def test_unknown_until_discarded(make_app: Callable[..., TxMsg], broker: Any) -> None:
@@ -223,20 +261,36 @@ def test_unknown_until_discarded(make_app: Callable[..., TxMsg], broker: Any) ->
     # a system topic some backends refuse to subscribe to)
     with Clients(broker.namesrv_addr) as clients, app:
         discarded = clients.consumer(unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC")
+        before = _max_offsets(broker, "TRANS_CHECK_MAX_TIME_TOPIC")
         key = _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})["U_FOREVER"]
+        check_max = timings(broker)["check_max"]
         wait_until(
-            lambda: _discarded(broker, topic) == 1,
+            lambda: _gave_up(broker, topic, script, "U_FOREVER"),
             timeout=20,
-            message=lambda: f"the discard after {CHECK_MAX} checks (checks {script.counted()})",
+            message=lambda: f"the discard after {check_max} checks (checks {script.counted()})",
         )
-        wait_until(
-            lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
-            timeout=20,
-            message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
-        )
-        threading.Event().wait(SETTLE_S)
-    assert script.counted() == {"U_FOREVER": CHECK_MAX}
-    assert _checks_sent(broker, topic, key) == CHECK_MAX
+        if getattr(broker, "is_real", False) and broker.is_5x:
+            # a real 5.3.3 stores the copy (its max offset grows, its log says so) but never
+            # delivered it to this librocketmq consumer (docs/rocketmq-facts.md): read the log,
+            # else the topic's offsets
+            wait_until(
+                lambda: (
+                    _discarded(broker, topic) == 1
+                    if broker.log_dir is not None
+                    else _max_offsets(broker, "TRANS_CHECK_MAX_TIME_TOPIC") > before
+                ),
+                timeout=20,
+                message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
+            )
+        else:
+            wait_until(
+                lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
+                timeout=20,
+                message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
+            )
+        threading.Event().wait(settle_s(broker))
+    assert script.counted() == {"U_FOREVER": check_max}
+    assert _checks_sent(broker, topic, key) in (check_max, None)
     assert got.counts() == Counter()
 
 
@@ -289,7 +343,7 @@ def test_execute_local_raising_maps_to_execute_exception_state(
         wait_until(
             lambda: script.counted().get("GARBAGE") == 1, timeout=10, message="GARBAGE checked"
         )
-        threading.Event().wait(SETTLE_S)
+        threading.Event().wait(settle_s(broker))
     assert got.counts() == Counter({"RAISE": 1})
     assert script.counted() == {"RAISE": 1, "GARBAGE": 1}
     assert rb_script.counted() == {}
@@ -320,22 +374,25 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
     with app:
         _send_rows(app, group, topic, dict.fromkeys(table, S.UNKNOW))
         wait_until(
-            lambda: _discarded(broker, topic) == 1, timeout=20, message="ALWAYS_RAISES discarded"
+            lambda: _gave_up(broker, topic, script, "ALWAYS_RAISES"),
+            timeout=20,
+            message="ALWAYS_RAISES discarded",
         )
         wait_until(
             lambda: set(got.counts()) == committed, timeout=10, message="the last answers committed"
         )
-        threading.Event().wait(SETTLE_S)
+        threading.Event().wait(settle_s(broker))
+    check_max = timings(broker)["check_max"]
     assert script.counted() == {
         "RAISE_THEN_COMMIT": 2,
         "GARBAGE_THEN_COMMIT": 2,
         "FLAKY": 3,
-        "ALWAYS_RAISES": CHECK_MAX,
+        "ALWAYS_RAISES": check_max,
     }
     assert got.counts() == Counter(committed)
     errors = "\n".join(r.getMessage() for r in caplog.records)
     assert "check_local raised ValueError: check broke" in errors
-    assert errors.count("check_local raised RuntimeError: still broken") == CHECK_MAX
+    assert errors.count("check_local raised RuntimeError: still broken") == check_max
     assert "check_local returned True" in errors
     assert "execute_local raised ValueError: local failure" in errors
     assert "check_local raised RuntimeError: db down" in errors
@@ -552,6 +609,8 @@ def test_consumer_retries_then_dead_letters(
             create_topic(broker.namesrv_addr, f"%DLQ%{cg}")
             app.add_message_listener(dead[n], topic=f"%DLQ%{cg}", group=unique("cg_ct_dlq"))
         else:  # documented alternative: the DLQ is refused as a subscription; the broker keeps it
+            if getattr(broker, "is_real", False):  # read below with a remoting consumer
+                create_topic(broker.namesrv_addr, f"%DLQ%{cg}")
             with pytest.raises(InvalidNameError, match="dead-letter"):
                 app.add_message_listener(dead[n], topic=f"%DLQ%{cg}", group=unique("cg_ct_dlq"))
     with app:
@@ -567,16 +626,25 @@ def test_consumer_retries_then_dead_letters(
                 (letter,) = dead[n].of("POISON")
                 assert letter.json() == {"order": 1}
                 assert letter.keys == "POISON"
+            elif getattr(broker, "is_real", False):
+                # a real broker logs its DLQ puts where its logging config says (5.3.3: logger
+                # RocketmqDLQ, no file of its own): read the DLQ itself, with a remoting consumer
+                with Clients(broker.namesrv_addr) as clients:
+                    letters = clients.consumer(unique("cg_ct_dlq_raw"), f"%DLQ%{cg}")
+                    wait_until(
+                        lambda letters=letters: [r.keys for r in letters] == ["POISON"],
+                        timeout=30,
+                        message=f"the DLQ copy of {cg}",
+                    )
             else:
                 line = f"send msg to DLQ %DLQ%{cg}"
                 wait_until(
-                    lambda line=line: line in read_log(broker.log_dir, "broker.log"),
+                    lambda line=line: line in (broker_log(broker, "broker.log") or ""),
                     timeout=30,
                     message=line,
                 )
-                assert (
-                    key in read_log(broker.log_dir, "broker.log").split(line, 1)[1].splitlines()[0]
-                )
+                log = broker_log(broker, "broker.log") or ""
+                assert key in log.split(line, 1)[1].splitlines()[0]
     # the first delivery + max_reconsume redeliveries, then the DLQ
     assert attempts == {1: [0, 1], 2: [0, 1, 2]}
 

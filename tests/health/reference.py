@@ -105,10 +105,13 @@ def scan(paths: list[str]) -> Ref:
             g, msg, state = f["producerGroup"], f["msgId"], f["commitOrRollback"]
             ref.formats[broker].add("4.9" if "producerGroup='" in line else "5")
             java_check = f["fromTransactionCheck"] == "true"
-            # a 5.x proxy relays gRPC answers with a true fromTransactionCheck: trust it there
-            relayed = "Remark: end transaction from proxy" in line
-            is_check = java_check or (not relayed and f["transactionId"] not in ("", "null"))
             level = words[2] if len(words) > 2 else ""
+            # only librocketmq sends an empty remark, and only its check answers come with a
+            # false fromTransactionCheck and a filled transactionId; a Java client or a 5.x proxy
+            # (remark null or text) fills the transactionId at the first phase too.  DEBUG lines
+            # have no remark.
+            cpp_like = level == "DEBUG" or line.endswith("Remark: ")
+            is_check = java_check or (cpp_like and f["transactionId"] not in ("", "null"))
             c = ref.groups[g]
             cb = ref.by_broker[(g, broker)]
             if level == "DEBUG":

@@ -166,6 +166,13 @@ def test_two_relay_processes_send_every_row_once_each_key_in_order(
     env = child_env(side, db, group)
     command = [TXMSG, "outbox", "relay", "--app", "outbox_app:app"]
     procs.extend(Proc(command, env, tmp_path / f"relay-{n}.log") for n in range(2))
+    # both relays up before the rows exist (a relay sends them all in one cycle: one still
+    # starting would neither compete nor have its SIGTERM handler yet)
+    wait_until(
+        lambda: all("relaying" in p.output() for p in procs),
+        timeout=120,
+        message=lambda: "both relays to start:\n" + "\n".join(p.output() for p in procs),
+    )
     write(db, group, topic, *rows)
     wait_until(
         lambda: len(applied(db.sessions)) >= len(rows),

@@ -1,6 +1,7 @@
 """Issue 25, steps 2 and 3 at the database level: the relay's cycles on SQLite and PostgreSQL with
 a real :class:`txmsg.Producer` over a scripted sender (the broker tests, test_outbox_broker.py,
-use the real clients).  What a cycle takes (one row per sharding key, in ``seq`` order), the
+use the real clients).  What a cycle takes (a key's rows in ``seq`` order, one after the other,
+each once the one before was answered), the
 stable key on every copy, back-off that holds a key's later rows while other keys flow, dead rows
 (ERROR, hook, retry, discard), rows that can never be sent, two relays sharing rows on
 PostgreSQL without breaking a key's order, one relay per SQLite database, and a database that
@@ -53,21 +54,49 @@ def sender() -> ScriptedSender:
     return ScriptedSender()
 
 
-def test_a_cycle_sends_each_keys_first_row_and_deletes_what_was_sent(
+def test_a_cycle_sends_each_keys_rows_one_after_the_other_and_deletes_what_was_sent(
     db: Db, sender: ScriptedSender
 ) -> None:
     outbox = outbox_on(db)
     write(outbox, db, ("a", "a1"), ("a", "a2"), ("b", "b1"), (None, "p1"), ("a", "a3"), ("b", "b2"))
     relay = Relay(outbox, scripted_producer(sender))
-    assert relay.cycle() == 3
-    assert sorted(sender.bodies()) == [b"a1", b"b1", b"p1"]
-    assert relay.cycle() == 2
-    assert sorted(sender.bodies()[3:]) == [b"a2", b"b2"]
-    assert relay.cycle() == 1
-    assert relay.cycle() == 0
+    assert relay.cycle() == 6
     assert [m.body for m in sender.sent if m.sharding_key == "a"] == [b"a1", b"a2", b"a3"]
+    assert [m.body for m in sender.sent if m.sharding_key == "b"] == [b"b1", b"b2"]
+    assert relay.cycle() == 0
     assert outbox_rows(db.sessions) == []
-    assert (relay.stats().sent, relay.stats().cycles) == (6, 4)
+    assert (relay.stats().sent, relay.stats().cycles) == (6, 2)
+
+
+def test_a_keys_next_row_goes_only_once_the_broker_answered_the_one_before(db: Db) -> None:
+    """One row per key in flight: with a1's answer held, a2 is not sent; other keys are."""
+    outbox = outbox_on(db)
+    write(outbox, db, ("a", "a1"), ("a", "a2"), ("b", "b1"))
+    gated = ScriptedSender()
+    gated.gate = threading.Event()
+    relay = Relay(outbox, scripted_producer(gated))
+    cycle = threading.Thread(target=relay.cycle)
+    cycle.start()
+    wait_until(lambda: gated.waiting == 2, timeout=30, message="a1 and b1 to be in flight")
+    cycle.join(0.5)
+    assert gated.waiting == 2  # a2 not handed to the client while a1 is unanswered
+    gated.gate.set()
+    cycle.join(30)
+    assert [m.body for m in gated.sent if m.sharding_key == "a"] == [b"a1", b"a2"]
+    assert outbox_rows(db.sessions) == []
+
+
+def test_a_failed_row_ends_its_keys_chain_in_the_cycle(db: Db, sender: ScriptedSender) -> None:
+    outbox = outbox_on(db, retry=RetryPolicy(max_attempts=5, first_delay=3600, max_delay=3600))
+    write(outbox, db, ("a", "a1"), ("a", "a2"), ("a", "a3"), ("b", "b1"), ("b", "b2"))
+    sender.fail = lambda m: SendError("broker busy") if m.body == b"a2" else None
+    relay = Relay(outbox, scripted_producer(sender))
+    assert relay.cycle() == 5
+    assert sorted(sender.bodies()) == [b"a1", b"b1", b"b2"]  # a3 was never handed over
+    rows = {r.body: r for r in outbox_rows(db.sessions)}
+    assert set(rows) == {b"a2", b"a3"}
+    assert (rows[b"a2"].attempts, rows[b"a3"].attempts) == (1, 0)
+    assert relay.cycle() == 0  # a2 waits its back-off, a3 behind it
 
 
 def test_every_copy_carries_the_rows_stable_key_and_its_options(
@@ -234,7 +263,7 @@ def test_the_relay_thread_is_woken_by_the_commit(db: Db, sender: ScriptedSender)
 
 def test_postgresql_relays_share_rows_without_breaking_a_keys_order(pg: Db) -> None:
     """Relay A is in the middle of sending a1 and b1 (its rows locked); relay B's cycles take the
-    other keys and nothing of a or b; once A is done, the keys go on in order."""
+    other keys and nothing of a or b - whose next rows A sends after a1 and b1, in order."""
     shared = ScriptedSender()
     outbox_a = Outbox(group=GROUP, session_factory=pg.sessions, batch_size=2)
     outbox_b = Outbox(group=GROUP, session_factory=pg.sessions, batch_size=10)
@@ -257,14 +286,15 @@ def test_postgresql_relays_share_rows_without_breaking_a_keys_order(pg: Db) -> N
     a_cycle.start()
     wait_until(lambda: gated.waiting == 2, timeout=30, message="relay A to be sending a1 and b1")
     relay_b.cycle()
-    relay_b.cycle()
-    assert sorted(shared.bodies()) == [b"c1", b"c2", b"p1"]
+    assert sorted(shared.bodies()) == [b"c1", b"c2", b"p1"]  # c's rows one after the other
     assert relay_b.cycle() == 0  # a2 and b2 wait behind the rows A holds
     gated.gate.set()
     a_cycle.join(30)
-    assert sorted(gated.bodies()) == [b"a1", b"b1"]
-    assert relay_b.cycle() == 2
-    assert sorted(shared.bodies()[3:]) == [b"a2", b"b2"]
+    # A sends a2 and b2 after a1 and b1, in its own cycle
+    assert [m.body for m in gated.sent if m.sharding_key == "a"] == [b"a1", b"a2"]
+    assert [m.body for m in gated.sent if m.sharding_key == "b"] == [b"b1", b"b2"]
+    assert relay_b.cycle() == 0
+    assert len(shared.bodies()) == 3  # B never took a row of a or b
     assert outbox_rows(pg.sessions) == []
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +21,10 @@ from sqlalchemy import select, update
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.message import SHARDING_KEY, UNIQ_KEY, Message
 from txmsg.orderly import OrderlyHandler, orderly_handler
-from txmsg.sqla import parked_messages
+from txmsg.sqla import parked_messages, parking
 from txmsg.sqla.journal import InflightJournal, host_identity
 from txmsg.sqla.models import ConsumedMessage, OrderlyInflight, utcnow
+from txmsg.sqla.spool import DIRECTORY_ENV, Spool, group_directory, read_entries
 
 from .conftest import Db
 
@@ -73,12 +75,26 @@ def spec_for(db: Db, fn: Any, *, idempotent: bool = False) -> ConsumerSpec:
     )
 
 
-def handler_for(spec: ConsumerSpec) -> OrderlyHandler:
-    """The handler without its sweeper thread: these tests run the sweeper by hand."""
+def handler_for(spec: ConsumerSpec, *, refresh_interval: float = 0.0) -> OrderlyHandler:
+    """The handler without its sweeper thread: these tests run the sweeper by hand.  Its
+    snapshot of the keys with rows is read again before every message unless told otherwise
+    (rows appear here between two messages of one queue, which a real queue does not do: see
+    ``test_a_row_appearing_mid_stream_is_seen_within_the_refresh_interval``)."""
     assert spec.session_factory is not None
     return OrderlyHandler(
-        spec, spec.session_factory, (), InflightJournal(spec.session_factory, GROUP)
+        spec,
+        spec.session_factory,
+        (),
+        InflightJournal(spec.session_factory, GROUP),
+        refresh_interval=refresh_interval,
     )
+
+
+@pytest.fixture(autouse=True)
+def spool_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's spools in its own directory (on PostgreSQL they would share one by URL)."""
+    monkeypatch.setenv(DIRECTORY_ENV, str(tmp_path / "spools"))
+    return tmp_path / "spools"
 
 
 @pytest.fixture(scope="module")
@@ -341,3 +357,200 @@ def test_the_sweeper_keeps_a_key_behind_its_live_earlier_row(db: Db, dead_pid: i
     assert handle.journal.sweep(handle._handle) == 1
     assert listener.handled == ["z1"]
     assert [key for key, _ in rows(db)] == ["m1", "m2"]
+
+
+# ---- the spool: every message's record, in a file of this process --------------------------------
+SPOOLING_CHILD = """
+import os, signal, sys
+import txmsg.sqla
+from txmsg.message import Message, SHARDING_KEY, UNIQ_KEY
+from txmsg.sqla.journal import InflightJournal
+
+engine = txmsg.sqla.create_engine(sys.argv[1])
+journal = InflightJournal(txmsg.sqla.make_session_factory(engine), sys.argv[2])
+journal.refresh()
+for uid, offset in (("m0", 4), ("m1", 5)):
+    message = Message(
+        topic=sys.argv[3], body=uid.encode(), properties={UNIQ_KEY: uid, SHARDING_KEY: "order-1"},
+        message_id="msgid-" + uid, sharding_key="order-1", queue_id=3, queue_offset=offset,
+    )
+    ticket = journal.admit(message).ticket
+    assert ticket is not None and ticket.seq is not None and ticket.row_id is None
+    if uid == "m0":
+        journal.done(ticket)  # consumed: nothing to recover
+print(journal.spool_directory, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # inside m1's callback
+"""
+
+
+def kill_inside_m1(db: Db) -> Path:
+    """A real process that spools m0 (consumed) and m1, and is SIGKILLed inside m1's callback:
+    nothing in the table, m1 only in its spool file.  Returns the spool directory."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SPOOLING_CHILD,
+            str(db.engine.url.render_as_string(False)),
+            GROUP,
+            TOPIC,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr
+    assert rows(db) == []
+    directory = Path(child.stdout.strip())
+    assert len(list(directory.glob("*.spool"))) == 1
+    return directory
+
+
+def test_a_killed_process_spool_is_finished_before_the_keys_next_message(db: Db) -> None:
+    directory = kill_inside_m1(db)
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m2", 6)) is True
+    assert listener.handled == ["m1", "m2"]  # m0 was consumed before the kill: not again
+    assert rows(db) == []
+    assert list(directory.glob("*.spool")) == []  # moved into the table, then finished
+
+
+def test_a_killed_process_spool_is_finished_at_start_when_nothing_follows(db: Db) -> None:
+    kill_inside_m1(db)
+    listener = Recorder()
+    spec = spec_for(db, listener)
+    handle = orderly_handler(spec, journal=True)  # start() moves it into the table
+    try:
+        assert handle.journal is not None
+        assert handle.journal.imported == 1
+        deadline = utcnow() + timedelta(seconds=20)
+        while listener.handled != ["m1"] and utcnow() < deadline:
+            threading.Event().wait(0.1)
+        assert listener.handled == ["m1"]
+    finally:
+        handle.close()
+    assert rows(db) == []
+
+
+def test_a_live_process_spool_is_not_taken(db: Db) -> None:
+    # another live consumer of the group on this host, inside m1's callback
+    other = InflightJournal(db.sessions, GROUP)
+    other.refresh()
+    ticket = other.admit(msg("m1", 5)).ticket
+    assert ticket is not None
+    assert ticket.seq is not None
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("x1", 6, key="order-2")) is True
+    assert handle.journal is not None
+    assert handle.journal.imported == 0  # its lock is held
+    assert listener.handled == ["x1"]
+    other.done(ticket)
+    other.close()
+    assert list(other.spool_directory.glob("*.spool")) == [handle.journal._spool.path]  # type: ignore[union-attr]
+
+
+def test_a_torn_last_record_is_skipped(tmp_path: Path) -> None:
+    # what a machine crash can leave: the tail of the file missing, or half a line
+    spool = Spool(tmp_path, "host:1:token")
+    first = spool.begin(msg("a", 0))
+    spool.begin(msg("b", 1))
+    spool.end(first)
+    spool.begin(msg("c", 2))
+    assert spool.path is not None
+    data = spool.path.read_bytes()
+    owner, messages = read_entries(data[:-7])  # c's record cut short
+    assert owner == "host:1:token"
+    assert [m.properties[UNIQ_KEY] for m in messages] == ["b"]
+    assert messages[0] == msg("b", 1)
+    spool.close()
+    assert spool.path.exists()  # b and c are open: left for the host's next consumer
+
+
+def test_a_long_running_listener_gets_a_row_and_loses_it_when_done(db: Db) -> None:
+    seen_rows: list[list[tuple[str, str]]] = []
+    handle: OrderlyHandler
+
+    def listener(message: Message) -> None:
+        assert handle.journal is not None
+        handle.journal.promote(everything=True)  # what the journal's thread does after 0.5 s
+        seen_rows.append(rows(db))
+
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("a", 0)) is True
+    assert handle.journal is not None
+    assert seen_rows == [[("a", handle.journal.owner)]]  # another host could finish it now
+    assert rows(db) == []
+
+
+def test_an_idempotent_long_running_listener_deletes_its_row_with_its_effects(db: Db) -> None:
+    handle: OrderlyHandler
+
+    def apply(message: Message, session: Any) -> None:
+        assert handle.journal is not None
+        handle.journal.promote(everything=True)
+
+    handle = handler_for(spec_for(db, apply, idempotent=True))
+    assert handle(msg("a", 0)) is True
+    assert rows(db) == []
+
+
+def test_a_row_appearing_mid_stream_is_seen_within_the_refresh_interval(
+    db: Db, dead_pid: int
+) -> None:
+    # The snapshot of keys with rows is trusted for refresh_interval seconds on a queue this
+    # process keeps consuming (no other consumer can have had that queue meanwhile); a queue
+    # that comes to the process (not seen for that long) reads it again first.
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener), refresh_interval=3600.0)
+    assert handle(msg("a", 0, queue=3)) is True
+    leave_row(db, msg("m1", 5, queue=4), owner=f"{host_identity()}:{dead_pid}:gone")
+    assert handle(msg("m2", 6, queue=4)) is True  # queue 4 is new here: read again, m1 first
+    assert listener.handled == ["a", "m1", "m2"]
+    assert rows(db) == []
+
+
+def test_a_key_parked_elsewhere_is_seen_when_its_queue_comes_here(db: Db) -> None:
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener), refresh_interval=3600.0)
+    assert handle(msg("a", 0, queue=3)) is True
+    # the consumer that had queue 4 parked order-1 there, then the queue moved to us
+    parking.park(db.sessions, GROUP, msg("p1", 4, queue=4), error="boom", attempts=2)
+    assert handle(msg("m2", 5, queue=4)) is True
+    assert listener.handled == ["a"]
+    assert [p.message_key for p in parked_messages(db.sessions, GROUP, "order-1")] == [
+        "p1",
+        "m2",
+    ]
+
+
+def test_a_key_released_elsewhere_is_handled_here(db: Db) -> None:
+    listener = Recorder(poison=frozenset({"p1"}))
+    handle = handler_for(spec_for(db, listener), refresh_interval=3600.0)
+    assert handle(msg("p1", 0)) is True  # parked: the cache knows at once
+    assert "order-1" in handle.parked
+    listener.poison = frozenset()
+    report = parking.replay(spec_for(db, listener), db.sessions, GROUP, key="order-1")
+    assert report.ok
+    assert handle(msg("m2", 1)) is True  # the stale "parked" is corrected by park_behind
+    assert listener.handled == ["p1", "m2"]
+    assert "order-1" not in handle.parked
+
+
+def test_a_spool_of_another_host_is_not_read(db: Db, spool_directory: Path) -> None:
+    # The boundary of the spool: it is read on the host that wrote it.  A consumer that died
+    # less than promote_after into m1's callback on a host that never runs the group again
+    # leaves m1 in a file nobody here reads (docs/guide/ordered.md, "What the journal protects
+    # against"); the key's next message goes on without it.
+    elsewhere = Spool(group_directory(spool_directory, "other-host#1", GROUP), "other-host#1:7:x")
+    elsewhere.begin(msg("m1", 5))
+    elsewhere.close()  # its lock goes, as with a dead process; m1 stays open in the file
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m2", 6)) is True
+    assert listener.handled == ["m2"]
+    assert handle.journal is not None
+    assert handle.journal.imported == 0
+    assert elsewhere.path is not None
+    assert elsewhere.path.exists()

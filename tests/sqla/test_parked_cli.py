@@ -10,13 +10,16 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
+from txmsg import parked_cli
 from txmsg.cli import main
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.parked_cli import load_app
+from txmsg.sqla import create_engine
 
 APP_SOURCE = """
 import os
@@ -194,3 +197,25 @@ def test_installed_command_lists_parked_keys(project: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [k["sharding_key"] for k in json.loads(done.stdout)] == ["order-1"]
+
+
+def test_database_engine_is_disposed(project: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--database`` makes an engine for one command: its pooled connections are closed when
+    the command ends, also when it fails (a CLI embedded in a long-lived process must not leak
+    them)."""
+    made: list[Any] = []
+
+    def tracking_engine(url: str) -> Any:
+        engine = create_engine(url)
+        made.append(engine)
+        return engine
+
+    monkeypatch.setattr(parked_cli, "create_engine", tracking_engine)
+    disposed: list[Any] = []
+    monkeypatch.setattr(
+        "sqlalchemy.engine.Engine.dispose", lambda self, close=True: disposed.append(self)
+    )
+    assert run("list", "--database", project).exit_code == 0
+    assert run("list", "--database", project, "--key", "order-9").exit_code != 0
+    assert len(made) == 2
+    assert disposed == made

@@ -2,15 +2,33 @@
 
 Why: librocketmq 2.1.0's orderly push consumer can commit a queue's offset past a message whose
 callback is still running (docs/librocketmq-hazards.md #10).  If the process dies then, the
-broker never hands that message again.  So, before an orderly listener runs, txmsg writes the
-message to ``txmsg_orderly_inflight`` in the service's database (:class:`~txmsg.sqla.models.
-OrderlyInflight`) and deletes the row once the message is consumed or parked.  A row left by a
-consumer that is gone is finished by someone else, in the key's order:
+broker never hands that message again.  So every orderly message is journaled before its
+listener runs, until it is consumed or parked.  The journal has two tiers:
+
+* the **spool** (:mod:`txmsg.sqla.spool`): this process appends the message to its own file
+  before the listener runs and an end mark after it - two ``write(2)`` calls, no database, no
+  ``fsync``.  That is what every message pays.  It survives the death of the process, not of
+  the machine, and is read on this host only;
+* the **table** ``txmsg_orderly_inflight`` in the service's database (:class:`~txmsg.sqla.models.
+  OrderlyInflight`), which every consumer of the group sees.  A message goes there when its
+  listener has run longer than ``promote_after`` seconds (so that a consumer on another host can
+  finish it if this host never comes back), when it is handed back (the queue may move to
+  another consumer before it comes again), and when a dead process's spool is found
+  (:meth:`InflightJournal.import_spools`: by every consumer process of the group on the host, at
+  start, at every :meth:`~InflightJournal.refresh` and every ``sweep_interval``).  Messages of a
+  key that has rows in the table take the table's path, as before the spool existed
+  (:meth:`InflightJournal.enter`).
+
+A row left by a consumer that is gone is finished by someone else, in the key's order:
 
 * the consumer that gets the key's next message first handles the key's leftover rows that came
   before it in the queue (:meth:`InflightJournal.enter`), so the key's order holds;
 * a sweeper thread in every consumer process picks up leftovers nobody asks for (the key's
   last message was the one in flight), every ``sweep_interval`` seconds.
+
+Which keys have rows is known from a snapshot of the table (:meth:`InflightJournal.refresh`),
+taken at most ``refresh_interval`` seconds before a message, and again whenever a queue comes
+to this process (see :mod:`txmsg.orderly`).
 
 Who is "gone": the row's owner (``host:pid:token``, host = name and pid namespace) is a process
 of this host that no longer exists, or the owner stopped renewing the row's lease (``lease``
@@ -20,7 +38,10 @@ of the two commits and the other is absorbed as a duplicate.  Hosts should keep 
 sync (NTP) to within a small part of the lease.
 
 What this does not cover: the moment between the client taking a message for the callback and
-the row's commit (the time of one INSERT), and databases that lose committed rows.
+the spool write (Python reading the message: microseconds); a machine crash (records of the
+last seconds may not be on disk); a host that never runs the group again, for a message whose
+callback was shorter than ``promote_after`` (its spool is read on that host only); and
+databases that lose committed rows.
 """
 
 from __future__ import annotations
@@ -29,11 +50,13 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, and_, bindparam, delete, or_, select, update
@@ -47,9 +70,11 @@ from txmsg.sqla.models import OrderlyInflight, utcnow
 from txmsg.sqla.parking import (
     _insert_once,
     message_columns,
+    parked_message_key,
     sharding_key_of,
     stored_message,
 )
+from txmsg.sqla.spool import Spool, default_directory, group_directory, orphans
 
 log = logging.getLogger("txmsg.journal")
 
@@ -57,9 +82,36 @@ DEFAULT_LEASE = 30.0
 """Seconds a row stays its owner's without renewal (renewed every third of it while running)."""
 DEFAULT_SWEEP_INTERVAL = 2.0
 """Seconds between two looks for leftovers of dead consumers."""
+DEFAULT_PROMOTE_AFTER = 0.5
+"""Seconds a listener runs before its message is copied from the spool into the table (so that
+a consumer on another host can finish it if this host goes away for good)."""
+DEFAULT_REFRESH_INTERVAL = 0.5
+"""Seconds a snapshot of the keys with rows in the table (and of dead spools) is trusted."""
 
-Finish = Callable[[Message, int], bool]
-"""How a leftover is handled: ``finish(message, row_id)``; True once the row is gone."""
+
+@dataclass(eq=False)
+class Ticket:
+    """One message in the journal, from :meth:`InflightJournal.admit` to ``done``/``release``.
+
+    In the spool (``seq``), in the table (``row_id``), or both for a moment while it moves."""
+
+    message: Message
+    message_key: str
+    seq: int | None = None
+    row_id: int | None = None
+    started: float = 0.0
+    running: bool = True
+    moving: bool = False
+    """Its row is being written by :meth:`InflightJournal.promote` (outside the lock)."""
+    finishing: bool = False
+    """The listener's transaction is deleting it (idempotent): not to be moved any more."""
+    finished: bool = False
+    removed_row: int | None = None
+    """The row :meth:`InflightJournal.remove` deleted in the listener's transaction."""
+
+
+Finish = Callable[[Message, Ticket], bool]
+"""How a leftover is handled: ``finish(message, ticket)``; True once its row is gone."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +132,8 @@ class Entry:
     """The message's own row; None when a live consumer is handling this very message."""
     before: list[Leftover] = field(default_factory=list)
     """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
+    ticket: Ticket | None = None
+    """What :meth:`InflightJournal.admit` hands the handler (None: hand the message again)."""
 
 
 def host_identity() -> str:
@@ -136,6 +190,7 @@ _CLAIM = (
     .values(owner=bindparam("new_owner"), lease_until=bindparam("new_lease"))
 )
 _DELETE = delete(_TABLE).where(_T.id == bindparam("row_id"))
+_KEYS = select(_T.topic, _T.sharding_key).where(_T.consumer_group == bindparam("group")).distinct()
 _INSERT_RETURNING: dict[str, Any] = {}
 
 
@@ -170,20 +225,207 @@ class InflightJournal:
         *,
         lease: float = DEFAULT_LEASE,
         sweep_interval: float = DEFAULT_SWEEP_INTERVAL,
+        promote_after: float = DEFAULT_PROMOTE_AFTER,
+        spool_directory: Path | None = None,
     ) -> None:
         self.session_factory = session_factory
         self.group = group
         self.lease = timedelta(seconds=lease)
         self.sweep_interval = sweep_interval
+        self.promote_after = promote_after
         self.host = host_identity()
         self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        bind = getattr(session_factory, "kw", {}).get("bind")
+        base = spool_directory or default_directory(bind if isinstance(bind, Engine) else None)
+        self.spool_directory = group_directory(base, self.host, group)
+        """Where this host's spools of the group live (:mod:`txmsg.sqla.spool`)."""
+        self._spool: Spool | None = None
         self._running: set[int] = set()
         """Rows a thread of this process is handling now (their leases are renewed)."""
+        self._spooled: dict[int, Ticket] = {}
+        """Tickets with a spool entry, by ``id()``: what :meth:`promote` looks at."""
+        self._released: dict[str, Ticket] = {}
+        """Spool tickets handed back (by message key), taken again when the message comes back."""
+        self._blocked: frozenset[tuple[str, str]] | None = None
+        """(topic, key) with rows in the table, as of the last :meth:`refresh` (None: never)."""
+        self._added: dict[tuple[str, str], float] = {}
+        """Keys this process gave rows since (monotonic time): kept until a refresh sees them."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.recovered = 0
         """Leftovers of dead consumers this process finished (for stats and tests)."""
+        self.imported = 0
+        """Messages moved from dead processes' spools into the table (for stats and tests)."""
+
+    # ---- the fast path: the spool --------------------------------------------------------------
+    def admit(self, message: Message, *, refresh: bool = False) -> Entry:
+        """Journal ``message`` before its listener runs: in this process's spool when no row of
+        its key is in the table, else through the table (:meth:`enter`, which also finds a dead
+        consumer's rows to finish first).  ``refresh``: take a new snapshot of the table's keys
+        first (a queue just came to this process); one older than ``refresh`` seconds is renewed
+        anyway by the caller (:meth:`refresh`).
+
+        Raises whatever the database or the file system raised (the caller hands the message
+        again later)."""
+        if refresh or self._blocked is None:
+            self.refresh()
+        message_key = parked_message_key(message)
+        with self._lock:
+            ticket = self._released.pop(message_key, None)
+            if ticket is not None and ticket.row_id is None and not ticket.moving:
+                ticket.running, ticket.finishing, ticket.started = True, False, time.monotonic()
+                return Entry(row_id=None, ticket=ticket)
+            key = (message.topic, sharding_key_of(message))
+            blocked = (self._blocked is not None and key in self._blocked) or key in self._added
+        if ticket is not None or blocked:
+            entry = self.enter(message)
+            if entry.row_id is not None:
+                entry.ticket = Ticket(message, message_key, row_id=entry.row_id)
+            return entry
+        spool = self._spool
+        if spool is None:
+            with self._lock:
+                spool = self._spool = self._spool or Spool(self.spool_directory, self.owner)
+        ticket = Ticket(message, message_key, started=time.monotonic())
+        ticket.seq = spool.begin(message)
+        with self._lock:
+            self._spooled[id(ticket)] = ticket
+        return Entry(row_id=None, ticket=ticket)
+
+    def refresh(self) -> None:
+        """Move dead processes' spools into the table, then note which keys have rows there."""
+        started = time.monotonic()
+        self.import_spools()
+        with self._begin_read() as connection:
+            keys = frozenset((r[0], r[1]) for r in connection.execute(_KEYS, {"group": self.group}))
+        with self._lock:
+            self._blocked = keys
+            for key in [k for k, at in self._added.items() if at < started]:
+                del self._added[key]
+
+    @contextmanager
+    def _begin_read(self) -> Iterator[Connection | Session]:
+        bind = getattr(self.session_factory, "kw", {}).get("bind")
+        if isinstance(bind, Engine):
+            with bind.connect() as connection:
+                yield connection
+            return
+        with self.session_factory() as session, session.begin():
+            read_only(session)
+            yield session
+
+    def import_spools(self) -> int:
+        """Copy the open entries of this host's dead processes' spools of the group into the
+        table (as rows of their dead owners, so they are finished like any leftover), then delete
+        those files.  Returns how many messages were copied."""
+        own = self._spool.path if self._spool is not None else None
+        moved = 0
+        for claimed in orphans(self.spool_directory, skip=own):
+            try:
+                orphan = claimed.orphan
+                if orphan.messages:
+                    now = utcnow()
+                    with self._begin() as tx:
+                        for message in orphan.messages:
+                            values = message_columns(self.group, message) | dict(
+                                owner=orphan.owner, lease_until=now
+                            )
+                            if _insert_returning_id(tx, values) is not None:
+                                moved += 1
+                    log.warning(
+                        "group=%s: %d in-flight message(s) of consumer %s (gone) moved from its "
+                        "spool %s to the journal table; see docs/librocketmq-hazards.md #10",
+                        self.group,
+                        len(orphan.messages),
+                        orphan.owner,
+                        orphan.path,
+                    )
+                claimed.remove()
+            finally:
+                claimed.close()
+        if moved:
+            self.imported += moved
+        return moved
+
+    def promote(self, *, everything: bool = False) -> int:
+        """Copy into the table the spool entries whose listener has run ``promote_after``
+        seconds or that were handed back (``everything``: all of them); their spool entries end.
+        Returns how many rows were written."""
+        now = time.monotonic()
+        with self._lock:
+            picked = [
+                t
+                for t in self._spooled.values()
+                if t.seq is not None
+                and t.row_id is None
+                and not t.moving
+                and not t.finishing
+                and (everything or not t.running or now - t.started >= self.promote_after)
+            ]
+            for ticket in picked:
+                ticket.moving = True
+        if not picked:
+            return 0
+        rows: dict[int, int] = {}
+        conflicts: set[int] = set()
+        committed = False
+        try:
+            lease_until = utcnow() + self.lease
+            with self._begin() as tx:
+                for ticket in picked:
+                    values = message_columns(self.group, ticket.message) | dict(
+                        owner=self.owner, lease_until=lease_until
+                    )
+                    row_id = _insert_returning_id(tx, values)
+                    if row_id is None:
+                        conflicts.add(id(ticket))
+                    else:
+                        rows[id(ticket)] = row_id
+            committed = True
+        finally:
+            if not committed:  # nothing was written: every ticket stays in the spool
+                rows.clear()
+                conflicts.clear()
+            finished: list[int] = []
+            ended: list[int] = []
+            with self._lock:
+                for ticket in picked:
+                    ticket.moving = False
+                    row_id = rows.get(id(ticket))
+                    if row_id is None and id(ticket) in conflicts:
+                        # The message has a row already (written through the table's path by
+                        # a redelivery that raced this move): that row is its record.
+                        if ticket.running:
+                            ticket.finishing = True  # keep the spool entry; stop moving it
+                        else:
+                            self._spooled.pop(id(ticket), None)
+                            if ticket.seq is not None:
+                                ended.append(ticket.seq)
+                                ticket.seq = None
+                        continue
+                    if row_id is None:
+                        continue
+                    ticket.row_id = row_id
+                    self._added[(ticket.message.topic, sharding_key_of(ticket.message))] = now
+                    if ticket.finished:
+                        finished.append(row_id)
+                    elif ticket.running:
+                        self._running.add(row_id)
+                    else:  # handed back: the row is the message's record now, unrenewed
+                        self._released.pop(ticket.message_key, None)
+                    self._spooled.pop(id(ticket), None)
+                    if ticket.seq is not None:
+                        ended.append(ticket.seq)
+                        ticket.seq = None
+            if self._spool is not None:
+                for seq in ended:
+                    self._spool.end(seq)
+        if finished:  # done while its row was being written: the row goes now
+            with self._begin() as tx:
+                for row_id in finished:
+                    tx.execute(_DELETE, {"row_id": row_id})
+        return len(rows)
 
     # ---- liveness -------------------------------------------------------------------------------
     def is_dead(self, owner: str, lease_until: datetime, row_id: int, now: datetime) -> bool:
@@ -313,54 +555,113 @@ class InflightJournal:
             )
         return claimed
 
-    def remove(self, session: Session | Connection, row_id: int) -> None:
-        """Delete the row inside the caller's transaction (with the listener's effects)."""
-        session.execute(_DELETE, {"row_id": row_id})
+    def leftover_ticket(self, leftover: Leftover) -> Ticket:
+        """The ticket of a leftover this process has :meth:`claim`-ed."""
+        message = leftover.message
+        return Ticket(message, parked_message_key(message), row_id=leftover.id)
 
-    def done(self, row_id: int, *, removed: bool = False) -> None:
-        """The message was consumed or parked: delete its row (unless ``removed`` already)."""
-        if not removed:
+    def remove(self, session: Session | Connection, ticket: Ticket) -> None:
+        """Inside the listener's transaction (``idempotent=True``): delete the message's row
+        with its effects, if it has one; either way it is not moved into the table any more."""
+        with self._lock:
+            ticket.finishing = True
+            row_id = None if ticket.moving else ticket.row_id
+            ticket.removed_row = row_id
+        if row_id is not None:
+            session.execute(_DELETE, {"row_id": row_id})
+
+    def done(self, ticket: Ticket, *, removed: bool = False) -> None:
+        """The message was consumed or parked: end its spool entry, delete its row (unless
+        ``removed`` with the listener's effects already)."""
+        with self._lock:
+            ticket.finished, ticket.running = True, False
+            self._spooled.pop(id(ticket), None)
+            row_id, moving = ticket.row_id, ticket.moving
+            seq, ticket.seq = ticket.seq, None
+            if row_id is not None:
+                self._running.discard(row_id)
+        if row_id is not None and not moving and not (removed and ticket.removed_row == row_id):
             with self._begin() as tx:
-                self.remove(tx, row_id)
-        with self._lock:
-            self._running.discard(row_id)
+                tx.execute(_DELETE, {"row_id": row_id})
+        if seq is not None and self._spool is not None:
+            self._spool.end(seq)
 
-    def release(self, row_id: int) -> None:
-        """The message is handed again later: keep the row, stop renewing it."""
+    def release(self, ticket: Ticket) -> None:
+        """The message is handed again later: keep its record, stop renewing it.  A spool
+        entry goes into the table now (the queue may move to a consumer on another host before
+        the message comes back); if the database does not answer, the sweeper tries again."""
         with self._lock:
-            self._running.discard(row_id)
+            ticket.running, ticket.finishing = False, False
+            if ticket.row_id is not None:
+                self._running.discard(ticket.row_id)
+            spooled = ticket.row_id is None and ticket.seq is not None
+            if spooled:
+                self._released[ticket.message_key] = ticket
+        if spooled:
+            try:
+                self.promote()
+            except Exception:  # the database is down (often why it was handed back)
+                log.debug(
+                    "group=%s: could not move a handed-back message", self.group, exc_info=True
+                )
 
     # ---- leases and the sweeper -----------------------------------------------------------------
     def start(self, finish: Finish) -> None:
-        """Start the thread that renews leases and finishes dead consumers' leftovers."""
+        """Move the spools of this host's dead consumers of the group into the table (before
+        this process consumes anything: their messages come before the keys' next ones), then
+        start the thread that renews leases, moves long-running messages into the table and
+        finishes dead consumers' leftovers."""
         if self._thread is not None:
             return
+        try:
+            self.import_spools()
+        except Exception:  # the database may be down: the first message's refresh tries again
+            log.warning(
+                "group=%s: could not move dead consumers' spools yet", self.group, exc_info=True
+            )
         self._thread = threading.Thread(
             target=self._run, args=(finish,), name=f"txmsg-journal-{self.group}", daemon=True
         )
         self._thread.start()
 
     def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread; messages handed back and never taken again go into the table (or,
+        if the database does not answer, stay in the spool file for the host's next consumer)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        try:
+            self.promote(everything=True)
+        except Exception:
+            log.warning(
+                "group=%s: could not move the spool's open entries into the journal table; "
+                "the host's next consumer of the group will",
+                self.group,
+                exc_info=True,
+            )
+        if self._spool is not None:
+            self._spool.close()
 
     def _run(self, finish: Finish) -> None:
         renew_every = self.lease.total_seconds() / 3
-        renewed = 0.0
-        elapsed = renew_every  # renew (and sweep) at once
+        tick = max(0.01, min(self.sweep_interval, self.promote_after / 2))
+        renewed = swept = -float("inf")
         while not self._stop.is_set():
+            now = time.monotonic()
             try:
-                if elapsed - renewed >= renew_every:
+                self.promote()
+                if now - renewed >= renew_every:
                     self.renew()
-                    renewed = elapsed
-                self.sweep(finish)
+                    renewed = now
+                if now - swept >= self.sweep_interval:
+                    swept = now
+                    self.import_spools()
+                    self.sweep(finish)
             except Exception:  # the database may be down: try again next round
                 log.warning(
                     "group=%s: journal sweep failed; trying again", self.group, exc_info=True
                 )
-            self._stop.wait(self.sweep_interval)
-            elapsed += self.sweep_interval
+            self._stop.wait(tick)
 
     def renew(self) -> None:
         """Extend the leases of the rows this process is handling."""
@@ -410,7 +711,7 @@ class InflightJournal:
             if not dead or key in blocked or not self.claim(leftover, "by the sweeper"):
                 blocked.add(key)  # a later row of the key must wait for this one
                 continue
-            if finish(leftover.message, leftover.id):
+            if finish(leftover.message, self.leftover_ticket(leftover)):
                 finished += 1
                 self.recovered += 1
             else:

@@ -29,6 +29,7 @@ either way).
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -222,6 +223,78 @@ def is_parked(session_factory: SessionFactory, group: str, key: str) -> bool:
         read_only(session)
         found = session.scalar(_IS_PARKED, {"group": group, "key": key})
         return found is not None
+
+
+_PARKED_KEYS = select(ParkedKey.sharding_key).where(ParkedKey.consumer_group == bindparam("group"))
+_PARKED_KEYS_SQLITE = str(_PARKED_KEYS.compile(dialect=sqlite_dialect()))
+
+
+def parked_key_set(session_factory: SessionFactory, group: str) -> frozenset[str]:
+    """Every key ``group`` has parked now (one non-locking SELECT, like :func:`is_parked`)."""
+    bind = getattr(session_factory, "kw", {}).get("bind")
+    if isinstance(bind, Engine):
+        if bind.dialect.name == "sqlite":
+            raw = bind.raw_connection()
+            try:
+                cursor = raw.cursor()
+                try:
+                    cursor.execute(_PARKED_KEYS_SQLITE, (group,))
+                    return frozenset(str(row[0]) for row in cursor.fetchall())
+                finally:
+                    cursor.close()
+            finally:
+                raw.close()
+        with bind.connect() as connection:
+            return frozenset(connection.scalars(_PARKED_KEYS, {"group": group}))
+    with session_factory() as session, session.begin():
+        read_only(session)
+        return frozenset(session.scalars(_PARKED_KEYS, {"group": group}))
+
+
+class ParkedKeyCache:
+    """The parked keys of one group, in memory: the orderly handler's "is this key parked?"
+    without a query per message.
+
+    Why it may: the answer only decides which path a message takes.  "Parked" leads to
+    :func:`park_behind`, whose transaction reads the key row again under its lock and answers
+    False when the key is not parked (any more: a replay released it), so a stale "parked" costs
+    one transaction and is corrected (:meth:`discard`).  A stale "not parked" would let a message
+    overtake its key's parked ones, so the set is read again whenever the handler's snapshot is
+    older than its refresh interval or a queue comes to the process (:mod:`txmsg.orderly`), and
+    this process's own parks go in at once (:meth:`add`)."""
+
+    def __init__(self, session_factory: SessionFactory, group: str) -> None:
+        self.session_factory = session_factory
+        self.group = group
+        self._keys: frozenset[str] | None = None
+        self._added: set[str] = set()
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Read the group's parked keys (raises what the database raised)."""
+        with self._lock:
+            added = set(self._added)
+        keys = parked_key_set(self.session_factory, self.group)
+        with self._lock:
+            self._keys = keys
+            self._added -= added  # parked before the read: in it (or replayed since)
+
+    def __contains__(self, key: object) -> bool:
+        if self._keys is None:
+            self.refresh()
+        keys = self._keys
+        return (keys is not None and key in keys) or key in self._added
+
+    def add(self, key: str) -> None:
+        with self._lock:
+            self._added.add(key)
+
+    def discard(self, key: str) -> None:
+        """:func:`park_behind` found ``key`` released: forget it until a refresh says otherwise."""
+        with self._lock:
+            self._added.discard(key)
+            if self._keys is not None and key in self._keys:
+                self._keys = self._keys - {key}
 
 
 _LOCK_KEY = (

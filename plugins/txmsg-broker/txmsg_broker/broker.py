@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from . import (
     acl,
     admin_service,
+    broker_config_service,
     client_service,
     diskfull,
     namesrv,
@@ -113,6 +114,7 @@ class Broker:
             self.registrar = Registrar(self)
         client_service.install(self)
         admin_service.install(self)
+        broker_config_service.install(self)
         send_service.install(self)
         self.transactions = transaction_service.install(self)
         diskfull.install(self)
@@ -281,6 +283,14 @@ class Broker:
             ("transactionTimeOut", c.transaction_timeout_ms),
             ("transactionCheckMax", c.check_max),
             ("transactionCheckInterval", c.check_interval_ms),
+            *(
+                [
+                    ("transactionOpBatchInterval", c.op_batch_interval_ms),
+                    ("transactionOpMsgMaxSize", c.transaction_op_msg_max_size),
+                ]
+                if c.broker_version == "5.3.3"
+                else []
+            ),
             ("listenPort", c.broker_port),
             ("flushDiskType", "SYNC_FLUSH" if c.flush == "sync" else "ASYNC_FLUSH"),
             ("maxMessageSize", c.max_message_size),

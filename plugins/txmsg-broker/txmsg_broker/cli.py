@@ -56,10 +56,10 @@ from .rawclient import call
 )
 @click.option(
     "--check-interval-ms",
-    default=60000,
-    show_default=True,
+    default=None,
     type=click.IntRange(1),
-    help="transactionCheckInterval: how often half messages are scanned.",
+    help="transactionCheckInterval: how often half messages are scanned "
+    "[default: 60000 as 4.9.8, 30000 as 5.3.3].",
 )
 @click.option(
     "--check-max",
@@ -96,12 +96,35 @@ from .rawclient import call
     help="DEBUG makes commits visible in transaction.log.",
 )
 @click.option(
+    "--broker-version",
+    type=click.Choice(["4.9.8", "5.3.3"]),
+    default=None,
+    help="Behave as this real broker where they differ: 5.3.3 batches commit/rollback op records "
+    "(--transaction-op-batch-interval-ms), scans every 30 s, logs 5.x lines "
+    "[default: 5.3.3 with --grpc-port, else 4.9.8].",
+)
+@click.option(
+    "--transaction-op-batch-interval-ms",
+    default=None,
+    type=click.IntRange(0),
+    help="transactionOpBatchInterval (5.1+): write commit/rollback op records in batches this often; "
+    "0 = at once. A transaction-timeout below it makes the broker check finished transactions "
+    "[default: 3000 as 5.3.3; 4.9.8 writes at once].",
+)
+@click.option(
+    "--transaction-op-msg-max-size",
+    default=4096,
+    show_default=True,
+    type=click.IntRange(1),
+    help="transactionOpMsgMaxSize (5.1+): a batch of op records is written early at this size (bytes).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["4", "5"]),
-    default="4",
-    show_default=True,
+    default=None,
     help="transaction.log format of remoting traffic: 4 = RocketMQ 4.9.8 (quoted header, bname); "
-    "5 = RocketMQ 5.1+ (unquoted, no bname, an INFO line per check-back). gRPC is always 5.",
+    "5 = RocketMQ 5.1+ (unquoted, no bname, an INFO line per check-back). gRPC is always 5 "
+    "[default: the --broker-version's].",
 )
 @click.option(
     "--delay-scale",
@@ -161,7 +184,8 @@ from .rawclient import call
 def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
     options["transaction_log_level"] = str(options["transaction_log_level"]).upper()
-    options["log_format"] = int(options["log_format"])
+    if options["log_format"] is not None:
+        options["log_format"] = int(options["log_format"])
     count = options.pop("brokers")
     if count > 1:
         _serve_cluster(count, options)

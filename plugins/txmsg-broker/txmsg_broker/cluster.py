@@ -111,6 +111,9 @@ class BrokerCluster:
         self.host = host
         self.first_broker_port = broker_port
         grpc_port = settings.pop("grpc_port", None)
+        if grpc_port is not None and settings.get("broker_version") is None:
+            # the gRPC endpoint makes broker-a a 5.x broker: its peers must run as the same version
+            settings["broker_version"] = "5.3.3"
         self.namesrv = NamesrvProcess(self.log_dir / "namesrv", host=host, port=namesrv_port)
         self.brokers: list[BrokerProcess] = []
         for index, name in enumerate(broker_names(brokers)):

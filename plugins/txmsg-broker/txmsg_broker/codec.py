@@ -173,11 +173,14 @@ class RemotingCommand:
             raise ValueError(f"header field {key!r} must be an integer, got {raw!r}") from None
 
     def ext_bool(self, key: str, default: bool = False) -> bool:
-        """Lenient boolean: CPP sends ``"1"``/``"0"``, Java ``"true"``/``"false"``."""
+        """A Boolean header field as the real broker decodes it: Java's ``Boolean.parseBoolean``
+        (4.9.8 ``RemotingCommand.decodeCommandCustomHeader``, 5.3.3's fast decoders), so only
+        "true" in any case is true.  librocketmq 2.1.0 sends ``"1"``/``"0"``: false to a real
+        broker (its batch flag ``m=1`` makes a real broker store the batch as one message)."""
         raw = self.ext_fields.get(key)
-        if raw is None or raw == "":
+        if raw is None:
             return default
-        return raw.strip().lower() in ("1", "true")
+        return raw.lower() == "true"
 
     # -- wire format ------------------------------------------------------------------------
     def header_json(self) -> bytes:

@@ -19,6 +19,22 @@ remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransact
 ``bname``, an INFO ``Check transaction. real_topic=...`` line per check-back). Run the same tests with
 ``--txmsg-log-format 5`` to get 5.x-format logs from live runs; ``log_format=`` in the factory wins.
 
+Options ``--real-remoting HOST:PORT`` (the name server of a real RocketMQ 4.x/5.x cluster) and
+``--real-grpc HOST:PORT`` (its 5.x proxy; needs ``--real-remoting`` too, for topic admin) point the
+tests at an external cluster instead (``--real-log-dir DIR``: the broker's RocketMQ log directory,
+for tests that read its transaction.log):
+
+* ``txmsg_cluster`` - the real cluster when given (a :class:`~txmsg_broker.real_cluster.RealCluster`:
+  ``.namesrv_addr``, ``.grpc_endpoint``, ``.log_dir``, ``.is_real``, the broker's transaction
+  timings), else an embedded broker with its gRPC endpoint on.  Tests written against it run on
+  either; topics and groups through ``txmsg_broker.testing.create_topic`` / ``create_group``.
+* ``txmsg_real_cluster`` - the real cluster only; the test is skipped without the options.
+* marker ``real_broker`` - a test that means a real cluster: skipped unless ``--real-remoting`` is
+  given.  With a real cluster, ``txmsg_broker.testing.wait_until`` waits :data:`REAL_PATIENCE` times
+  longer: the real broker's retry and check timings are seconds where the fixtures' are
+  milliseconds.
+  The plugin never starts, stops or kills a real cluster, and the default run never uses one.
+
 Safe under pytest-xdist: every broker listens on free ports (0) and keeps its data and logs under
 ``tmp_path_factory`` (per worker), the client log directory is per session; nothing is shared
 between workers.  Any timer of the real broker can be shortened per broker, its default unchanged,
@@ -42,6 +58,7 @@ import pytest
 from .acl_config import write_acl
 from .app import BrokerProcess
 from .cluster import BrokerCluster
+from .real_cluster import ClusterUnreachable, RealCluster
 
 #: short timings so the whole transaction outcome table runs in seconds
 TEST_SETTINGS: dict[str, Any] = {
@@ -71,6 +88,81 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="transaction.log format of the txmsg_broker fixtures' remoting traffic: "
         "4 = RocketMQ 4.9.8 (default), 5 = RocketMQ 5.1+",
     )
+    group = parser.getgroup("txmsg_real", "txmsg: tests against a real RocketMQ cluster")
+    group.addoption(
+        "--real-remoting",
+        metavar="HOST:PORT",
+        default=None,
+        help="name server of a real RocketMQ 4.x/5.x cluster: txmsg_cluster yields it (rocketmq "
+        "backend) and tests marked real_broker run; never stopped or restarted by the tests",
+    )
+    group.addoption(
+        "--real-grpc",
+        metavar="HOST:PORT",
+        default=None,
+        help="gRPC endpoint of that cluster's 5.x proxy (rocketmq5 backend); needs --real-remoting "
+        "(topics and groups are created through the name server's brokers)",
+    )
+    group.addoption(
+        "--real-log-dir",
+        metavar="DIR",
+        default=None,
+        help="the real broker's RocketMQ log directory (transaction.log, broker.log) if readable "
+        "here; tests that read broker logs skip those checks without it",
+    )
+
+
+#: how much longer ``wait_until`` waits when the tests target a real cluster: its retry delays
+#: (10 s, 30 s, ...) and check timings are real, the embedded fixtures' are scaled down
+REAL_PATIENCE = 4.0
+
+_REAL = pytest.StashKey[RealCluster | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "real_broker: needs the real RocketMQ cluster given by --real-remoting (and --real-grpc "
+        "for the rocketmq5 backend); skipped without it",
+    )
+    namesrv = config.getoption("--real-remoting", default=None)
+    grpc = config.getoption("--real-grpc", default=None)
+    log_dir = config.getoption("--real-log-dir", default=None)
+    if grpc and not namesrv:
+        raise pytest.UsageError(
+            "--real-grpc needs --real-remoting NAMESRV_HOST:PORT of the same cluster too: topics "
+            "and consumer groups are created through its brokers' remoting admin requests"
+        )
+    if not namesrv:
+        config.stash[_REAL] = None
+        return
+    try:
+        config.stash[_REAL] = RealCluster.connect(namesrv, grpc, log_dir)
+    except ClusterUnreachable as exc:
+        raise pytest.UsageError(f"--real-remoting/--real-grpc: {exc}") from exc
+    from . import testing  # noqa: PLC0415 - only for a run against a real cluster
+
+    testing.set_timeout_scale(REAL_PATIENCE)
+
+
+def real_cluster(config: pytest.Config) -> RealCluster | None:
+    """The real cluster of this run (``--real-remoting``), or None: for conftest fixtures that
+    yield the real cluster when given and an embedded broker with their own settings otherwise."""
+    return config.stash.get(_REAL, None)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    real = real_cluster(config)
+    return None if real is None else f"txmsg real cluster: {real.describe()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if real_cluster(config) is not None:
+        return
+    skip = pytest.mark.skip(reason="needs a real RocketMQ cluster: give --real-remoting HOST:PORT")
+    for item in items:
+        if item.get_closest_marker("real_broker") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -128,3 +220,23 @@ def txmsg_grpc_broker(txmsg_broker_factory: BrokerFactory) -> BrokerProcess:
     """Like ``txmsg_broker`` plus the RocketMQ 5 gRPC endpoint: ``.grpc_endpoint`` ("127.0.0.1:port")
     for ``rocketmq.ClientConfiguration`` of the official 5.x client (needs the ``grpc`` extra)."""
     return txmsg_broker_factory(grpc_port=0)
+
+
+@pytest.fixture
+def txmsg_real_cluster(pytestconfig: pytest.Config) -> RealCluster:
+    """The real cluster given by ``--real-remoting`` (and ``--real-grpc``); skips the test without."""
+    real = real_cluster(pytestconfig)
+    if real is None:
+        pytest.skip("needs a real RocketMQ cluster: give --real-remoting HOST:PORT")
+    return real
+
+
+@pytest.fixture
+def txmsg_cluster(
+    pytestconfig: pytest.Config, txmsg_broker_factory: BrokerFactory
+) -> RealCluster | BrokerProcess:
+    """The real cluster when ``--real-remoting`` is given, else an embedded broker with the gRPC
+    endpoint on: what a test needs to reach a cluster (``namesrv_addr``, ``grpc_endpoint``,
+    ``log_dir``) either way.  A test that kills or restarts its broker uses ``txmsg_broker``."""
+    real = real_cluster(pytestconfig)
+    return real if real is not None else txmsg_broker_factory(grpc_port=0)

@@ -217,7 +217,8 @@ def install(broker: Broker) -> None:
                 f"{config.max_message_size} bytes; send a smaller message (or split it / store the "
                 f"payload elsewhere and send a reference)",
             )
-        if cmd.ext_bool("batch") or cmd.code == SEND_BATCH_MESSAGE:
+        # as 4.9.8/5.3.3 SendMessageProcessor: the header's batch flag decides, not the code
+        if cmd.ext_bool("batch"):
             if transactional:
                 return cmd.error(
                     MESSAGE_ILLEGAL, "batch messages cannot be transactional; send them one by one"

@@ -32,6 +32,18 @@ from . import cli
 T = TypeVar("T")
 
 _counter = itertools.count(1)
+#: multiplies every ``wait_until`` timeout (:func:`set_timeout_scale`)
+_timeout_scale = 1.0
+
+
+def set_timeout_scale(scale: float) -> None:
+    """Make every ``wait_until`` wait ``scale`` times longer: the pytest plugin sets it for a run
+    against a real cluster, whose retry and check delays are real seconds (the embedded broker's
+    test fixtures scale them down)."""
+    global _timeout_scale  # one setting for the whole test session
+    if scale <= 0:
+        raise ValueError(f"timeout scale must be > 0, got {scale}")
+    _timeout_scale = scale
 
 
 def unique(prefix: str) -> str:
@@ -57,6 +69,7 @@ def wait_until(
     deadline, so a slow last poll is not lost.  Use it as a statement (not ``assert wait_until``:
     ``python -O`` would drop the wait together with the assert).
     """
+    timeout *= _timeout_scale
     deadline = time.monotonic() + timeout
     while True:
         last = predicate()
@@ -411,6 +424,7 @@ __all__ = [
     "enable_consumer_trace",
     "read_log",
     "set_producer_instance_name",
+    "set_timeout_scale",
     "unique",
     "wait_until",
 ]

@@ -9,7 +9,9 @@ Modelled on the Java 4.9 broker so outcomes *and* pitfalls match a real one:
   are in the commit log / offset table, so pending state survives restarts. Unknown (0) changes nothing.
 * check loop (every ``check_interval_ms``, one task): from the half-queue cursor, skip resolved entries; a
   message whose ``TRANSACTION_CHECK_TIMES`` reached ``check_max`` is moved to ``TRANS_CHECK_MAX_TIME_TOPIC``;
-  one older than ``transactionTimeOut`` (or its ``CHECK_IMMUNITY_TIME_IN_SECONDS``) is re-put to the half queue
+  one with ``CHECK_IMMUNITY_TIME_IN_SECONDS`` still inside it is re-put with the count + 1 and no check (Java
+  raises the count first: each pass inside the immunity uses one up, apache/rocketmq#8311);
+  one older than ``transactionTimeOut`` (or its immunity) is re-put to the half queue
   with the count + 1 and CHECK_TRANSACTION_STATE (oneway) is sent for that new copy to a live channel of its
   producer group, round-robin over all the group's channels. Like Java, each copy is an independent entry: a
   slow checker that answers COMMIT for several copies commits several times (the duplicate-delivery pitfall).
@@ -19,6 +21,18 @@ Modelled on the Java 4.9 broker so outcomes *and* pitfalls match a real one:
   both formats from live remoting runs. The gRPC endpoint always writes the 5.x format.
 * ``fromTransactionCheck`` is parsed like Java's ``Boolean.parseBoolean``: librocketmq's ``"1"`` is *false*,
   so check answers from C++/Python clients are logged as send-phase lines, exactly as a real broker does.
+* END_TRANSACTION is applied every time it names a live half copy, as Java's ``EndTransactionProcessor``
+  does (4.9.8 and 5.3.3 keep no record of finished transactions): a second COMMIT stores the message again.
+
+As a 5.3.3 broker (``broker_version``; 5.1+ ``TransactionalOpBatchService``) the op record of a commit or
+rollback is not written at once: the half-queue offset joins a pending batch (body ``"<offset>,"`` per
+transaction) written as one op message when ``transaction_op_batch_interval_ms`` has passed since the last
+batch write, or at once when the batch reaches ``transaction_op_msg_max_size`` bytes.  Until then the check
+service cannot see the transaction as finished: with ``transactionTimeOut`` below the batch interval it checks
+committed and rolled-back transactions back, and a COMMIT answer stores the message (again).  The 5.x scan
+also pauses 1 s (``SLEEP_WHILE_NO_OP``) before its first check-back when op records were read and none named
+the half message.  Ops still pending at shutdown are lost unless due, as in Java (the halves are then checked
+back after the restart).
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ import asyncio
 import contextlib
 import time
 import zlib
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from .client_service import learn_producer_from_request
@@ -35,6 +50,7 @@ from .message_codec import (
     PROPERTY_CHECK_IMMUNITY,
     PROPERTY_CHECK_TIMES,
     PROPERTY_PGROUP,
+    PROPERTY_PREPARED_QUEUE_OFFSET,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
@@ -59,6 +75,11 @@ CHECK_THREAD = "TransactionalMessageCheckService"
 CHECK_SEND_THREAD = "Transaction-msg-check-thread"
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
 OP_TAG = "d"
+#: 5.x ``TransactionalMessageUtil.OFFSET_SEPARATOR``: one op message lists several half offsets
+OFFSET_SEPARATOR = ","
+#: 5.x ``TransactionalMessageServiceImpl.SLEEP_WHILE_NO_OP`` (ms)
+SLEEP_WHILE_NO_OP_MS = 1000
+OP_BATCH_THREAD = "TransactionalOpBatchService"
 
 
 def java_bool(raw: str | None) -> bool:
@@ -125,7 +146,25 @@ class TransactionService:
         self.op_cursor = 0
         self._task: asyncio.Task[None] | None = None
         self._end_threads = ThreadNames("EndTransactionThread_", 12)
+        #: 5.x op batching (``MessageQueueOpContext`` of half queue 0): pending "<offset>," entries
+        self.pending_ops: list[str] = []
+        self.pending_size = 0
+        #: ``MessageQueueOpContext.lastWriteTimestamp``: None until the first op (Java creates the context,
+        #: stamped "now", at the first commit/rollback - so the first batch after a start waits 3-6 s)
+        self.last_op_write_ms: int | None = None
+        self._op_wakeup = asyncio.Event()
+        self._op_task: asyncio.Task[None] | None = None
         self.recover()
+
+    @property
+    def five(self) -> bool:
+        """Behaves as a 5.3.3 broker (``broker_version``)."""
+        return self.broker.config.broker_version == "5.3.3"
+
+    @property
+    def batching(self) -> bool:
+        """Op records go through the 5.x batch (5.3.3 with a positive batch interval)."""
+        return self.five and self.broker.config.op_batch_interval_ms > 0
 
     # -- state ----------------------------------------------------------------------------------
     def recover(self) -> None:
@@ -140,10 +179,7 @@ class TransactionService:
             if not batch:
                 break
             for op in batch:
-                try:
-                    self.resolved.add(int(op.body.decode().strip()))
-                except ValueError:
-                    continue
+                self.resolved.update(op_offsets(op.body))
             pos += len(batch)
         self.cursor = store.query_offset(SYSTEM_GROUP, HALF_TOPIC, 0) or 0
         self.op_cursor = store.query_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0) or 0
@@ -196,7 +232,7 @@ class TransactionService:
             return None
         from_check = java_bool(cmd.ext_fields.get("fromTransactionCheck"))
         header = end_transaction_header(
-            self.broker.config.log_format,
+            self.broker.config.tx_log_format,
             group,
             tsto,
             clo,
@@ -247,6 +283,13 @@ class TransactionService:
             )
             return None
         half = self.store.lookup(clo)
+        if (
+            half is not None
+            and half.topic == HALF_TOPIC
+            and self.rejects_late_end(half, from_check)
+        ):
+            self.log_late_end(thread, state, cmd.ext_fields.get("msgId", "null"), clo)
+            return None
         problem = None
         if half is None or half.topic != HALF_TOPIC:
             problem = "Find prepared transaction message failed"
@@ -256,12 +299,6 @@ class TransactionService:
             problem = "The producer group wrong"
         if problem is not None or half is None:
             self.broker.logs.broker.warn(thread, f"{problem}, request from {addr}: {header}")
-            return None
-        if tsto in self.resolved:
-            tx.debug(
-                thread,
-                f"Half offset {tsto} has been committed/rolled back, request ignored: {header}",
-            )
             return None
         try:
             if state == COMMIT:
@@ -275,7 +312,7 @@ class TransactionService:
                 f"message stays and will be checked back: {header}",
             )
             return None
-        if debug:
+        if debug and op is not None:
             tx.debug(
                 thread,
                 f"Transaction op message write successfully. messageId={op.msg_id}, queueId={op.queue_id} "
@@ -283,8 +320,31 @@ class TransactionService:
             )
         return None
 
-    def commit(self, half: StoredMessage) -> tuple[StoredMessage, StoredMessage]:
-        """Store the message in its real topic and the op record, with one write: (real, op)."""
+    def rejects_late_end(self, half: StoredMessage, from_check: bool) -> bool:
+        """5.x ``EndTransactionProcessor.rejectCommitOrRollback``: a send-phase commit/rollback of a
+        message with ``CHECK_IMMUNITY_TIME_IN_SECONDS`` that arrives after that immunity (at least
+        ``transactionTimeOut``) is refused (ILLEGAL_OPERATION, "wait check"); the check decides."""
+        if not self.five or from_check:
+            return False
+        raw = half.properties.get(PROPERTY_CHECK_IMMUNITY)
+        if not raw:
+            return False
+        timeout = self.broker.config.transaction_timeout_ms
+        immunity = max(_int(raw, 0) * 1000, timeout)  # TransactionalMessageUtil.getImmunityTime
+        return now_ms() - half.born_timestamp > immunity
+
+    def log_late_end(self, thread: str, state: int, msg_id: str, clo: int) -> None:
+        what = "commit" if state == COMMIT else "rollback"
+        self.tx.warn(
+            thread,
+            f"Message {what} fail [producer end]. currentTimeMillis - bornTime > checkImmunityTime, "
+            f"msgId={msg_id},commitLogOffset={clo}, wait check",
+        )
+
+    def commit(self, half: StoredMessage) -> tuple[StoredMessage, StoredMessage | None]:
+        """Store the message in its real topic and the op record, with one write: (real, op).
+
+        As a 5.x broker with op batching the op record only joins the batch: (real, None)."""
         props = dict(half.properties)
         topic = props.pop(PROPERTY_REAL_TOPIC, half.topic)
         try:
@@ -302,34 +362,123 @@ class TransactionService:
         )
         for fn in self.broker.put_filters:
             real = fn(real)
+        if self.batching:
+            stored_real = self.store.put(real, defer_sync=True)
+            self.broker.request_sync()
+            self._add_to_batch(half.queue_offset)
+            return stored_real, None
         # nobody waits for END_TRANSACTION: flush it with the next group commit instead of inline
-        stored_real, stored_op = self.store.put_many([real, self._op_for(half)], defer_sync=True)
+        stored_real, stored_op = self.store.put_many(
+            [real, self._op_message(self._op_body(half.queue_offset))], defer_sync=True
+        )
         self.broker.request_sync()
         self.resolved.add(half.queue_offset)
         return stored_real, stored_op
 
-    def write_op(self, half: StoredMessage) -> StoredMessage:
-        stored = self.store.put(self._op_for(half), defer_sync=True)
+    def write_op(self, half: StoredMessage) -> StoredMessage | None:
+        """The op record of a rollback: written now (4.9.8), or added to the 5.x batch (None)."""
+        if self.batching:
+            self._add_to_batch(half.queue_offset)
+            return None
+        stored = self.store.put(self._op_message(self._op_body(half.queue_offset)), defer_sync=True)
         self.broker.request_sync()
         self.resolved.add(half.queue_offset)
         return stored
 
-    def _op_for(self, half: StoredMessage) -> StoredMessage:
+    def _op_body(self, offset: int) -> str:
+        # 4.9.8 writes the bare offset; 5.x "<offset>," (several per op message once batched)
+        return f"{offset}{OFFSET_SEPARATOR}" if self.five else str(offset)
+
+    def _op_message(self, body: str) -> StoredMessage:
         return StoredMessage(
             topic=OP_HALF_TOPIC,
             queue_id=0,
-            body=str(half.queue_offset).encode(),
+            body=body.encode(),
             properties={PROPERTY_TAGS: OP_TAG},
             born_timestamp=now_ms(),
             born_host=self.broker.broker_addr,
         )
 
+    # -- 5.x op batching (TransactionalMessageServiceImpl.deletePrepareMessage / batchSendOpMessage) --
+    def _add_to_batch(self, offset: int) -> None:
+        data = self._op_body(offset)
+        if self.last_op_write_ms is None:
+            self.last_op_write_ms = now_ms()
+        self.pending_ops.append(data)
+        self.pending_size += len(data)
+        if self.pending_size > self.broker.config.transaction_op_msg_max_size:
+            self._op_wakeup.set()
+
+    def flush_op_batch(self, *, now: int | None = None) -> int:
+        """One ``batchSendOpMessage``: write the pending batch if it is due; return the next wake-up
+        time in ms (0 = at once: more than one op message's worth is still pending)."""
+        cfg = self.broker.config
+        start = now_ms() if now is None else now
+        interval = cfg.op_batch_interval_ms
+        max_size = cfg.transaction_op_msg_max_size
+        last = self.last_op_write_ms
+        if (
+            not self.pending_ops
+            or last is None
+            or (self.pending_size < max_size and start - last < interval)
+        ):
+            return start + interval
+        parts: list[str] = []
+        length = 0
+        while self.pending_ops and length < max_size:  # getOpMessage: up to ~maxSize characters
+            data = self.pending_ops.pop(0)
+            parts.append(data)
+            length += len(data)
+        self.pending_size -= length
+        body = "".join(parts)
+        self.last_op_write_ms = now_ms()  # getOpMessage stamps it after polling the batch
+        try:
+            self.store.put(self._op_message(body), defer_sync=True)
+        except NotWritableError as exc:
+            # Java logs and drops the batch: its halves get checked back
+            self.tx.error(
+                OP_BATCH_THREAD,
+                f"Transaction batch op message write failed. body is {body}, queueId is 0 ({exc})",
+            )
+            return 0 if self.pending_size >= max_size else start + interval
+        self.broker.request_sync()
+        self.resolved.update(op_offsets(body.encode()))
+        self.tx.debug(OP_BATCH_THREAD, "Send op message queueIds=[0]")
+        return 0 if self.pending_size >= max_size else start + interval
+
+    async def _op_batch_loop(self) -> None:
+        """``TransactionalOpBatchService.run``: sleep until the wake-up time (or an oversize batch)."""
+        self.tx.info(OP_BATCH_THREAD, "Start transaction op batch thread!")
+        wake = now_ms() + self.broker.config.op_batch_interval_ms
+        while True:
+            delay = wake - now_ms()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._op_wakeup.wait(), delay / 1000)
+            self._op_wakeup.clear()
+            try:
+                wake = self.flush_op_batch()
+            except Exception as exc:  # noqa: BLE001 - "batchSendOp error.", the thread goes on
+                self.tx.error(OP_BATCH_THREAD, f"batchSendOp error. {exc!r}")
+                wake = 0
+
     # -- check loop -----------------------------------------------------------------------------
     def start(self) -> None:
+        if self.batching:
+            self._op_task = self.broker.spawn(self._op_batch_loop())
         self.tx.info(CHECK_THREAD, "Start transaction check service thread!")
         self._task = self.broker.spawn(self._loop())
 
     async def stop(self) -> None:
+        if self._op_task is not None:
+            self._op_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._op_task
+            self._op_task = None
+            # ServiceThread.shutdown wakes the thread for one last batchSendOpMessage: due ops only
+            with contextlib.suppress(Exception):
+                self.flush_op_batch()
+            self.tx.info(OP_BATCH_THREAD, "End transaction op batch thread!")
         if self._task is not None:
             self._task.cancel()
             # the loop logs its own failures; stopping only waits for it to end
@@ -338,11 +487,11 @@ class TransactionService:
             self._task = None
 
     async def _loop(self) -> None:
-        interval = self.broker.config.check_interval_ms / 1000
+        interval = self.broker.config.check_every_ms / 1000
         while True:
             await asyncio.sleep(interval)
             try:
-                self.check_once()
+                await self.check_pass()
             except Exception as exc:  # noqa: BLE001 - keep checking next interval, like the Java thread
                 self.tx.error(CHECK_THREAD, f"Check error: {exc!r}")
 
@@ -350,7 +499,32 @@ class TransactionService:
         return f"MessageQueue [topic={topic}, brokerName={self.broker.broker_name}, queueId=0]"
 
     def check_once(self) -> int:
-        """One scan of the half queue; returns the number of checks sent (or attempted)."""
+        """One scan of the half queue without the 5.x pause; returns the number of checks sent."""
+        scan = self._scan()
+        try:
+            while next(scan):
+                pass
+        except StopIteration as done:
+            return int(done.value)
+        return 0  # pragma: no cover - the generator always ends with StopIteration
+
+    async def check_pass(self) -> int:
+        """One scan as the check service runs it: as 5.x, with its 1 s pause (``SLEEP_WHILE_NO_OP``)."""
+        scan = self._scan()
+        try:
+            while True:
+                if next(scan):
+                    await asyncio.sleep(SLEEP_WHILE_NO_OP_MS / 1000)
+        except StopIteration as done:
+            return int(done.value)
+
+    def _scan(self) -> Generator[bool, None, int]:
+        """The scan; yields True where a 5.x broker sleeps 1 s before its first check-back of a pass.
+
+        5.x ``check``: op records were read (``opMsg != null``) and none named the half message, so it
+        pulls more; none come (NO_NEW_MSG) and it sleeps ``SLEEP_WHILE_NO_OP`` before checking back.  The
+        op records seen are those read when the scan began (Java pulls them before the sleep); ops
+        written during the sleep count from the next pass."""
         cfg = self.broker.config
         tx = self.tx
         store = self.store
@@ -383,6 +557,10 @@ class TransactionService:
                     f"Topic: {OP_HALF_TOPIC} tags: {OP_TAG}, OpOffset: {op.queue_offset}, "
                     f"HalfOffset: {op.body.decode(errors='replace')}",
                 )
+        # 5.x reads op records from the oldest one not yet done: any op naming a half at or after the
+        # cursor, or written since the last pass, makes opMsg non-null
+        ops_read = self.five and (op_max > self.op_cursor or bool(self.resolved))
+        resolved = set(self.resolved)  # the op records this pass has read (Java's removeMap)
         self.op_cursor = op_max
         if self.cursor >= half_max:
             status = "NO_MESSAGE_IN_QUEUE" if half_max == 0 else "OFFSET_OVERFLOW_ONE"
@@ -391,11 +569,10 @@ class TransactionService:
                 f"No new message. GetMessageStatus={status}, topic={HALF_TOPIC}, groupId={SYSTEM_GROUP}, requestOffset={self.cursor}",
             )
         sent = 0
-        hold: int | None = None  # first offset we must come back to (immune message)
         i = self.cursor
         while i < half_max:
-            if i in self.resolved or i in self.passed:
-                if debug and i in self.resolved:
+            if i in resolved or i in self.passed:
+                if debug and i in resolved:
                     tx.debug(CHECK_THREAD, f"Half offset {i} has been committed/rolled back")
                 i += 1
                 continue
@@ -416,21 +593,26 @@ class TransactionService:
                 i += 1
                 continue
             immunity_raw = msg.properties.get(PROPERTY_CHECK_IMMUNITY)
-            immunity = _int(immunity_raw, -1) * 1000 if immunity_raw else -1
+            immunity = _int(immunity_raw, -1) * 1000 if immunity_raw is not None else -1
             if immunity < 0:
                 immunity = cfg.transaction_timeout_ms
-            if begin - msg.born_timestamp < immunity:
+            age = now_ms() - msg.born_timestamp
+            if immunity_raw is not None:
+                if age < immunity:
+                    self._immune(msg, checks + 1, resolved, immunity_raw)
+                    self.passed.add(i)
+                    i += 1
+                    continue
+            elif 0 <= age < immunity:
                 tx.debug(
                     CHECK_THREAD,
                     f"New arrived, the miss offset={i}, check it later checkImmunity={immunity}, "
                     f"born={java_date(msg.born_timestamp)}",
                 )
-                if immunity_raw:
-                    if hold is None:
-                        hold = i
-                    i += 1
-                    continue
                 break
+            if ops_read:  # once per pass: afterwards opMsg is null (NO_NEW_MSG)
+                ops_read = False
+                yield True
             props = dict(msg.properties)
             props[PROPERTY_CHECK_TIMES] = str(checks + 1)
             copy = store.put(clone(msg, properties=props))
@@ -445,13 +627,39 @@ class TransactionService:
             self.send_check(copy)
             sent += 1
             i += 1
-        self.cursor = hold if hold is not None else i
+        self.cursor = i
         self.resolved = {o for o in self.resolved if o >= self.cursor}
         self.passed = {o for o in self.passed if o >= self.cursor}
         store.commit_offset(SYSTEM_GROUP, HALF_TOPIC, 0, self.cursor)
         store.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0, self.op_cursor)
         tx.info(CHECK_THREAD, f"End to check prepare message, consumed time:{now_ms() - begin}")
         return sent
+
+    def _immune(
+        self, msg: StoredMessage, times: int, resolved: set[int], immunity_raw: str
+    ) -> None:
+        """A half message still inside its CHECK_IMMUNITY_TIME_IN_SECONDS (Java ``checkPrepareQueueOffset``,
+        4.9.8 and 5.3.3): done if an op names its first offset (``TRAN_PREPARED_QUEUE_OFFSET``), else
+        re-put as a new copy that remembers that offset.  The copy carries ``TRANSACTION_CHECK_TIMES``
+        already raised by ``needDiscard``, so every pass inside the immunity uses up one of
+        ``transactionCheckMax`` without a check (apache/rocketmq#8311): an immunity longer than
+        ``transactionCheckMax`` x ``transactionCheckInterval`` is discarded without any check-back."""
+        first = msg.properties.get(PROPERTY_PREPARED_QUEUE_OFFSET)
+        if first is not None and _int(first, -1) in resolved:
+            if self.five:
+                self.tx.info(
+                    CHECK_THREAD,
+                    f"removeMap contain prepareQueueOffset. real_topic="
+                    f"{msg.properties.get(PROPERTY_REAL_TOPIC, '')},uniqKey={msg.uniq_key},"
+                    f"immunityTime={immunity_raw},offset={msg.queue_offset}",
+                )
+            return
+        props = dict(msg.properties)
+        props[PROPERTY_CHECK_TIMES] = str(times)
+        props[PROPERTY_PREPARED_QUEUE_OFFSET] = (
+            first if first is not None else str(msg.queue_offset)
+        )
+        self.store.put(clone(msg, properties=props))
 
     def send_check(self, msg: StoredMessage) -> bool:
         group = msg.properties.get(PROPERTY_PGROUP, "")
@@ -511,6 +719,19 @@ class TransactionService:
             f"real topic={msg.properties.get(PROPERTY_REAL_TOPIC, '')}",
         )
         return stored
+
+
+def op_offsets(body: bytes) -> list[int]:
+    """Half-queue offsets named by an op record: 4.9.8 ``"12"``, 5.x ``"12,13,"``."""
+    found = []
+    for part in body.decode(errors="replace").split(OFFSET_SEPARATOR):
+        part = part.strip()
+        if part:
+            try:
+                found.append(int(part))
+            except ValueError:
+                continue
+    return found
 
 
 def _int(raw: str | None, default: int) -> int:

@@ -49,9 +49,11 @@ class RocketMQBackend:
     """Producers and consumers on librocketmq 2.1.0 for one name server."""
 
     name = "rocketmq"
-    capabilities = Capabilities()
+    capabilities = Capabilities(batch=False)
     """Everything remoting gives: check-backs routed by producer group (topics may be shared),
-    ``%DLQ%<group>`` readable by a message listener, topics up to 255 characters."""
+    ``%DLQ%<group>`` readable by a message listener, topics up to 255 characters.  Not ``batch``:
+    librocketmq 2.1.0's batch request is stored as one message by a real broker (its ``m=1`` flag
+    reads as false in Java), so ``send_batch`` sends one by one."""
     name_rule = staticmethod(name_rule)
     """Names librocketmq 2.1.0 can live with (also the ``txmsg.name_rules`` entry point)."""
 

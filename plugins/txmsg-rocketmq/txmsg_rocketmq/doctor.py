@@ -3,7 +3,9 @@
 Checks, each as ``(label, detail, ok)``: where librocketmq is, its sha256, whether that is the
 2.1.0 build (2.0.0 silently drops every check-back), where the client writes its logs, whether
 the name server accepts a TCP connection, and whether a transaction producer can be created
-and started (then shut down).
+and started (then shut down), and each master broker's transaction settings (GET_BROKER_CONFIG):
+a 5.x broker whose ``transactionTimeOut`` is below its ``transactionOpBatchInterval`` checks back
+transactions that already ended (see :mod:`.broker_config`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from . import broker_config
 from . import native as native_mod
 from .settings import RocketMQSettings
 
@@ -70,7 +73,10 @@ def report(config: Any = None) -> list[Check]:
         )
     )
     name_server = settings.name_server
-    checks.append(_name_server(name_server))
+    reachable = _name_server(name_server)
+    checks.append(reachable)
+    if reachable[2]:
+        checks.extend(broker_transaction_settings(name_server))
     checks.append(_producer_starts(log_dir, name_server))
     return checks
 
@@ -92,6 +98,27 @@ def _name_server(address: str) -> Check:
     except (OSError, ValueError) as exc:
         return ("name server reachable", f"{first}: {exc}; start it or fix name_server", False)
     return ("name server reachable", first, True)
+
+
+def broker_transaction_settings(name_server: str) -> list[Check]:
+    """One row per master broker: its transaction settings, failing when it checks finished ones."""
+    try:
+        masters = broker_config.master_brokers(name_server)
+    except (OSError, ValueError) as exc:
+        return [("broker transaction settings", f"cannot list the brokers: {exc}", False)]
+    if not masters:
+        return [("broker transaction settings", "no broker is registered yet", False)]
+    rows: list[Check] = []
+    for name, addr in sorted(masters.items()):
+        label = f"broker {name} ({addr}) transaction settings"
+        try:
+            props = broker_config.broker_config(addr)
+        except (OSError, ValueError) as exc:
+            rows.append((label, f"GET_BROKER_CONFIG failed: {exc}", False))
+            continue
+        found = broker_config.transaction_settings(name, addr, props)
+        rows.append((label, broker_config.advice(found), not found.checks_finished_transactions))
+    return rows
 
 
 def _producer_starts(log_dir: str, name_server: str) -> Check:

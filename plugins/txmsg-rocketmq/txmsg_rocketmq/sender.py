@@ -23,10 +23,9 @@ docs/backend-design.md, "Plain sends"):
 * The client refuses empty bodies and bodies over ``maxMessageSize`` (128 KiB by default in
   2.1.0, 4 MiB on the broker); we raise the client's limit to ``max_message_size`` and check both
   before sending, so the caller gets an :class:`InvalidMessageError` instead of "No route info".
-* ``SendBatchMessage`` reports no message id: 2.1.0 gives each message of a batch its
-  ``UNIQ_KEY`` on a copy inside ``BatchMessage::encode`` and answers with the (absent) id of the
-  batch itself.  A batch's :class:`SendResult` has ``message_id=""`` and the first message's
-  queue offset.
+* ``SendBatchMessage`` is not used: 2.1.0 flags the request ``m=1`` and real brokers (Java's
+  ``Boolean.parseBoolean``) read that as "not a batch", storing the encoded batch as one message.
+  ``send_batch`` sends the messages one by one (``Capabilities.batch`` is False).
 """
 
 from __future__ import annotations
@@ -74,9 +73,6 @@ log = logging.getLogger("txmsg.rocketmq")
 
 MAX_DELAY_LEVEL = 18
 """RocketMQ 4's default ``messageDelayLevel`` has 18 levels (1 s ... 2 h)."""
-_BATCH_ENTRY_OVERHEAD = 22 + 80
-"""Bytes a batch entry adds to its body: 20-byte head + 2-byte property length (BatchMessage.cpp)
-plus the client's own properties (UNIQ_KEY, WAIT) - estimated generously."""
 
 _SPENT_THUNK_TTL = 5.0
 """Seconds a per-send thunk pair is kept after its callback ran (see _complete)."""
@@ -398,59 +394,46 @@ class PlainSender:
 
     # ---- batch -----------------------------------------------------------------------------
     def send_batch(self, batch: Sequence[OutgoingMessage]) -> SendResult:
-        """Store messages of one topic with one request (``SEND_BATCH_MESSAGE``).
+        """Send messages of one topic one by one, in order; ids joined by commas.
 
-        ``message_id`` is empty: librocketmq 2.1.0 does not report a batch's ids (module doc).
+        Not librocketmq's ``SendBatchMessage``: 2.1.0 flags its batch request ``m=1``, and a real
+        broker (4.9.8 and 5.3.3 decode the flag with Java's ``Boolean.parseBoolean``: only "true"
+        counts) stores the whole encoded batch as *one* message, which consumers get as an empty
+        body (seen on a real 4.9.8, docs/rocketmq-facts.md).  Every message is checked before the
+        first is sent, so a bad batch sends nothing.
+
+        Raises:
+            InvalidMessageError: an empty batch, messages of different topics, a message that
+                cannot be sent (delayed or ordered ones: RocketMQ refuses them in batches).
+            SendError: a send failed; the error names how many of the batch were stored before.
         """
         items = list(batch)
         if not items:
             raise InvalidMessageError("send_batch needs at least one message")
         topic = items[0].topic
-        total = 0
         for item in items:
             if item.topic != topic:
                 raise InvalidMessageError(
                     f"a batch goes to one topic (got {topic!r} and {item.topic!r}); send one batch per topic"
                 )
             self._validate(item, batch=True)
-            props = sum(len(k) + len(v) + 2 for k, v in item.properties.items())
-            total += self._wire_size(item) + props + _BATCH_ENTRY_OVERHEAD
-        if total > self.max_message_size:
-            raise InvalidMessageError(
-                f"the batch is about {total} bytes, over the maximum message size of "
-                f"{self.max_message_size} bytes (a batch is one message to the broker); split it"
-            )
-        self._enter()
-        dll = self.native.dll
-        try:
-            c_batch = dll.CreateBatchMessage()
-            if not c_batch:
-                raise MemoryError(
-                    "librocketmq could not allocate a batch (CreateBatchMessage returned NULL)"
-                )
+        ids: list[str] = []
+        last = SendResult(message_id="", send_status="SEND_OK")
+        for index, item in enumerate(items):
             try:
-                for item in items:
-                    handle = messages.build(self.native, item)
-                    try:  # AddMessage copies the message into the batch
-                        if int(dll.AddMessage(c_batch, handle)) != OK:
-                            raise MemoryError("librocketmq could not add a message to a batch")
-                    finally:
-                        dll.DestroyMessage(handle)
-                result = self.native.new_send_result()
-                status = int(dll.SendBatchMessage(self.handle, c_batch, ctypes.byref(result)))
-                if status != OK:
-                    # 2.1.0's SendBatchMessage does not record the error text
-                    raise self._send_error(items[0], "", f"batch of {len(items)} messages")
-                self.sent += len(items)
-                return SendResult(
-                    message_id=_text(result.msgId),
-                    send_status=_status_name(result.sendStatus),
-                    offset=int(result.offset),
-                )
-            finally:
-                dll.DestroyBatchMessage(c_batch)
-        finally:
-            self.gate.exit_send()
+                last = self.send(item)
+            except SendError as exc:
+                raise SendError(
+                    f"{exc} (batch: messages 1..{index} of {len(items)} were stored: "
+                    f"{','.join(ids) or 'none'}; resend from message {index + 1})"
+                ) from exc
+            ids.append(last.message_id)
+        return SendResult(
+            message_id=",".join(ids),
+            send_status=last.send_status,
+            offset=last.offset,
+            queue_id=last.queue_id,
+        )
 
     # ---- async -----------------------------------------------------------------------------
     def send_async(self, message: OutgoingMessage) -> Future[SendResult]:

@@ -5,11 +5,19 @@ the one that imports (``rocketmq-client-python`` 2.0.0 installs a ``rocketmq/__i
 own; with that one on top the 5.x client cannot import itself), and every configured endpoint
 answers gRPC.  librocketmq and ``rocketmq-client-python`` are not needed and not checked.
 Imports run in a child interpreter so a broken combination leaves nothing half-imported here.
+
+The broker's transaction settings cannot be read over gRPC (the proxy's ``MessagingService`` has no call
+for them).  When the remoting backend (``txmsg-rocketmq``) is installed too and a name server answers at
+the configured ``name_server``, its GET_BROKER_CONFIG reader reports every master's settings; otherwise
+one advisory row says what to check by hand: a 5.1+ broker whose ``transactionTimeOut`` is below its
+``transactionOpBatchInterval`` checks back transactions that already ended.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import importlib.util
 import subprocess
 import sys
 from typing import Any
@@ -90,4 +98,34 @@ def report(config: Any = None) -> list[Check]:
     endpoints, tls = settings.endpoints, settings.tls
     addresses = [a.strip() for a in endpoints.split(";") if a.strip()]
     checks.extend(_endpoint(address, tls) for address in addresses)
+    checks.extend(_broker_settings(config))
     return checks
+
+
+def _broker_settings(config: Any) -> list[Check]:
+    """Read the brokers' transaction settings through a name server when the remoting reader is
+    installed (``txmsg_rocketmq.doctor``); else the advisory row."""
+    name_server = getattr(config, "name_server", None)
+    if not name_server or importlib.util.find_spec("txmsg_rocketmq") is None:
+        return [BROKER_SETTINGS_ADVICE]
+    try:
+        remoting = importlib.import_module("txmsg_rocketmq.doctor")
+        rows: list[Check] = list(remoting.broker_transaction_settings(str(name_server)))
+    except Exception:  # noqa: BLE001 - the doctor reports, it does not crash
+        return [BROKER_SETTINGS_ADVICE]
+    if any("cannot list the brokers" in detail for _label, detail, _ok in rows):
+        return [BROKER_SETTINGS_ADVICE]  # no name server there: say what to check by hand
+    return [(f"{label} (via name server {name_server})", d, ok) for label, d, ok in rows]
+
+
+#: advisory (ok): what ``txmsg doctor`` cannot read over gRPC and a user must check on the broker
+BROKER_SETTINGS_ADVICE: Check = (
+    "broker transaction settings",
+    "not readable over gRPC; check by hand (`mqadmin getBrokerConfig -b <broker>:10911`, or broker.conf) "
+    "that transactionTimeOut (default 6000) is above transactionOpBatchInterval (RocketMQ 5.1+, default "
+    "3000) with a margin. If it is below, the broker checks back transactions that already committed or "
+    "rolled back: a COMMIT answer delivers the message again, or delivers a rolled-back one, so "
+    "check_local must answer ROLLBACK for rolled-back transactions (RecordBackedListener does). "
+    "With the rocketmq backend (remoting) `txmsg doctor` reads these settings itself",
+    True,
+)

@@ -24,7 +24,8 @@ INVISIBLE_S = 60
 """How long a received message stays invisible while it waits for and runs its handler (then it
 is redelivered)."""
 AWAIT_S = 5
-"""Long-polling time of one receive (the proxy's minimum): bounds how long close() waits for it."""
+"""Long-polling time of one receive (the proxy's minimum).  close() does not wait for it: the
+receive is asynchronous and a stopping loop abandons it (see :meth:`ReceiveLoop._receive`)."""
 MAX_BACKOFF_S = 5.0
 """The longest pause between failed receives (doubling from 0.2 s)."""
 
@@ -71,7 +72,9 @@ class ReceiveLoop:
             if self._stopping.is_set():
                 return
             try:
-                received = self.client.receive(free, INVISIBLE_S)
+                received = self._receive(free)
+                if received is None:  # stopping: the receive in flight is abandoned
+                    return
                 backoff = 0.0
             except Exception as exc:  # noqa: BLE001 - keep consuming; the proxy may be restarting
                 if self._stopping.is_set():
@@ -88,6 +91,27 @@ class ReceiveLoop:
                 continue
             for raw in received or ():
                 self._dispatch(raw)
+
+    def _receive(self, free: int) -> Any:
+        """One long-polling receive that stop() can interrupt: None once stopping.
+
+        Why not the client's blocking ``receive``: it holds the loop for up to :data:`AWAIT_S`,
+        so every close would wait that long for an empty poll.  A receive abandoned this way
+        may still bring messages; nobody acks them, so they come back after their invisible
+        time, like any message received but not handled when a consumer closes.
+        """
+        future = self.client.receive_async(free, INVISIBLE_S)
+
+        def wake(_done: Any) -> None:  # on the client's thread; stop() notifies the same way
+            with self._lock:
+                self._lock.notify_all()
+
+        future.add_done_callback(wake)
+        with self._lock:
+            self._lock.wait_for(lambda: future.done() or self._stopping.is_set())
+        if self._stopping.is_set():
+            return None
+        return future.result()
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def stop(self, timeout: float) -> None:

@@ -7,15 +7,17 @@ back-off ends, and at least every ``poll_interval`` seconds for rows other proce
 (a crashed service, another instance, ``txmsg outbox retry``).
 
 A cycle takes up to ``batch_size`` due rows (rows without a sharding key, and the *first* row of
-each key: :func:`txmsg.sqla.outbox.store.due_rows`), sends them all at once with the producer's
-asynchronous sends (``send_orderly_async`` with the sharding key for keyed rows; at most one row
-per key is in flight, so a key's rows reach the broker one at a time, in order), waits for the
-answers, then deletes the sent rows and records the failures.  A key's next row is first only
-once the row before it is gone.
+each key), each keyed one with up to :data:`PER_KEY` - 1 next rows of its key
+(:func:`txmsg.sqla.outbox.store.due_chains`), sends them with the producer's asynchronous sends
+(``send_orderly_async`` with the sharding key for keyed rows): the rows of different keys at once,
+a key's rows one after the other, each once the broker acknowledged the one before (at most one
+row per key is in flight, so they reach the broker in order; a failed row ends its key's chain);
+waits for the answers, then deletes the sent rows and records the failures.
 
-Several relays on PostgreSQL share the rows: a cycle's rows are taken ``FOR UPDATE SKIP LOCKED``
-and stay locked while they are sent, in the same transaction that deletes them, so a row is sent
-by one relay at a time; a killed relay's locks go with its connection and its rows are sent
+Several relays on PostgreSQL share the rows: a cycle's first rows are taken ``FOR UPDATE SKIP
+LOCKED`` and stay locked while they are sent, in the same transaction that deletes them (the
+next rows of their keys are not first while they are there, so no other relay takes them
+either), so a row is sent by one relay at a time; a killed relay's locks go with its connection and its rows are sent
 again by another.  On SQLite (no row locks; one writer at a time) one relay per outbox and
 database sends: it holds a lease row, renewed every ``lease / 3`` seconds; another relay waits
 (*standby*) and takes over when the holder closes, dies (a process of this host that no longer
@@ -42,8 +44,9 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -67,6 +70,15 @@ log = logging.getLogger("txmsg.outbox")
 
 MAX_PAUSE = 30.0
 """Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
+PER_KEY = 32
+"""Rows of one sharding key a cycle sends, one after the other (see :func:`store.due_chains`)."""
+LINGER = 0.01
+"""Seconds between the end of a cycle that sent rows and the next cycle.  Why: woken by every
+commit, a busy relay ran one read and one delete transaction per commit; on SQLite each delete
+takes the one write lock the writers need, and a writer that finds it taken sleeps in SQLite's
+busy handler (1 ms, then 2, 5, 10 ...), so the writers' commit rate halved.  At most 100 cycles
+a second, each carrying what was committed meanwhile (up to ``batch_size``), costs a message at
+most this long, and only while the relay is busy."""
 PURGE_EVERY = 600.0
 """Seconds between two purges of idle key lock rows."""
 KEY_IDLE = timedelta(hours=1)
@@ -155,19 +167,20 @@ class _Row:
     attempts: int
 
     @classmethod
-    def of(cls, row: OutboxMessage) -> _Row:
+    def of(cls, row: Mapping[str, Any]) -> _Row:
+        """From a row of :func:`store.due_to_send` (a mapping of its columns)."""
         return cls(
-            id=row.id,
-            message_key=row.message_key,
-            topic=row.topic,
-            tags=row.tags,
-            keys=row.keys,
-            properties=dict(row.properties or {}),
-            body=row.body,
-            sharding_key=row.sharding_key,
-            delay_level=row.delay_level,
-            deliver_at_ms=row.deliver_at_ms,
-            attempts=row.attempts,
+            id=row["id"],
+            message_key=row["message_key"],
+            topic=row["topic"],
+            tags=row["tags"],
+            keys=row["keys"],
+            properties=dict(row["properties"] or {}),
+            body=row["body"],
+            sharding_key=row["sharding_key"],
+            delay_level=row["delay_level"],
+            deliver_at_ms=row["deliver_at_ms"],
+            attempts=row["attempts"],
         )
 
 
@@ -222,6 +235,7 @@ class Relay:
         self._renewed = -1.0e18
         self._purged = time.monotonic()
         self._pause_streak = 0
+        self._more = False
         self._counts = {"sent": 0, "failed": 0, "dead": 0, "cycles": 0}
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -388,9 +402,15 @@ class Relay:
                 # every send of the cycle failed: give the broker time, whatever wakes us
                 self._stop.wait(min(0.5 * 2 ** (self._pause_streak - 1), MAX_PAUSE))
                 continue
-            if taken >= self.outbox.batch_size:
+            if self._more:
                 continue  # probably more due now
+            ended = time.monotonic()
             self._wake.wait(self._timeout())
+            if taken:
+                # busy (the last cycle had rows): let the commits of the next few ms join this
+                # cycle, so the relay's reads and deletes come in batches instead of one pair
+                # of transactions per commit; idle, a commit is sent at once
+                self._stop.wait(max(0.0, LINGER - (time.monotonic() - ended)))
             with self._lock:
                 self._wheel.due(time.monotonic())
 
@@ -466,80 +486,116 @@ class Relay:
             self._check_database()
         with self._lock:
             self._counts["cycles"] += 1
+        self._more = False
         factory = self.outbox.session_factory
         limit = self.outbox.batch_size
         if self._lockable:
             with factory() as session, session.begin():
-                rows = [
-                    _Row.of(r)
-                    for r in store.due_rows(session, self.outbox.group, limit=limit, lock=True)
-                ]
-                if not rows:
+                chains = self._due(session, limit, lock=True)
+                if not chains:
                     return 0
-                outcomes = self._send(rows)
+                outcomes = self._send(chains)
                 marks = self._mark(session, outcomes)
         else:
             with factory() as session, session.begin():
                 read_only(session)
-                rows = [
-                    _Row.of(r)
-                    for r in store.due_rows(session, self.outbox.group, limit=limit, lock=False)
-                ]
-            if not rows:
+                chains = self._due(session, limit, lock=False)
+            if not chains:
                 return 0
-            outcomes = self._send(rows)
+            outcomes = self._send(chains)
             with factory() as session, session.begin():
                 marks = self._mark(session, outcomes)
+        rows = outcomes
         self._after(marks)
+        self._more = len(chains) >= limit or any(len(c) >= PER_KEY for c in chains)
         return len(rows)
 
-    def _send(self, rows: list[_Row]) -> list[_Outcome]:
-        """Send every row at once (at most one per sharding key) and collect the answers."""
-        pending: list[tuple[_Outcome, Future[SendResult]]] = []
+    def _due(self, session: Any, limit: int, *, lock: bool) -> list[list[_Row]]:
+        found = store.due_chains(
+            session, self.outbox.group, limit=limit, per_key=PER_KEY, lock=lock
+        )
+        return [[_Row.of(r) for r in chain] for chain in found]
+
+    def _send(self, chains: list[list[_Row]]) -> list[_Outcome]:
+        """Send the chains at once - a key's rows one after the other, each once the broker
+        acknowledged the one before - and collect the answers.  A failed row ends its chain:
+        the rows after it are not sent (they stay as they were, behind it)."""
         outcomes: list[_Outcome] = []
-        for row in rows:
-            outcome = _Outcome(row)
-            outcomes.append(outcome)
-            properties = {**row.properties, DEDUP_KEY: row.message_key}
-            try:
-                if row.sharding_key is not None:
-                    future = self.sender.send_orderly_async(
-                        row.topic,
-                        row.body,
-                        sharding_key=row.sharding_key,
-                        keys=row.keys,
-                        tags=row.tags,
-                        properties=properties,
-                    )
-                else:
-                    future = self.sender.send_async(
-                        row.topic,
-                        row.body,
-                        keys=row.keys,
-                        tags=row.tags,
-                        properties=properties,
-                        delay_level=row.delay_level,
-                        deliver_at=None if row.deliver_at_ms is None else row.deliver_at_ms / 1000,
-                    )
-            except ClosedError:
-                outcome.skipped = True
-            except Exception as exc:  # noqa: BLE001 - recorded on the row
-                outcome.error = exc
-            else:
-                pending.append((outcome, future))
+        pending: dict[Future[SendResult], tuple[_Outcome, deque[_Outcome]]] = {}
+        for chain in chains:
+            queue = deque(_Outcome(row) for row in chain)
+            outcomes.extend(queue)
+            self._next(queue, pending)
         deadline = time.monotonic() + self.outbox.send_timeout
-        for outcome, future in pending:
-            try:
-                outcome.result = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                outcome.error = SendError(
-                    f"no answer from the broker within {self.outbox.send_timeout:g} s"
-                )
-            except ClosedError:
-                outcome.skipped = True
-            except Exception as exc:  # noqa: BLE001 - recorded on the row
-                outcome.error = exc
+        while pending:
+            done, _ = wait(
+                list(pending),
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when=FIRST_COMPLETED,
+            )
+            if not done:
+                for outcome, rest in pending.values():
+                    outcome.error = SendError(
+                        f"no answer from the broker within {self.outbox.send_timeout:g} s"
+                    )
+                    for later in rest:
+                        later.skipped = True
+                break
+            for future in done:
+                outcome, rest = pending.pop(future)
+                try:
+                    outcome.result = future.result()
+                except ClosedError:
+                    outcome.skipped = True
+                except Exception as exc:  # noqa: BLE001 - recorded on the row
+                    outcome.error = exc
+                if outcome.result is not None:
+                    self._next(rest, pending)
+                else:
+                    for later in rest:
+                        later.skipped = True
         return outcomes
+
+    def _next(
+        self,
+        queue: deque[_Outcome],
+        pending: dict[Future[SendResult], tuple[_Outcome, deque[_Outcome]]],
+    ) -> None:
+        """Start the send of the chain's next row (the rest when it cannot even start)."""
+        if not queue:
+            return
+        outcome = queue.popleft()
+        row = outcome.row
+        properties = {**row.properties, DEDUP_KEY: row.message_key}
+        try:
+            if row.sharding_key is not None:
+                future = self.sender.send_orderly_async(
+                    row.topic,
+                    row.body,
+                    sharding_key=row.sharding_key,
+                    keys=row.keys,
+                    tags=row.tags,
+                    properties=properties,
+                )
+            else:
+                future = self.sender.send_async(
+                    row.topic,
+                    row.body,
+                    keys=row.keys,
+                    tags=row.tags,
+                    properties=properties,
+                    delay_level=row.delay_level,
+                    deliver_at=None if row.deliver_at_ms is None else row.deliver_at_ms / 1000,
+                )
+        except ClosedError:
+            outcome.skipped = True
+        except Exception as exc:  # noqa: BLE001 - recorded on the row
+            outcome.error = exc
+        else:
+            pending[future] = (outcome, queue)
+            return
+        for later in queue:
+            later.skipped = True
 
     def _mark(self, session: Any, outcomes: list[_Outcome]) -> _Marks:
         """Delete the sent rows, record the failures (in the caller's transaction)."""

@@ -59,6 +59,21 @@ _DUE = (
     .limit(bindparam("limit"))
 )
 _DUE_LOCKED = _DUE.with_for_update(skip_locked=True, of=OutboxMessage)
+_SEND_COLUMNS = (
+    _M.id,
+    _M.message_key,
+    _M.topic,
+    _M.tags,
+    _M["keys"],  # not _M.keys: the collection's keys() method
+    _M.properties,
+    _M.body,
+    _M.sharding_key,
+    _M.delay_level,
+    _M.deliver_at_ms,
+    _M.attempts,
+)
+_DUE_SEND = _DUE.with_only_columns(*_SEND_COLUMNS)
+_DUE_SEND_LOCKED = _DUE_SEND.with_for_update(skip_locked=True, of=_MESSAGES)
 
 
 def due_rows(
@@ -76,7 +91,69 @@ def due_rows(
     return list(session.scalars(statement, params).all())
 
 
-_DELETE_SENT = delete(_MESSAGES).where(_M.id == bindparam("row_id"))
+def due_to_send(
+    session: Session, outbox: str, *, limit: int, lock: bool, now: datetime | None = None
+) -> list[Any]:
+    """:func:`due_rows`, only the columns a send needs, as plain row mappings: the relay
+    reads them every cycle, in the process of the writers, and building ORM objects for them
+    cost the writers' commit path its share of the GIL."""
+    statement = _DUE_SEND_LOCKED if lock else _DUE_SEND
+    params = {"outbox": outbox, "now": now or utcnow(), "limit": limit}
+    return list(session.connection().execute(statement, params).mappings().all())
+
+
+_RANK = func.row_number().over(partition_by=_M.sharding_key, order_by=_M.seq).label("rank_in_key")
+_KEYS_ROWS = (
+    select(*_SEND_COLUMNS, _M.seq, _M.state, _M.next_attempt_at, _RANK)
+    .where(_M.outbox == bindparam("outbox"), _M.sharding_key.in_(bindparam("keys", expanding=True)))
+    .subquery()
+)
+_FOLLOWING = (
+    select(_KEYS_ROWS)
+    .where(_KEYS_ROWS.c.rank_in_key <= bindparam("per_key"))
+    .order_by(_KEYS_ROWS.c.sharding_key, _KEYS_ROWS.c.seq)
+)
+
+
+def due_chains(
+    session: Session,
+    outbox: str,
+    *,
+    limit: int,
+    per_key: int,
+    lock: bool,
+    now: datetime | None = None,
+) -> list[list[Any]]:
+    """What a relay cycle sends: :func:`due_to_send`'s rows, each keyed one followed by up to
+    ``per_key - 1`` next rows of its key (in ``seq`` order, as long as they are pending and due),
+    as lists the relay sends one after the other, each once the broker acknowledged the one
+    before.  Why: a key's rows used to go one per cycle (two transactions and a broker round
+    trip), so one busy key was held to the cycle rate however fast the broker answered.
+
+    Only the first row of each key is locked (``lock``, PostgreSQL): while it is there no other
+    relay sees the key's next rows as due, so they are this relay's too until it commits.
+    """
+    now = now or utcnow()
+    first = due_to_send(session, outbox, limit=limit, lock=lock, now=now)
+    chains = [[row] for row in first]
+    by_key = {c[0]["sharding_key"]: c for c in chains if c[0]["sharding_key"] is not None}
+    if per_key <= 1 or not by_key:
+        return chains
+    params = {"outbox": outbox, "keys": list(by_key), "per_key": per_key}
+    closed: set[str] = set()
+    for row in session.connection().execute(_FOLLOWING, params).mappings():
+        key = row["sharding_key"]
+        chain = by_key[key]
+        if key in closed or row["id"] == chain[0]["id"]:
+            continue
+        if row["state"] != PENDING or row["next_attempt_at"] > now:
+            closed.add(key)  # a dead row or one in back-off: the rest of the key waits behind it
+            continue
+        chain.append(row)
+    return chains
+
+
+_DELETE_SENT = delete(_MESSAGES).where(_M.id.in_(bindparam("row_ids", expanding=True)))
 _RETRY_LATER = (
     update(_MESSAGES)
     .where(_M.id == bindparam("row_id"))
@@ -99,9 +176,10 @@ _BURY = (
 
 
 def delete_sent(session: Session, row_ids: Sequence[int]) -> None:
-    """The rows reached the broker: they go (their copies carry their stable key)."""
+    """The rows reached the broker: they go (their copies carry their stable key); one
+    statement for the whole cycle, so the SQLite write lock is held as briefly as possible."""
     if row_ids:
-        session.connection().execute(_DELETE_SENT, [{"row_id": i} for i in row_ids])
+        session.connection().execute(_DELETE_SENT, {"row_ids": list(row_ids)})
 
 
 def retry_later(

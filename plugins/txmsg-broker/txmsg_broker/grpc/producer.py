@@ -334,6 +334,13 @@ class ProducerRpcs:
             return
         service = self.broker.transactions
         half = self.broker.store.lookup(clo)
+        if (
+            half is not None
+            and half.topic == HALF_TOPIC
+            and service.rejects_late_end(half, from_check)
+        ):
+            service.log_late_end(thread, state, msg_id, clo)
+            return
         problem = None
         if half is None or half.topic != HALF_TOPIC:
             problem = "Find prepared transaction message failed"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from txmsg_broker.pytest_plugin import real_cluster
 
 from txmsg.sqla import make_session_factory
 from txmsg_samples.aftersales import settlement
@@ -34,15 +35,22 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     if importlib.util.find_spec(PLUGIN[name]) is None:
         pytest.skip(f"backend {name} is not installed")
+    real = real_cluster(request.config)
+    if real is not None and name == "rocketmq5" and real.grpc_endpoint is None:
+        pytest.skip("the real cluster was given without its 5.x proxy (--real-grpc)")
     return name
 
 
 @pytest.fixture
-def broker(txmsg_broker_factory: Any) -> Any:
-    """The embedded broker with its gRPC endpoint too (both backends reach the same store);
+def broker(request: pytest.FixtureRequest, txmsg_broker_factory: Any) -> Any:
+    """The real cluster of ``--real-remoting`` (and ``--real-grpc``) when given; else the
+    embedded broker with its gRPC endpoint too (both backends reach the same store);
     consumer retries after ~0.1 s; an orderly queue lock a dead consumer held comes free 25 s after
     its last renewal (the real broker's ``rocketmq.broker.rebalance.lockMaxLiveTime``: 60 s;
     librocketmq renews every 20 s, so live consumers keep theirs)."""
+    real = real_cluster(request.config)
+    if real is not None:
+        return real
     return txmsg_broker_factory(
         grpc_port=0, delay_scale=0.01, rebalance_lock_max_live_time_ms=25_000
     )
