@@ -59,6 +59,13 @@ BENCHES: tuple[Bench, ...] = (
         (),
     ),
     Bench(
+        "otel_overhead",
+        "transactional sends and check-back bound with the OpenTelemetry SDK recording / "
+        "without >= 0.95 each (ratio = the lower)",
+        ("--rounds", "2", "--seconds", "1", "--transactions", "64"),
+        (),
+    ),
+    Bench(
         "health_vs_duckdb",
         "warm Spark <= 1.5x DuckDB, process <= 3x, counts equal",
         ("--lines", "300000", "--runs", "1"),

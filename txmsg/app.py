@@ -539,6 +539,7 @@ class TxMsg:
                 on_parked=hooks,
                 journal=cspec.orderly and not capabilities.orderly_crash_safe,
                 bridge=bridge,
+                max_reconsume=max_reconsume,
             )
             stop = backend.subscribe(
                 cspec.topic,

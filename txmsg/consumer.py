@@ -33,6 +33,7 @@ from txmsg.aio.callables import discard_awaitable, is_async, not_awaited_text
 from txmsg.errors import LifecycleError, ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.names import check_name
+from txmsg.otel import hooks
 
 if TYPE_CHECKING:
     from txmsg.aio.loop import LoopBridge
@@ -75,6 +76,7 @@ class ConsumerSpec:
         on_parked: Sequence[Callable[[ParkedEvent], Any]] = (),
         journal: bool = False,
         bridge: LoopBridge | None = None,
+        max_reconsume: int | None = None,
     ) -> Callable[[Message], bool]:
         """The handler a backend gets: True = consumed, False = hand it again later; never raises.
 
@@ -86,9 +88,28 @@ class ConsumerSpec:
         call after the consumer stopped.  ``bridge``: the app's event loop, where an ``async
         def`` listener (or hook) runs.
 
+        Every delivery gets a ``process <topic>`` span and the consumer metrics
+        (:func:`txmsg.otel.hooks.processing`); ``max_reconsume`` (default the spec's) tells its
+        span when a failure sends the message to the dead-letter queue.
+
         Raises:
             LifecycleError: an ``async def`` listener or hook and no ``bridge``.
         """
+        handler = self._bare_handler(on_parked, journal, bridge)
+        return hooks.processing(
+            handler,
+            group=self.group,
+            topic=self.topic,
+            max_reconsume=self.max_reconsume if max_reconsume is None else max_reconsume,
+            orderly=self.orderly,
+        )
+
+    def _bare_handler(
+        self,
+        on_parked: Sequence[Callable[[ParkedEvent], Any]],
+        journal: bool,
+        bridge: LoopBridge | None,
+    ) -> Callable[[Message], bool]:
         if self.orderly:
             from txmsg.orderly import orderly_handler  # noqa: PLC0415 - needs SQLAlchemy
 
@@ -110,6 +131,7 @@ class ConsumerSpec:
                     exc,
                     exc_info=True,
                 )
+                hooks.record_exception(exc)  # on the `process <topic>` span
                 return False
             return True
 

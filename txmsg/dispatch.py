@@ -55,6 +55,7 @@ from txmsg.errors import RejectedError
 from txmsg.executor import TxExecutor
 from txmsg.listener import ListenerSpec
 from txmsg.message import Message
+from txmsg.otel.hooks import CheckTelemetry
 from txmsg.safety import run_check_local
 from txmsg.states import LocalTransactionState
 
@@ -178,6 +179,7 @@ class CheckDispatcher:
         self._deduplicated = 0
         self._rejected = 0
         self._timed_out = 0
+        self._telemetry = CheckTelemetry(spec.group)  # `check <topic>` spans, txmsg.checks
 
     @property
     def check_concurrency(self) -> int:
@@ -188,14 +190,17 @@ class CheckDispatcher:
         """Answer one check-back, blocking for at most ``wait_timeout``; never raises.
 
         For backends whose thread must return the answer (librocketmq's native check thread)."""
+        started = self._telemetry.started()
         key: str | None = None
         try:
             key = _key(message)
             submission = self._submit(message, key, blocking=True)
-            return self._wait(submission.future, key)
+            state = self._wait(submission.future, key)
         except BaseException as exc:  # noqa: BLE001 - logged by _dispatch_failed; never raise into a backend
             self._dispatch_failed(key, exc)
-            return UNKNOW
+            state = UNKNOW
+        self._telemetry.answered(message, state, started)
+        return state
 
     __call__ = handle
 
@@ -205,13 +210,20 @@ class CheckDispatcher:
 
         For backends that answer the broker asynchronously (rocketmq5: its I/O loop must not
         block).  The future has no timeout (module docstring, case b)."""
+        started = self._telemetry.started()
         key: str | None = None
         try:
             key = _key(message)
-            return self._submit(message, key, blocking=False)
+            submission = self._submit(message, key, blocking=False)
         except BaseException as exc:  # noqa: BLE001 - logged by _dispatch_failed; never raise into a backend
             self._dispatch_failed(key, exc)
-            return CheckSubmission(_answered(UNKNOW), joined=False)
+            submission = CheckSubmission(_answered(UNKNOW), joined=False)
+        if self._telemetry.enabled:
+            telemetry = self._telemetry
+            submission.future.add_done_callback(
+                lambda done: telemetry.answered(message, _state_of(done), started)
+            )
+        return submission
 
     def _dispatch_failed(self, key: str | None, exc: BaseException) -> None:
         log.error(
@@ -257,9 +269,7 @@ class CheckDispatcher:
     ) -> None:
         answer.set_running_or_notify_cancel()  # new: always True; nobody may cancel it now
         try:
-            submitted = self.executor.submit(
-                run_check_local, self.listener, message, self.spec, self.bridge
-            )
+            submitted = self.executor.submit(self._run_check, message)
         except RejectedError as exc:
             self._refused(answer, key, str(exc))
             return
@@ -345,9 +355,19 @@ class CheckDispatcher:
         queued = self.executor.stats().queued
         return 0 < queued < self.executor.config.queue_capacity
 
+    def _run_check(self, message: Message) -> LocalTransactionState:
+        """``check_local`` inside its ``check <topic>`` span (run_check_local never raises)."""
+        checking = self._telemetry.checking(message)
+        try:
+            state = run_check_local(self.listener, message, self.spec, self.bridge)
+            checking.answer(state)
+            return state
+        finally:
+            checking.close()
+
     def _check_one(self, item: _Waiting) -> None:
         try:
-            state = run_check_local(self.listener, item.message, self.spec, self.bridge)
+            state = self._run_check(item.message)
         except BaseException as exc:  # noqa: BLE001 - run_check_local never raises; be sure
             self._dispatch_failed(item.key, exc)
             state = UNKNOW

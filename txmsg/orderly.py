@@ -38,6 +38,8 @@ from sqlalchemy import Engine, inspect
 
 from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.message import Message
+from txmsg.otel import gauges, names
+from txmsg.otel import hooks as otel_hooks
 from txmsg.sqla import parking
 from txmsg.sqla.engine import SessionFactory, is_in_memory_sqlite
 from txmsg.sqla.idempotent import IdempotentConsumer
@@ -163,6 +165,7 @@ class OrderlyHandler:
         self.journal = journal
         self.bridge = bridge
         self._call = spec.sync_handler(bridge)  # an async def listener: on the bridge's loop
+        self._watching: list[int] = []
         self.parked = parking.ParkedKeyCache(session_factory, spec.group)
         self._fresh = _Freshness(refresh_interval)
 
@@ -197,8 +200,13 @@ class OrderlyHandler:
                     "SQLite file (sqlite:///orders.db) or a PostgreSQL URL"
                 )
             self.journal.start(self._handle)
+        factory, group = self.session_factory, self.spec.group
+        self._watching = gauges.watch_parked_keys(
+            group, lambda: parking.parked_key_count(factory, group)
+        )
 
     def close(self, timeout: float = 10.0) -> None:
+        gauges.unwatch_all(self._watching)
         if self.journal is not None:
             self.journal.close(timeout)
 
@@ -282,6 +290,7 @@ class OrderlyHandler:
                         message.message_id,
                         replay_command(group, key),
                     )
+                    otel_hooks.add_event(names.EVENT_PARKED_BEHIND, {names.SHARDING_KEY: key})
                     if journal is not None and ticket is not None:
                         journal.done(ticket)
                     return True
@@ -315,8 +324,10 @@ class OrderlyHandler:
                     error,
                     exc_info=attempts >= retries,
                 )
+                otel_hooks.record_exception(exc, failed=False)  # the outcome decides the status
                 if attempts >= retries:
                     break
+                otel_hooks.add_event(names.EVENT_RETRY, {names.ATTEMPT: attempts})
                 time.sleep(delay)
             except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt...: not the message's fault
                 log.error(
@@ -350,6 +361,11 @@ class OrderlyHandler:
             attempts,
             error,
             replay_command(group, key),
+        )
+        otel_hooks.add_event(
+            names.EVENT_PARKED,
+            {names.SHARDING_KEY: key, names.ATTEMPT: attempts},
+            failed=f"sharding key parked after {attempts} failed attempts",
         )
         event = ParkedEvent(
             group=group,
@@ -434,3 +450,4 @@ def _database_failed(group: str, message: Message, key: str, what: str, exc: Exc
         exc,
         exc_info=True,
     )
+    otel_hooks.record_exception(exc)

@@ -21,6 +21,7 @@ transactions opens nothing more than before.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -57,6 +58,7 @@ from txmsg.message import (
     TransactionSendResult,
 )
 from txmsg.names import NameRule, check_name, rocketmq_rule
+from txmsg.otel import gauges, hooks
 from txmsg.safety import run_execute_local
 from txmsg.states import LocalTransactionState
 
@@ -280,8 +282,8 @@ class Producer:
         asynchronously and ignores the answer.  Options and errors as :meth:`send`."""
         message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
         sender = self.open_sender()
-        with self._failures(message):
-            sender.send_oneway(message)
+        with hooks.sending(self.group, message) as telemetry, self._failures(message):
+            sender.send_oneway(telemetry.message)
         self._count("plain_sent")
 
     def send_orderly(
@@ -359,8 +361,10 @@ class Producer:
                 f"group={self.group} topic={topic}: send_batch got no payloads; pass at least one"
             )
         sender = self.open_sender()
-        with self._failures(messages[0]):
-            result = sender.send_batch(messages)
+        with hooks.sending(self.group, messages[0], count=len(messages)) as telemetry:
+            with self._failures(messages[0]):
+                result = sender.send_batch(hooks.inject_all(messages, telemetry.message))
+            telemetry.sent(result.message_id)
         self._count("plain_sent", len(messages))
         return result
 
@@ -482,15 +486,22 @@ class Producer:
 
     def _send_now(self, message: OutgoingMessage) -> SendResult:
         sender = self.open_sender()
-        with self._failures(message):
-            result = sender.send(message)
+        with hooks.sending(self.group, message) as telemetry:
+            with self._failures(message):
+                result = sender.send(telemetry.message)
+            telemetry.sent(result.message_id)
         self._sent(message, result)
         return result
 
     def _send_later(self, message: OutgoingMessage) -> Future[SendResult]:
         sender = self.open_sender()
-        with self._failures(message):
-            inner = sender.send_async(message)
+        telemetry = hooks.sending(self.group, message)  # its span ends in done() below
+        try:
+            with self._failures(message):
+                inner = sender.send_async(telemetry.message)
+        except BaseException as exc:
+            telemetry.end(exc)
+            raise
         outer: Future[SendResult] = Future()
         outer.set_running_or_notify_cancel()
 
@@ -499,10 +510,14 @@ class Producer:
             exc = f.exception() if not f.cancelled() else SendError("the send was cancelled")
             if exc is not None:
                 self._count("plain_failed")
-                outer.set_exception(self._send_error(exc, message))
+                error = self._send_error(exc, message)
+                telemetry.end(error)
+                outer.set_exception(error)
                 return
             result = f.result()
             self._sent(message, result)
+            telemetry.sent(result.message_id)
+            telemetry.end()
             outer.set_result(result)
 
         inner.add_done_callback(done)
@@ -677,6 +692,10 @@ class TransactionalProducer(Producer):
         self.executor = executor
         """Check-backs and :meth:`send_in_transaction_async` run here."""
         self.dispatcher = dispatcher
+        self._watching = [  # txmsg.executor.* and txmsg.local_transactions, read when collected
+            *gauges.watch_executor(spec.group, executor),
+            *gauges.watch_local_transactions(spec.group, self._local_results),
+        ]
 
     @property
     def transactional(self) -> bool:
@@ -805,23 +824,27 @@ class TransactionalProducer(Producer):
             decided.append(state)
             return state
 
-        try:
-            message_id, transaction_key, status, offset = sender.send_in_transaction(
-                message, local_executor
-            )
-        except TxMsgError:
-            self._count("failed")
-            raise
-        except Exception as exc:
-            self._count("failed")
-            raise SendError(
-                f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
-                "check that the name server and broker are reachable (`txmsg doctor`)"
-            ) from exc
-        state = decided[-1] if decided else None
-        self._count("sent")
-        if state is not None:
-            self._count(state.name)
+        # `send <topic>` span: execute_local runs inside it (this thread), as its current span
+        with hooks.sending(self.group, message, transactional=True) as telemetry:
+            try:
+                message_id, transaction_key, status, offset = sender.send_in_transaction(
+                    telemetry.message, local_executor
+                )
+            except TxMsgError:
+                self._count("failed")
+                raise
+            except Exception as exc:
+                self._count("failed")
+                raise SendError(
+                    f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
+                    "check that the name server and broker are reachable (`txmsg doctor`)"
+                ) from exc
+            state = decided[-1] if decided else None
+            self._count("sent")
+            if state is not None:
+                self._count(state.name)
+            telemetry.sent(message_id)
+            telemetry.local_state(state)
         return TransactionSendResult(
             message_id=message_id,
             transaction_key=transaction_key,
@@ -860,9 +883,11 @@ class TransactionalProducer(Producer):
             "properties": properties,
             "check_immunity_seconds": check_immunity_seconds,
         }
+        # the caller's context (its current span: the send span's parent) goes along
+        context = contextvars.copy_context()
         try:
             future: Future[TransactionSendResult] = executor.submit(
-                self.transact, topic, payload, bridge=self.bridge, **kwargs
+                context.run, self.transact, topic, payload, bridge=self.bridge, **kwargs
             )
         except RejectedError as exc:
             if executor.is_shutdown:  # closed between the check above and submit()
@@ -901,6 +926,12 @@ class TransactionalProducer(Producer):
     def _transaction_figures(self) -> tuple[ExecutorStats, DispatchStats]:
         return self.executor.stats(), self.dispatcher.stats()
 
+    def _local_results(self) -> dict[str, int]:
+        """``committed``, ``rolled_back``, ``unknown`` of :meth:`stats`, as metrics name them."""
+        with self._lock:
+            counts = dict(self._counts)
+        return {hooks.result_name(state): counts[state.name] for state in LocalTransactionState}
+
     def _closers(self, timeout: float | None) -> list[Callable[[], object]]:
         """The transactional sender (it waits for in-flight callbacks, which still need the
         executor), then the executor."""
@@ -908,6 +939,7 @@ class TransactionalProducer(Producer):
         return [
             lambda: sender.close(timeout),
             lambda: executor.shutdown(wait=True, timeout=timeout),
+            lambda: gauges.unwatch_all(self._watching),
         ]
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from txmsg.aio.callables import discard_awaitable, is_async, name_of, not_awaited_text
 from txmsg.errors import LifecycleError
 from txmsg.message import Message
+from txmsg.otel.hooks import record_exception
 from txmsg.states import LocalTransactionState
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ def run_execute_local(
             fallback.name,
             exc_info=True,
         )
+        record_exception(exc)  # on the `send <topic>` span it runs in
         return fallback
     return _checked(value, "execute_local", spec, message, fallback)
 
@@ -139,5 +141,6 @@ def run_check_local(
             exc,
             exc_info=True,
         )
+        record_exception(exc)  # on the `check <topic>` span it runs in
         return fallback
     return _checked(value, "check_local", spec, message, fallback)

@@ -21,6 +21,7 @@ transaction.  A plain ``def execute_local`` runs on the send's thread, off the l
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -217,12 +218,13 @@ class AsyncProducer:
         return self._caller_bridge
 
     async def _off_loop(self, call: Callable[[], T]) -> T:
-        """Run the blocking ``call`` on the send pool and await it."""
+        """Run the blocking ``call`` on the send pool and await it, in the caller's context (its
+        current span is the ``send <topic>`` span's parent; run_in_executor would drop it)."""
         if self.producer.closed:
             self.producer._check_open()  # raises ProducerClosedError with its message
         loop = asyncio.get_running_loop()
         try:
-            future = loop.run_in_executor(self._pool, call)
+            future = loop.run_in_executor(self._pool, contextvars.copy_context().run, call)
         except RuntimeError as exc:  # the pool is shut down: the app is closing
             raise ProducerClosedError(
                 f"producer group {self.group!r} is closing; sends must happen before "

@@ -440,6 +440,14 @@ def park(
 
 
 # ---- reading -------------------------------------------------------------------------------------
+def parked_key_count(session_factory: SessionFactory, group: str) -> int:
+    """How many keys ``group`` has parked (one COUNT; the ``txmsg.parked_keys`` gauge)."""
+    query = select(func.count()).select_from(ParkedKey).where(ParkedKey.consumer_group == group)
+    with session_factory() as session, session.begin():
+        read_only(session)
+        return int(session.execute(query).scalar_one())
+
+
 def parked_keys(session_factory: SessionFactory, group: str | None = None) -> list[ParkedKeyView]:
     """Parked keys (of ``group``, or of every group), oldest first, with their message counts."""
     counts = (

@@ -90,6 +90,9 @@ class DemoOptions:
     client_settings: dict[str, Any] = field(default_factory=dict)
     """Further txmsg settings from the user's configuration (``access_key``/``secret_key``,
     for rocketmq5 also ``namespace``/``tls``)."""
+    metrics_port: int | None = None
+    """Serve the services' OpenTelemetry metrics for Prometheus on this port while the demo runs
+    (0: a free one; :mod:`txmsg_samples.order.metrics`); None: no endpoint."""
 
 
 class DemoConfigError(click.ClickException):
@@ -275,6 +278,15 @@ def target(name_server: str | None) -> tuple[str | None, str, dict[str, Any]]:
     help="where the broker and databases live (default: a new temporary directory)",
 )
 @click.option("--keep", is_flag=True, help="keep the work directory afterwards")
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="serve the services' metrics for Prometheus at http://127.0.0.1:PORT/metrics while the "
+    "demo runs (OpenTelemetry SDK + Prometheus exporter: pip install 'txmsg-samples[metrics]'; "
+    "dashboard: docs/grafana/txmsg-dashboard.json)",
+)
 def demo(
     name_server: str | None,
     backend: str | None,
@@ -288,6 +300,7 @@ def demo(
     timeout: float | None,
     workdir: Path | None,
     keep: bool,
+    metrics_port: int | None,
 ) -> None:
     """Run the order sample with injected faults and check consistency: on your cluster when a
     name server (rocketmq) or endpoints (rocketmq5) are set (--name-server / --endpoints,
@@ -322,6 +335,7 @@ def demo(
         endpoints=chosen.endpoints,
         endpoints_from=chosen.endpoints_from,
         client_settings=client,
+        metrics_port=metrics_port,
     )
     code = run(options, Console())
     raise SystemExit(code)
@@ -330,6 +344,20 @@ def demo(
 def run(options: DemoOptions, console: Console, broker: Any = None) -> int:
     """Run the demo; returns the exit code (0 = CONSISTENT).  ``broker``: use this running
     broker (tests pass the fixture's) instead of starting one."""
+    endpoint = None
+    if options.metrics_port is not None:
+        from txmsg_samples.order.metrics import serve_metrics  # noqa: PLC0415 - optional packages
+
+        endpoint = serve_metrics(options.metrics_port)  # before the services start: all counted
+        console.print(f"metrics for Prometheus at {endpoint.url} while the demo runs")
+    try:
+        return _run(options, console, broker)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _run(options: DemoOptions, console: Console, broker: Any) -> int:
     from txmsg_samples.order.demo_run import DemoRun  # noqa: PLC0415 - imports the broker and the client lazily
 
     own_dir = options.workdir is None

@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from txmsg.errors import ConfigError, InvalidMessageError, LifecycleError
 from txmsg.names import NameRule, check_name, rocketmq_rule
+from txmsg.otel import gauges
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.policy import RetryPolicy
@@ -161,6 +162,7 @@ class Outbox:
         self.send_timeout = float(send_timeout)
         self.name_rules = name_rules
         self._relay: Relay | None = None
+        self._watching: list[int] = []
         self._lock = threading.Lock()
         _listen_once()
 
@@ -244,7 +246,13 @@ class Outbox:
             relay = Relay(self, sender, hooks=hooks)
             relay.start()
             self._relay = relay
+            if not self._watching:  # txmsg.outbox.* gauges while the relay runs here
+                self._watching = gauges.watch_outbox(self.group, self._backlog)
             return relay
+
+    def _backlog(self) -> tuple[int, float | None]:
+        (backlog,) = store.backlogs(self.session_factory, self.group)
+        return backlog.unsent, backlog.oldest_unsent_age()
 
     @property
     def relay(self) -> Relay | None:
@@ -259,6 +267,8 @@ class Outbox:
 
     def stop_relay(self, timeout: float = 10.0) -> None:
         """Close this process's relay, if any (see :meth:`Relay.close`)."""
+        watching, self._watching = self._watching, []
+        gauges.unwatch_all(watching)
         relay = self._relay
         if relay is not None:
             relay.close(timeout)

@@ -1,0 +1,156 @@
+"""Loading OpenTelemetry once, on first use, and txmsg's instruments on the global providers.
+
+Why lazily: ``import txmsg`` must stay as fast without the extra as with it, so nothing here runs
+until a producer, check dispatcher or consumer of a started app asks for it.  Why the global
+providers, through the API only: the application chooses the SDK and exporters (or none); the
+API's proxy tracer and meter forward to a provider set later, so the order of ``app.start()`` and
+the SDK's set-up does not matter.  Without the ``opentelemetry-api`` package :func:`otel` is None
+and every hook is a no-op.
+
+Observable instruments (executor gauges, parked keys, the outbox) read their figures when the
+SDK collects: the parts that have them register a reader with :func:`watch` and remove it with
+:func:`unwatch` when they close.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from txmsg.otel import names
+
+log = logging.getLogger("txmsg.otel")
+
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"
+"""The semantic conventions version whose messaging names txmsg follows."""
+
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+"""The conventions' advice for messaging durations (seconds)."""
+
+Reading = Iterable[tuple[float, Mapping[str, Any]]]
+"""What a watcher returns: (value, attributes) per group."""
+
+_lock = threading.Lock()
+_loaded: Otel | None = None
+_tried = False
+_watchers: dict[str, dict[int, Callable[[], Reading]]] = {}
+_tokens = itertools.count(1)
+
+
+class Otel:
+    """The OpenTelemetry API modules and txmsg's instruments (one per process)."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, metrics, propagate, trace  # noqa: PLC0415 - lazy (module docstring)
+        from opentelemetry.trace import Link, SpanKind, Status, StatusCode  # noqa: PLC0415
+
+        self.context = context
+        self.propagate = propagate
+        self.trace = trace
+        self.Link = Link
+        self.PRODUCER = SpanKind.PRODUCER
+        self.CONSUMER = SpanKind.CONSUMER
+        self.Status = Status
+        self.ERROR = StatusCode.ERROR
+        version = _version()
+        self.tracer = trace.get_tracer("txmsg", version, schema_url=SCHEMA_URL)
+        meter = metrics.get_meter("txmsg", version, schema_url=SCHEMA_URL)
+        unit = {name: u for name, (_, u) in names.INSTRUMENTS.items()}
+
+        def counter(name: str, description: str) -> Any:
+            return meter.create_counter(name, unit=unit[name], description=description)
+
+        def histogram(name: str, description: str) -> Any:
+            return meter.create_histogram(
+                name,
+                unit=unit[name],
+                description=description,
+                explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            )
+
+        self.sent = counter(names.SENT_MESSAGES, "Messages handed to the broker")
+        self.operation_duration = histogram(names.OPERATION_DURATION, "Duration of a send")
+        self.consumed = counter(names.CONSUMED_MESSAGES, "Deliveries handed to listeners")
+        self.process_duration = histogram(names.PROCESS_DURATION, "Duration of a delivery")
+        self.checks = counter(names.CHECKS, "Check-backs answered")
+        self.check_duration = histogram(names.CHECK_DURATION, "Check-back arrival to answer")
+        observed = {
+            names.LOCAL_TRANSACTIONS: (
+                "counter",
+                "execute_local answers of sends that reached the broker",
+            ),
+            names.EXECUTOR_QUEUED: ("gauge", "Tasks waiting for an executor thread"),
+            names.EXECUTOR_ACTIVE: ("gauge", "Executor threads running a task"),
+            names.EXECUTOR_REJECTED: ("counter", "Tasks the executor refused"),
+            names.PARKED_KEYS: ("gauge", "Sharding keys parked by an orderly consumer group"),
+            names.OUTBOX_UNSENT: ("gauge", "Outbox rows not sent yet"),
+            names.OUTBOX_OLDEST_AGE: ("gauge", "Age of the oldest unsent outbox row"),
+        }
+        for name, (kind, description) in observed.items():
+            create = (
+                meter.create_observable_counter
+                if kind == "counter"
+                else meter.create_observable_gauge
+            )
+            create(name, callbacks=[_observer(name)], unit=unit[name], description=description)
+
+
+def _version() -> str:
+    import importlib.metadata  # noqa: PLC0415 - once, when telemetry loads
+
+    try:
+        return importlib.metadata.version("txmsg")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def otel() -> Otel | None:
+    """The loaded API and instruments; None when ``opentelemetry-api`` is not installed."""
+    global _loaded, _tried
+    if _tried:
+        return _loaded
+    with _lock:
+        if not _tried:
+            try:
+                _loaded = Otel()
+            except ImportError:
+                _loaded = None
+            _tried = True
+    return _loaded
+
+
+def watch(name: str, read: Callable[[], Reading]) -> int:
+    """Register ``read`` as a source of observable instrument ``name``; returns a token for
+    :func:`unwatch`.  ``read`` runs when the SDK collects (any thread); it must be quick, and
+    what it raises is logged, not propagated (one broken source must not hide the others)."""
+    token = next(_tokens)
+    with _lock:
+        _watchers.setdefault(name, {})[token] = read
+    return token
+
+
+def unwatch(token: int) -> None:
+    """Remove a source registered with :func:`watch` (unknown tokens are ignored)."""
+    with _lock:
+        for sources in _watchers.values():
+            sources.pop(token, None)
+
+
+def _observer(name: str) -> Callable[[Any], list[Any]]:
+    def observe(options: Any) -> list[Any]:
+        from opentelemetry.metrics import Observation  # noqa: PLC0415 - loaded by now
+
+        with _lock:
+            sources = list(_watchers.get(name, {}).values())
+        out: list[Any] = []
+        for read in sources:
+            try:
+                out.extend(Observation(value, dict(attrs)) for value, attrs in read())
+            except Exception:  # logged; the other sources still report
+                log.warning("could not read %s", name, exc_info=True)
+        return out
+
+    return observe
