@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -105,6 +106,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     made = config.stash.get(_DATABASE, None)
     if made is not None:
         _drop_database(*made)
+
+
+@pytest.fixture(autouse=True)
+def _main_thread_event_loop_usable() -> Iterator[None]:
+    """After a test that ran ``asyncio.run()`` in this thread, the next tests find asyncio as a
+    fresh process does.  ``asyncio.run`` leaves the thread with no event loop and asyncio then
+    refuses to make one; the 5.x client opens its gRPC telemetry stream from the starting
+    thread through grpc.aio, which asks for that loop, so a rocketmq5 app started later in the
+    same worker could not fetch a route (known product limit, docs/guide/async.md)."""
+    yield
+    # asyncio has no public "is a loop set?"; asking get_event_loop() would make one, which the
+    # next asyncio.run() drops unclosed.  So read the default policy's thread state (test-only).
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    if getattr(local, "_set_called", False) and getattr(local, "_loop", None) is None:
+        asyncio.set_event_loop_policy(None)  # no loop to drop: a fresh policy, as at start
 
 
 @pytest.fixture(autouse=True)

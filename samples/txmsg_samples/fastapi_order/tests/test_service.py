@@ -20,9 +20,10 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from txmsg_broker.testing import create_topic, wait_until
 
-from txmsg import TxMsgConfig
+from txmsg import TxMsg, TxMsgConfig
 from txmsg.aio.sqla import create_async_engine, make_async_session_factory
 from txmsg.sqla.models import metadata
 from txmsg_samples.fastapi_order import loyalty, orders
@@ -97,6 +98,18 @@ def test_order_paid_over_http_earns_points_once(
     points_sessions = make_async_session_factory(loyalty_engine)
     loyalty_app = loyalty.build(config, points_sessions)
 
+    try:
+        _pay_over_http(api, loyalty_app, points_sessions)
+    finally:
+        # each engine's pooled aiosqlite connections (their loops are gone now): closed here, or
+        # garbage collection warns about them during whatever test runs next
+        for engine in (order_engine, loyalty_engine):
+            asyncio.run(engine.dispose())
+
+
+def _pay_over_http(
+    api: FastAPI, loyalty_app: TxMsg, points_sessions: async_sessionmaker[AsyncSession]
+) -> None:
     with loyalty_app, Server(api) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         created = http.post("/orders", json={"item": "tea", "amount_cents": 1250})
         assert created.status_code == 201
