@@ -118,13 +118,14 @@ def test_concurrent_park_behind_and_replay_lose_and_reorder_nothing(db: Db) -> N
     handle = spec.safe_handler()
     uids = [f"m{i:03d}" for i in range(80)]
     assert handle(msg(uids[0])) is True  # poison: the key is parked
+    assert handle(msg(uids[1])) is True  # parked behind it: the first replay has two to apply
     listener.broken = False  # the cause is fixed
     consumer_done = threading.Event()
     failures: list[BaseException] = []
 
     def consume() -> None:
         try:
-            for uid in uids[1:]:
+            for uid in uids[2:]:
                 while not handle(msg(uid)):  # False = the backend hands the same message again
                     time.sleep(0.01)
         except BaseException as exc:  # noqa: BLE001 - reported below  # pragma: no cover
