@@ -69,6 +69,12 @@ def test_async_record_backed_listener_answers_from_its_records(
     app.add_message_listener(consume, topic=topic, group=unique("cg_rec"))
 
     async def main() -> tuple[list[Any], dict[str, str], list[str]]:
+        try:
+            return await scenario()
+        finally:  # also when the wait times out: leaked connections fail a later test instead
+            await engine.dispose()
+
+    async def scenario() -> tuple[list[Any], dict[str, str], list[str]]:
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
             await conn.run_sync(metadata.create_all)
@@ -95,7 +101,6 @@ def test_async_record_backed_listener_answers_from_its_records(
                 (await session.scalars(select(Order.id).where(Order.id.like("%-%")))).all()
             )
             orders = [o for o in orders if o.split("-")[-1] in keys]
-        await engine.dispose()
         return results, records, orders
 
     results, records, orders = asyncio.run(asyncio.wait_for(main(), 240))

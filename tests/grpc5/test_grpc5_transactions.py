@@ -46,7 +46,7 @@ def assert_table(
 ) -> None:
     wait_until(
         lambda: {r.keys for r in discarded} == {"U_FOREVER"},
-        timeout=20,
+        timeout=60,  # check_max rounds of the check interval, on a loaded machine
         message="U_FOREVER to be discarded",
     )
     wait_until(

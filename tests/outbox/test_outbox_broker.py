@@ -144,7 +144,10 @@ def test_what_the_backend_can_never_send_is_dead_at_once_and_the_rest_flows(
             lambda: dead and applied(db.sessions), timeout=90, message="a dead row, a sent one"
         )
     (event,) = dead
-    assert (event.permanent, event.attempts, event.sharding_key) == (True, 1, "poisoned")
+    assert (event.permanent, event.sharding_key) == (True, "poisoned")
+    # dead at the first refusal that says "never": an earlier transient failure (the 5.x client
+    # had no route yet on a loaded machine) is an attempt too, so 1 or 2, never the policy's max
+    assert event.attempts in (1, 2)
     assert event.error.startswith("InvalidMessageError")
     assert ("--type FIFO" if rocketmq5 else "1024") in event.error
     assert applied(db.sessions) == [("fine", "fine/1")]
