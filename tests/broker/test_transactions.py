@@ -78,7 +78,6 @@ def test_transaction_outcome_table(txmsg_broker):
 
     with Clients(txmsg_broker.namesrv_addr) as clients:
         delivered = clients.consumer(unique("TxCG"), topic)
-        discarded = clients.consumer(unique("TxDiscardCG"), CHECK_MAX_TIME_TOPIC)
         producer = clients.transaction_producer(group, checker)
         sent_ids = {}
         for key, (local, _answers) in TABLE.items():
@@ -88,6 +87,8 @@ def test_transaction_outcome_table(txmsg_broker):
             sent_ids[key] = result.msg_id
         clients.heartbeat(producer)  # the broker learns check-back channels from heartbeats only
 
+        # the broker creates the discard topic at its first discard (as Java does)
+        discarded = clients.consumer_when_routed(unique("TxDiscardCG"), CHECK_MAX_TIME_TOPIC)
         wait_until(
             lambda: {r.keys for r in discarded} == {"U_FOREVER"},
             timeout=30,
@@ -263,7 +264,6 @@ def test_long_immunity_is_discarded_without_a_check(txmsg_broker):
     topic = unique("TxImmLong")
     checks: list[str] = []
     with Clients(txmsg_broker.namesrv_addr) as clients:
-        discarded = clients.consumer(unique("TxImmDiscardCG"), CHECK_MAX_TIME_TOPIC)
         producer = clients.transaction_producer(
             unique("TxImmLongPG"), lambda m: checks.append(1) or C
         )
@@ -271,6 +271,7 @@ def test_long_immunity_is_discarded_without_a_check(txmsg_broker):
         slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
         producer.send_message_in_transaction(slow, lambda m, a: U)
         clients.heartbeat(producer)
+        discarded = clients.consumer_when_routed(unique("TxImmDiscardCG"), CHECK_MAX_TIME_TOPIC)
         wait_until(lambda: [r.keys for r in discarded] == ["slow"], timeout=20)
         time.sleep(2)
     assert checks == []

@@ -321,7 +321,6 @@ def test_unknown_until_discarded(
     # the broker's own consumer view of the discarded half message (a remoting client: the topic is
     # a system topic some backends refuse to subscribe to)
     with Clients(broker.namesrv_addr) as clients, app:
-        discarded = clients.consumer(unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC")
         before = _max_offsets(broker, "TRANS_CHECK_MAX_TIME_TOPIC")
         key = _send_rows(app, group, topic, {"U_FOREVER": S.UNKNOW})["U_FOREVER"]
         check_max = timings(broker)["check_max"]
@@ -344,6 +343,10 @@ def test_unknown_until_discarded(
                 message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
             )
         else:
+            # brokers create the discard topic at the first discard: subscribe once it is routed
+            discarded = clients.consumer_when_routed(
+                unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC"
+            )
             wait_until(
                 lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
                 timeout=20,

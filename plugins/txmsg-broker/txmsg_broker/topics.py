@@ -115,7 +115,6 @@ class TopicManager:
             (DEFAULT_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS),
             (HALF_TOPIC, 1),
             (OP_HALF_TOPIC, 1),
-            (CHECK_MAX_TIME_TOPIC, 1),
             (SCHEDULE_TOPIC, 18),
         ):
             if name not in self._topics:

@@ -68,7 +68,7 @@ from .message_codec import (
     encoded_size,
 )
 from .store import NotWritableError, now_ms
-from .topics import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from .topics import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, PERM_READ, PERM_WRITE
 from .transport import Connection
 from .txlog import ThreadNames
 
@@ -738,6 +738,10 @@ class TransactionService:
             f"MsgExt:{describe_message(msg)} has been checked too many times, so discard it by moving it "
             f"to system topic TRANS_CHECK_MAXTIME_TOPIC",
         )
+        # Like Java (4.9.8 and 5.3.3, ``createTopicOfTranCheckMaxTime``): the topic exists from the
+        # first discard on, one read/write queue, routed at once; a consumer subscribed before
+        # that gets it at its next route refresh (librocketmq: 30 s).
+        self.broker.topics.create_if_absent(CHECK_MAX_TIME_TOPIC, 1, PERM_READ | PERM_WRITE)
         stored = self.store.put(clone(msg, topic=CHECK_MAX_TIME_TOPIC, queue_id=0))
         self.tx.info(
             CHECK_THREAD,
