@@ -283,6 +283,7 @@ class Broker:
             ("transactionTimeOut", c.transaction_timeout_ms),
             ("transactionCheckMax", c.check_max),
             ("transactionCheckInterval", c.check_interval_ms),
+            ("fileReservedTime", c.file_reserved_time),
             *(
                 [
                     ("transactionOpBatchInterval", c.op_batch_interval_ms),

@@ -43,6 +43,7 @@ def broker_properties(broker: Broker) -> dict[str, str]:
         "transactionTimeOut": c.transaction_timeout_ms,
         "transactionCheckInterval": c.check_every_ms,
         "transactionCheckMax": c.check_max,
+        "fileReservedTime": c.file_reserved_time,
         "flushDiskType": "SYNC_FLUSH" if c.flush == "sync" else "ASYNC_FLUSH",
         "brokerRole": "ASYNC_MASTER",
         "maxMessageSize": c.max_message_size,

@@ -119,6 +119,22 @@ from .rawclient import call
     help="transactionOpMsgMaxSize (5.1+): a batch of op records is written early at this size (bytes).",
 )
 @click.option(
+    "--file-reserved-time",
+    default=72,
+    show_default=True,
+    type=click.IntRange(0),
+    help="fileReservedTime (hours): a half message born longer ago is discarded without a "
+    "check-back, as Java's check service does.",
+)
+@click.option(
+    "--max-process-time-ms",
+    default=60000,
+    type=click.IntRange(1),
+    hidden=True,
+    help="Java's MAX_PROCESS_TIME_LIMIT (a constant, not a broker setting): one check pass stops "
+    "after this long. For tests.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["4", "5"]),
     default=None,

@@ -57,6 +57,14 @@ class BrokerConfig:
     transaction_op_batch_interval_ms: int | None = None
     #: 5.x ``transactionOpMsgMaxSize``: a batch is written early once its body reaches this many bytes
     transaction_op_msg_max_size: int = DEFAULT_OP_MSG_MAX_SIZE
+    #: ``fileReservedTime`` (hours, Java default 72 in 4.9.8 and 5.3.3).  The check service discards
+    #: a half message born longer ago than this without a check-back (Java ``needSkip``); the
+    #: embedded store does not delete old files by it
+    file_reserved_time: int = 72
+    #: Java's ``MAX_PROCESS_TIME_LIMIT`` (a constant, 60 s in 4.9.8 and 5.3.3): one check pass over the
+    #: half queue stops after this long and the next pass goes on where it stopped.  Not a broker
+    #: setting; lowered only by tests that need a pass to hit the limit
+    max_process_time_ms: int = 60000
     #: multiplies RocketMQ's delay levels (1s 5s 10s ... 2h); e.g. 0.01 makes level 3 (10 s) take 0.1 s
     delay_scale: float = 1.0
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
@@ -90,12 +98,17 @@ class BrokerConfig:
             "transaction_timeout_ms",
             "transaction_op_msg_max_size",
             "check_max",
+            "max_process_time_ms",
             "max_message_size",
             "register_interval_ms",
             "rebalance_lock_max_live_time_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.file_reserved_time < 0:
+            raise ValueError(
+                f"file_reserved_time is in hours and must be 0 or more, got {self.file_reserved_time}"
+            )
         self._resolve_version()
         if self.delay_scale <= 0:
             raise ValueError(f"delay_scale must be positive, got {self.delay_scale}")

@@ -585,6 +585,15 @@ class TransactionService:
         # next once dispatched (those below the maximum stop it as "Fresh stored", those at it are
         # discarded); one not dispatched yet ends the pass as Java's NO_NEW_MSG does
         while True:
+            if now_ms() - begin > cfg.max_process_time_ms:
+                # Java's MAX_PROCESS_TIME_LIMIT: one pass over a queue stops after 60 s and the
+                # next pass goes on from here (4.9.8 and 5.3.3)
+                tx.info(
+                    CHECK_THREAD,
+                    f"Queue={self._queue_name(HALF_TOPIC)} process time reach max="
+                    f"{cfg.max_process_time_ms}",
+                )
+                break
             if i in resolved or i in self.passed:
                 if debug and i in resolved:
                     tx.debug(CHECK_THREAD, f"Half offset {i} has been committed/rolled back")
@@ -606,7 +615,7 @@ class TransactionService:
             # the last check-back earlier in this same pass is discarded at once, before its answer
             # arrives; a COMMIT answer then still commits that copy (committed *and* discarded)
             checks = _int(msg.properties.get(PROPERTY_CHECK_TIMES), 0)
-            if checks >= cfg.check_max:
+            if checks >= cfg.check_max or self._past_reserved_time(msg):
                 self.discard(msg)
                 self.passed.add(i)
                 i += 1
@@ -660,6 +669,21 @@ class TransactionService:
         store.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0, self.op_cursor)
         tx.info(CHECK_THREAD, f"End to check prepare message, consumed time:{now_ms() - begin}")
         return sent
+
+    def _past_reserved_time(self, msg: StoredMessage) -> bool:
+        """Java ``needSkip`` (4.9.8 and 5.3.3): a half message born more than ``fileReservedTime``
+        hours ago is discarded like one checked too often, without a check-back (its files may
+        be deleted any time now).  Asked only for a message not discarded for its check count,
+        as Java's ``needDiscard(...) || needSkip(...)`` does."""
+        limit = self.broker.config.file_reserved_time * 3_600_000
+        if now_ms() - msg.born_timestamp <= limit:
+            return False
+        self.tx.info(
+            CHECK_THREAD,
+            f"Half message exceed file reserved time ,so skip it.messageId {msg.msg_id},bornTime "
+            f"{msg.born_timestamp}",
+        )
+        return True
 
     def _immune(
         self, msg: StoredMessage, times: int, resolved: set[int], immunity_raw: str
