@@ -67,6 +67,15 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     return name
 
 
+@pytest.fixture(params=["sync", "async"])
+def listener_style(request: pytest.FixtureRequest) -> str:
+    """Every case that declares a listener runs with plain ``def`` listeners and with ``async
+    def`` ones (issue 27: those run on the app's event loop, a thread of its own under ``with
+    app:``)."""
+    style: str = request.param
+    return style
+
+
 @pytest.fixture
 def capabilities(backend_name: str) -> Capabilities:
     """What ``backend_name`` declares (its backend class's ``capabilities``)."""

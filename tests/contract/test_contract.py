@@ -1,8 +1,8 @@
 """Issue 14.5: one contract for every backend.
 
-Each test runs once per installed backend (``backend_name``, see conftest.py), the scripted
-transaction cases once with plain ``def`` listeners and once with ``async def`` ones
-(``listener_style``, issue 27), through the public
+Each test runs once per installed backend (``backend_name``, see conftest.py), and every case
+that declares a listener once with plain ``def`` listeners and once with ``async def`` ones
+(``listener_style``, issue 27; :func:`in_style`), through the public
 API only: ``TxMsg(config)``, ``@app.transactional_listener``, ``@app.message_listener``, the same on a
 module-style ``ListenerRegistry`` taken with ``app.include``, producers.  Deliveries are observed by
 message listeners of the same backend.  Where backends differ, the test
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import re
 import threading
@@ -28,6 +29,7 @@ import injector
 import pydantic
 import pytest
 from sqlalchemy import Integer, String, event, select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from txmsg_broker.rawclient import call
 from txmsg_broker.testing import AllAtOnce, Clients, create_topic, unique, wait_until
@@ -46,6 +48,7 @@ from txmsg import (
     TxMsgModule,
     producer_for,
 )
+from txmsg.aio.sqla import create_async_engine, make_async_session_factory
 from txmsg.backend import Capabilities
 from txmsg.message import OutgoingMessage
 from txmsg.sqla import create_engine, create_tables, duplicates_absorbed, make_session_factory
@@ -131,11 +134,49 @@ class AsyncDeliveries(Deliveries):
         Deliveries.__call__(self, message)
 
 
-@pytest.fixture(params=["sync", "async"])
-def listener_style(request: pytest.FixtureRequest) -> str:
-    """The scripted cases run with plain ``def`` listeners and with ``async def`` ones."""
-    style: str = request.param
-    return style
+def in_style(style: str, cls: type[Any], *, blocking: bool = False) -> type[Any]:
+    """The transactional listener class ``cls`` as ``style`` declares it: itself ("sync"), or
+    ("async") a subclass whose ``execute_local`` and ``check_local`` are ``async def``.  Each
+    runs ``cls``'s body on the app's loop after one ``await``; a ``blocking`` body (one that waits
+    for the test's events or sleeps) runs with ``await asyncio.to_thread(...)``, as an async
+    service runs a blocking call, so the loop keeps serving the group's other coroutines."""
+    if style == "sync":
+        return cls
+
+    async def run(fn: Callable[..., Any], *args: Any) -> Any:
+        if blocking:
+            return await asyncio.to_thread(fn, *args)
+        await asyncio.sleep(0)
+        return fn(*args)
+
+    class Async(cls):  # type: ignore[valid-type,misc]
+        async def execute_local(self, message: Message, arg: Any) -> Any:
+            return await run(cls.execute_local, self, message, arg)
+
+        async def check_local(self, message: Message) -> Any:
+            return await run(cls.check_local, self, message)
+
+    Async.__name__ = Async.__qualname__ = f"Async{cls.__name__}"
+    return Async
+
+
+def fn_in_style(
+    style: str, fn: Callable[[Message], None], *, blocking: bool = False
+) -> Callable[[Message], Any]:
+    """The message listener ``fn`` as ``style`` declares it: itself, or an ``async def`` that
+    runs it on the loop after one ``await`` (``blocking``: in ``asyncio.to_thread``)."""
+    if style == "sync":
+        return fn
+
+    @functools.wraps(fn)
+    async def handler(message: Message) -> None:
+        if blocking:
+            await asyncio.to_thread(fn, message)
+            return
+        await asyncio.sleep(0)
+        fn(message)
+
+    return handler
 
 
 def _script(style: str, table: dict[str, tuple[Any, list[Any]]]) -> Script:
@@ -359,14 +400,13 @@ def test_unknown_until_discarded(
 
 
 def test_check_backs_reach_a_topic_the_listener_did_not_declare(
-    make_app: Callable[..., TxMsg], broker: Any
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
 ) -> None:
     """``topics`` is optional: a topic first seen at send time is checked back all the same."""
     topic, group = _topic(broker, "ct_undeclared"), unique("pg_ct_undeclared")
     checked = threading.Event()
     app = make_app()
 
-    @app.transactional_listener(group=group)
     class Late:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.UNKNOW
@@ -375,6 +415,7 @@ def test_check_backs_reach_a_topic_the_listener_did_not_declare(
             checked.set()
             return S.ROLLBACK
 
+    app.add_transactional_listener(in_style(listener_style, Late), group=group)
     with app:
         app.producer(group).send_in_transaction(topic, "later")
         assert checked.wait(15), "no check-back for a topic first seen at send time"
@@ -474,15 +515,15 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
 
 # ---- check-backs in parallel, joined, and in flight at close ------------------------------------
 def test_check_backs_of_one_group_run_concurrently(
-    make_app: Callable[..., TxMsg], broker: Any
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
 ) -> None:
-    """``concurrency`` checks inside check_local at once: a barrier of that size trips."""
+    """``concurrency`` checks inside check_local at once: a barrier of that size trips (async:
+    ``concurrency`` coroutines on the loop, each awaiting the barrier)."""
     n = 4
     topic, group = _topic(broker, "ct_conc"), unique("pg_ct_conc")
     together = AllAtOnce(n)
     app = make_app()
 
-    @app.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=n))
     class AllTogether:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.UNKNOW
@@ -491,6 +532,12 @@ def test_check_backs_of_one_group_run_concurrently(
             # returns only once n checks are inside check_local together
             return S.COMMIT if together.arrive(message.transaction_key or "") else S.UNKNOW
 
+    app.add_transactional_listener(
+        in_style(listener_style, AllTogether, blocking=True),
+        group=group,
+        topics=[topic],
+        executor=ExecutorConfig(concurrency=n),
+    )
     with app:
         producer = app.producer(group)
         keys = {producer.send_in_transaction(topic, f"m{i}").transaction_key for i in range(n)}
@@ -500,7 +547,7 @@ def test_check_backs_of_one_group_run_concurrently(
 
 
 def test_check_backs_of_one_group_never_exceed_its_concurrency(
-    make_app: Callable[..., TxMsg], broker: Any
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
 ) -> None:
     """More pending transactions than ``concurrency``: never more checks inside check_local at once
     (declared with the decorator of a module-style registry)."""
@@ -510,22 +557,44 @@ def test_check_backs_of_one_group_never_exceed_its_concurrency(
     inside, most, checked = [0], [0], set()
     registry = ListenerRegistry()
 
-    @registry.transactional_listener(
-        group=group, topics=[topic], executor=ExecutorConfig(concurrency=n)
-    )
-    class Slow:
-        def execute_local(self, message: Message, arg: Any) -> S:
-            return S.UNKNOW
+    def enter() -> None:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
 
-        def check_local(self, message: Message) -> S:
-            with lock:
-                inside[0] += 1
-                most[0] = max(most[0], inside[0])
-            threading.Event().wait(0.3)
-            with lock:
-                inside[0] -= 1
-                checked.add(message.transaction_key)
-            return S.COMMIT
+    def leave(message: Message) -> S:
+        with lock:
+            inside[0] -= 1
+            checked.add(message.transaction_key)
+        return S.COMMIT
+
+    if listener_style == "async":
+
+        @registry.transactional_listener(
+            group=group, topics=[topic], executor=ExecutorConfig(concurrency=n)
+        )
+        class AsyncSlow:
+            async def execute_local(self, message: Message, arg: Any) -> S:
+                return S.UNKNOW
+
+            async def check_local(self, message: Message) -> S:
+                enter()
+                await asyncio.sleep(0.3)  # the loop runs other checks meanwhile, if allowed
+                return leave(message)
+
+    else:
+
+        @registry.transactional_listener(
+            group=group, topics=[topic], executor=ExecutorConfig(concurrency=n)
+        )
+        class Slow:
+            def execute_local(self, message: Message, arg: Any) -> S:
+                return S.UNKNOW
+
+            def check_local(self, message: Message) -> S:
+                enter()
+                threading.Event().wait(0.3)
+                return leave(message)
 
     app = make_app()
     app.include(registry)
@@ -538,15 +607,16 @@ def test_check_backs_of_one_group_never_exceed_its_concurrency(
     assert 1 <= most[0] <= n
 
 
-def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], broker: Any) -> None:
+def test_a_re_check_joins_the_running_check(
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
+) -> None:
     """check_local outlives check_wait_timeout: UNKNOW is answered, the broker asks again, and
     that check waits for the running check_local instead of starting a second one."""
     topic, group = _topic(broker, "ct_join"), unique("pg_ct_join")
-    got, release = Deliveries(), threading.Event()
+    got, release = _deliveries(listener_style), threading.Event()
     calls: list[str] = []
     app = make_app(check_wait_timeout=0.3)
 
-    @app.transactional_listener(group=group, topics=[topic])
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.UNKNOW
@@ -556,6 +626,9 @@ def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], brok
             release.wait(20)
             return S.COMMIT
 
+    app.add_transactional_listener(
+        in_style(listener_style, Slow, blocking=True), group=group, topics=[topic]
+    )
     app.add_message_listener(got, topic=topic, group=unique("cg_ct_join"))
     with app:
         producer = app.producer(group)
@@ -575,19 +648,21 @@ def test_a_re_check_joins_the_running_check(make_app: Callable[..., TxMsg], brok
     assert stats.timed_out >= 1
 
 
-def test_close_waits_for_checks_in_flight(make_app: Callable[..., TxMsg], broker: Any) -> None:
+def test_close_waits_for_checks_in_flight(
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
+) -> None:
     """Two threads of checks, two transactions checked: close returns only after every
-    check_local that started has finished, and the group's client takes no send after it."""
+    check_local that started has finished (async: the loop's coroutines are drained), and the
+    group's client takes no send after it."""
     topic, group = _topic(broker, "ct_close"), unique("pg_ct_close")
     inside, release = threading.Event(), threading.Event()
     lock = threading.Lock()
     started: list[str] = []
     finished: list[str] = []
-    observer, got = make_app(), Deliveries()
+    observer, got = make_app(), _deliveries(listener_style)
     observer.add_message_listener(got, topic=topic, group=unique("cg_ct_close"))
     app = make_app()
 
-    @app.transactional_listener(group=group, topics=[topic], executor=ExecutorConfig(concurrency=2))
     class Slow:
         def execute_local(self, message: Message, arg: Any) -> S:
             return S.UNKNOW
@@ -601,6 +676,12 @@ def test_close_waits_for_checks_in_flight(make_app: Callable[..., TxMsg], broker
                 finished.append(message.keys or "")
             return S.COMMIT
 
+    app.add_transactional_listener(
+        in_style(listener_style, Slow, blocking=True),
+        group=group,
+        topics=[topic],
+        executor=ExecutorConfig(concurrency=2),
+    )
     with observer:
         app.start()
         producer = app.producer(group)
@@ -629,43 +710,40 @@ def test_close_waits_for_checks_in_flight(make_app: Callable[..., TxMsg], broker
 
 
 # ---- consumers ----------------------------------------------------------------------------------
-def _committer(app: TxMsg, topic: str) -> str:
+class Commit:
+    """A transactional listener that commits every send."""
+
+    def execute_local(self, message: Message, arg: Any) -> S:
+        return S.COMMIT
+
+    def check_local(self, message: Message) -> S:
+        return S.COMMIT
+
+
+def _committer(app: TxMsg, topic: str, style: str = "sync") -> str:
     group = unique("pg_ct_commit")
-
-    @app.transactional_listener(group=group, topics=[topic])
-    class Commit:
-        def execute_local(self, message: Message, arg: Any) -> S:
-            return S.COMMIT
-
-        def check_local(self, message: Message) -> S:
-            return S.COMMIT
-
+    app.add_transactional_listener(in_style(style, Commit), group=group, topics=[topic])
     return group
 
 
 def test_consumer_retries_then_dead_letters(
-    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities, listener_style: str
 ) -> None:
     """Two consumer groups of one topic, ``max_reconsume`` 1 and 2, declared with the decorators of
     a module-style registry: each gets the first delivery + max_reconsume redeliveries, then its
     copy goes to its own dead-letter queue."""
     topic = _topic(broker, "ct_retry")
     registry = ListenerRegistry()
+    registry.transactional_listener(group=unique("pg_ct_retry"), topics=[topic])(
+        in_style(listener_style, Commit)
+    )
 
-    @registry.transactional_listener(group=unique("pg_ct_retry"), topics=[topic])
-    class Commit:
-        def execute_local(self, message: Message, arg: Any) -> S:
-            return S.COMMIT
-
-        def check_local(self, message: Message) -> S:
-            return S.COMMIT
-
-    def failing(seen: list[int]) -> Callable[[Message], None]:
+    def failing(seen: list[int]) -> Callable[[Message], Any]:
         def always_fails(message: Message) -> None:
             seen.append(message.reconsume_times)
             raise RuntimeError("poison")
 
-        return always_fails
+        return fn_in_style(listener_style, always_fails)
 
     attempts: dict[int, list[int]] = {1: [], 2: []}
     groups = {n: unique(f"cg_ct_retry{n}") for n in attempts}
@@ -674,7 +752,7 @@ def test_consumer_retries_then_dead_letters(
 
     app = make_app()
     app.include(registry)
-    dead = {n: Deliveries() for n in groups}
+    dead = {n: _deliveries(listener_style) for n in groups}
     for n, cg in groups.items():
         if capabilities.dlq_listener:
             create_topic(broker.namesrv_addr, f"%DLQ%{cg}")
@@ -721,19 +799,19 @@ def test_consumer_retries_then_dead_letters(
 
 
 def test_close_waits_for_a_running_message_handler(
-    make_app: Callable[..., TxMsg], broker: Any
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
 ) -> None:
     topic, cg = _topic(broker, "ct_cclose"), unique("cg_ct_cclose")
     inside, release, finished = threading.Event(), threading.Event(), threading.Event()
     app = make_app()
-    group = _committer(app, topic)
+    group = _committer(app, topic, listener_style)
 
-    @app.message_listener(topic=topic, group=cg)
     def slow(message: Message) -> None:
         inside.set()
         release.wait(20)
         finished.set()
 
+    app.message_listener(topic=topic, group=cg)(fn_in_style(listener_style, slow, blocking=True))
     app.start()
     app.producer(group).send_in_transaction(topic, b"slow")
     assert inside.wait(30)
@@ -749,12 +827,17 @@ def test_close_waits_for_a_running_message_handler(
 
 
 def test_a_message_listener_may_read_the_dlq(
-    request: pytest.FixtureRequest, backend_name: str, capabilities: Capabilities
+    request: pytest.FixtureRequest,
+    backend_name: str,
+    capabilities: Capabilities,
+    listener_style: str,
 ) -> None:
     """Capability ``dlq_listener``: registering a listener on ``%DLQ%<group>`` is accepted."""
     needs(request, capabilities, "dlq_listener")
     app = TxMsg(TxMsgConfig(backend=backend_name))
-    app.add_message_listener(Deliveries(), topic="%DLQ%cg_orders", group="cg_dlq_reader")
+    app.add_message_listener(
+        _deliveries(listener_style), topic="%DLQ%cg_orders", group="cg_dlq_reader"
+    )
 
 
 class Ledger(DeclarativeBase):
@@ -768,37 +851,78 @@ class LedgerRow(Ledger):
     message_key: Mapped[str] = mapped_column(String(128))
 
 
+class LosingAcks:
+    """Session factory whose sessions raise after their first commit that applied a message, as
+    if the connection dropped before the acknowledgement (``session_of`` makes the session;
+    ``AsyncLosingAcks``: an ``AsyncSession``, the hook on its sync core)."""
+
+    def __init__(self, make: Callable[[], Any], applied: list[int]) -> None:
+        self.make = make
+        self.applied = applied
+        self.lose_ack = [True]
+
+    def __call__(self) -> Any:
+        session = self.make()
+        event.listen(self.sync_session(session), "after_commit", self.ack_lost)
+        return session
+
+    def sync_session(self, session: Any) -> Session:
+        return session  # type: ignore[no-any-return]
+
+    def ack_lost(self, committed: Session) -> None:
+        if self.lose_ack and self.applied:
+            self.lose_ack.clear()
+            raise ConnectionError("connection lost after commit")
+
+
+class AsyncLosingAcks(LosingAcks):
+    txmsg_async = True  # it makes AsyncSessions: txmsg.aio.sqla.is_async_session_factory
+
+    def sync_session(self, session: Any) -> Session:
+        return session.sync_session  # type: ignore[no-any-return]
+
+
 def test_idempotent_consumption_applies_a_redelivered_message_once(
-    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Path
+    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Path, listener_style: str
 ) -> None:
     """The first delivery's transaction commits but the acknowledgement is lost (the session
-    raises after commit): the broker redelivers, and the copy is absorbed, not applied again."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'contract.db'}")
+    raises after commit): the broker redelivers, and the copy is absorbed, not applied again.
+    Async: an ``async def`` listener writing with an ``AsyncSession`` (aiosqlite), same file."""
+    url = f"sqlite:///{tmp_path / 'contract.db'}"
+    engine = create_engine(url)
     create_tables(engine)
     Ledger.metadata.create_all(engine)
     sessions = make_session_factory(engine)
-    lose_ack = [True]
-
-    def session_factory() -> Session:
-        session = sessions()
-
-        @event.listens_for(session, "after_commit")
-        def ack_lost(committed: Session) -> None:
-            if lose_ack and applied:
-                lose_ack.clear()
-                raise ConnectionError("connection lost after commit")
-
-        return session
+    applied: list[int] = []
+    async_engine = create_async_engine(url) if listener_style == "async" else None
 
     topic, cg = _topic(broker, "ct_idem"), unique("cg_ct_idem")
-    applied: list[int] = []
     app = make_app()
-    group = _committer(app, topic)
+    group = _committer(app, topic, listener_style)
+    declare = app.message_listener(
+        topic=topic,
+        group=cg,
+        idempotent=True,
+        session_factory=(
+            AsyncLosingAcks(make_async_session_factory(async_engine), applied)
+            if async_engine is not None
+            else LosingAcks(sessions, applied)
+        ),
+    )
+    if async_engine is not None:
 
-    @app.message_listener(topic=topic, group=cg, idempotent=True, session_factory=session_factory)
-    def apply(message: Message, session: Session) -> None:
-        session.add(LedgerRow(message_key=message.transaction_key or ""))
-        applied.append(message.reconsume_times)
+        @declare
+        async def apply_async(message: Message, session: AsyncSession) -> None:
+            await asyncio.sleep(0)
+            session.add(LedgerRow(message_key=message.transaction_key or ""))
+            applied.append(message.reconsume_times)
+
+    else:
+
+        @declare
+        def apply(message: Message, session: Session) -> None:
+            session.add(LedgerRow(message_key=message.transaction_key or ""))
+            applied.append(message.reconsume_times)
 
     try:
         with app:
@@ -808,6 +932,9 @@ def test_idempotent_consumption_applies_a_redelivered_message_once(
                 timeout=30,
                 message=lambda: f"the redelivered copy absorbed (applied {applied})",
             )
+            if async_engine is not None and app.bridge is not None:
+                # its connections belong to the app's loop: closed there, before it stops
+                app.bridge.run(async_engine.dispose, name="dispose the async engine")
         with sessions() as session:
             rows = session.scalars(select(LedgerRow.message_key)).all()
         assert rows == [key]
@@ -828,7 +955,9 @@ class OrderShipped(pydantic.BaseModel):
     carrier: str
 
 
-def test_payload_conversion_round_trip(make_app: Callable[..., TxMsg], broker: Any) -> None:
+def test_payload_conversion_round_trip(
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
+) -> None:
     topic, cg = _topic(broker, "ct_payload"), unique("cg_ct_payload")
     payloads: dict[str, Any] = {
         "dict": {"order_id": 7, "items": ["a", "b"], "note": "café"},
@@ -843,19 +972,16 @@ def test_payload_conversion_round_trip(make_app: Callable[..., TxMsg], broker: A
         "bytes": lambda m: m.body,
     }
     seen_locally: dict[str, bytes] = {}
-    got = Deliveries()
+    got = _deliveries(listener_style)
     app = make_app()
     group = unique("pg_ct_payload")
 
-    @app.transactional_listener(group=group, topics=[topic])
-    class Commit:
+    class Keep(Commit):
         def execute_local(self, message: Message, kind: str) -> S:
             seen_locally[kind] = message.body
             return S.COMMIT
 
-        def check_local(self, message: Message) -> S:
-            return S.COMMIT
-
+    app.add_transactional_listener(in_style(listener_style, Keep), group=group, topics=[topic])
     app.add_message_listener(got, topic=topic, group=cg)
     with app:
         producer = app.producer(group)
@@ -876,23 +1002,20 @@ class Checkout:
         self.producer = producer
 
 
-def test_injected_producers(make_app: Callable[..., TxMsg], broker: Any) -> None:
-    topic, group, got = _topic(broker, "ct_di"), unique("pg_ct_di"), Deliveries()
+def test_injected_producers(
+    make_app: Callable[..., TxMsg], broker: Any, listener_style: str
+) -> None:
+    topic, group = _topic(broker, "ct_di"), unique("pg_ct_di")
+    got = _deliveries(listener_style)
     built: list[Any] = []
     app = make_app()
 
-    @app.transactional_listener(group=group, topics=[topic])
-    class Commit:
+    class Built(Commit):
         @injector.inject
         def __init__(self, config: TxMsgConfig) -> None:
             built.append(config)
 
-        def execute_local(self, message: Message, arg: Any) -> S:
-            return S.COMMIT
-
-        def check_local(self, message: Message) -> S:
-            return S.COMMIT
-
+    app.add_transactional_listener(in_style(listener_style, Built), group=group, topics=[topic])
     app.add_message_listener(got, topic=topic, group=unique("cg_ct_di"))
     container = injector.Injector([TxMsgModule(app)])
     app.listener_factory = container.get  # the listener is built by the injector too
@@ -909,7 +1032,7 @@ def test_injected_producers(make_app: Callable[..., TxMsg], broker: Any) -> None
 
 # ---- declared differences -----------------------------------------------------------------------
 def test_two_groups_sharing_a_topic(
-    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities, listener_style: str
 ) -> None:
     """Capability ``shared_topics``: each group's check-backs reach its own check_local; where
     the broker routes check-backs by topic, start() refuses instead (never a mixed-up answer)."""
@@ -931,7 +1054,7 @@ def test_two_groups_sharing_a_topic(
                 self.seen.append(message.transaction_key or "")
                 return S.ROLLBACK
 
-        app.add_transactional_listener(Own(), group=group, topics=[topic])
+        app.add_transactional_listener(in_style(listener_style, Own)(), group=group, topics=[topic])
     if not capabilities.shared_topics:
         with pytest.raises(ListenerDefinitionError, match="routes check-backs by topic"):
             app.start()
@@ -945,13 +1068,18 @@ def test_two_groups_sharing_a_topic(
         assert set(checked[group]) == {keys[group]}
 
 
-def test_topic_length_limit(backend_name: str, capabilities: Capabilities) -> None:
+def test_topic_length_limit(
+    backend_name: str, capabilities: Capabilities, listener_style: str
+) -> None:
     """Capability ``max_topic_length``: the longest topic is accepted, one more is refused at
     registration with the limit in the message."""
     app = TxMsg(TxMsgConfig(backend=backend_name))
     longest = "t" * capabilities.max_topic_length
-    app.add_transactional_listener(Script({}), group="pg_ct_len", topics=[longest])
+    script = _script(listener_style, {})
+    app.add_transactional_listener(script, group="pg_ct_len", topics=[longest])
     with pytest.raises(InvalidNameError, match=str(capabilities.max_topic_length)):
-        app.add_transactional_listener(Script({}), group="pg_ct_len2", topics=[longest + "t"])
+        app.add_transactional_listener(script, group="pg_ct_len2", topics=[longest + "t"])
     with pytest.raises(InvalidNameError, match=str(capabilities.max_topic_length)):
-        app.add_message_listener(Deliveries(), topic=longest + "t", group="cg_ct_len")
+        app.add_message_listener(
+            _deliveries(listener_style), topic=longest + "t", group="cg_ct_len"
+        )

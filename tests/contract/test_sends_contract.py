@@ -1,4 +1,5 @@
-"""Issue 17: the plain-send and orderly-consumption contract, once per installed backend.
+"""Issue 17: the plain-send and orderly-consumption contract, once per installed backend, with
+plain ``def`` listeners and with ``async def`` ones (``listener_style``, issue 27).
 
 Through the public API only (``app.add_producer``, ``app.producer(group).send*``,
 ``@app.message_listener(orderly=True)``).  Where backends differ the test reads the declared
@@ -9,6 +10,7 @@ refused naming ``delay_level``), ``orderly_consumer`` (per-key order, or a stric
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -36,17 +38,24 @@ class Got:
         self.overlap = False
 
     def __call__(self, message: Message) -> None:
+        key = self._enter(message)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+        finally:
+            self._leave(key)
+
+    def _enter(self, message: Message) -> str:
         key = message.sharding_key or ""
         with self.lock:
             self.items.append((time.monotonic(), message))
             self.active[key] = self.active.get(key, 0) + 1
             self.overlap |= self.active[key] > 1
-        try:
-            if self.delay:
-                time.sleep(self.delay)
-        finally:
-            with self.lock:
-                self.active[key] -= 1
+        return key
+
+    def _leave(self, key: str) -> None:
+        with self.lock:
+            self.active[key] -= 1
 
     def bodies(self) -> list[bytes]:
         with self.lock:
@@ -57,23 +66,39 @@ class Got:
             return [m for _, m in self.items]
 
 
+class AsyncGot(Got):
+    """:class:`Got` as an ``async def`` listener (issue 27): its delay is awaited, so another
+    message of the same key could run meanwhile if the consumer let it."""
+
+    async def __call__(self, message: Message) -> None:  # type: ignore[override]
+        key = self._enter(message)
+        try:
+            await asyncio.sleep(self.delay)
+        finally:
+            self._leave(key)
+
+
+def _got(style: str, delay: float = 0.0) -> Got:
+    return AsyncGot(delay) if style == "async" else Got(delay)
+
+
 def _plain_app(
-    make_app: Callable[..., TxMsg], broker: Any, kind: str
+    make_app: Callable[..., TxMsg], broker: Any, kind: str, style: str
 ) -> tuple[TxMsg, str, str, Got]:
     topic, group = unique(f"cs_{kind.lower()}"), unique("pg_cs")
     create_topic(broker.namesrv_addr, topic, message_type=kind)
-    app, got = make_app(), Got()
+    app, got = make_app(), _got(style)
     app.add_producer(group=group)
     app.add_message_listener(got, topic=topic, group=unique("cg_cs"))
     return app, topic, group, got
 
 
 def test_plain_sends_of_every_kind_arrive(
-    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities, listener_style: str
 ) -> None:
     """send, send_async and send_oneway arrive with their tags/keys/properties, whether the backend's
     one-way send is native or an async send whose answer is ignored (``Capabilities.oneway``)."""
-    app, topic, group, got = _plain_app(make_app, broker, "NORMAL")
+    app, topic, group, got = _plain_app(make_app, broker, "NORMAL", listener_style)
     with app:
         producer = app.producer(group)
         sync = producer.send(topic, b"sync", tags="T", keys="k-sync k-two", properties={"p": 1})
@@ -102,9 +127,9 @@ def test_plain_sends_of_every_kind_arrive(
 
 
 def test_batch_arrives_native_in_one_queue_or_one_by_one(
-    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities, listener_style: str
 ) -> None:
-    app, topic, group, got = _plain_app(make_app, broker, "NORMAL")
+    app, topic, group, got = _plain_app(make_app, broker, "NORMAL", listener_style)
     with app:
         result = app.producer(group).send_batch(
             topic, [f"b{i}".encode() for i in range(5)], tags="B"
@@ -125,11 +150,11 @@ def test_batch_arrives_native_in_one_queue_or_one_by_one(
 
 
 def test_delay_level_arrives_and_deliver_at_per_capability(
-    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities
+    make_app: Callable[..., TxMsg], broker: Any, capabilities: Capabilities, listener_style: str
 ) -> None:
     """``delay_level`` works everywhere (delay levels or timestamps); ``deliver_at`` is honoured
     (never delivered before it) with ``delivery_timestamps``, else refused naming ``delay_level``."""
-    app, topic, group, got = _plain_app(make_app, broker, "DELAY")
+    app, topic, group, got = _plain_app(make_app, broker, "DELAY", listener_style)
     with app:
         producer = app.producer(group)
         producer.send(topic, b"level-1", delay_level=1)
@@ -155,6 +180,7 @@ def test_ordered_sends_consumed_in_order_per_key_with_several_threads(
     capabilities: Capabilities,
     request: pytest.FixtureRequest,
     tmp_path: Path,
+    listener_style: str,
 ) -> None:
     """Same key -> same queue; an orderly listener with 4 threads hands each key's messages in send
     order, never two of one key at once (``Capabilities.orderly_consumer``)."""
@@ -166,7 +192,7 @@ def test_ordered_sends_consumed_in_order_per_key_with_several_threads(
     )  # RocketMQ 5: FIFO pop only for such a group
     engine = create_engine(f"sqlite:///{tmp_path / 'orderly.db'}")
     create_tables(engine)
-    got = Got(delay=0.01)
+    got = _got(listener_style, delay=0.01)
     app = make_app()
     app.add_producer(group=group)
     app.add_message_listener(
