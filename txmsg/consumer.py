@@ -230,15 +230,7 @@ def build_consumer_spec(
         owner, orderly, max_orderly_retries, orderly_retry_delay, session_factory
     )
     if orderly and session_factory is not None:
-        from txmsg.aio.sqla.engine import is_async_session_factory  # noqa: PLC0415 - SQLAlchemy
-
-        if is_async_session_factory(session_factory):
-            raise ListenerDefinitionError(
-                f"{owner}: orderly=True parks keys and journals messages with a sync "
-                "session_factory (sessionmaker(engine)), not an async one; an orderly listener "
-                "may be `async def`, but not orderly and idempotent with an AsyncSession: use a "
-                "plain def for that one"
-            )
+        _check_orderly_sessions(fn, owner, idempotent, session_factory)
     handler: Callable[[Message], Any]
     if idempotent:
         _check_arity(fn, 2, f"{owner}(message, session) because idempotent=True", owner)
@@ -298,6 +290,42 @@ def _idempotent(
     from txmsg.sqla.idempotent import wrap_idempotent  # noqa: PLC0415 - optional part
 
     return wrap_idempotent(fn, session_factory=session_factory, group=group, topic=topic)
+
+
+def _check_orderly_sessions(
+    fn: Callable[..., Any], owner: str, idempotent: bool, session_factory: Callable[[], Any]
+) -> None:
+    """Refuse what an orderly listener cannot do with its ``session_factory``, naming the fix.
+
+    The orderly consumer parks keys and journals messages with sync ``Session`` objects, and an
+    idempotent one commits the handler's effects, the dedup row and the journal's removal in one
+    such transaction; so its factory is a sync ``sessionmaker`` and, when idempotent, its handler
+    a plain ``def`` (an ``async def`` one would need an ``AsyncSession``, and the idempotent rule
+    alone would send the user from one refusal to the other)."""
+    from txmsg.aio.sqla.engine import is_async_session_factory  # noqa: PLC0415 - SQLAlchemy
+
+    async_factory = is_async_session_factory(session_factory)
+    if idempotent and (async_factory or is_async(fn)):
+        given = (
+            f"an async session factory ({session_factory!r})"
+            if async_factory
+            else "an `async def` handler"
+        )
+        raise ListenerDefinitionError(
+            f"{owner}: orderly=True with idempotent=True cannot take {given}: the orderly "
+            "consumer parks keys with sync Sessions and commits the handler's effects with the "
+            "dedup row (and its journal record) in one sync Session transaction. Declare the handler a plain `def (message, session)` with "
+            "session_factory=sessionmaker(engine) (txmsg.sqla.make_session_factory("
+            "txmsg.sqla.create_engine(url)), on the same database), or keep it `async def`, drop "
+            "idempotent=True and de-duplicate inside it with your AsyncSession"
+        )
+    if async_factory:
+        raise ListenerDefinitionError(
+            f"{owner}: orderly=True parks keys and journals messages with a sync session "
+            f"factory, not an async one ({session_factory!r}); pass session_factory="
+            "sessionmaker(engine) (txmsg.sqla.make_session_factory(txmsg.sqla.create_engine("
+            "url)), on the same database). The handler may stay `async def`"
+        )
 
 
 def _check_orderly(

@@ -122,3 +122,61 @@ def test_session_factory_must_match_the_listener(
             plain, topic="t", group="g2", idempotent=True, session_factory=async_sessions
         )
     engine.dispose()
+
+
+def test_orderly_listener_refuses_async_sessions_naming_the_fix(
+    make_app: Callable[..., TxMsg], tmp_path: Path
+) -> None:
+    """An orderly listener keeps its parked keys and journal in sync sessions, and an orderly
+    idempotent one commits its effects with the dedup row there too: an async session factory,
+    or an ``async def`` idempotent handler, is refused at declaration with one fix (not the
+    idempotent rule's "pass an async_sessionmaker", which the orderly rule would then refuse).
+    A plain orderly idempotent listener on a sync factory, and an ``async def`` orderly one
+    without idempotent=True, are accepted."""
+    app = make_app()
+    engine = create_engine(f"sqlite:///{tmp_path / 'sync.db'}")
+    create_tables(engine)
+    sync_sessions = make_session_factory(engine)
+    async_engine = create_async_engine(f"sqlite:///{tmp_path / 'async.db'}")
+    async_sessions = make_async_session_factory(async_engine)
+
+    async def settle(message: Message, session: Any) -> None: ...
+
+    def plain(message: Message, session: Any) -> None: ...
+
+    async def fn(message: Message) -> None: ...
+
+    fix = r"plain `def \(message, session\)` with session_factory=sessionmaker\(engine\)"
+    for handler, factory, given in [
+        (settle, async_sessions, "an async session factory"),
+        (plain, async_sessions, "an async session factory"),
+        (settle, sync_sessions, "an `async def` handler"),
+    ]:
+        with pytest.raises(ListenerDefinitionError, match=fix) as refused:
+            app.add_message_listener(
+                handler,
+                topic="t",
+                group=unique("cg_ord"),
+                orderly=True,
+                idempotent=True,
+                session_factory=factory,
+            )
+        assert f"orderly=True with idempotent=True cannot take {given}" in str(refused.value)
+        assert "drop idempotent=True" in str(refused.value)
+    with pytest.raises(ListenerDefinitionError, match=r"pass session_factory=sessionmaker\(engine"):
+        app.add_message_listener(
+            fn, topic="t", group=unique("cg_ord"), orderly=True, session_factory=async_sessions
+        )
+    app.add_message_listener(
+        plain,
+        topic="t",
+        group="cg_ord_ok",
+        orderly=True,
+        idempotent=True,
+        session_factory=sync_sessions,
+    )
+    app.add_message_listener(
+        fn, topic="t", group="cg_ord_async", orderly=True, session_factory=sync_sessions
+    )
+    assert {"cg_ord_ok", "cg_ord_async"} <= {c.group for c in app.registry.consumers.values()}
+    engine.dispose()  # the async engine never connected: nothing to close
