@@ -80,6 +80,9 @@ def duckdb_sql(path: str) -> str:
     )
     keep_msg = ", ".join(_sq(k) for k in P.MSG_KINDS)
     tid = "trim(substr(tidm, 15, length(tidm) - 15), '''')"
+    # px: an INFO/WARN line with a filled remark (a Java client, a 5.x proxy): there a
+    # transactionId is no check mark; librocketmq's empty remark, or a DEBUG request line, with a
+    # transactionId is a check answer (the job: EMPTY_REMARK)
     check = f"(ftc = 'true' OR (NOT px AND {tid} NOT IN ('', 'null')))"
     return f"""
 WITH src AS (
@@ -115,7 +118,8 @@ WITH src AS (
     CASE WHEN cls = 'H' THEN {_rx(P.RX_FTC)} END AS ftc,
     CASE WHEN cls = 'H' THEN {_rx(P.RX_TID, 0)} END AS tidm,
     cls = 'H' AND substr(line, 21, 6) = 'DEBUG ' AS dbg,
-    cls = 'H' AND contains(line, {_sq(P.PROXY_REMARK)}) AS px
+    cls = 'H' AND substr(line, 21, 6) <> 'DEBUG '
+      AND NOT suffix(rtrim(line), {_sq(P.EMPTY_REMARK.rstrip())}) AS px
   FROM c
 ), k AS (
   SELECT CASE

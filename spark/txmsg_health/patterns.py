@@ -117,9 +117,6 @@ CHECK_FAILED: Final = "Check transaction failed"
 CHECK_LINE: Final = "Check transaction"  # common prefix of the failure and 5.x check-sent lines
 CHECK_AND_DISCARD: Final = "heck"  # in both CHECK_LINE and DISCARD_MARK
 CHECK_SENT_MARK: Final = "Check transaction. real_topic="
-PROXY_REMARK: Final = "Remark: end transaction from proxy"
-"""The remark a 5.x proxy in cluster mode relays a gRPC client's EndTransaction with (the DuckDB
-benchmark still tells relayed lines by it; the job uses ``EMPTY_REMARK``, which covers it)."""
 EMPTY_REMARK: Final = "Remark: "
 """How a line from a C++/Python (librocketmq) producer ends: it sends an empty remark, and it is
 the only client whose check answers arrive with ``fromTransactionCheck=false`` (its ``"1"`` is not
