@@ -68,6 +68,12 @@ def test_plain_sends_are_spans_and_counted_as_stats_counts_them(
     assert telemetry.total(names.OPERATION_DURATION, txmsg__producer__group=group) == 6
     points = telemetry.points(names.SENT_MESSAGES, txmsg__producer__group=group)
     assert all(names.ERROR_TYPE not in p.attributes for p in points)
+    # every delivery counted once, on the consumer group and the topic
+    consumed = telemetry.total(names.CONSUMED_MESSAGES, messaging__consumer__group__name=cgroup)
+    assert consumed == len(got) == 8
+    assert telemetry.total(names.PROCESS_DURATION, messaging__consumer__group__name=cgroup) == 8
+    (point,) = telemetry.points(names.CONSUMED_MESSAGES, messaging__consumer__group__name=cgroup)
+    assert point.attributes[names.DESTINATION] == topic
 
 
 def test_a_failing_listener_shows_retries_and_the_dead_letter_on_its_spans(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from txmsg_broker.testing import unique
 
 from txmsg import LocalTransactionState, Message, SendError, TxMsg, TxMsgConfig
-from txmsg.otel import names
+from txmsg.message import OutgoingMessage
+from txmsg.otel import hooks, names
 
 from .conftest import Telemetry
 
@@ -197,3 +199,55 @@ def test_an_async_transactional_send_is_a_child_of_the_callers_span(
     (send,) = telemetry.spans(f"send {topic}")
     assert send.parent is not None
     assert send.parent.span_id == request.get_span_context().span_id
+
+
+def test_counted_figures_keep_groups_topics_and_errors_apart(telemetry: Telemetry) -> None:
+    """The message counters are tallied by txmsg and observed when the SDK collects: each
+    attribute set has its own total, and a failed send or delivery its ``error.type``."""
+    groups, topics = (unique("pg_ot"), unique("pg_ot")), (unique("ot"), unique("ot"))
+    for n, (group, topic) in enumerate([(g, t) for g in groups for t in topics], start=1):
+        for _ in range(n):
+            with hooks.sending(group, OutgoingMessage(topic=topic, body=b"x")):
+                pass
+    failed_send = hooks.sending(groups[0], OutgoingMessage(topic=topics[0], body=b"x"), count=3)
+    with pytest.raises(ConnectionError), failed_send:
+        raise ConnectionError("broker gone")
+    for group in groups:
+        ok = hooks.processing(
+            lambda m: True, group=group, topic=topics[0], max_reconsume=1, orderly=False
+        )
+        ok(Message(topic=topics[0], body=b""))
+    failing = hooks.processing(
+        lambda m: False, group=groups[1], topic=topics[0], max_reconsume=1, orderly=False
+    )
+    failing(Message(topic=topics[0], body=b""))
+
+    def sent(group: str, topic: str, **match: Any) -> float:
+        points = telemetry.points(
+            names.SENT_MESSAGES, txmsg__producer__group=group, messaging__destination__name=topic
+        )
+        error = match.get("error")
+        return sum(p.value for p in points if p.attributes.get(names.ERROR_TYPE) == error)
+
+    assert [sent(g, t) for g in groups for t in topics] == [1, 2, 3, 4]
+    assert sent(groups[0], topics[0], error="ConnectionError") == 3
+    for group, failed in ((groups[0], 0), (groups[1], 1)):
+        points = telemetry.points(names.CONSUMED_MESSAGES, messaging__consumer__group__name=group)
+        assert sorted((p.attributes.get(names.ERROR_TYPE, ""), p.value) for p in points) == sorted(
+            [("", 1)] + [("_OTHER", 1)] * failed
+        )
+
+
+def test_the_message_handed_on_carries_the_context_and_is_otherwise_the_same(
+    telemetry: Telemetry,
+) -> None:
+    message = OutgoingMessage(
+        topic=unique("oh"), body=b"x", tags="t", keys="a b", properties={"p": "1"}, delay_level=2
+    )
+    with hooks.sending(unique("pg_oh"), message) as sending:
+        handed = sending.message
+    assert handed is not message
+    assert message.properties == {"p": "1"}
+    assert set(handed.properties) == {"p", "traceparent"}
+    assert handed == dataclasses.replace(message, properties=handed.properties)
+    assert type(handed) is OutgoingMessage

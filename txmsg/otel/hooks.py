@@ -133,13 +133,20 @@ class Sending:
     """One send: its span and figures.  Use as a context manager around a synchronous send (the
     span is current inside), or call :meth:`end` from a callback (async sends).
 
-    ``message`` is what to hand to the backend: the given one plus the trace context.  Why the
-    attributes are gathered and set in two calls (at the start and at :meth:`end`): each call into
-    the SDK takes its lock and validates, and a send holds the GIL for all of it
-    (``benchmarks/otel_overhead.py``)."""
+    ``message`` is what to hand to the backend: the given one plus the trace context.
+
+    Why it is written the way it is: a send holds the GIL for every call into the SDK (each takes
+    a lock and validates what it is given), and sending is CPU-bound in a busy service, so each
+    microsecond here is one the send loses (``benchmarks/otel_overhead.py``).  The span's
+    attributes are gathered and set in two calls (at the start and at :meth:`end`); the context
+    holding the span is built once (for the message's trace context, the current span and the
+    duration's exemplar); the message count is a :class:`~txmsg.otel._runtime.Tally`, not an SDK
+    measurement; attribute mappings are cached per group and topic."""
 
     __slots__ = (
+        "_context",
         "_count",
+        "_key",
         "_message_id",
         "_metric_attributes",
         "_o",
@@ -164,25 +171,28 @@ class Sending:
         self._token: object | None = None
         self._message_id: str | None = None
         self._result: str | None = None
-        self._metric_attributes = _send_metric_attributes(group, message.topic)
+        topic = message.topic
+        self._key = (group, topic)
+        self._metric_attributes = _send_metric_attributes(group, topic)
         attributes = _span_attributes(
-            _send_attributes(group, message.topic, _message_type(message, transactional)),
+            _send_attributes(group, topic, _message_type(message, transactional)),
             message,
             count,
         )
-        span = o.tracer.start_span(f"send {message.topic}", kind=o.PRODUCER, attributes=attributes)
+        span = o.tracer.start_span(f"send {topic}", kind=o.PRODUCER, attributes=attributes)
         self._span = span
+        self._context = o.trace.set_span_in_context(span)
         self._started = time.perf_counter()
         self.message = message
         # a sampled-out span still has a valid context: consumers keep its sampling decision;
         # no SDK: nothing to carry.  A context the caller set in the properties is kept.
-        if span.get_span_context().is_valid and _TRACEPARENT not in message.properties:
+        if _TRACEPARENT not in message.properties and span.get_span_context().is_valid:
             carrier = dict(message.properties)
-            o.propagate.inject(carrier, context=o.trace.set_span_in_context(span))
-            self.message = dataclasses.replace(message, properties=carrier)
+            o.propagate.inject(carrier, context=self._context)
+            self.message = _with_properties(message, carrier)
 
     def __enter__(self) -> Sending:
-        self._token = self._o.context.attach(self._o.trace.set_span_in_context(self._span))
+        self._token = self._o.context.attach(self._context)
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
@@ -209,8 +219,8 @@ class Sending:
         elapsed = time.perf_counter() - self._started
         kind = None if error is None else error_type(error)
         attributes = _with_error(self._metric_attributes, kind)
-        o.sent.add(self._count, attributes)
-        o.operation_duration.record(elapsed, attributes)
+        o.sent.add((*self._key, kind), attributes, self._count)
+        o.operation_duration.record(elapsed, attributes, context=self._context)
         if span.is_recording():
             late: dict[str, Any] = {}
             if self._message_id is not None:
@@ -224,6 +234,21 @@ class Sending:
             if late:
                 span.set_attributes(late)
         span.end()
+
+
+def _with_properties(message: OutgoingMessage, properties: Mapping[str, str]) -> OutgoingMessage:
+    """``message`` with other user properties: ``dataclasses.replace`` without its cost.
+
+    Why: ``replace`` walks the fields and runs ``__init__`` again, about 4 us per send, to copy
+    a frozen dataclass whose fields are checked already; copying its ``__dict__`` is a fraction
+    of that.  Falls back to ``replace`` for a message without a ``__dict__``."""
+    fields = getattr(message, "__dict__", None)
+    if fields is None:
+        return dataclasses.replace(message, properties=properties)
+    copy = object.__new__(type(message))
+    copy.__dict__.update(fields)
+    copy.__dict__["properties"] = properties
+    return copy
 
 
 class _NoSending:
@@ -312,22 +337,22 @@ class _Checking:
     def __init__(self, o: Otel, group: str, message: Message) -> None:
         self._o = o
         _, links = _parent(o, message.properties)
-        attributes = {
+        attributes: dict[str, Any] = {
             names.SYSTEM: names.ROCKETMQ,
             names.DESTINATION: message.topic,
             names.OPERATION_NAME: "check",
             names.PRODUCER_GROUP: group,
         }
+        key = message.transaction_key
+        if key:
+            attributes[names.MESSAGE_ID] = key
+            attributes[names.TRANSACTION_KEY] = key
+        if message.keys:
+            attributes[names.ROCKETMQ_KEYS] = _keys(message.keys)
+        # all at the start: one call into the SDK instead of one per attribute
         self._span = o.tracer.start_span(
             f"check {message.topic}", kind=o.CONSUMER, attributes=attributes, links=links
         )
-        if self._span.is_recording():
-            key = message.transaction_key
-            if key:
-                self._span.set_attribute(names.MESSAGE_ID, key)
-                self._span.set_attribute(names.TRANSACTION_KEY, key)
-            if message.keys:
-                self._span.set_attribute(names.ROCKETMQ_KEYS, _keys(message.keys))
         self._token = o.context.attach(o.trace.set_span_in_context(self._span))
 
     def answer(self, state: object) -> None:
@@ -374,10 +399,9 @@ class CheckTelemetry:
         if o is None:
             return
         try:
-            attributes = _result_attributes(
-                self.group, message.topic, names.CHECK_RESULT, result_name(state)
-            )
-            o.checks.add(1, attributes)
+            result = result_name(state)
+            attributes = _result_attributes(self.group, message.topic, names.CHECK_RESULT, result)
+            o.checks.add((self.group, message.topic, result), attributes)
             o.check_duration.record(time.perf_counter() - started, attributes)
         except Exception:  # telemetry must never change an answer
             log.warning("could not record a check-back", exc_info=True)
@@ -416,6 +440,7 @@ class Processing:
         self.orderly = orderly
         self._o = o
         self._attributes = _process_attributes(group, topic)
+        self._key = (group, topic)
 
     def close(self, timeout: float = 10.0) -> None:
         close = getattr(self.handler, "close", None)
@@ -489,7 +514,7 @@ class Processing:
             else:
                 span.add_event(names.EVENT_RETRY, _reconsumed(message))
         attributes = _with_error(self._attributes, error)
-        o.consumed.add(1, attributes)
+        o.consumed.add((*self._key, error), attributes)
         o.process_duration.record(elapsed, attributes)
         span.end()
 
