@@ -389,7 +389,7 @@ def test_unknown_until_discarded(
                 unique("cg_ct_discard"), "TRANS_CHECK_MAX_TIME_TOPIC"
             )
             wait_until(
-                lambda: [r.msg_id for r in discarded if r.keys == "U_FOREVER"] == [key],
+                lambda: [r.msg_id for r in discarded if r.msg_id == key] == [key],
                 timeout=20,
                 message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
             )
