@@ -57,6 +57,16 @@ REFRESH_INTERVAL = 0.5
 seen for that long is taken as new to this process and reads them again at once."""
 
 
+PARK_BEHIND_LINGER = 0.02
+"""Seconds a message of a parked key waits for others before the batch goes into the parking
+table (with the in-flight journal: see :class:`_ParkBehind`)."""
+PARK_BEHIND_BATCH = 256
+"""Messages of parked keys that are written at once without waiting out the linger."""
+PARK_BEHIND_MAX_PENDING = 4096
+"""Messages of parked keys held for the table at most; past it the queue is handed the message
+again later (the database is not keeping up, or is down)."""
+
+
 @dataclass(frozen=True)
 class ParkedEvent:
     """What an ``on_parked`` hook receives when an orderly listener parks a key."""
@@ -103,7 +113,14 @@ def orderly_handler(
             "with @message_listener(orderly=True, session_factory=...)"
         )
     inflight = InflightJournal(session_factory, spec.group) if journal else None
-    handler = OrderlyHandler(spec, session_factory, tuple(on_parked), inflight, bridge)
+    handler = OrderlyHandler(
+        spec,
+        session_factory,
+        tuple(on_parked),
+        inflight,
+        bridge,
+        park_behind_linger=PARK_BEHIND_LINGER if journal else None,
+    )
     handler.start()
     return handler
 
@@ -156,7 +173,12 @@ class OrderlyHandler:
         bridge: LoopBridge | None = None,
         *,
         refresh_interval: float = REFRESH_INTERVAL,
+        park_behind_linger: float | None = None,
     ) -> None:
+        """``park_behind_linger``: with the journal, acknowledge a message of a parked key once
+        the journal holds it and write such messages into the parking table in batches, after
+        waiting that many seconds for more (:class:`_ParkBehind`); None: one transaction per
+        message before it is acknowledged."""
         from txmsg.consumer import bridged  # noqa: PLC0415 - txmsg.consumer imports this module
 
         self.spec = spec
@@ -168,6 +190,11 @@ class OrderlyHandler:
         self._watching: list[int] = []
         self.parked = parking.ParkedKeyCache(session_factory, spec.group)
         self._fresh = _Freshness(refresh_interval)
+        self._behind = (
+            _ParkBehind(self, park_behind_linger)
+            if journal is not None and park_behind_linger is not None
+            else None
+        )
 
     def start(self) -> None:
         """Check the tables are there, then start the journal's sweeper: it finishes what dead
@@ -206,7 +233,11 @@ class OrderlyHandler:
         )
 
     def close(self, timeout: float = 10.0) -> None:
+        """Write what waits to be parked behind its key, then stop the journal (what could not
+        be written stays in the journal for the group's next consumer)."""
         gauges.unwatch_all(self._watching)
+        if self._behind is not None:
+            self._behind.close(timeout)
         if self.journal is not None:
             self.journal.close(timeout)
 
@@ -273,13 +304,36 @@ class OrderlyHandler:
                 return False
         return self._handle(message, ticket)
 
-    def _handle(self, message: Message, ticket: Ticket | None) -> bool:
-        """Park behind a parked key, or run the listener with bounded retries and park."""
+    def _handle(self, message: Message, ticket: Ticket | None, *, acked: bool = False) -> bool:
+        """Park behind a parked key, or run the listener with bounded retries and park.
+
+        ``acked``: the message was acknowledged already, held by the journal for the batch of
+        :class:`_ParkBehind`, which calls this when it found the key released: on a database
+        failure it keeps the message (and its journal record) and tries again, so False here
+        does not hand anything back."""
         group, session_factory = self.spec.group, self.session_factory
         key = parking.sharding_key_of(message)
         journal = self.journal if ticket is not None else None
+        behind = self._behind if ticket is not None and not acked else None
         try:
-            if self._is_parked(message, key):
+            parked = self._is_parked(message, key)
+            if behind is not None and ticket is not None:
+                held = behind.offer(message, ticket, key, parked=parked)
+                if held is True:
+                    otel_hooks.add_event(names.EVENT_PARKED_BEHIND, {names.SHARDING_KEY: key})
+                    return True
+                if held is False:
+                    log.warning(
+                        "group=%s key=%r msgId=%s: the messages of parked keys waiting for the "
+                        "database (at most %d) include this key's, and no more can wait (or "
+                        "the consumer is closing); handing this one again later",
+                        group,
+                        key,
+                        message.message_id,
+                        PARK_BEHIND_MAX_PENDING,
+                    )
+                    return self._again(ticket, acked)
+            if parked:
                 if parking.park_behind(session_factory, group, message):
                     log.warning(
                         "group=%s topic=%s key=%r msgId=%s: key is parked; message parked "
@@ -297,7 +351,7 @@ class OrderlyHandler:
                 self.parked.discard(key)  # released meanwhile (a replay): handle it here
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "check whether the key is parked", exc)
-            return self._again(ticket)
+            return self._again(ticket, acked)
         handler, retries, delay = (
             self.spec.handler,
             self.spec.max_orderly_retries,
@@ -310,7 +364,7 @@ class OrderlyHandler:
                 self._run(handler, message, ticket)
             except _JournalFailed as failed:
                 _database_failed(group, message, key, "delete its in-flight row", failed.error)
-                return self._again(ticket)
+                return self._again(ticket, acked)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
@@ -337,7 +391,7 @@ class OrderlyHandler:
                     message.message_id,
                     type(exc).__name__,
                 )
-                return self._again(ticket)
+                return self._again(ticket, acked)
             else:
                 return True
         try:
@@ -349,7 +403,7 @@ class OrderlyHandler:
                 journal.done(ticket)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "park the key", exc)
-            return self._again(ticket)
+            return self._again(ticket, acked)
         log.error(
             "group=%s topic=%s key=%r msgId=%s: failed %d times (%s); key PARKED: this key's "
             "later messages are parked behind it, other keys keep flowing. Fix the cause, then "
@@ -404,10 +458,166 @@ class OrderlyHandler:
         except Exception as exc:
             raise _JournalFailed(exc) from exc
 
-    def _again(self, ticket: Ticket | None) -> bool:
-        if self.journal is not None and ticket is not None:
+    def _again(self, ticket: Ticket | None, acked: bool = False) -> bool:
+        if self.journal is not None and ticket is not None and not acked:
             self.journal.release(ticket)
         return False
+
+
+class _ParkBehind:
+    """Messages of parked keys, acknowledged once the in-flight journal holds them and written
+    into the parking table by one thread, many per transaction.
+
+    Why: every message of a parked key used to pay a committed write before its queue could
+    move on (about 0.1 ms on a quiet SQLite file, several ms on a busy machine), so the queue
+    holding a poisoned key - and every other key of that queue - fell behind the others.  The
+    journal's record (the spool: survives the death of the process, not of the machine; see
+    docs/guide/ordered.md) now covers the message from its acknowledgement until its row is in
+    the table, ``linger`` seconds later or less; then :meth:`InflightJournal.done
+    <txmsg.sqla.journal.InflightJournal.done>` ends the record.  Killed in between, the group's
+    next consumer finds the record and parks the message behind its key, in the key's order
+    (or hands it to the listener, if the key was released meanwhile).
+
+    Order: while a key has messages waiting here or being written, its later messages wait
+    here too, even when the in-memory parked keys say otherwise (a replay released the key:
+    the writer finds no key row and hands the waiting messages to the listener, in order,
+    before the later ones).
+    """
+
+    def __init__(self, handler: OrderlyHandler, linger: float) -> None:
+        self.handler = handler
+        self.linger = linger
+        self.retry_after = 1.0
+        """Seconds before a batch the database refused is tried again."""
+        self._cond = threading.Condition()
+        self._pending: dict[str, list[tuple[Message, Ticket]]] = {}
+        self._count = 0
+        self._busy: frozenset[str] = frozenset()
+        """Keys whose messages the writer is handling now."""
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.batches = 0
+        """Transactions written (for tests and the benchmark)."""
+
+    def offer(self, message: Message, ticket: Ticket, key: str, *, parked: bool) -> bool | None:
+        """Hold ``message`` (True: acknowledge it), refuse it (False: too many wait; hand it
+        again) or leave it to the caller (None: nothing of its key waits here, and it is not
+        parked or its record is a table row, which the key's next message would find and wait
+        for: such a message is parked behind its key at once, as without the batch)."""
+        journal = self.handler.journal
+        with self._cond:
+            waiting = key in self._pending or key in self._busy
+            if not (waiting or (parked and ticket.row_id is None)):
+                return None
+            if self._closed or self._count >= PARK_BEHIND_MAX_PENDING:
+                return False if waiting else None
+            if journal is not None:
+                journal.hold(ticket)
+            self._pending.setdefault(key, []).append((message, ticket))
+            self._count += 1
+            if self._thread is None:
+                group = self.handler.spec.group
+                self._thread = threading.Thread(
+                    target=self._run, name=f"txmsg-park-behind-{group}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+            return True
+
+    def waiting(self) -> int:
+        with self._cond:
+            return self._count + len(self._busy)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what waits (one try), then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                self._cond.wait_for(
+                    lambda: self._closed or self._count >= PARK_BEHIND_BATCH, timeout=self.linger
+                )
+                batch, self._pending, self._count = self._pending, {}, 0
+                self._busy = frozenset(batch)
+                closed = self._closed
+            left: dict[str, list[tuple[Message, Ticket]]] = {}
+            try:
+                left = self._write(batch)
+            except Exception:  # logged; the batch waits for the next try
+                log.exception(
+                    "group=%s: could not park %d messages behind their parked keys; they stay "
+                    "in the in-flight journal, trying again in %g s",
+                    self.handler.spec.group,
+                    sum(map(len, batch.values())),
+                    self.retry_after,
+                )
+                left = batch
+            with self._cond:
+                for key, entries in left.items():
+                    later = self._pending.get(key, [])
+                    self._pending[key] = entries + later
+                    self._count += len(entries)
+                self._busy = frozenset()
+                if left and closed:
+                    return  # the journal keeps them for the group's next consumer
+                if left:
+                    self._cond.wait_for(lambda: self._closed, timeout=self.retry_after)
+
+    def _write(
+        self, batch: dict[str, list[tuple[Message, Ticket]]]
+    ) -> dict[str, list[tuple[Message, Ticket]]]:
+        """One transaction for the batch; then the journal records end, and the messages of
+        keys found released go to the listener (in order).  Returns what is left to try
+        again."""
+        handler = self.handler
+        group, journal = handler.spec.group, handler.journal
+        entries = [entry for key_entries in batch.values() for entry in key_entries]
+        parked = parking.park_behind_many(
+            handler.session_factory, group, [message for message, _ in entries]
+        )
+        self.batches += 1
+        released: dict[str, list[tuple[Message, Ticket]]] = {}
+        for (message, ticket), done in zip(entries, parked, strict=True):
+            key = parking.sharding_key_of(message)
+            if not done:
+                released.setdefault(key, []).append((message, ticket))
+                continue
+            log.warning(
+                "group=%s topic=%s key=%r msgId=%s: key is parked; message parked behind it (%s)",
+                group,
+                message.topic,
+                key,
+                message.message_id,
+                replay_command(group, key),
+            )
+            if journal is not None:
+                try:
+                    journal.done(ticket)
+                except Exception:  # its table row stays: the sweeper finds it parked later
+                    log.warning(
+                        "group=%s msgId=%s: parked, but its in-flight row is not deleted yet",
+                        group,
+                        message.message_id,
+                        exc_info=True,
+                    )
+        left: dict[str, list[tuple[Message, Ticket]]] = {}
+        for key, key_entries in released.items():
+            handler.parked.discard(key)  # released by a replay: the listener's turn
+            for index, (message, ticket) in enumerate(key_entries):
+                if not handler._handle(message, ticket, acked=True):
+                    left[key] = key_entries[index:]
+                    break
+        return left
 
 
 def _hook_name(hook: Callable[..., Any]) -> str:

@@ -586,6 +586,15 @@ class InflightJournal:
         if seq is not None and self._spool is not None:
             self._spool.end(seq)
 
+    def hold(self, ticket: Ticket) -> None:
+        """The message is acknowledged and waits for a batch write elsewhere (a message parked
+        behind its key: :mod:`txmsg.orderly`), shortly: its spool entry is not moved into the
+        table (a row would make the key's next messages take the table's path and wait for it)
+        and ends with :meth:`done`.  An entry being moved right now keeps its row."""
+        with self._lock:
+            if ticket.row_id is None and not ticket.moving:
+                ticket.finishing = True
+
     def release(self, ticket: Ticket) -> None:
         """The message is handed again later: keep its record, stop renewing it.  A spool
         entry goes into the table now (the queue may move to a consumer on another host before

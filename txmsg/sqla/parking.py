@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -402,6 +402,41 @@ def park_behind(session_factory: SessionFactory, group: str, message: Message) -
             return False
         _insert_message(session, group, key, message, error=None, attempts=0, now=utcnow())
         return True
+
+
+def park_behind_many(
+    session_factory: SessionFactory, group: str, messages: Sequence[Message]
+) -> list[bool]:
+    """:func:`park_behind` for several messages in ONE transaction: per message, whether it is
+    parked now (True, also when it was parked already) or its key is not parked (any more).
+
+    Why: an orderly handler with the in-flight journal acknowledges a message of a parked key
+    once the journal holds it and writes such messages here in batches (:mod:`txmsg.orderly`),
+    one commit instead of one per message.  The locking protocol is :func:`park_behind`'s: each
+    key's row is read ``FOR UPDATE`` once, before its messages go in, in the given order.
+    """
+    if not messages:
+        return []
+    bind = getattr(session_factory, "kw", {}).get("bind")
+    if isinstance(bind, Engine):
+        with bind.begin() as connection:
+            return _park_behind_all(connection, group, messages)
+    with session_factory() as session, session.begin():
+        return _park_behind_all(session, group, messages)
+
+
+def _park_behind_all(
+    tx: Session | Connection, group: str, messages: Sequence[Message]
+) -> list[bool]:
+    keys = {key: True for key in map(sharding_key_of, messages)}
+    for key in keys:
+        keys[key] = tx.execute(_LOCK_KEY, {"group": group, "key": key}).first() is not None
+    now = utcnow()
+    for message in messages:
+        key = sharding_key_of(message)
+        if keys[key]:
+            _insert_message(tx, group, key, message, error=None, attempts=0, now=now)
+    return [keys[sharding_key_of(message)] for message in messages]
 
 
 def park(
