@@ -119,7 +119,14 @@ def _main_thread_event_loop_usable() -> Iterator[None]:
     # asyncio has no public "is a loop set?"; asking get_event_loop() would make one, which the
     # next asyncio.run() drops unclosed.  So read the default policy's thread state (test-only).
     local = getattr(asyncio.get_event_loop_policy(), "_local", None)
-    if getattr(local, "_set_called", False) and getattr(local, "_loop", None) is None:
+    loop = getattr(local, "_loop", None)
+    if loop is not None and not loop.is_running() and not loop.is_closed():
+        # a loop this thread got without running it (asyncio.get_event_loop() in the main thread
+        # makes one when none is set, e.g. grpc.aio's get_working_loop): the next set_event_loop
+        # or asyncio.run() would drop it unclosed and its ResourceWarning fail a later test
+        loop.close()
+        asyncio.set_event_loop_policy(None)
+    elif getattr(local, "_set_called", False) and loop is None:
         asyncio.set_event_loop_policy(None)  # no loop to drop: a fresh policy, as at start
 
 

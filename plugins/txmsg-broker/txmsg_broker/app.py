@@ -133,9 +133,11 @@ class EmbeddedBroker:
             try:
                 loop.run_forever()
             finally:
-                loop.run_until_complete(broker.stop())
-                loop.close()
-                self._stopped.set()
+                try:
+                    loop.run_until_complete(broker.stop())
+                finally:  # a failed stop still closes the loop (else it leaks its sockets)
+                    loop.close()
+                    self._stopped.set()
 
         self._thread = threading.Thread(target=run, name="txmsg-broker", daemon=True)
         self._thread.start()
