@@ -85,7 +85,11 @@ def test_async_record_backed_listener_answers_from_its_records(
                 await producer.send_in_transaction(topic, "boom", arg="boom"),
                 await producer.send_in_transaction(topic, "lost", arg="o2-lost"),
             ]
-            while sorted(got) != ["lost", "paid"]:
+            # at least once each: a check-back that reaches a transaction already committed
+            # (its op record still in the broker's batch, or its end still on the way - slow
+            # async PostgreSQL under load) is answered COMMIT from the record and delivered
+            # again, as RocketMQ does; waiting for exactly one copy each never ended then
+            while not {"lost", "paid"} <= set(got):
                 await asyncio.sleep(0.05)
         keys = [r.transaction_key for r in results]
         async with sessions() as session:
@@ -112,5 +116,5 @@ def test_async_record_backed_listener_answers_from_its_records(
         lost.transaction_key: RecordState.COMMITTED.value,
     }
     assert orders == sorted([f"o1-{paid.transaction_key}", f"o2-lost-{lost.transaction_key}"])
-    assert sorted(got) == ["lost", "paid"]  # "lost" was committed by its check-back
+    assert set(got) == {"lost", "paid"}  # "lost" was committed by its check-back, "boom" never
     assert app.stats()[group].checks.checks >= 1
