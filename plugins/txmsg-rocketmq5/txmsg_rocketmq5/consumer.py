@@ -28,8 +28,8 @@ from txmsg.backend import ConsumeHandler
 from txmsg.errors import ConfigError, SendError
 
 from . import messages
-from ._client import FilterExpression, ForwardMessageToDeadLetterQueueRequest, SimpleConsumer
-from .receive import AWAIT_S, ReceiveLoop
+from ._client import FilterExpression, ForwardMessageToDeadLetterQueueRequest
+from .receive import AWAIT_S, QuietSimpleConsumer, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -84,7 +84,7 @@ class LoopConsumer(ReceiveLoop):
         self._lock = threading.Condition()
         self._busy = 0
         self._stopping = threading.Event()
-        self.client = SimpleConsumer(
+        self.client = QuietSimpleConsumer(
             configuration,
             group,
             {topic: FilterExpression(tags or "*")},

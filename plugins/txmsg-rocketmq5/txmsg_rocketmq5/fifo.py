@@ -37,8 +37,8 @@ from txmsg.backend import ConsumeHandler
 from txmsg.errors import BackendUnavailableError, ConfigError, ListenerDefinitionError
 
 from . import messages
-from ._client import FilterExpression, SimpleConsumer
-from .receive import AWAIT_S, INVISIBLE_S, ReceiveLoop
+from ._client import FilterExpression
+from .receive import AWAIT_S, INVISIBLE_S, QuietSimpleConsumer, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -49,7 +49,7 @@ HELD_PER_THREAD = 4
 when one receive brings several groups, few enough that a close() leaves little to redeliver."""
 
 
-class _SettingsConsumer(SimpleConsumer):  # type: ignore[misc]
+class _SettingsConsumer(QuietSimpleConsumer):
     """A ``SimpleConsumer`` that remembers the proxy's Settings answer (``subscription.fifo``).
 
     Why: the base class ignores that answer, and its ``startup()`` does not wait for it (only push

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
+from ._client import SimpleConsumer
 from .client import shut_down
 
 log = logging.getLogger("txmsg.rocketmq5")
@@ -28,6 +29,26 @@ AWAIT_S = 5
 receive is asynchronous and a stopping loop abandons it (see :meth:`ReceiveLoop._receive`)."""
 MAX_BACKOFF_S = 5.0
 """The longest pause between failed receives (doubling from 0.2 s)."""
+
+
+class QuietSimpleConsumer(SimpleConsumer):  # type: ignore[misc]
+    """The 5.x ``SimpleConsumer``, without the traceback its shutdown logs for an abandoned receive.
+
+    Why: ``shutdown()`` stops the client's callback executor (and sets it to None) before it
+    closes the channels; closing cancels the long-polling receive a stopping :class:`ReceiveLoop`
+    abandoned, and the client's done-callback then submits to the executor it has just dropped,
+    so ``concurrent.futures`` logged an ``AttributeError`` traceback at ERROR on every close of a
+    consumer.  Nobody waits for that receive any more (:meth:`ReceiveLoop._receive` returned None,
+    its messages come back after their invisible time), so its result is dropped here.
+    """
+
+    def _submit_callback(self, callback_result: Any) -> None:
+        try:
+            super()._submit_callback(callback_result)
+        except AttributeError:
+            if getattr(self, "_Client__client_callback_executor", True) is not None:
+                raise  # not the shut-down executor: a real error
+            log.debug("a receive ended after the 5.x client shut down; its result is dropped")
 
 
 class ReceiveLoop:
