@@ -110,11 +110,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _main_thread_event_loop_usable() -> Iterator[None]:
-    """After a test that ran ``asyncio.run()`` in this thread, the next tests find asyncio as a
-    fresh process does.  ``asyncio.run`` leaves the thread with no event loop and asyncio then
-    refuses to make one; the 5.x client opens its gRPC telemetry stream from the starting
-    thread through grpc.aio, which asks for that loop, so a rocketmq5 app started later in the
-    same worker could not fetch a route (known product limit, docs/guide/async.md)."""
+    """After each test, asyncio in this thread is as a fresh process finds it: a loop left set
+    but never run is closed (else the next ``asyncio.run()`` or ``set_event_loop`` drops it
+    unclosed and its ResourceWarning fails whichever later test the collector runs in), and the
+    "no loop, set_event_loop(None) was called" state ``asyncio.run()`` leaves is reset."""
     yield
     # asyncio has no public "is a loop set?"; asking get_event_loop() would make one, which the
     # next asyncio.run() drops unclosed.  So read the default policy's thread state (test-only).
