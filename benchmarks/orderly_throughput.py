@@ -3,6 +3,7 @@
     python -m benchmarks.orderly_throughput [--messages 10000] [--keys 64] [--threads 1,8]
                                             [--rounds 3] [--poison-threads 8]
                                             [--poison-messages 40000] [--poison-rounds 3]
+                                            [--fifo-messages 3000]
                                             [--retries 3] [--retry-delay 0.05] [--pg URL]
 
 One embedded broker (child process), one topic with 8 queues, pre-filled once with ``--messages``
@@ -58,8 +59,9 @@ violation) and counts duplicates; the log of txmsg (parking warnings) goes to a 
 
     RESULT orderly_throughput raw1=<msgs/s> txmsg1=<msgs/s> [txmsgpg1=...] raw8=... txmsg8=...
         unpoisoned8=... poisoned8=... t1=<txmsg/raw> [t1pg=...] t8=<txmsg/raw> [t8pg=...]
-        poison=<poisoned/unpoisoned> poison_busy=<...> overhead_ms=<ms> [overhead1pg_ms=...]
-        overhead8_ms=<ms> [overhead8pg_ms=...] parked_check_ms=<ms> park_behind_ms=<ms>
+        poison=<poisoned/unpoisoned> poison_busy=<...> fifo_t1=<txmsg5/raw5> overhead_ms=<ms>
+        [overhead1pg_ms=...] overhead8_ms=<ms> [overhead8pg_ms=...] fifo_overhead_ms=<ms>
+        parked_check_ms=<ms> park_behind_ms=<ms>
         journal_ms=<ms> journal_table_ms=<ms> wrapper_ms=<ms> fifo_wrapper_ms=<ms>
         behind_cpu_ms=<ms> behind_sync_cpu_ms=<ms> violations=<n> incomplete=<n> ratio=<poison>
 
@@ -76,6 +78,13 @@ there).  ``wrapper_ms`` and ``fifo_wrapper_ms``: txmsg's orderly handler alone (
 listener that does nothing, mean of 1 800 calls) as the rocketmq backend calls it and as the
 rocketmq5 FIFO consumer calls it (no journal, a parked-key query per message) - the FIFO
 consumer's figure beside the remoting one without a 5.x raw baseline to divide by.
+Then (``--fifo-messages``, 0 skips it) the **rocketmq5** side, on an embedded broker of its own
+with gRPC on: a FIFO topic with 8 queues pre-filled the same way (``__SHARDINGKEY`` is the
+message group), read ``--rounds`` times by **raw5** (the official 5.x client alone: one
+``SimpleConsumer`` thread receiving up to 32 messages and acking each in order, :class:`RawFifo`)
+and **txmsg5** (an orderly listener on the rocketmq5 backend, 1 handler thread, parking on
+SQLite, :class:`TxmsgFifo`), back to back: ``fifo_t1`` is txmsg5/raw5 on busy rates and
+``fifo_overhead_ms`` 1/txmsg5 - 1/raw5 (medians of the pairs).
 ``behind_cpu_ms`` and ``behind_sync_cpu_ms``: the process's CPU time per message of a parked key
 (journal on, 1 800 messages, until all are in the table) parked in batches as the rocketmq
 backend does now and with a transaction per message before its acknowledgement, as before.
@@ -98,7 +107,8 @@ from pathlib import Path
 from typing import Any
 
 from txmsg_broker.app import BrokerProcess
-from txmsg_broker.testing import unique
+from txmsg_broker.testing import create_group, unique
+from txmsg_broker.testing import create_topic as create_typed_topic
 from txmsg_rocketmq import native
 from txmsg_rocketmq.timers import wait_until_quiet
 
@@ -424,6 +434,132 @@ class TxmsgOrderly:
         self.engine.dispose()
 
 
+# ---- rocketmq5: FIFO message groups over gRPC ------------------------------------------------------
+class RawFifo:
+    """The official 5.x client alone: one ``SimpleConsumer`` of an orderly group on a FIFO topic,
+    one thread receiving up to 32 messages and acking each in order (what a FIFO group needs at
+    the least: a message of a group is acked before its group's next one is handled)."""
+
+    def __init__(self, endpoint: str, topic: str, arrivals: Arrivals, namesrv: str) -> None:
+        from txmsg_rocketmq5._client import (  # noqa: PLC0415 - the 5.x client, for this variant
+            ClientConfiguration,
+            Credentials,
+            FilterExpression,
+            SimpleConsumer,
+        )
+
+        group = unique("cg_fifo_raw")
+        create_group(namesrv, group, orderly=True)
+        self.client = SimpleConsumer(
+            ClientConfiguration(endpoint, Credentials("", ""), request_timeout=3),
+            group,
+            {topic: FilterExpression("*")},
+            await_duration=5,
+        )
+        self.client.startup()
+        self.arrivals = arrivals
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raw-fifo", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                received = self.client.receive(32, 60)
+            except Exception:  # an empty long poll may end in a timeout: receive again
+                logging.getLogger(__name__).debug("receive failed", exc_info=True)
+                continue
+            for raw in received or ():
+                self.arrivals.add(bytes(raw.body), raw.message_group)
+                self.client.ack(raw)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+        self.client.shutdown()
+
+
+class TxmsgFifo:
+    """A TxMsg app on the rocketmq5 backend with one orderly listener (concurrency 1, parking on
+    SQLite): txmsg's FIFO consumer (receive loop, per-group handling, ack) and the orderly
+    handler (no journal; "is the key parked?" asked of the database for every message)."""
+
+    def __init__(
+        self, endpoint: str, topic: str, arrivals: Arrivals, namesrv: str, workdir: Path
+    ) -> None:
+        import txmsg.sqla  # noqa: PLC0415
+        from txmsg import TxMsg  # noqa: PLC0415
+        from txmsg.config import TxMsgConfig  # noqa: PLC0415
+        from txmsg.message import Message  # noqa: PLC0415
+
+        group = unique("cg_fifo_txmsg")
+        create_group(namesrv, group, orderly=True)
+        self.engine = txmsg.sqla.create_engine(f"sqlite:///{workdir / (group + '.db')}")
+        txmsg.sqla.create_tables(self.engine)
+
+        def listener(message: Message) -> None:
+            arrivals.add(message.body, message.sharding_key)
+
+        self.app = TxMsg(TxMsgConfig(backend="rocketmq5", endpoints=endpoint))
+        self.app.add_message_listener(
+            listener,
+            topic=topic,
+            group=group,
+            concurrency=1,
+            orderly=True,
+            session_factory=txmsg.sqla.make_session_factory(self.engine),
+        )
+        self.app.start()
+
+    def stop(self) -> None:
+        self.app.close(timeout=30)
+        self.engine.dispose()
+
+
+def fifo_figures(
+    workdir: Path, messages: int, keys: int, rounds: int, timeout: float
+) -> tuple[list[float], list[float], int, int]:
+    """raw5 vs txmsg5 on a broker of their own with gRPC on, back to back, alternating order
+    per round: (txmsg5/raw5 busy-rate ratios, 1/txmsg5 - 1/raw5 in ms, order violations,
+    incomplete runs)."""
+    broker = BrokerProcess(str(workdir / "data5"), str(workdir / "logs5"), grpc_port=0).start()
+    ratios: list[float] = []
+    costs: list[float] = []
+    violations = incomplete = 0
+    try:
+        endpoint = broker.grpc_endpoint
+        if endpoint is None:
+            raise RuntimeError("the embedded broker did not open its gRPC endpoint")
+        topic = unique("OrderlyFifo")
+        create_typed_topic(broker.namesrv_addr, topic, queues=QUEUES, message_type="FIFO")
+        per_key = prefill(broker.namesrv_addr, topic, messages, keys)
+        everything = {b for bodies in per_key.values() for b in bodies}
+        print(
+            f"rocketmq5 FIFO over gRPC (embedded broker, endpoint {endpoint}): topic {topic}, "
+            f"{len(everything)} messages over {keys} message groups, 1 handler thread",
+            flush=True,
+        )
+        variants: list[tuple[str, Callable[[Arrivals], Any]]] = [
+            ("raw5", lambda a: RawFifo(endpoint, topic, a, broker.namesrv_addr)),
+            ("txmsg5", lambda a: TxmsgFifo(endpoint, topic, a, broker.namesrv_addr, workdir)),
+        ]
+        for round_no in range(rounds):
+            order = variants if round_no % 2 == 0 else variants[::-1]
+            got: dict[str, Figures] = {}
+            for name, start in order:
+                figures, _ = run_variant(f"{name} 1 thr", start, everything, timeout)
+                show(figures)
+                got[name] = figures
+                violations += figures.violations
+                incomplete += not figures.complete
+            if got["raw5"].busy_rate > 0 and got["txmsg5"].busy_rate > 0:
+                ratios.append(got["txmsg5"].busy_rate / got["raw5"].busy_rate)
+                costs.append(per_message_ms(got["txmsg5"], got["raw5"]))
+    finally:
+        broker.stop()
+    return ratios, costs, violations, incomplete
+
+
 def parking_costs(workdir: Path, calls: int = 300) -> tuple[float, float, float, float]:
     """Median milliseconds, on a fresh SQLite file, of ``is_parked`` (the query the handler
     asked before every message until the parked keys were kept in memory; now it runs about
@@ -635,6 +771,12 @@ def main(argv: list[str] | None = None) -> int:
         help="messages in the poisoned/unpoisoned runs' own topic (default 40000; 0: those of "
         "the throughput runs' topic)",
     )
+    parser.add_argument(
+        "--fifo-messages",
+        type=int,
+        default=3000,
+        help="messages of the rocketmq5 FIFO runs (default 3000; 0 skips them)",
+    )
     parser.add_argument("--retries", type=int, default=3, help="max_orderly_retries (default 3)")
     parser.add_argument(
         "--retry-delay",
@@ -813,6 +955,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(f'{r:.2f}' for r in pair_ratios)})",
                 flush=True,
             )
+        if args.fifo_messages > 0 and args.only == "all":
+            fifo_ratios, fifo_costs, fifo_violations, fifo_incomplete = fifo_figures(
+                workdir, args.fifo_messages, args.keys, args.rounds, args.timeout
+            )
+            violations += fifo_violations
+            incomplete += fifo_incomplete
+            if fifo_ratios:
+                ratios["fifo_t1"] = statistics.median(fifo_ratios)
+                overheads["fifo_overhead"] = fifo_costs
+                print(
+                    f"rocketmq5 FIFO: txmsg/raw = {ratios['fifo_t1']:.3f} (median of "
+                    f"{', '.join(f'{r:.2f}' for r in fifo_ratios)}); txmsg adds "
+                    f"{statistics.median(fifo_costs):.3f} ms per message (1/txmsg - 1/raw, median)",
+                    flush=True,
+                )
         check_ms, park_ms, journal_ms, table_ms = (
             parking_costs(workdir) if args.only in ("all", "txmsg") else (0.0, 0.0, 0.0, 0.0)
         )
