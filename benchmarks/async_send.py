@@ -1,9 +1,11 @@
 """Awaitable transactional sends on one event loop vs the sync API on N threads (issue 27).
 
     python -m benchmarks.async_send [--n 64] [--sends 1280] [--backend rocketmq|rocketmq5]
+                                    [--database-url postgresql://...]
 
-One run, one embedded broker (child process), one SQLite file per side, each behind a pool of
-``--pool`` connections (8):
+One run, one embedded broker (child process), one SQLite file per side (or, with
+``--database-url``, that database for both sides: psycopg's async mode against psycopg), each
+behind a pool of ``--pool`` connections (8):
 
 * **async**: ``async with app:``, one event loop running ``--n`` concurrent requests; each is
   ``await app.async_producer(g).send_in_transaction(...)`` whose ``async def execute_local``
@@ -13,11 +15,21 @@ One run, one embedded broker (child process), one SQLite file per side, each beh
 * **sync**: the same on the sync API: ``--n`` threads of a pool, each
   ``producer.send_in_transaction(...)`` whose plain ``execute_local`` makes the same insert
   through sync SQLAlchemy.
+* ``--no-write``: the same without the insert, to tell the send path's cost from the drivers'.
 * **check bound**: ``--checks`` transactions left UNKNOW by an ``async def execute_local``, then
   checked back by an ``async def check_local`` awaiting 100 ms, at ``concurrency`` 16.  Within
   the broker's check pass that checks them, the ideal rate is what whole rounds of 16 allow,
   ``M / (ceil(M / 16) * 0.1 s)``; ``check_bound`` is the measured rate over it (as
   ``benchmarks.check_scaling`` reports for the threaded path).
+
+Each side also prints the process CPU time it spent per send (the async side: and how much of it
+on the loop's thread).  On 2 cores shared by the GIL-bound sides the ratio follows those: a
+side's throughput is roughly what its CPU per send allows, and every await that crosses threads
+(the send pool, aiosqlite's thread per connection) costs a wake-up and a GIL hand-over that the
+sync side's thread, doing it all itself, never pays.
+
+``--rounds`` (3) runs both sides that many times, which side goes first alternating; the result
+has the medians (the ratio is theirs), each round's figures printed above it.
 
 Final line: ``RESULT async_send async_tps=<a> sync_tps=<b> ratio=<a/b> loop_lag_p99_ms=<l>
 check_bound=<c>``.  Goals (issue 27): ratio >= 1.0 at N = 64, p99 lag <= 5 ms, bound >= 0.9.
@@ -29,6 +41,7 @@ import argparse
 import asyncio
 import logging
 import math
+import statistics
 import sys
 import tempfile
 import threading
@@ -38,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Integer, String
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from txmsg_broker.app import BrokerProcess
 from txmsg_broker.testing import create_topic
@@ -72,15 +86,23 @@ def _config(args: argparse.Namespace, broker: Any, tmp: Path) -> TxMsgConfig:
     )
 
 
-def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> tuple[float, float]:
-    """Async sends: (transactions per second, p99 loop lag in ms)."""
-    engine = create_async_engine(
-        f"sqlite:///{tmp / 'async.db'}", pool_size=args.pool, max_overflow=0
-    )
+def _url(args: argparse.Namespace, tmp: Path, side: str) -> str:
+    return args.database_url or f"sqlite:///{tmp / f'{side}.db'}"
+
+
+def run_async(
+    args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "async"
+) -> tuple[float, float, float, float]:
+    """Async sends: (transactions per second, p99 loop lag in ms, process CPU µs per send, the
+    loop thread's CPU µs per send)."""
+    engine = create_async_engine(_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     sessions = make_async_session_factory(engine)
 
     class Pay:
         async def execute_local(self, message: Message, arg: Any) -> S:
+            if args.no_write:
+                await asyncio.sleep(0)
+                return S.COMMIT
             async with sessions() as session, session.begin():
                 session.add(Row(key=message.transaction_key or ""))
             return S.COMMIT
@@ -89,9 +111,10 @@ def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> t
             return S.COMMIT
 
     app = TxMsg(_config(args, broker, tmp), async_send_threads=args.n)
-    app.add_transactional_listener(Pay(), group="bench-async", topics=[topic])
+    group = f"bench-{name}"
+    app.add_transactional_listener(Pay(), group=group, topics=[topic])
 
-    async def main() -> tuple[float, float]:
+    async def main() -> tuple[float, float, float, float]:
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         lags: list[float] = []
@@ -104,7 +127,7 @@ def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> t
                 lags.append(time.perf_counter() - began - 0.01)
 
         async with app:
-            producer = app.async_producer("bench-async")
+            producer = app.async_producer(group)
             await producer.send_in_transaction(topic, "warm-up")
             remaining = args.sends
 
@@ -116,27 +139,33 @@ def run_async(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> t
                     assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
             prober = asyncio.create_task(probe())
-            began = time.perf_counter()
+            began, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
             await asyncio.gather(*(request() for _ in range(args.n)))
             elapsed = time.perf_counter() - began
+            cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
             stop.set()
             await prober
         await engine.dispose()
         lags.sort()
         p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
-        return args.sends / elapsed, p99 * 1000
+        per_send = 1e6 / args.sends
+        return args.sends / elapsed, p99 * 1000, cpu * per_send, loop_cpu * per_send
 
     return asyncio.run(main())
 
 
-def run_sync(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> float:
-    """Sync sends on ``--n`` threads: transactions per second."""
-    engine = create_engine(f"sqlite:///{tmp / 'sync.db'}", pool_size=args.pool, max_overflow=0)
+def run_sync(
+    args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "sync"
+) -> tuple[float, float]:
+    """Sync sends on ``--n`` threads: (transactions per second, process CPU µs per send)."""
+    engine = create_engine(_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     Base.metadata.create_all(engine)
     sessions = make_session_factory(engine)
 
     class Pay:
         def execute_local(self, message: Message, arg: Any) -> S:
+            if args.no_write:
+                return S.COMMIT
             with sessions() as session, session.begin():
                 session.add(Row(key=message.transaction_key or ""))
             return S.COMMIT
@@ -145,11 +174,12 @@ def run_sync(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> fl
             return S.COMMIT
 
     app = TxMsg(_config(args, broker, tmp))
-    app.add_transactional_listener(Pay(), group="bench-sync", topics=[topic])
+    group = f"bench-{name}"
+    app.add_transactional_listener(Pay(), group=group, topics=[topic])
     lock = threading.Lock()
     remaining = args.sends
     with app:
-        producer = app.transactional_producer("bench-sync")
+        producer = app.transactional_producer(group)
         producer.send_in_transaction(topic, "warm-up")
 
         def request() -> None:
@@ -164,12 +194,12 @@ def run_sync(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> fl
                 assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
         with ThreadPoolExecutor(args.n) as pool:
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.process_time()
             for future in [pool.submit(request) for _ in range(args.n)]:
                 future.result()
-            elapsed = time.perf_counter() - began
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     engine.dispose()
-    return args.sends / elapsed
+    return args.sends / elapsed, cpu * 1e6 / args.sends
 
 
 def run_checks(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> dict[str, float]:
@@ -258,6 +288,25 @@ def main(argv: list[str] | None = None) -> int:
         help="connections of each side's engine (SQLite has one writer; aiosqlite runs a "
         "thread per connection, so more only add threads competing for the GIL)",
     )
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="one database for both sides (e.g. PostgreSQL: psycopg async vs psycopg); default: "
+        "a SQLite file per side (aiosqlite vs sqlite3)",
+    )
+    parser.add_argument(
+        "--no-write",
+        action="store_true",
+        help="execute_local writes nothing (the async one awaits asyncio.sleep(0)): what the "
+        "awaited send itself costs against the threaded one, without the database drivers",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of both sides, the first side alternating (sync first in odd rounds): the "
+        "medians are reported, so a burst of load on a shared machine skews one round only",
+    )
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
     args = parser.parse_args(argv)
     if args.switch_interval is not None:
@@ -271,18 +320,44 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="txmsg-async-bench-") as tmp_dir:
             tmp = Path(tmp_dir)
             topics = {}
-            for side in ("async", "sync", "check"):
+            sides = [f"{side}{r}" for r in range(args.rounds) for side in ("async", "sync")]
+            for side in [*sides, "check"]:
                 topics[side] = f"bench_{side}_{int(time.time())}"
                 create_topic(broker.namesrv_addr, topics[side], message_type="TRANSACTION")
+            database = make_url(args.database_url).get_backend_name() if args.database_url else None
             print(
                 f"backend {args.backend}; N={args.n}; {args.sends} sends per side; GIL switch "
-                f"interval {sys.getswitchinterval() * 1000:g} ms",
+                f"interval {sys.getswitchinterval() * 1000:g} ms; database "
+                f"{database or 'sqlite (a file per side)'}, pool {args.pool}"
+                f"{'; no write (--no-write)' if args.no_write else ''}",
                 flush=True,
             )
-            sync_tps = run_sync(args, broker, tmp, topics["sync"])
-            print(f"sync:  {sync_tps:.1f} tx/s on {args.n} threads", flush=True)
-            async_tps, lag = run_async(args, broker, tmp, topics["async"])
-            print(f"async: {async_tps:.1f} tx/s on one loop; loop lag p99 {lag:.2f} ms", flush=True)
+            sync_runs: list[float] = []
+            async_runs: list[float] = []
+            lags: list[float] = []
+            for r in range(args.rounds):
+                for side in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
+                    name = f"{side}{r}"
+                    if side == "sync":
+                        tps, cpu = run_sync(args, broker, tmp, topics[name], name)
+                        sync_runs.append(tps)
+                        print(
+                            f"round {r + 1} sync:  {tps:.1f} tx/s on {args.n} threads; CPU "
+                            f"{cpu:.0f} us a send",
+                            flush=True,
+                        )
+                    else:
+                        tps, lag, cpu, loop_cpu = run_async(args, broker, tmp, topics[name], name)
+                        async_runs.append(tps)
+                        lags.append(lag)
+                        print(
+                            f"round {r + 1} async: {tps:.1f} tx/s on one loop; loop lag p99 "
+                            f"{lag:.2f} ms; CPU {cpu:.0f} us a send ({loop_cpu:.0f} on the "
+                            "loop's thread)",
+                            flush=True,
+                        )
+            sync_tps, async_tps = statistics.median(sync_runs), statistics.median(async_runs)
+            lag = statistics.median(lags)
             checks = run_checks(args, broker, tmp, topics["check"])
             print(
                 f"checks: {checks['pass_checks']:.0f} in one pass at {checks['rate']:.1f}/s, "
@@ -292,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         broker.stop()
+    print(
+        f"medians of {args.rounds} rounds: async {async_tps:.1f} tx/s, sync {sync_tps:.1f} tx/s, "
+        f"loop lag p99 {lag:.2f} ms; ratios per round "
+        f"{' '.join(f'{a / b:.2f}' for a, b in zip(async_runs, sync_runs, strict=True))}",
+        flush=True,
+    )
     print(
         f"RESULT async_send async_tps={async_tps:.1f} sync_tps={sync_tps:.1f} "
         f"ratio={async_tps / sync_tps:.2f} loop_lag_p99_ms={lag:.2f} "
