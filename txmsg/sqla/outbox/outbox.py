@@ -21,7 +21,8 @@ Nothing leaves before the commit and a rollback leaves nothing: :meth:`Outbox.se
 a row in the caller's session.  The relay (:mod:`txmsg.sqla.outbox.relay`) is woken by that
 session's commit through one ``after_commit`` listener on SQLAlchemy's ``Session`` class (it looks
 for a marker :meth:`Outbox.send` leaves in ``session.info``; sessions that wrote no outbox row pay
-one dictionary lookup per commit).
+two dictionary lookups per commit).  On SQLite the same transaction deletes the rows this
+process's relay has sent since (:mod:`txmsg.sqla.outbox.ledger`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from txmsg.otel import gauges
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.policy import RetryPolicy
-from txmsg.sqla.outbox.relay import DeadHook, OutboxSender, Relay, RelayStats
+from txmsg.sqla.outbox.relay import DELETES_MARK, DeadHook, OutboxSender, Relay, RelayStats
 from txmsg.sqla.outbox.writer import DEFAULT_MAX_BODY_BYTES, OutboxReceipt, row_values, write_row
 
 log = logging.getLogger("txmsg.outbox")
@@ -56,14 +57,22 @@ _listening_lock = threading.Lock()
 
 
 def _after_commit(session: Session) -> None:
-    outboxes = session.info.pop(WAKE_MARK, None)
+    info = session.info
+    if DELETES_MARK in info:
+        for ledger, token in info.pop(DELETES_MARK):
+            ledger.done(token)
+    outboxes = info.pop(WAKE_MARK, None)
     if outboxes:
         for outbox in outboxes:
             outbox.wake()
 
 
 def _after_rollback(session: Session) -> None:
-    session.info.pop(WAKE_MARK, None)
+    info = session.info
+    info.pop(WAKE_MARK, None)
+    if DELETES_MARK in info:
+        for ledger, token in info.pop(DELETES_MARK):
+            ledger.release(token)
 
 
 def _listen_once() -> None:
@@ -226,6 +235,9 @@ class Outbox:
             max_body_bytes=self.max_body_bytes,
         )
         receipt = write_row(session, values)
+        relay = self._relay
+        if relay is not None:
+            relay.delete_sent_in(session)  # SQLite: the rows it sent, under our write lock
         session.info.setdefault(WAKE_MARK, set()).add(self)
         return receipt
 
@@ -251,8 +263,14 @@ class Outbox:
             return relay
 
     def _backlog(self) -> tuple[int, float | None]:
-        (backlog,) = store.backlogs(self.session_factory, self.group)
+        (backlog,) = self._backlogs()
         return backlog.unsent, backlog.oldest_unsent_age()
+
+    def _backlogs(self) -> list[store.Backlog]:
+        relay = self._relay
+        # the keys before the read (see Relay._cycle): sent rows deleted meanwhile are gone
+        sent = relay.sent_not_deleted() if relay is not None else []
+        return store.backlogs(self.session_factory, self.group, sent=sent)
 
     @property
     def relay(self) -> Relay | None:
@@ -277,7 +295,7 @@ class Outbox:
     def stats(self) -> OutboxStats:
         """Unsent rows, the oldest unsent row's age and dead rows (one query), with this
         process's relay figures."""
-        (backlog,) = store.backlogs(self.session_factory, self.group)
+        (backlog,) = self._backlogs()
         relay = self._relay
         return OutboxStats(
             group=self.group,

@@ -21,8 +21,11 @@ either), so a row is sent by one relay at a time; a killed relay's locks go with
 again by another.  On SQLite (no row locks; one writer at a time) one relay per outbox and
 database sends: it holds a lease row, renewed every ``lease / 3`` seconds; another relay waits
 (*standby*) and takes over when the holder closes, dies (a process of this host that no longer
-exists) or stops renewing.  The SQLite relay reads in one short transaction and deletes in
-another, never holding the database's write lock while the broker answers.
+exists) or stops renewing.  The SQLite relay reads in a transaction that takes no lock and
+never holds the database's write lock while the broker answers; the rows it sent are deleted by
+the next transaction of a writer of its process that holds the lock anyway
+(:mod:`txmsg.sqla.outbox.ledger`), or by the relay itself when no writer comes within
+:data:`SELF_DELETE_AFTER`.
 
 Failures: a row the backend refused for good (:func:`txmsg.sqla.outbox.policy.is_permanent`) is
 dead at once; any other failure is retried after the :class:`~txmsg.sqla.outbox.policy.RetryPolicy`
@@ -41,17 +44,20 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from txmsg.errors import ClosedError, ConfigError, LifecycleError, SendError
 from txmsg.message import DEDUP_KEY, SendResult
@@ -59,6 +65,7 @@ from txmsg.sqla.engine import is_in_memory_sqlite, read_only
 from txmsg.sqla.journal import _pid_alive, host_identity
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox import store
+from txmsg.sqla.outbox.ledger import SentLedger
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease
 from txmsg.sqla.outbox.policy import describe, is_permanent
 from txmsg.sqla.outbox.wheel import TimeWheel
@@ -67,6 +74,9 @@ if TYPE_CHECKING:
     from txmsg.sqla.outbox.outbox import Outbox
 
 log = logging.getLogger("txmsg.outbox")
+
+DELETES_MARK = "txmsg_outbox_deletes"
+"""``session.info`` key: the ledger claims whose deletion the session's commit completes."""
 
 MAX_PAUSE = 30.0
 """Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
@@ -79,6 +89,15 @@ takes the one write lock the writers need, and a writer that finds it taken slee
 busy handler (1 ms, then 2, 5, 10 ...), so the writers' commit rate halved.  At most 100 cycles
 a second, each carrying what was committed meanwhile (up to ``batch_size``), costs a message at
 most this long, and only while the relay is busy."""
+SELF_DELETE_AFTER = 0.5
+"""SQLite: seconds a sent row waits for a writer's transaction to delete it (see
+:mod:`txmsg.sqla.outbox.ledger`) before the relay deletes it itself: a busy service deletes
+its relay's rows at no cost, a quiet one (or the relay's own process) a moment later.  Not
+shorter: a writer stalled for a moment (a checkpoint's fsync, a loaded machine) would meet the
+relay's delete transaction holding the write lock, and sleep in SQLite's busy handler."""
+SELF_DELETE_AT = 1024
+"""SQLite: sent rows waiting for deletion at which the relay deletes them itself at once (its
+reads pass their keys along)."""
 PURGE_EVERY = 600.0
 """Seconds between two purges of idle key lock rows."""
 KEY_IDLE = timedelta(hours=1)
@@ -237,6 +256,9 @@ class Relay:
         self._pause_streak = 0
         self._more = False
         self._counts = {"sent": 0, "failed": 0, "dead": 0, "cycles": 0}
+        self._engine: Engine | None = None
+        self._ledger: SentLedger | None = None
+        """SQLite, while the relay's thread runs: its sent rows whose deletion is pending."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Relay:
@@ -254,6 +276,8 @@ class Relay:
             return self
         self._check_database()
         self._state = "running"
+        if not self._lockable:
+            self._ledger = SentLedger()
         self._thread = threading.Thread(
             target=self._run, name=f"txmsg-outbox-{self.outbox.group}", daemon=True
         )
@@ -286,6 +310,7 @@ class Relay:
                 "(sqlite:///var/app.db) or PostgreSQL"
             )
         self._lockable = dialect != "sqlite"
+        self._engine = engine
 
     def wake(self) -> None:
         """Run a cycle now (called after a commit that wrote rows of this outbox)."""
@@ -311,6 +336,15 @@ class Relay:
                 return
         if self._lockable is False:
             try:
+                self._delete_sent(everything=True)
+            except Exception:
+                log.warning(
+                    "outbox=%s: could not delete the rows sent last; the next relay sends them "
+                    "again (consumers de-duplicate on their stable key)",
+                    self.outbox.group,
+                    exc_info=True,
+                )
+            try:
                 store.release_lease(self.outbox.session_factory, self.outbox.group, self.owner)
             except Exception:  # noqa: BLE001 - the lease runs out on its own
                 log.warning("outbox=%s: could not release the relay lease", self.outbox.group)
@@ -320,6 +354,11 @@ class Relay:
     def state(self) -> str:
         """``new``, ``running``, ``standby`` or ``closed``."""
         return self._state
+
+    def sent_not_deleted(self) -> list[str]:
+        """SQLite: message keys of the rows this relay sent whose deletion has not committed
+        (the outbox's figures do not count them as unsent)."""
+        return self._ledger.keys() if self._ledger is not None else []
 
     def stats(self) -> RelayStats:
         """Figures since the relay started."""
@@ -382,7 +421,8 @@ class Relay:
                     self._stop.wait(min(self.outbox.poll_interval, self.outbox.lease / 3))
                     continue
                 self._wake.clear()
-                taken = self.cycle()
+                taken = self._cycle(deferred=self._ledger is not None)
+                self._delete_sent()
                 failures = 0
                 self._purge_idle_keys()
             except Exception as exc:
@@ -420,7 +460,79 @@ class Relay:
             deadline = self._wheel.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - time.monotonic()))
+        oldest = self._ledger.oldest_free() if self._ledger is not None else None
+        if oldest is not None:
+            timeout = min(timeout, max(0.0, oldest + SELF_DELETE_AFTER - time.monotonic()))
         return timeout
+
+    # ---- deleting sent rows (SQLite) ------------------------------------------------------------
+    def delete_sent_in(self, session: Session) -> None:
+        """Delete this relay's sent rows in ``session``'s transaction, which has just written an
+        outbox row and so holds SQLite's write lock (:meth:`Outbox.send` calls it; see
+        :mod:`txmsg.sqla.outbox.ledger`).  The deletion counts once the session commits.
+
+        Nothing happens unless the relay's thread runs on SQLite, the session writes to the
+        relay's own engine, and outside a savepoint (a savepoint rolled back while its
+        transaction commits would leave rows the relay thinks deleted: they would be sent
+        again, harmless but avoidable)."""
+        ledger = self._ledger
+        if ledger is None or not ledger.has_free() or session.in_nested_transaction():
+            return
+        connection = session.connection()
+        if connection.engine is not self._engine:
+            return
+        claim = ledger.claim()
+        if claim is None:
+            return
+        token, keys = claim
+        try:
+            deleted = store.delete_sent_keys(connection, self.outbox.group, keys)
+        except SQLAlchemyError:
+            # never the writer's problem: SQLite undoes the failed statement only, the
+            # transaction goes on, and the relay deletes the rows itself later
+            ledger.release(token)
+            log.debug("outbox=%s: a writer could not delete sent rows", self.outbox.group)
+            return
+        except BaseException:
+            ledger.release(token)
+            raise
+        if deleted != len(keys):
+            # not all there (deleted meanwhile?): the relay deletes what is left in its own
+            ledger.release(token)
+            return
+        session.info.setdefault(DELETES_MARK, []).append((ledger, token))
+
+    def _delete_sent(self, *, everything: bool = False) -> None:
+        """Delete sent rows no writer deleted within :data:`SELF_DELETE_AFTER` (or, with
+        ``everything``, all of them, the relay closing) in a transaction of the relay's own."""
+        ledger = self._ledger
+        if ledger is None:
+            return
+        if everything:
+            keys = ledger.claim_all()
+            if keys:
+                self._delete_keys(keys)
+            return
+        oldest = ledger.oldest_free()
+        if oldest is None:
+            return
+        if time.monotonic() - oldest < SELF_DELETE_AFTER and len(ledger) < SELF_DELETE_AT:
+            return
+        claim = ledger.claim()
+        if claim is None:
+            return
+        token, keys = claim
+        try:
+            self._delete_keys(keys)
+        except BaseException:
+            ledger.release(token)
+            raise
+        ledger.done(token)
+
+    def _delete_keys(self, keys: list[str]) -> None:
+        with self.outbox.session_factory() as session, session.begin():
+            connection: Connection = session.connection()
+            store.delete_sent_keys(connection, self.outbox.group, keys)
 
     def _hold_lease(self) -> bool:
         """SQLite: take or renew the lease when due; False while another relay holds it."""
@@ -480,8 +592,14 @@ class Relay:
         """Send what is due now, in the calling thread; returns how many rows it took.
 
         The relay's thread calls it; so may a test or a one-off command (with the relay's
-        thread not running).  On SQLite it does not check the lease: the caller holds it.
+        thread not running).  On SQLite it does not check the lease: the caller holds it.  The
+        rows it sent are deleted when it returns.
         """
+        return self._cycle(deferred=False)
+
+    def _cycle(self, *, deferred: bool) -> int:
+        """:meth:`cycle`; ``deferred`` (SQLite, the relay's thread): the sent rows go to the
+        ledger instead of being deleted here, and only failures are written."""
         if self._lockable is None:
             self._check_database()
         with self._lock:
@@ -497,22 +615,36 @@ class Relay:
                 outcomes = self._send(chains)
                 marks = self._mark(session, outcomes)
         else:
+            ledger = self._ledger if deferred else None
+            # the keys before the read: a deletion that commits meanwhile is not seen by it
+            sent = ledger.keys() if ledger is not None else None
             with factory() as session, session.begin():
                 read_only(session)
-                chains = self._due(session, limit, lock=False)
+                chains = self._due(session, limit, lock=False, sent=sent)
             if not chains:
                 return 0
             outcomes = self._send(chains)
-            with factory() as session, session.begin():
-                marks = self._mark(session, outcomes)
+            if ledger is not None:
+                ledger.add(o.row.message_key for o in outcomes if o.result is not None)
+                marks = _Marks(sent=sum(1 for o in outcomes if o.result is not None))
+                if any(o.error is not None for o in outcomes):
+                    with factory() as session, session.begin():
+                        failed = self._mark(session, outcomes, delete=False)
+                    marks.failed, marks.retry, marks.dead = failed.failed, failed.retry, failed.dead
+                    marks.errors = failed.errors
+            else:
+                with factory() as session, session.begin():
+                    marks = self._mark(session, outcomes)
         rows = outcomes
         self._after(marks)
         self._more = len(chains) >= limit or any(len(c) >= PER_KEY for c in chains)
         return len(rows)
 
-    def _due(self, session: Any, limit: int, *, lock: bool) -> list[list[_Row]]:
+    def _due(
+        self, session: Any, limit: int, *, lock: bool, sent: list[str] | None = None
+    ) -> list[list[_Row]]:
         found = store.due_chains(
-            session, self.outbox.group, limit=limit, per_key=PER_KEY, lock=lock
+            session, self.outbox.group, limit=limit, per_key=PER_KEY, lock=lock, sent=sent
         )
         return [[_Row.of(r) for r in chain] for chain in found]
 
@@ -522,18 +654,18 @@ class Relay:
         the rows after it are not sent (they stay as they were, behind it)."""
         outcomes: list[_Outcome] = []
         pending: dict[Future[SendResult], tuple[_Outcome, deque[_Outcome]]] = {}
+        # answers arrive here, one at a time: concurrent.futures.wait() over every pending
+        # future at each answer cost the relay O(keys) per message, O(keys^2) per cycle
+        answered: queue.SimpleQueue[Future[SendResult]] = queue.SimpleQueue()
         for chain in chains:
-            queue = deque(_Outcome(row) for row in chain)
-            outcomes.extend(queue)
-            self._next(queue, pending)
+            rows = deque(_Outcome(row) for row in chain)
+            outcomes.extend(rows)
+            self._next(rows, pending, answered)
         deadline = time.monotonic() + self.outbox.send_timeout
         while pending:
-            done, _ = wait(
-                list(pending),
-                timeout=max(0.0, deadline - time.monotonic()),
-                return_when=FIRST_COMPLETED,
-            )
-            if not done:
+            try:
+                future = answered.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
                 for outcome, rest in pending.values():
                     outcome.error = SendError(
                         f"no answer from the broker within {self.outbox.send_timeout:g} s"
@@ -541,30 +673,33 @@ class Relay:
                     for later in rest:
                         later.skipped = True
                 break
-            for future in done:
-                outcome, rest = pending.pop(future)
-                try:
-                    outcome.result = future.result()
-                except ClosedError:
-                    outcome.skipped = True
-                except Exception as exc:  # noqa: BLE001 - recorded on the row
-                    outcome.error = exc
-                if outcome.result is not None:
-                    self._next(rest, pending)
-                else:
-                    for later in rest:
-                        later.skipped = True
+            entry = pending.pop(future, None)
+            if entry is None:
+                continue
+            outcome, rest = entry
+            try:
+                outcome.result = future.result()
+            except ClosedError:
+                outcome.skipped = True
+            except Exception as exc:  # noqa: BLE001 - recorded on the row
+                outcome.error = exc
+            if outcome.result is not None:
+                self._next(rest, pending, answered)
+            else:
+                for later in rest:
+                    later.skipped = True
         return outcomes
 
     def _next(
         self,
-        queue: deque[_Outcome],
+        chain: deque[_Outcome],
         pending: dict[Future[SendResult], tuple[_Outcome, deque[_Outcome]]],
+        answered: queue.SimpleQueue[Future[SendResult]],
     ) -> None:
         """Start the send of the chain's next row (the rest when it cannot even start)."""
-        if not queue:
+        if not chain:
             return
-        outcome = queue.popleft()
+        outcome = chain.popleft()
         row = outcome.row
         properties = {**row.properties, DEDUP_KEY: row.message_key}
         try:
@@ -592,19 +727,22 @@ class Relay:
         except Exception as exc:  # noqa: BLE001 - recorded on the row
             outcome.error = exc
         else:
-            pending[future] = (outcome, queue)
+            pending[future] = (outcome, chain)
+            future.add_done_callback(answered.put)
             return
-        for later in queue:
+        for later in chain:
             later.skipped = True
 
-    def _mark(self, session: Any, outcomes: list[_Outcome]) -> _Marks:
-        """Delete the sent rows, record the failures (in the caller's transaction)."""
+    def _mark(self, session: Any, outcomes: list[_Outcome], *, delete: bool = True) -> _Marks:
+        """Delete the sent rows (unless not ``delete``: the ledger's), record the failures (in
+        the caller's transaction)."""
         marks = _Marks()
         policy = self.outbox.retry
         now = utcnow()
-        sent = [o.row.id for o in outcomes if o.result is not None]
-        store.delete_sent(session, sent)
-        marks.sent = len(sent)
+        if delete:
+            sent = [o.row.id for o in outcomes if o.result is not None]
+            store.delete_sent(session, sent)
+            marks.sent = len(sent)
         for outcome in outcomes:
             if outcome.error is None:
                 continue

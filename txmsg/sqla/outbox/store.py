@@ -9,12 +9,25 @@ factory or a session and never holds a transaction longer than its own statement
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, aliased
 
 from txmsg.message import Message
@@ -76,6 +89,38 @@ _DUE_SEND = _DUE.with_only_columns(*_SEND_COLUMNS)
 _DUE_SEND_LOCKED = _DUE_SEND.with_for_update(skip_locked=True, of=_MESSAGES)
 
 
+def _sent_keys() -> Any:
+    """``SELECT value FROM json_each(:sent)``: the ``message_key`` list of a SQLite relay's
+    :class:`~txmsg.sqla.outbox.ledger.SentLedger`, as one JSON parameter (any length; SQLite
+    materialises it once per statement)."""
+    return select(
+        func.json_each(bindparam("sent", type_=String())).table_valued("value").c.value
+    ).scalar_subquery()
+
+
+_DUE_SEND_UNSENT = (
+    select(*_SEND_COLUMNS)
+    .where(
+        _M.outbox == bindparam("outbox"),
+        _M.state == PENDING,
+        _M.next_attempt_at <= bindparam("now"),
+        _M.message_key.not_in(_sent_keys()),
+        or_(
+            _M.sharding_key.is_(None),
+            ~exists().where(
+                _EARLIER.outbox == _M.outbox,
+                _EARLIER.sharding_key == _M.sharding_key,
+                _EARLIER.seq < _M.seq,
+                _EARLIER.message_key.not_in(_sent_keys()),
+            ),
+        ),
+    )
+    .order_by(_M.next_attempt_at, _M.id)
+    .limit(bindparam("limit"))
+)
+"""SQLite: :data:`_DUE_SEND` as if the rows of ``:sent`` (sent, deletion pending) were gone."""
+
+
 def due_rows(
     session: Session, outbox: str, *, limit: int, lock: bool, now: datetime | None = None
 ) -> list[OutboxMessage]:
@@ -113,6 +158,20 @@ _FOLLOWING = (
     .where(_KEYS_ROWS.c.rank_in_key <= bindparam("per_key"))
     .order_by(_KEYS_ROWS.c.sharding_key, _KEYS_ROWS.c.seq)
 )
+_KEYS_UNSENT_ROWS = (
+    select(*_SEND_COLUMNS, _M.seq, _M.state, _M.next_attempt_at, _RANK)
+    .where(
+        _M.outbox == bindparam("outbox"),
+        _M.sharding_key.in_(bindparam("keys", expanding=True)),
+        _M.message_key.not_in(_sent_keys()),
+    )
+    .subquery()
+)
+_FOLLOWING_UNSENT = (
+    select(_KEYS_UNSENT_ROWS)
+    .where(_KEYS_UNSENT_ROWS.c.rank_in_key <= bindparam("per_key"))
+    .order_by(_KEYS_UNSENT_ROWS.c.sharding_key, _KEYS_UNSENT_ROWS.c.seq)
+)
 
 
 def due_chains(
@@ -123,6 +182,7 @@ def due_chains(
     per_key: int,
     lock: bool,
     now: datetime | None = None,
+    sent: Sequence[str] | None = None,
 ) -> list[list[Any]]:
     """What a relay cycle sends: :func:`due_to_send`'s rows, each keyed one followed by up to
     ``per_key - 1`` next rows of its key (in ``seq`` order, as long as they are pending and due),
@@ -132,16 +192,27 @@ def due_chains(
 
     Only the first row of each key is locked (``lock``, PostgreSQL): while it is there no other
     relay sees the key's next rows as due, so they are this relay's too until it commits.
+
+    ``sent`` (SQLite, not with ``lock``): message keys of rows this relay sent whose deletion has
+    not committed yet (:mod:`txmsg.sqla.outbox.ledger`): read as if they were gone.
     """
     now = now or utcnow()
-    first = due_to_send(session, outbox, limit=limit, lock=lock, now=now)
+    connection = session.connection()
+    if sent is None:
+        first = due_to_send(session, outbox, limit=limit, lock=lock, now=now)
+        following, extra = _FOLLOWING, {}
+    else:
+        extra = {"sent": json.dumps(list(sent))}
+        params = {"outbox": outbox, "now": now, "limit": limit, **extra}
+        first = list(connection.execute(_DUE_SEND_UNSENT, params).mappings().all())
+        following = _FOLLOWING_UNSENT
     chains = [[row] for row in first]
     by_key = {c[0]["sharding_key"]: c for c in chains if c[0]["sharding_key"] is not None}
     if per_key <= 1 or not by_key:
         return chains
-    params = {"outbox": outbox, "keys": list(by_key), "per_key": per_key}
+    params = {"outbox": outbox, "keys": list(by_key), "per_key": per_key, **extra}
     closed: set[str] = set()
-    for row in session.connection().execute(_FOLLOWING, params).mappings():
+    for row in connection.execute(following, params).mappings():
         key = row["sharding_key"]
         chain = by_key[key]
         if key in closed or row["id"] == chain[0]["id"]:
@@ -154,6 +225,12 @@ def due_chains(
 
 
 _DELETE_SENT = delete(_MESSAGES).where(_M.id.in_(bindparam("row_ids", expanding=True)))
+_DELETE_SENT_KEYS = delete(_MESSAGES).where(
+    _M.outbox == bindparam("outbox"),
+    _M.message_key.in_(
+        select(func.json_each(bindparam("sent", type_=String())).table_valued("value").c.value)
+    ),
+)
 _RETRY_LATER = (
     update(_MESSAGES)
     .where(_M.id == bindparam("row_id"))
@@ -180,6 +257,15 @@ def delete_sent(session: Session, row_ids: Sequence[int]) -> None:
     statement for the whole cycle, so the SQLite write lock is held as briefly as possible."""
     if row_ids:
         session.connection().execute(_DELETE_SENT, {"row_ids": list(row_ids)})
+
+
+def delete_sent_keys(connection: Connection, outbox: str, message_keys: Sequence[str]) -> int:
+    """SQLite: delete the sent rows of ``message_keys`` in the connection's transaction (a
+    writer's, or the relay's own), one statement; returns how many rows it deleted."""
+    if not message_keys:
+        return 0
+    params = {"outbox": outbox, "sent": json.dumps(list(message_keys))}
+    return int(connection.execute(_DELETE_SENT_KEYS, params).rowcount or 0)
 
 
 def retry_later(
@@ -281,8 +367,12 @@ class Backlog:
         return max(0.0, ((now or utcnow()) - self.oldest_unsent_at).total_seconds())
 
 
-def backlogs(session_factory: SessionFactory, outbox: str | None = None) -> list[Backlog]:
-    """The backlog of ``outbox`` (or of every outbox with rows), by group."""
+def backlogs(
+    session_factory: SessionFactory, outbox: str | None = None, *, sent: Sequence[str] = ()
+) -> list[Backlog]:
+    """The backlog of ``outbox`` (or of every outbox with rows), by group.  ``sent`` (SQLite):
+    message keys of rows a relay of this process sent whose deletion is pending, not counted
+    (:mod:`txmsg.sqla.outbox.ledger`)."""
     query = select(
         OutboxMessage.outbox,
         OutboxMessage.state,
@@ -291,9 +381,13 @@ def backlogs(session_factory: SessionFactory, outbox: str | None = None) -> list
     ).group_by(OutboxMessage.outbox, OutboxMessage.state)
     if outbox is not None:
         query = query.where(OutboxMessage.outbox == outbox)
+    params: dict[str, Any] = {}
+    if sent:
+        query = query.where(OutboxMessage.message_key.not_in(_sent_keys()))
+        params["sent"] = json.dumps(list(sent))
     with session_factory() as session, session.begin():
         read_only(session)
-        found = session.execute(query).all()
+        found = session.execute(query, params).all()
     groups: dict[str, dict[str, Any]] = {}
     if outbox is not None:
         groups[outbox] = {}

@@ -25,12 +25,23 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Dialect,
+    Table,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -76,6 +87,80 @@ _TOUCH_KEY = (
     .values(used_at=bindparam("now"))
 )
 _UPSERT_KEY: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class _DriverInsert:
+    """The outbox INSERT as the driver's own SQL with the columns' bind processors, for SQLite.
+
+    Why: the row is written in every publishing transaction, and SQLAlchemy's Core execution of
+    a cached statement (parameter processing, compiled-cache lookup, result set-up) cost about
+    40 us of the writer's thread per row, as much as SQLite's own work for the row and its three
+    indexes; ``exec_driver_sql`` keeps the engine's events (tracing, logging) and costs half.
+    The SQL is SQLAlchemy's own compilation of the INSERT, and the values go through the bind
+    processors a Core INSERT applies (``UtcDateTime`` text, JSON): the stored row is the same."""
+
+    sql: str
+    names: tuple[str, ...]
+    keyed_sql: str
+    keyed_names: tuple[str, ...]
+    processors: dict[str, Callable[[Any], Any]]
+
+    @classmethod
+    def of(cls, dialect: Dialect) -> _DriverInsert:
+        columns = [c for c in _MESSAGES.c if c.name not in ("id", "seq")]
+        row: dict[str, Any] = {c.name: bindparam(c.name) for c in columns}
+        next_seq = (
+            select(func.coalesce(func.max(_M.seq), literal_column("0")) + literal_column("1"))
+            .where(_M.outbox == bindparam("seq_outbox"), _M.sharding_key == bindparam("seq_key"))
+            .scalar_subquery()
+        )
+        plain = insert(_MESSAGES).values(row).returning(_M.id, _M.seq).compile(dialect=dialect)
+        keyed = (
+            insert(_MESSAGES)
+            .values({**row, "seq": next_seq})
+            .returning(_M.id, _M.seq)
+            .compile(dialect=dialect)
+        )
+        processors: dict[str, Callable[[Any], Any]] = {}
+        for column in columns:
+            processor = column.type.dialect_impl(dialect).bind_processor(dialect)
+            if processor is not None:
+                processors[column.name] = processor
+        return cls(
+            sql=plain.string,
+            names=tuple(plain.positiontup or ()),
+            keyed_sql=keyed.string,
+            keyed_names=tuple(keyed.positiontup or ()),
+            processors=processors,
+        )
+
+    def insert(self, connection: Connection, values: Mapping[str, Any]) -> tuple[int, Any]:
+        """Insert ``values`` (numbered in the INSERT when it has a sharding key); (id, seq)."""
+        key = values["sharding_key"]
+        if key is None:
+            sql, names, given = self.sql, self.names, values
+        else:
+            sql, names = self.keyed_sql, self.keyed_names
+            given = {**values, "seq_outbox": values["outbox"], "seq_key": key}
+        processors = self.processors
+        params = []
+        for name in names:
+            value = given[name]
+            processor = processors.get(name)
+            params.append(value if processor is None or value is None else processor(value))
+        row = connection.exec_driver_sql(sql, tuple(params)).one()
+        return int(row[0]), row[1]
+
+
+_DRIVER_INSERTS: weakref.WeakKeyDictionary[Dialect, _DriverInsert] = weakref.WeakKeyDictionary()
+
+
+def _driver_insert(dialect: Dialect) -> _DriverInsert:
+    found = _DRIVER_INSERTS.get(dialect)
+    if found is None:
+        found = _DRIVER_INSERTS[dialect] = _DriverInsert.of(dialect)
+    return found
 
 
 @dataclass(frozen=True)
@@ -241,7 +326,8 @@ def write_row(session: Session, values: dict[str, Any]) -> OutboxReceipt:
     under its key's lock when it has a sharding key.
 
     The commit path of every publishing transaction, so it costs as few statements as the order
-    allows: the row's ``seq`` is computed inside its INSERT (``COALESCE(MAX(seq), 0) + 1``), and
+    allows: the row's ``seq`` is computed inside its INSERT (``COALESCE(MAX(seq), 0) + 1``; on
+    SQLite as the driver's own SQL, :class:`_DriverInsert`), and
     on SQLite the key's lock row is not taken at all: an INSERT holds the database's one write
     lock until the transaction ends and SQLite (WAL) lets a transaction write only from the
     newest snapshot, so the number is taken after every earlier writer of the key committed, in
@@ -251,6 +337,10 @@ def write_row(session: Session, values: dict[str, Any]) -> OutboxReceipt:
     """
     key = values["sharding_key"]
     connection = session.connection()
+    if connection.dialect.name == "sqlite" and connection.dialect.paramstyle == "qmark":
+        row_id, seq = _driver_insert(connection.dialect).insert(connection, values)
+        values["seq"] = None if seq is None else int(seq)
+        return OutboxReceipt(id=row_id, message_key=values["message_key"], seq=values["seq"])
     if key is None:
         row_id = connection.execute(_INSERT_ROW, values).scalar_one()
         return OutboxReceipt(id=int(row_id), message_key=values["message_key"], seq=None)
