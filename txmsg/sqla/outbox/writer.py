@@ -296,7 +296,8 @@ def row_values(
 
 def lock_key(session: Session, outbox: str, key: str, now: datetime) -> None:
     """Take the key's lock row for the rest of the caller's transaction (see the module doc)."""
-    dialect = session.get_bind().dialect.name
+    connection = session.connection()
+    dialect = connection.dialect.name
     params = {"outbox": outbox, "sharding_key": key, "used_at": now}
     if dialect in ("postgresql", "sqlite"):
         statement = _UPSERT_KEY.get(dialect)
@@ -307,7 +308,7 @@ def lock_key(session: Session, outbox: str, key: str, now: datetime) -> None:
                 index_elements=[_K.outbox, _K.sharding_key],
                 set_={"used_at": upsert.excluded.used_at},
             )
-        session.execute(statement, params)
+        connection.execute(statement, params)  # the transaction's connection, not the ORM
         return
     # other databases: update (locks an existing row), else insert; a concurrent first insert
     # of the same key loses on the primary key and updates (then waits for the winner's lock)
