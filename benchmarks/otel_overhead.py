@@ -1,39 +1,42 @@
 """What OpenTelemetry costs txmsg: transactional sends and check-backs with the SDK recording
 every span and metric, divided by the same without an SDK.
 
-    python -m benchmarks.otel_overhead [--backend rocketmq|rocketmq5] [--rounds 4] [--seconds 3]
-                                       [--threads 4] [--transactions 200] [--n 16] [--sleep 0.05]
+    python -m benchmarks.otel_overhead [--backend rocketmq|rocketmq5] [--rounds 8] [--seconds 2]
+                                       [--check-rounds 3] [--threads 4] [--transactions 200]
+                                       [--n 16] [--sleep 0.05]
                                        [--database-url postgresql+psycopg://...]
 
 One embedded broker (child process; transactionTimeOut 0.2 s, check interval 3 s, as
 ``benchmarks.check_scaling``).  The global tracer and meter providers can be set once per process,
-so each measurement is a child process of its own: **on** sets the SDK up first (a
-``TracerProvider`` with the default sampler, always on, and a ``SimpleSpanProcessor`` into an
+so each side is a child process of its own: **on** sets the SDK up first (a ``TracerProvider``
+with the default sampler, always on, and a ``SimpleSpanProcessor`` into an
 ``InMemorySpanExporter``; a ``MeterProvider`` with an ``InMemoryMetricReader``), **off** leaves the
 API without an SDK (what an application that installs ``txmsg[otel]`` but configures nothing
-gets).  Each child measures, with the machinery of the existing benchmarks:
+gets).  Both children run for the whole benchmark and take turns, one measuring while the other
+waits, with the machinery of the existing benchmarks:
 
-* **send**: ``send_in_transaction`` throughput, ``--threads`` threads for ``--seconds`` after 50
-  warm-up sends, :func:`benchmarks.send_overhead.measure`, on a group with the default
-  ``ExecutorConfig``, whose ``execute_local`` does what a transactional send is for: it writes the
-  business row (one ORM ``INSERT`` of an order row in its own transaction through
-  ``txmsg.sqla``: a SQLite file, WAL, ``BEGIN IMMEDIATE``, or the ``--database-url`` database)
-  and answers COMMIT (the workload of ``benchmarks.outbox_throughput``'s ``vs_half``);
-* **send_noop**: the same with an ``execute_local`` that answers COMMIT and does nothing: a send
-  that is nothing but the client's own work, where telemetry weighs the most (the figure this
-  benchmark reported alone before; kept, and printed, so the worst case stays visible);
+* **send**: ``send_in_transaction`` throughput, ``--threads`` threads for ``--seconds``
+  (:func:`benchmarks.send_overhead.measure`), on a group with the default ``ExecutorConfig``
+  whose ``execute_local`` does what a transactional send is for: it writes the business row (one
+  ORM ``INSERT`` of an order row in its own transaction through ``txmsg.sqla``: a SQLite file,
+  WAL, ``BEGIN IMMEDIATE``, or the ``--database-url`` database) and answers COMMIT (the workload
+  of ``benchmarks.outbox_throughput``'s ``vs_half``);
+* **noop**: the same with an ``execute_local`` that answers COMMIT and does nothing: a send that
+  is nothing but the client's own work, where telemetry weighs the most (what this benchmark
+  measured alone before; kept and printed so the worst case stays visible);
 * **check**: the check-back bound ratio of :func:`benchmarks.check_scaling.run_txmsg`
   (``--transactions`` UNKNOW transactions checked back on ``--n`` executor threads, ``check_local``
   taking ``--sleep`` s, the burst aligned with one broker check pass): check-backs/s over the
   best whole rounds of ``n`` checks allow.
 
-Each round runs an off and an on child back to back (alternating which goes first); a ratio is
-the median of the rounds' on/off ratios, which load drifting on the shared machine skews less
-than a best-of.  Throughput on this shared machine swings with other load by more than the
-difference measured, so each child also reports the CPU time its process spent per send (all
-threads, the client's native ones included): ``send_cpu_ratio`` = off/on CPU per send, what the
-throughput ratio tends to when sending is CPU-bound, and far steadier.  The on child also
-checks that its exporter got the spans (a run that recorded nothing would measure nothing).
+Each child warms both senders up (50 sends each) before the first measurement.  A send ratio is
+the median of ``--rounds`` on/off pairs of measurements taken back to back (alternating which side
+goes first), a check ratio the median of ``--check-rounds`` pairs: pairs a few seconds apart see
+nearly the same load on the shared machine, which drifts by more than the difference measured.
+Each measurement also reports the CPU time its process spent per send (all threads, the client's
+native ones included): ``send_cpu_ratio`` = off/on CPU per send, what the throughput ratio tends
+to when sending is CPU-bound, and steadier.  The on child checks at the end that its exporter got
+the spans (a run that recorded nothing would measure nothing).
 Final line: ``RESULT otel_overhead send_ratio=<x> check_ratio=<y> send_cpu_ratio=<z>
 send_noop_ratio=<a> send_noop_cpu_ratio=<b> ratio=<min of x, y>`` (goal >= 0.95 for x and y).
 """
@@ -44,10 +47,12 @@ import argparse
 import json
 import logging
 import os
+import queue
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -160,8 +165,15 @@ def _install_sdk() -> Any:
     return exporter
 
 
+def _reply(out: dict[str, Any]) -> None:
+    print("CHILD " + json.dumps(out), flush=True)
+
+
 def child(args: argparse.Namespace) -> int:
-    """One measurement (``--child on|off``): prints ``CHILD {json}``."""
+    """One side (``--child on|off``), kept running for the whole run: it sets up its senders,
+    answers ``CHILD {"ready": true}``, then measures what each line of its stdin asks
+    (``send <send|noop> <seconds>``, ``check``) and answers ``CHILD {json}``; ``done`` ends it
+    (its last answer counts the spans its exporter got)."""
     exporter = _install_sdk() if args.child == "on" else None
     from benchmarks import check_scaling, send_overhead  # noqa: PLC0415 - after the SDK
 
@@ -185,86 +197,144 @@ def child(args: argparse.Namespace) -> int:
         from txmsg_rocketmq.backend import RocketMQBackend  # noqa: PLC0415
 
         consumers = RocketMQBackend(Config())
-    out: dict[str, Any] = {}
+    args.passes = check_scaling.CheckPasses(Path(args.log_dir) / "transaction.log")
+    args.check_interval_ms = CHECK_INTERVAL_MS
+    args.transaction_timeout_ms = TRANSACTION_TIMEOUT_MS
+    args.max_wait = 180.0
+    args.attempts = 3
     try:
         with orders_database(args.database_url, args.child) as sessions:
-            for label, write in (("send", True), ("noop", False)):
-                send, close = _sender(backend, args.topic, sessions if write else None)
-                try:
+            senders = {
+                "send": _sender(backend, args.topic, sessions),
+                "noop": _sender(backend, args.topic, None),
+            }
+            try:
+                for send, _ in senders.values():
                     for i in range(50):
                         send(i)
-                    cpu = time.process_time()
-                    sent = send_overhead.measure(send, args.threads, args.seconds)
-                    out[f"{label}_cpu_us"] = (time.process_time() - cpu) / sent["count"] * 1e6
-                    out[f"{label}_rate"] = sent["rate"]
-                finally:
+                _reply({"ready": True})
+                for line in sys.stdin:
+                    command = line.split()
+                    if command[0] == "send":
+                        send = senders[command[1]][0]
+                        cpu = time.process_time()
+                        sent = send_overhead.measure(send, args.threads, float(command[2]))
+                        cpu_us = (time.process_time() - cpu) / sent["count"] * 1e6
+                        _reply({"rate": sent["rate"], "cpu_us": cpu_us})
+                    elif command[0] == "check":
+                        row = check_scaling.run_txmsg(
+                            backend, args.namesrv, args.n, args, consumers=consumers
+                        )
+                        _reply({k: row[k] for k in ("bound_ratio", "rate", "complete")})
+                    else:
+                        break
+            finally:
+                for _, close in senders.values():
                     close()
-        args.passes = check_scaling.CheckPasses(Path(args.log_dir) / "transaction.log")
-        args.check_interval_ms = CHECK_INTERVAL_MS
-        args.transaction_timeout_ms = TRANSACTION_TIMEOUT_MS
-        args.max_wait = 180.0
-        args.attempts = 3
-        row = check_scaling.run_txmsg(backend, args.namesrv, args.n, args, consumers=consumers)
-        out["bound_ratio"] = row["bound_ratio"]
-        out["check_rate"] = row["rate"]
-        out["complete"] = row["complete"]
     finally:
         if consumers is not backend:
             consumers.close(timeout=60)
         backend.close(timeout=60)
-    if exporter is not None:
-        spans = exporter.get_finished_spans()
-        out["spans"] = len(spans)
-        out["check_spans"] = sum(1 for s in spans if s.name.startswith("check "))
-    print("CHILD " + json.dumps(out), flush=True)
+    spans = [] if exporter is None else exporter.get_finished_spans()
+    _reply({"spans": len(spans), "check_spans": sum(s.name.startswith("check ") for s in spans)})
     return 0
 
 
-def _run_child(mode: str, args: argparse.Namespace, broker: Any, topic: str) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.otel_overhead",
-        "--child",
-        mode,
-        "--backend",
-        args.backend,
-        "--namesrv",
-        broker.namesrv_addr,
-        "--log-dir",
-        str(broker.log_dir),
-        "--topic",
-        topic,
-        "--seconds",
-        str(args.seconds),
-        "--threads",
-        str(args.threads),
-        "--transactions",
-        str(args.transactions),
-        "--n",
-        str(args.n),
-        "--sleep",
-        str(args.sleep),
-    ]
-    if broker.grpc_endpoint:
-        cmd += ["--endpoints", str(broker.grpc_endpoint)]
-    if args.database_url:
-        cmd += ["--database-url", args.database_url]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("CHILD ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{mode} child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1].removeprefix("CHILD "))
-    if mode == "on" and (not result.get("spans") or not result.get("check_spans")):
-        raise RuntimeError(f"the on child recorded no spans: {result}")
-    return result
+class Child:
+    """The parent's end of one :func:`child` process."""
+
+    def __init__(self, mode: str, args: argparse.Namespace, broker: Any, topic: str) -> None:
+        self.mode = mode
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.otel_overhead",
+            "--child",
+            mode,
+            "--backend",
+            args.backend,
+            "--namesrv",
+            broker.namesrv_addr,
+            "--log-dir",
+            str(broker.log_dir),
+            "--topic",
+            topic,
+            "--threads",
+            str(args.threads),
+            "--transactions",
+            str(args.transactions),
+            "--n",
+            str(args.n),
+            "--sleep",
+            str(args.sleep),
+        ]
+        if broker.grpc_endpoint:
+            cmd += ["--endpoints", str(broker.grpc_endpoint)]
+        if args.database_url:
+            cmd += ["--database-url", args.database_url]
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+        )
+        if self.proc.stdin is None or self.proc.stdout is None:  # pipes were asked for
+            raise RuntimeError("the child has no pipes")
+        self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.read()
+
+    def _pump(self) -> None:
+        """Hand the child's output lines to :meth:`read` (None at its end)."""
+        for line in self._stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def read(self, timeout: float = 900.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                break
+            if line.startswith("CHILD "):
+                result: dict[str, Any] = json.loads(line.removeprefix("CHILD "))
+                return result
+        self.stderr.seek(0)
+        raise RuntimeError(
+            f"the {self.mode} child stopped answering ({self.proc.poll()}):\n"
+            f"{self.stderr.read()[-3000:]}"
+        )
+
+    def ask(self, command: str) -> dict[str, Any]:
+        self._stdin.write(command + "\n")
+        self._stdin.flush()
+        return self.read()
+
+    def close(self) -> dict[str, Any]:
+        """End the child; its span counts."""
+        try:
+            return self.ask("done")
+        finally:
+            self.proc.wait(timeout=120)
+            self.stderr.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self.stderr.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--seconds", type=float, default=3.0, help="send measurement length")
+    parser.add_argument(
+        "--rounds", type=int, default=8, help="off/on pairs of each send measurement"
+    )
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one send measurement")
+    parser.add_argument("--check-rounds", type=int, default=3, help="off/on pairs of check runs")
     parser.add_argument("--threads", type=int, default=4, help="sending threads")
     parser.add_argument("--transactions", type=int, default=200, help="checked back per run")
     parser.add_argument("--n", type=int, default=16, help="check-backs at once (concurrency)")
@@ -304,56 +374,66 @@ def main(argv: list[str] | None = None) -> int:
     create_topic(broker.namesrv_addr, topic)
     database = "PostgreSQL" if args.database_url else "a SQLite file"
     print(
-        f"backend {args.backend}; {args.rounds} rounds of an off and an on child: "
+        f"backend {args.backend}; an off and an on child taking turns: {args.rounds} pairs of "
         f"send_in_transaction {args.threads} threads x {args.seconds:g} s, execute_local writing "
-        f"an order row to {database} (send) and doing nothing (noop); "
-        f"{args.transactions} check-backs on {args.n} threads, check_local {args.sleep:g} s",
+        f"an order row to {database} (send) and doing nothing (noop); {args.check_rounds} pairs "
+        f"of {args.transactions} check-backs on {args.n} threads, check_local {args.sleep:g} s",
         flush=True,
     )
-    ratios: dict[str, list[float]] = {
-        "send": [],
-        "send_cpu": [],
-        "noop": [],
-        "noop_cpu": [],
-        "check": [],
-    }
+    ratios: dict[str, list[float]] = {k: [] for k in ("send", "send_cpu", "noop", "noop_cpu")}
+    ratios["check"] = []
+    children: dict[str, Child] = {}
+    spans: dict[str, Any] = {}
     try:
-        for round_no in range(args.rounds):
-            order = ["off", "on"] if round_no % 2 == 0 else ["on", "off"]
-            got = {mode: _run_child(mode, args, broker, topic) for mode in order}
-            on, off = got["on"], got["off"]
+        for mode in ("off", "on"):
+            children[mode] = Child(mode, args, broker, topic)
+        for pair in range(args.rounds):
+            order = ("off", "on") if pair % 2 == 0 else ("on", "off")
             for label in ("send", "noop"):
-                ratios[label].append(on[f"{label}_rate"] / off[f"{label}_rate"])
-                ratios[f"{label}_cpu"].append(off[f"{label}_cpu_us"] / on[f"{label}_cpu_us"])
-            ratios["check"].append(on["bound_ratio"] / off["bound_ratio"])
-            for mode in ("off", "on"):
-                r = got[mode]
-                spans = f"  spans {r['spans']} (check {r['check_spans']})" if mode == "on" else ""
+                got = {mode: children[mode].ask(f"send {label} {args.seconds}") for mode in order}
+                ratios[label].append(got["on"]["rate"] / got["off"]["rate"])
+                ratios[f"{label}_cpu"].append(got["off"]["cpu_us"] / got["on"]["cpu_us"])
                 print(
-                    f"round {round_no + 1} {mode:>3}: send {r['send_rate']:6.0f} tx/s "
-                    f"({r['send_cpu_us']:.0f} us CPU each), noop {r['noop_rate']:6.0f} tx/s "
-                    f"({r['noop_cpu_us']:.0f} us)  check-backs {r['check_rate']:6.1f}/s "
-                    f"(bound ratio {r['bound_ratio']:.3f}"
-                    f"{'' if r['complete'] else ', INCOMPLETE'}){spans}",
+                    f"pair {pair + 1} {label:>4}: off {got['off']['rate']:6.0f} tx/s "
+                    f"({got['off']['cpu_us']:.0f} us CPU each), on {got['on']['rate']:6.0f} tx/s "
+                    f"({got['on']['cpu_us']:.0f} us): on/off {ratios[label][-1]:.3f}, CPU per "
+                    f"send off/on {ratios[f'{label}_cpu'][-1]:.3f}",
                     flush=True,
                 )
+        for pair in range(args.check_rounds):
+            order = ("off", "on") if pair % 2 == 0 else ("on", "off")
+            got = {mode: children[mode].ask("check") for mode in order}
+            ratios["check"].append(got["on"]["bound_ratio"] / got["off"]["bound_ratio"])
             print(
-                f"round {round_no + 1} on/off: send {ratios['send'][-1]:.3f} (CPU per send off/on "
-                f"{ratios['send_cpu'][-1]:.3f}), noop {ratios['noop'][-1]:.3f} (CPU "
-                f"{ratios['noop_cpu'][-1]:.3f}), check {ratios['check'][-1]:.3f}",
+                f"check pair {pair + 1}: "
+                + ", ".join(
+                    f"{mode} {got[mode]['rate']:.1f}/s (bound ratio "
+                    f"{got[mode]['bound_ratio']:.3f}"
+                    f"{'' if got[mode]['complete'] else ', INCOMPLETE'})"
+                    for mode in ("off", "on")
+                )
+                + f": on/off {ratios['check'][-1]:.3f}",
                 flush=True,
             )
+        for mode in ("off", "on"):
+            spans[mode] = children.pop(mode).close()
     finally:
+        for left in children.values():
+            left.kill()
         broker.stop()
+    if not spans["on"]["spans"] or not spans["on"]["check_spans"]:
+        raise RuntimeError(f"the on child recorded no spans: {spans['on']}")
+    print(
+        f"the on child's exporter got {spans['on']['spans']} spans ({spans['on']['check_spans']} check)"
+    )
     median = {label: statistics.median(values) for label, values in ratios.items()}
 
     def listed(label: str) -> str:
         return f"{median[label]:.3f} ({', '.join(f'{r:.2f}' for r in ratios[label])})"
 
     print(
-        f"medians of {args.rounds} rounds: send {listed('send')}, CPU per send off/on "
-        f"{listed('send_cpu')}; noop {listed('noop')}, CPU {listed('noop_cpu')}; "
-        f"check {listed('check')}"
+        f"medians: send {listed('send')}, CPU per send off/on {listed('send_cpu')}; "
+        f"noop {listed('noop')}, CPU {listed('noop_cpu')}; check {listed('check')}"
     )
     print(
         f"RESULT otel_overhead send_ratio={median['send']:.3f} check_ratio={median['check']:.3f} "
