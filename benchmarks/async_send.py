@@ -90,12 +90,23 @@ def _url(args: argparse.Namespace, tmp: Path, side: str) -> str:
     return args.database_url or f"sqlite:///{tmp / f'{side}.db'}"
 
 
+def _async_url(args: argparse.Namespace, tmp: Path, side: str) -> str:
+    """The async side's database: ``--database-url`` with ``--async-driver`` if one is given."""
+    url = _url(args, tmp, side)
+    if args.async_driver is None:
+        return url
+    sa_url = make_url(url)
+    return sa_url.set(
+        drivername=f"{sa_url.get_backend_name()}+{args.async_driver}"
+    ).render_as_string(hide_password=False)
+
+
 def run_async(
     args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "async"
 ) -> tuple[float, float, float, float]:
     """Async sends: (transactions per second, p99 loop lag in ms, process CPU µs per send, the
     loop thread's CPU µs per send)."""
-    engine = create_async_engine(_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
+    engine = create_async_engine(_async_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     sessions = make_async_session_factory(engine)
 
     class Pay:
@@ -295,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         "a SQLite file per side (aiosqlite vs sqlite3)",
     )
     parser.add_argument(
+        "--async-driver",
+        default=None,
+        help="the async side's driver on --database-url's database, e.g. asyncpg (pip install "
+        "asyncpg; the sync side keeps psycopg): each side on its own best driver; default: "
+        "psycopg's async mode",
+    )
+    parser.add_argument(
         "--no-write",
         action="store_true",
         help="execute_local writes nothing (the async one awaits asyncio.sleep(0)): what the "
@@ -329,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"backend {args.backend}; N={args.n}; {args.sends} sends per side; GIL switch "
                 f"interval {sys.getswitchinterval() * 1000:g} ms; database "
                 f"{database or 'sqlite (a file per side)'}, pool {args.pool}"
+                f"{f'; async driver {args.async_driver}' if args.async_driver else ''}"
                 f"{'; no write (--no-write)' if args.no_write else ''}",
                 flush=True,
             )
