@@ -2,7 +2,7 @@
 
     python -m benchmarks.orderly_throughput [--messages 10000] [--keys 64] [--threads 1,8]
                                             [--rounds 3] [--poison-threads 8]
-                                            [--poison-messages 40000] [--poison-rounds 3]
+                                            [--poison-messages 40000] [--poison-rounds 5]
                                             [--fifo-messages 3000]
                                             [--retries 3] [--retry-delay 0.05] [--pg URL]
 
@@ -132,6 +132,9 @@ class Arrivals:
     seen: list[tuple[bytes, str | None, float]] = field(default_factory=list)
     distinct: set[bytes] = field(default_factory=set)
     first_call: float | None = None
+    queues: dict[bytes, int] = field(default_factory=dict)
+    """The queue of each body (txmsg variants: ``Message.queue_id``)."""
+    poison_queue: int | None = None
     activity: list[float] = field(default_factory=list)
     """When the consumer did something that is no arrival: a failed attempt of the poisoned
     message, a line of txmsg's orderly log (a park, a message parked behind its key)."""
@@ -150,13 +153,15 @@ class Arrivals:
                 if self.first_call is None:
                     self.first_call = now
 
-    def add(self, body: bytes, key: str | None) -> None:
+    def add(self, body: bytes, key: str | None, queue: int | None = None) -> None:
         now = time.perf_counter()
         with self.lock:
             if self.first_call is None:
                 self.first_call = now
             self.seen.append((body, key, now))
             self.distinct.add(body)
+            if queue is not None:
+                self.queues[body] = queue
 
     def count(self) -> int:
         with self.lock:
@@ -210,6 +215,9 @@ class Figures:
     violations: int
     key_mismatches: int
     complete: bool
+    queue_ends: dict[int, float] = field(default_factory=dict)
+    """Per queue (txmsg variants), seconds from the first call to its last expected arrival."""
+    poison_queue: int | None = None
 
     @property
     def busy_rate(self) -> float:
@@ -224,6 +232,8 @@ def judge(name: str, arrivals: Arrivals, expected: set[bytes], complete: bool) -
         seen = list(arrivals.seen)
         start = arrivals.first_call
         activity = list(arrivals.activity)
+        queues = dict(arrivals.queues)
+        poison_queue = arrivals.poison_queue
     first_arrival: dict[bytes, float] = {}
     duplicates = violations = mismatches = 0
     done: dict[str, int] = {}  # key -> highest sequence applied so far
@@ -246,8 +256,23 @@ def judge(name: str, arrivals: Arrivals, expected: set[bytes], complete: bool) -
     points = sorted([*got, *(t for t in activity if start is not None and start <= t <= end)])
     steps = [b - a for a, b in zip([start or 0.0, *points], points, strict=False)]
     idle = sum(step for step in steps if step > IDLE_GAP)
+    queue_ends: dict[int, float] = {}
+    for body in expected:
+        queue = queues.get(body)
+        if queue is not None and body in first_arrival and start is not None:
+            queue_ends[queue] = max(queue_ends.get(queue, 0.0), first_arrival[body] - start)
     return Figures(
-        name, rate, len(got), seconds, idle, duplicates, violations, mismatches, complete
+        name,
+        rate,
+        len(got),
+        seconds,
+        idle,
+        duplicates,
+        violations,
+        mismatches,
+        complete,
+        queue_ends,
+        poison_queue,
     )
 
 
@@ -399,8 +424,9 @@ class TxmsgOrderly:
             arrivals.touch()
             if message.body == poison:
                 arrivals.active()
+                arrivals.poison_queue = message.queue_id
                 raise RuntimeError(f"poisoned message {message.body!r}")
-            arrivals.add(message.body, message.sharding_key)
+            arrivals.add(message.body, message.sharding_key, message.queue_id)
 
         config = TxMsgConfig(
             name_server=namesrv,
@@ -761,8 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--poison-rounds",
         type=int,
-        default=3,
-        help="poisoned/unpoisoned pairs (default 3; 0: as many as --rounds)",
+        default=5,
+        help="poisoned/unpoisoned pairs (default 5; 0: as many as --rounds)",
     )
     parser.add_argument(
         "--poison-messages",
@@ -930,6 +956,15 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {n} thr", start, others, args.timeout, settle
                     )
                     show(figures)
+                    ends = figures.queue_ends
+                    if name == "poisoned" and figures.poison_queue in ends and len(ends) > 1:
+                        mine = ends[figures.poison_queue]
+                        rest = [t for q, t in ends.items() if q != figures.poison_queue]
+                        print(
+                            f"  the other keys of the poisoned key's queue done at {mine:.2f} s, "
+                            f"the other queues at {min(rest):.2f}-{max(rest):.2f} s",
+                            flush=True,
+                        )
                     if name == "poisoned":
                         parked = consumer.parked(POISON_KEY)
                         if parked != poisoned_key:
