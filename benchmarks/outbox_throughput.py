@@ -22,7 +22,9 @@ the rounds' ratios is reported, every round is printed, and so is the load avera
   after each outbox window the relay drains what is left before the next window starts (the
   longest drain is printed: the relay keeps up when it is short).  Goal >= 0.8.  Also printed:
   ``commit_cpu_ratio``, the process CPU per plain transaction / per outbox transaction (relay and
-  client threads included), which the machine's load disturbs far less than wall time.
+  client threads included), which the machine's load disturbs far less than wall time, and
+  ``writer_cpu_ratio``, the same with the outbox writer thread's CPU only (the commit path
+  without the relay's share: what a relay in a process of its own would leave).
   ``commit_ratio_pg`` (and ``commit_cpu_ratio_pg``): the same on PostgreSQL.
 * ``relay_ratio``: ``--relay-rounds`` rounds of ``--messages`` keyed rows written first, then a
   relay started: messages/s until it sent them all, / the raw client's plain sends
@@ -41,6 +43,7 @@ Final line::
 
     RESULT outbox commit_ratio=<x> relay_ratio=<y> p50_ms=<a> p99_ms=<b> vs_half=<z>
         [commit_ratio_pg=<x> commit_cpu_ratio_pg=<c>] p99_all_ms=... commit_cpu_ratio=...
+        writer_cpu_ratio=...
         outbox_tps=... plain_tps=... relay_msgs=... raw_msgs=... load=<1-min load average>
         ratio=<min(commit_ratio, relay_ratio)>
 """
@@ -274,6 +277,9 @@ class CommitFigures:
     plain_tps: float
     cpu_ratio: float
     """Median of the rounds' plain / outbox process CPU per transaction."""
+    writer_cpu_ratio: float
+    """Median of the rounds' plain CPU / the outbox writer thread's CPU per transaction: the
+    commit path alone, without the relay's share."""
     longest_drain: float
 
 
@@ -283,6 +289,7 @@ def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> Com
     outbox.start_relay(acks)
     ratios: list[float] = []
     cpu: list[float] = []
+    writer_cpu: list[float] = []
     rates: dict[str, list[float]] = {"outbox": [], "plain": []}
     drains: list[float] = []
     serial = iter(range(10**9))  # unique order refs across windows
@@ -310,6 +317,7 @@ def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> Com
             got = {name: run(name, seconds) for name in order}
             ratios.append(got["outbox"].rate / got["plain"].rate)
             cpu.append(got["plain"].process_us / got["outbox"].process_us)
+            writer_cpu.append(got["plain"].process_us / got["outbox"].thread_us)
             for name, value in got.items():
                 rates[name].append(value.rate)
             print(
@@ -328,6 +336,7 @@ def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> Com
         outbox_tps=statistics.median(rates["outbox"]),
         plain_tps=statistics.median(rates["plain"]),
         cpu_ratio=statistics.median(cpu),
+        writer_cpu_ratio=statistics.median(writer_cpu),
         longest_drain=max(drains),
     )
 
@@ -502,7 +511,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"commit_ratio (SQLite) = {commit.ratio:.3f} (goal >= 0.8), median of "
                 f"{len(commit.ratios)} rounds {sorted(round(r, 3) for r in commit.ratios)}; "
-                f"CPU per transaction plain/outbox = {commit.cpu_ratio:.3f}; the relay drained "
+                f"CPU per transaction plain/outbox = {commit.cpu_ratio:.3f} (the writer thread "
+                f"alone {commit.writer_cpu_ratio:.3f}); the relay drained "
                 f"what was left within {commit.longest_drain:.2f} s of each outbox window",
                 flush=True,
             )
@@ -557,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         f"RESULT outbox commit_ratio={commit.ratio:.3f} relay_ratio={ratio:.3f} "
         f"p50_ms={p50_ms:.1f} p99_ms={p99_ms:.1f} vs_half={vs_half:.3f}{more} "
         f"p99_all_ms={p99_all:.1f} commit_cpu_ratio={commit.cpu_ratio:.3f} "
+        f"writer_cpu_ratio={commit.writer_cpu_ratio:.3f} "
         f"outbox_tps={commit.outbox_tps:.0f} plain_tps={commit.plain_tps:.0f} "
         f"relay_msgs={relay:.0f} raw_msgs={raw:.0f} load={load:.1f} "
         f"ratio={min(commit.ratio, ratio):.3f}"

@@ -165,6 +165,48 @@ def test_the_ledger_claims_releases_and_frees_stale_claims(monkeypatch: pytest.M
     again = ledger.claim()
     assert again is not None
     assert again[1] == ["k4"]
-    ledger.add(["k5"])
-    assert sorted(ledger.claim_all()) == ["k4", "k5"]
+    ledger.done(again[0])
     assert len(ledger) == 0
+
+
+def test_a_savepoint_neither_wakes_nor_completes_and_a_closed_session_hands_back(
+    sqlite: Db, quiet_relay: None
+) -> None:
+    """A savepoint released or rolled back after ``outbox.send`` is not the commit: the
+    deletion counts (and the relay wakes) only when the transaction itself commits; a session
+    closed with its transaction open hands its deletion back."""
+    sender = ScriptedSender()
+    outbox = started(sqlite, sender)
+    relay = outbox.relay
+    assert relay is not None
+    ledger = relay._ledger
+    assert ledger is not None
+    try:
+        write(outbox, sqlite, "a", "a1")
+        wait_until(lambda: len(sender.sent) == 1, timeout=30, message="a1 sent")
+        session = sqlite.sessions()
+        session.begin()
+        outbox.send(session, "t", "a2", sharding_key="a")  # claims a1's deletion
+        with session.begin_nested():
+            session.add(Order(ref="in a savepoint"))
+        try:
+            with session.begin_nested():
+                raise ValueError("rolled back savepoint")
+        except ValueError:
+            pass
+        assert not ledger.has_free()
+        assert len(ledger) == 1  # still claimed by the open transaction
+        session.close()  # never committed: a1's deletion is handed back
+        assert ledger.has_free()
+        assert bodies_left(sqlite) == [b"a1"]
+        with sqlite.sessions() as session, session.begin():
+            outbox.send(session, "t", "a3", sharding_key="a")
+            with session.begin_nested():
+                session.add(Order(ref="released savepoint"))
+            assert not ledger.has_free()  # claimed until the commit
+            assert len(ledger) == 1
+        assert bodies_left(sqlite) == [b"a3"]  # a1 deleted by that commit
+        wait_until(lambda: len(sender.sent) == 2, timeout=30, message="a3 sent")
+    finally:
+        outbox.stop_relay()
+    assert [m.body for m in sender.sent] == [b"a1", b"a3"]

@@ -15,9 +15,11 @@ Until a deletion commits, the relay's reads leave the rows out by their ``messag
 hands a deleted row's id out again, a ``message_key`` never repeats.
 
 An entry is *free* (nobody is deleting it) or *claimed* by one transaction: the writer's commit
-removes it (:meth:`done`), a rollback frees it again (:meth:`release`), and a claim left by a
-transaction that never ended is freed after :data:`CLAIM_TIMEOUT` seconds (deleting a row twice
-is harmless).  A relay killed with entries here sends those rows again after its restart: at
+removes it (:meth:`done`), a rollback or a transaction closed without commit frees it again
+(:meth:`release`), and a claim left by a transaction that never ended is freed after
+:data:`CLAIM_TIMEOUT` seconds (deleting a row twice is harmless).  A closing relay deletes the
+free entries; claimed ones are left to their transactions (a rollback after the relay closed
+leaves the rows, sent again by the next relay).  A relay killed with entries here sends those rows again after its restart: at
 least once, as when it dies between a send and its mark; every copy carries the stable key.
 """
 
@@ -77,18 +79,6 @@ class SentLedger:
             token = next(self._tokens)
             self._claims[token] = (now, keys)
             return token, keys
-
-    def claim_all(self) -> list[str]:
-        """Every entry, free or claimed, for the relay's last deletion when it closes; the
-        ledger is empty afterwards (a claiming transaction that commits later deletes
-        nothing more)."""
-        with self._lock:
-            keys = list(self._free)
-            for _, claimed in self._claims.values():
-                keys.extend(claimed)
-            self._free.clear()
-            self._claims.clear()
-            return keys
 
     def done(self, token: int) -> None:
         """The claim's deletion committed: its rows are gone."""

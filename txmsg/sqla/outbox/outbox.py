@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.orm import Session, scoped_session
+from sqlalchemy.orm import Session, SessionTransaction, scoped_session
 
 from txmsg.errors import ConfigError, InvalidMessageError, LifecycleError
 from txmsg.names import NameRule, check_name, rocketmq_rule
@@ -57,6 +57,8 @@ _listening_lock = threading.Lock()
 
 
 def _after_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: the rows are not committed yet
     info = session.info
     if DELETES_MARK in info:
         for ledger, token in info.pop(DELETES_MARK):
@@ -68,20 +70,33 @@ def _after_commit(session: Session) -> None:
 
 
 def _after_rollback(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint rolled back: the transaction's own rows and deletes stand
     info = session.info
     info.pop(WAKE_MARK, None)
+    _release_deletes(info)
+
+
+def _after_transaction_end(session: Session, transaction: SessionTransaction) -> None:
+    # a session closed with its transaction open ends it without after_rollback
+    if transaction.parent is None:
+        _release_deletes(session.info)
+
+
+def _release_deletes(info: dict[Any, Any]) -> None:
     if DELETES_MARK in info:
         for ledger, token in info.pop(DELETES_MARK):
             ledger.release(token)
 
 
 def _listen_once() -> None:
-    """Install the two ``Session`` class listeners (once per process)."""
+    """Install the ``Session`` class listeners (once per process)."""
     global _listening
     with _listening_lock:
         if not _listening:
             event.listen(Session, "after_commit", _after_commit)
             event.listen(Session, "after_rollback", _after_rollback)
+            event.listen(Session, "after_transaction_end", _after_transaction_end)
             _listening = True
 
 

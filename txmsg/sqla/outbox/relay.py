@@ -504,19 +504,17 @@ class Relay:
 
     def _delete_sent(self, *, everything: bool = False) -> None:
         """Delete sent rows no writer deleted within :data:`SELF_DELETE_AFTER` (or, with
-        ``everything``, all of them, the relay closing) in a transaction of the relay's own."""
+        ``everything``, the relay closing, all that no writer's open transaction is deleting:
+        waiting for those could wait for this very thread's own open transaction) in a
+        transaction of the relay's own."""
         ledger = self._ledger
         if ledger is None:
-            return
-        if everything:
-            keys = ledger.claim_all()
-            if keys:
-                self._delete_keys(keys)
             return
         oldest = ledger.oldest_free()
         if oldest is None:
             return
-        if time.monotonic() - oldest < SELF_DELETE_AFTER and len(ledger) < SELF_DELETE_AT:
+        young = time.monotonic() - oldest < SELF_DELETE_AFTER
+        if not everything and young and len(ledger) < SELF_DELETE_AT:
             return
         claim = ledger.claim()
         if claim is None:
