@@ -422,9 +422,10 @@ class TxmsgOrderly:
 
         def listener(message: Message) -> None:
             arrivals.touch()
+            if message.sharding_key == POISON_KEY:
+                arrivals.poison_queue = message.queue_id
             if message.body == poison:
                 arrivals.active()
-                arrivals.poison_queue = message.queue_id
                 raise RuntimeError(f"poisoned message {message.body!r}")
             arrivals.add(message.body, message.sharding_key, message.queue_id)
 
@@ -957,11 +958,11 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     show(figures)
                     ends = figures.queue_ends
-                    if name == "poisoned" and figures.poison_queue in ends and len(ends) > 1:
+                    if figures.poison_queue in ends and len(ends) > 1:
                         mine = ends[figures.poison_queue]
                         rest = [t for q, t in ends.items() if q != figures.poison_queue]
                         print(
-                            f"  the other keys of the poisoned key's queue done at {mine:.2f} s, "
+                            f"  the other keys of {POISON_KEY}'s queue done at {mine:.2f} s, "
                             f"the other queues at {min(rest):.2f}-{max(rest):.2f} s",
                             flush=True,
                         )

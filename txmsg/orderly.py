@@ -521,7 +521,10 @@ class _ParkBehind:
                     target=self._run, name=f"txmsg-park-behind-{group}", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify_all()
+            if self._count == 1 or self._count >= PARK_BEHIND_BATCH:
+                # the writer waits for a first message, then for the linger or a full batch:
+                # waking it for every message would only hand it the GIL to wait again
+                self._cond.notify_all()
             return True
 
     def waiting(self) -> int:
