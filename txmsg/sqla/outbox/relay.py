@@ -12,7 +12,8 @@ each key), each keyed one with up to :data:`PER_KEY` - 1 next rows of its key
 (``send_orderly_async`` with the sharding key for keyed rows): the rows of different keys at once,
 a key's rows one after the other, each once the broker acknowledged the one before (at most one
 row per key is in flight, so they reach the broker in order; a failed row ends its key's chain);
-waits for the answers, then deletes the sent rows and records the failures.
+takes the answers as they come, then deletes the sent rows (SQLite: see below) and records the
+failures.
 
 Several relays on PostgreSQL share the rows: a cycle's first rows are taken ``FOR UPDATE SKIP
 LOCKED`` and stay locked while they are sent, in the same transaction that deletes them (the
