@@ -3,6 +3,7 @@
     python -m benchmarks.orderly_throughput [--messages 10000] [--keys 64] [--threads 1,8]
                                             [--rounds 3] [--poison-threads 8]
                                             [--poison-messages 40000] [--poison-rounds 5]
+                                            [--poison-pairs together|apart]
                                             [--fifo-messages 3000]
                                             [--retries 3] [--retry-delay 0.05] [--pg URL]
 
@@ -38,10 +39,13 @@ noisy; nothing is compared across runs), and ``overhead_ms`` what txmsg adds per
 1/raw in ms, median of the rounds (``overhead_ms`` for 1 thread, ``overhead8_ms`` for 8,
 ``overhead1pg_ms``/``overhead8pg_ms`` on PostgreSQL; goal <= 0.1, i.e. t1 and t8 >= 0.15).
 
-Then, with ``--poison-threads`` consumer threads, **poisoned** vs **unpoisoned** txmsg runs (paired
-the same way, ``--poison-rounds`` pairs) on a topic of their own with ``--poison-messages``
-messages over the same keys (runs of ~1 s, as on the first topic, were mostly librocketmq's
-start-up pauses: the pairs' ratios spread from 0.4 to 1.2).  In the poisoned one the listener
+Then, with ``--poison-threads`` consumer threads, **poisoned** vs **unpoisoned** txmsg runs
+(``--poison-rounds`` pairs) on a topic of their own with ``--poison-messages`` messages over the
+same keys (runs of ~1 s, as on the first topic, were mostly librocketmq's start-up pauses: the
+pairs' ratios spread from 0.4 to 1.2).  The two sides of a pair run at the same time, each in a
+child process of its own (``--poison-pairs together``; ``apart``: one after the other in this
+process, alternating the order), because the machine's load swung run times of the same
+unpoisoned consumer from 3.3 to 8 s within a minute.  In the poisoned one the listener
 raises for the first message of key ``order-000``, so after ``--retries`` attempts
 ``--retry-delay`` s apart (defaults 3 and 0.05 s: 0.1 s of retrying in that queue's thread) the
 key is parked with that message, and the key's later messages are parked behind it as they
@@ -93,6 +97,7 @@ backend does now and with a transaction per message before its acknowledgement, 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -102,7 +107,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +302,15 @@ def create_topic(namesrv: str, topic: str) -> None:
     )
 
 
+def bodies_of(messages: int, keys: int) -> dict[str, list[bytes]]:
+    """The bodies :func:`prefill` sends, per key, in order (the same for the same arguments)."""
+    per_key: dict[str, list[bytes]] = {key_name(k): [] for k in range(keys)}
+    for i in range(messages):
+        key = key_name(i % keys)
+        per_key[key].append(f"{key}|{len(per_key[key])}".encode())
+    return per_key
+
+
 def prefill(
     namesrv: str, topic: str, messages: int, keys: int, senders: int = 4
 ) -> dict[str, list[bytes]]:
@@ -305,10 +319,7 @@ def prefill(
     to a queue).  Each key is sent from one thread, in sequence order.  Returns the bodies per key."""
     from rocketmq.client import Message, Producer, SendStatus  # noqa: PLC0415 - loads librocketmq
 
-    per_key: dict[str, list[bytes]] = {key_name(k): [] for k in range(keys)}
-    for i in range(messages):
-        key = key_name(i % keys)
-        per_key[key].append(f"{key}|{len(per_key[key])}".encode())
+    per_key = bodies_of(messages, keys)
     names = sorted(per_key)
     producer = Producer(unique("OrderlyBenchPG"))
     native.load().dll.SetProducerInstanceName(producer._handle, unique("orderly-fill").encode())
@@ -759,6 +770,98 @@ def run_variant(
         consumer.stop()
 
 
+POISON_CHILD = "--poison-child"
+"""First argument of a child process that runs one side of a poisoned/unpoisoned pair."""
+
+
+def poison_child(spec: dict[str, Any]) -> int:
+    """One side of a pair, in a process of its own: consume, judge, print the figures as JSON."""
+    ensure_client_log_dir()
+    logging.basicConfig(level=logging.WARNING, filename=spec["log"])
+    logging.getLogger("txmsg.orderly").addHandler(ACTIVITY)
+    per_key = bodies_of(spec["messages"], spec["keys"])
+    poisoned_key = per_key[POISON_KEY]
+    others = {b for key, bodies in per_key.items() if key != POISON_KEY for b in bodies}
+    poison = poisoned_key[0] if spec["poisoned"] else None
+
+    def settle(consumer: TxmsgOrderly) -> bool:
+        return consumer.parked(POISON_KEY) == poisoned_key
+
+    figures, consumer = run_variant(
+        spec["name"],
+        lambda arrivals: TxmsgOrderly(
+            spec["namesrv"],
+            spec["topic"],
+            spec["threads"],
+            arrivals,
+            Path(spec["workdir"]),
+            poison=poison,
+            retries=spec["retries"],
+            retry_delay=spec["retry_delay"],
+        ),
+        others,
+        spec["timeout"],
+        settle if poison is not None else None,
+    )
+    parked = consumer.parked(POISON_KEY) if poison is not None else poisoned_key
+    print(
+        json.dumps(
+            {
+                "figures": asdict(figures),
+                "parked": len(parked),
+                "parked_all_in_order": parked == poisoned_key,
+                "parked_in_order": parked == poisoned_key[: len(parked)],
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
+def poison_pair(specs: dict[str, dict[str, Any]], timeout: float) -> dict[str, tuple[Figures, str]]:
+    """Run the sides of a pair at the same time, each in a child process (so that the machine's
+    load, which swings by a factor of two within seconds here, hits both alike and neither shares
+    the other's GIL); their figures and what each says about the parked rows."""
+    children = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.orderly_throughput", POISON_CHILD, json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, spec in specs.items()
+    }
+    got: dict[str, tuple[Figures, str]] = {}
+    for name, child in children.items():
+        out, err = child.communicate(timeout=timeout * 3 + 120)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if child.returncode != 0 or not lines:
+            raise RuntimeError(f"the {name} side failed ({child.returncode}): {err[-2000:]}")
+        data = json.loads(lines[-1])
+        fields = data["figures"]
+        fields["queue_ends"] = {int(q): t for q, t in fields["queue_ends"].items()}
+        note = ""
+        if not data["parked_all_in_order"]:
+            note = f"parked rows of {POISON_KEY}: {data['parked']}" + (
+                "" if data["parked_in_order"] else " OUT OF ORDER"
+            )
+        got[name] = (Figures(**fields), note)
+    return got
+
+
+def report_queues(figures: Figures) -> None:
+    """When the poisoned key's queue finished its other keys, beside the other queues."""
+    ends = figures.queue_ends
+    if figures.poison_queue in ends and len(ends) > 1:
+        mine = ends[figures.poison_queue]
+        rest = [t for q, t in ends.items() if q != figures.poison_queue]
+        print(
+            f"  the other keys of {POISON_KEY}'s queue done at {mine:.2f} s, "
+            f"the other queues at {min(rest):.2f}-{max(rest):.2f} s",
+            flush=True,
+        )
+
+
 def show(f: Figures) -> None:
     flags = "" if f.complete else "  INCOMPLETE (timed out)"
     print(
@@ -790,6 +893,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=5,
         help="poisoned/unpoisoned pairs (default 5; 0: as many as --rounds)",
+    )
+    parser.add_argument(
+        "--poison-pairs",
+        choices=("together", "apart"),
+        default="together",
+        help="run the two sides of a poisoned/unpoisoned pair at the same time, each in a child "
+        "process (default), or one after the other in this process",
     )
     parser.add_argument(
         "--poison-messages",
@@ -825,6 +935,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also run the txmsg variant with its database on this PostgreSQL URL "
         "(default $TXMSG_BENCH_PG_URL; e.g. what `bash scripts/pg.sh` prints)",
     )
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [POISON_CHILD]:
+        return poison_child(json.loads(argv[1]))
     args = parser.parse_args(argv)
     thread_counts = [int(x) for x in args.threads.split(",") if x.strip()]
     ensure_client_log_dir()
@@ -947,7 +1060,41 @@ def main(argv: list[str] | None = None) -> int:
                 if round_no % 2:
                     order.reverse()
                 got = {}
+                together: dict[str, tuple[Figures, str]] = {}
+                if args.poison_pairs == "together":
+                    together = poison_pair(
+                        {
+                            name: {
+                                "name": f"{name} {n} thr",
+                                "poisoned": name == "poisoned",
+                                "namesrv": broker.namesrv_addr,
+                                "topic": poison_topic,
+                                "messages": len(everything),
+                                "keys": args.keys,
+                                "threads": n,
+                                "workdir": str(workdir),
+                                "log": str(workdir / f"txmsg-{name}-{round_no}.log"),
+                                "retries": args.retries,
+                                "retry_delay": args.retry_delay,
+                                "timeout": args.timeout,
+                            }
+                            for name, _ in order
+                        },
+                        args.timeout,
+                    )
                 for name, start in order:
+                    if together:
+                        figures, note = together[name]
+                        show(figures)
+                        report_queues(figures)
+                        if note:
+                            print(f"  {note}")
+                            violations += 1
+                        got[name] = figures
+                        rates.setdefault(f"{name}{n}", []).append(figures.rate)
+                        violations += figures.violations
+                        incomplete += not figures.complete
+                        continue
                     settle = (
                         (lambda c: c.parked(POISON_KEY) == poisoned_key)
                         if name == "poisoned"
@@ -957,15 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{name} {n} thr", start, others, args.timeout, settle
                     )
                     show(figures)
-                    ends = figures.queue_ends
-                    if figures.poison_queue in ends and len(ends) > 1:
-                        mine = ends[figures.poison_queue]
-                        rest = [t for q, t in ends.items() if q != figures.poison_queue]
-                        print(
-                            f"  the other keys of {POISON_KEY}'s queue done at {mine:.2f} s, "
-                            f"the other queues at {min(rest):.2f}-{max(rest):.2f} s",
-                            flush=True,
-                        )
+                    report_queues(figures)
                     if name == "poisoned":
                         parked = consumer.parked(POISON_KEY)
                         if parked != poisoned_key:
