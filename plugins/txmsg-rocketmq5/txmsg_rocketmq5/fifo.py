@@ -47,6 +47,11 @@ SETTINGS_WAIT_S = 10.0
 HELD_PER_THREAD = 4
 """Messages held (received, not yet acked) per handler thread: enough to keep every thread busy
 when one receive brings several groups, few enough that a close() leaves little to redeliver."""
+RECEIVE_MAX = 32
+"""The proxy's receive batch maximum, and the fewest messages held at once whatever the thread
+count: with 1 thread and 4 held, every 4 messages waited for a receive round trip, which made
+txmsg's FIFO consumer 0.44-0.69 as fast as the 5.x client's own receive-and-ack loop
+(``benchmarks.orderly_throughput``, ``fifo_t1``); 32 held gave 0.61-0.93 in the same trial."""
 
 
 class _SettingsConsumer(QuietSimpleConsumer):
@@ -117,7 +122,7 @@ class FifoConsumer(ReceiveLoop):
         self.concurrency = concurrency
         # the client sends whole seconds; never 0 (that would redeliver at once, in a tight loop)
         self.retry_seconds = max(1, math.ceil(retry_delay))
-        self.capacity = concurrency * HELD_PER_THREAD
+        self.capacity = max(RECEIVE_MAX, concurrency * HELD_PER_THREAD)
         self.consumed = self.suspended = 0
         self._lock = threading.Condition()
         self._pending: dict[str, deque[Any]] = {}
@@ -147,7 +152,7 @@ class FifoConsumer(ReceiveLoop):
 
     # ---- receive loop (ReceiveLoop._run) ---------------------------------------------------------
     def _room(self) -> int:
-        return min(self.capacity - self._held, 32)  # the proxy's receive batch maximum
+        return min(self.capacity - self._held, RECEIVE_MAX)
 
     def _running_handlers(self) -> int:
         return len(self._running)
