@@ -10,26 +10,23 @@ COMMIT answers are absorbed by the idempotent consumer.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 from txmsg_broker.testing import wait_until
 
-from txmsg.message import Message, OutgoingMessage
-from txmsg.sqla import RecordBackedListener, RecordState, get_record, wrap_idempotent
+from txmsg.message import Message
+from txmsg.sqla import RecordBackedListener, RecordState, get_record
 from txmsg.states import LocalTransactionState as S
 
-from .business import Ledger, balance, credit, ledger_rows
+from .business import balance, credit, ledger_rows
 from .conftest import Db, make_db
+from .record_rig import record_rig
 
 backend_mod = pytest.importorskip("txmsg_rocketmq.backend")
 
@@ -58,91 +55,35 @@ def test_rolled_back_never_delivered_committed_absorbed(
     broker = txmsg_broker_factory(
         broker_version="5.3.3", check_max=5
     )  # op batch 3000 > timeout 1000
-    db = sqlite_db
-    config = SimpleNamespace(
-        name_server=broker.namesrv_addr, client_log_dir=str(tmp_path / "client-logs")
-    )
-    backend = backend_mod.RocketMQBackend(config)
-    listener = Pay(db.sessions)
-    topic = f"f5_sqla_{uuid.uuid4().hex[:8]}"
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "txmsg_broker", "topic", "create", topic),
-            *("--namesrv", broker.namesrv_addr, "--type", "TRANSACTION"),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    checks: list[tuple[str, S]] = []
-    lock = threading.Lock()
-
-    def check(message: Message) -> S:
-        state = listener.check_local(message)
-        with lock:
-            checks.append((message.transaction_key or "", state))
-        return state
-
-    def apply(message: Message, session: Session) -> None:
-        session.add(Ledger(message_key=message.transaction_key or "", amount=1))
-
-    consumer = wrap_idempotent(apply, db.sessions, f"cg-{listener.producer_group}", topic)
-
-    def handle(message: Message) -> bool:
-        try:
-            consumer(message)
-            return True
-        except Exception:  # noqa: BLE001 - like a real consumer: any failure asks for redelivery
-            return False
-
-    try:
-        sender = backend.create_transactional_sender(
-            listener.producer_group, check, check_concurrency=2
-        )
-        stop = backend.subscribe(topic, f"cg-{listener.producer_group}", handle)
-        keys: dict[str, str] = {}
-        for arg in [f"ok{n}" for n in range(ROUNDS)] + [f"fail{n}" for n in range(ROUNDS)]:
-            out = OutgoingMessage(topic=topic, body=arg.encode(), keys=arg)
-            _mid, key, status, _off = sender.send_in_transaction(
-                out, lambda m, arg=arg: listener.execute_local(m, arg)
-            )
-            assert status == "SEND_OK"
-            keys[arg] = key
+    listener = Pay(sqlite_db.sessions)
+    with record_rig(backend_mod, broker.namesrv_addr, sqlite_db, listener, tmp_path) as rig:
+        keys = {arg: rig.send(arg)[1] for arg in [f"ok{n}" for n in range(ROUNDS)]}
+        keys |= {arg: rig.send(arg)[1] for arg in [f"fail{n}" for n in range(ROUNDS)]}
         ok_keys = {keys[f"ok{n}"] for n in range(ROUNDS)}
         fail_keys = {keys[f"fail{n}"] for n in range(ROUNDS)}
-
-        def checked(wanted: set[str]) -> bool:
-            with lock:
-                return bool(wanted & {k for k, _ in checks})
-
         # the broker checks back transactions that had ended (their op records wait in the batch)
-        wait_until(lambda: checked(fail_keys), timeout=30, message="a rolled-back one checked back")
-        wait_until(lambda: checked(ok_keys), timeout=30, message="a committed one checked back")
         wait_until(
-            lambda: consumer.duplicates >= 1,
+            lambda: rig.checked(fail_keys), timeout=30, message="a rolled-back one checked back"
+        )
+        wait_until(lambda: rig.checked(ok_keys), timeout=30, message="a committed one checked back")
+        wait_until(
+            lambda: rig.consumer.duplicates >= 1,
             timeout=30,
-            message=lambda: f"a COMMIT answer redelivered; checks {checks}",
+            message=lambda: f"a COMMIT answer redelivered; checks {rig.checks}",
         )
         time.sleep(6)  # two op batches and several check passes more: nothing else may arrive
-        with lock:
-            answers = {k: {s for kk, s in checks if kk == k} for k in ok_keys | fail_keys}
         for key in fail_keys:
-            assert answers[key] <= {S.ROLLBACK}, (key, answers[key])
+            assert set(rig.answers(key)) <= {S.ROLLBACK}, (key, rig.answers(key))
         for key in ok_keys:
-            assert answers[key] <= {S.COMMIT}, (key, answers[key])
-        assert {k for k, _ in ledger_rows(db.sessions)} == ok_keys  # each once, no rolled-back one
-        assert len(ledger_rows(db.sessions)) == ROUNDS
-        assert balance(db.sessions, "acct") == ROUNDS
-        assert consumer.duplicates >= 1
-        for key in ok_keys:
-            record = get_record(db.sessions, key)
+            assert set(rig.answers(key)) <= {S.COMMIT}, (key, rig.answers(key))
+        rows = ledger_rows(sqlite_db.sessions)
+        assert {k for k, _ in rows} == ok_keys  # each once, no rolled-back one
+        assert len(rows) == ROUNDS
+        assert balance(sqlite_db.sessions, "acct") == ROUNDS
+        assert rig.consumer.duplicates >= 1
+        for key, state in [(k, RecordState.COMMITTED) for k in ok_keys] + [
+            (k, RecordState.ROLLED_BACK) for k in fail_keys
+        ]:
+            record = get_record(sqlite_db.sessions, key)
             assert record is not None
-            assert record.state is RecordState.COMMITTED
-        for key in fail_keys:
-            record = get_record(db.sessions, key)
-            assert record is not None
-            assert record.state is RecordState.ROLLED_BACK
-        stop()
-    finally:
-        listener.close()
-        backend.close(timeout=15)
+            assert record.state is state

@@ -5,26 +5,23 @@ this layer plus the real client."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
 from txmsg_broker.testing import read_log, wait_until
 
-from txmsg.message import Message, OutgoingMessage
-from txmsg.sqla import RecordBackedListener, RecordState, get_record, wrap_idempotent
+from txmsg.message import Message
+from txmsg.sqla import RecordBackedListener, RecordState, get_record
 from txmsg.states import LocalTransactionState as S
 
-from .business import Ledger, balance, credit, ledger_rows
+from .business import balance, credit, ledger_rows
 from .conftest import Db, make_db
+from .record_rig import record_rig
 
 backend_mod = pytest.importorskip("txmsg_rocketmq.backend")
 
@@ -54,73 +51,14 @@ def sqlite_db(tmp_path: Path) -> Iterator[Db]:
     yield from make_db("sqlite", tmp_path)
 
 
-def create_topic(namesrv: str, topic: str) -> None:
-    """``txmsg topic create NAME --type TRANSACTION`` (what an operator does on RocketMQ 5)."""
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "txmsg_broker",
-            "topic",
-            "create",
-            topic,
-            "--namesrv",
-            namesrv,
-            "--type",
-            "TRANSACTION",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-
-
 def test_record_backed_listener_over_the_real_client(
     txmsg_broker: Any, sqlite_db: Db, tmp_path: Path
 ) -> None:
     db = sqlite_db
-    config = SimpleNamespace(
-        name_server=txmsg_broker.namesrv_addr, client_log_dir=str(tmp_path / "client-logs")
-    )
-    backend = backend_mod.RocketMQBackend(config)
     listener = Pay(db.sessions)
-    topic = f"sqla_rt_{uuid.uuid4().hex[:8]}"
-    create_topic(txmsg_broker.namesrv_addr, topic)
-    checks: list[tuple[str, S]] = []
-    lock = threading.Lock()
-
-    def check(message: Message) -> S:
-        state = listener.check_local(message)
-        with lock:
-            checks.append((message.transaction_key or "", state))
-        return state
-
-    def apply(message: Message, session: Session) -> None:
-        session.add(Ledger(message_key=message.transaction_key or "", amount=1))
-
-    consumer = wrap_idempotent(apply, db.sessions, f"cg-{listener.producer_group}", topic)
-
-    def handle(message: Message) -> bool:
-        try:
-            consumer(message)
-            return True
-        except Exception:  # noqa: BLE001 - like a real consumer: any failure asks for redelivery
-            return False
-
-    try:
-        sender = backend.create_transactional_sender(
-            listener.producer_group, check, check_concurrency=2
-        )
-        stop = backend.subscribe(topic, f"cg-{listener.producer_group}", handle)
-        keys: dict[str, str] = {}
-        msg_ids: dict[str, str] = {}
-        for arg in ("ok", "fail", "slow"):
-            out = OutgoingMessage(topic=topic, body=arg.encode(), keys=arg)
-            mid, key, status, _off = sender.send_in_transaction(
-                out, lambda m, arg=arg: listener.execute_local(m, arg)
-            )
-            assert status == "SEND_OK"
-            keys[arg], msg_ids[arg] = key, mid
+    with record_rig(backend_mod, txmsg_broker.namesrv_addr, db, listener, tmp_path) as rig:
+        sent = {arg: rig.send(arg) for arg in ("ok", "fail", "slow")}
+        keys = {arg: key for arg, (_mid, key) in sent.items()}
         # the slow one answered UNKNOW; the check-back reads IN_FLIGHT then COMMITTED
         wait_until(
             lambda: len(ledger_rows(db.sessions)) == 2,
@@ -129,7 +67,7 @@ def test_record_backed_listener_over_the_real_client(
         )
         # once the broker has rolled "fail" back, nothing can deliver it any more
         wait_until(
-            lambda: _rolled_back(txmsg_broker.log_dir, msg_ids["fail"], keys["fail"]),
+            lambda: _rolled_back(txmsg_broker.log_dir, *sent["fail"]),
             timeout=30,
             message="the broker to roll back the failed transaction",
         )
@@ -144,12 +82,7 @@ def test_record_backed_listener_over_the_real_client(
             record = get_record(db.sessions, keys[arg])
             assert record is not None, arg
             assert record.state is state, arg
-        with lock:
-            slow_answers = [s for k, s in checks if k == keys["slow"]]
+        slow_answers = rig.answers(keys["slow"])
         assert slow_answers
         assert slow_answers[-1] is S.COMMIT
-        assert consumer.duplicates == 0
-        stop()
-    finally:
-        listener.close()
-        backend.close(timeout=15)
+        assert rig.consumer.duplicates == 0
