@@ -20,32 +20,16 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
+from txmsg.cli_targets import Target, database_errors, load_app, targets
 from txmsg.errors import TxMsgError
-from txmsg.parked_cli import load_app
-from txmsg.sqla.engine import SessionFactory, create_engine, make_session_factory
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox import Relay, store
 from txmsg.sqla.outbox.models import OutboxState
-
-TABLES_FIX = (
-    "check the URL, and that the txmsg tables exist (txmsg.sqla.create_tables(engine) creates "
-    "them, or add txmsg.sqla.metadata to your Alembic target_metadata)"
-)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One outbox group (None: every group in the database) and its database."""
-
-    group: str | None
-    sessions: SessionFactory
 
 
 def _outboxes_of(reference: str) -> dict[str, Any]:
@@ -76,39 +60,14 @@ def _app_outboxes(reference: str, group: str | None) -> list[Any]:
     return [outboxes[group]]
 
 
+def _app_targets(reference: str, group: str | None) -> list[Target]:
+    return [Target(o.group, o.session_factory) for o in _app_outboxes(reference, group)]
+
+
 @contextmanager
 def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
-    """The outboxes a command works on; an engine made for ``--database`` is disposed when the
-    command is done (an app's engines are its own)."""
-    if app is not None and database is not None:
-        raise click.UsageError("give --app or --database, not both")
-    if app is not None:
-        yield [Target(o.group, o.session_factory) for o in _app_outboxes(app, group)]
-        return
-    if database is not None:
-        try:
-            engine = create_engine(database)
-        except Exception as exc:
-            raise click.ClickException(f"--database {database}: {exc}") from exc
-        try:
-            yield [Target(group, make_session_factory(engine))]
-        finally:
-            engine.dispose()
-        return
-    raise click.UsageError(
-        "say where the outbox is: --app MODULE:ATTR (your TxMsg app) or --database URL (the "
-        "service's database)"
-    )
-
-
-@contextmanager
-def _database(what: str) -> Iterator[None]:
-    try:
-        yield
-    except SQLAlchemyError as exc:
-        raise click.ClickException(
-            f"could not {what}: {type(exc).__name__}: {str(exc).splitlines()[0]}; {TABLES_FIX}"
-        ) from exc
+    with targets(app, database, group, of_app=_app_targets, where="the outbox") as found:
+        yield found
 
 
 def _one_line(text: str | None, width: int = 60) -> str:
@@ -149,7 +108,7 @@ def status_command(app: str | None, database: str | None, group: str | None, as_
     """Unsent rows, the oldest unsent row's age and dead rows of each outbox."""
     now = utcnow()
     found: list[dict[str, Any]] = []
-    with _targets(app, database, group) as targets, _database("read the outbox"):
+    with _targets(app, database, group) as targets, database_errors("read the outbox"):
         for target in targets:
             for backlog in store.backlogs(target.sessions, target.group):
                 lease = store.read_lease(target.sessions, backlog.group)
@@ -201,7 +160,7 @@ def list_command(
     """Rows still in the outbox: unsent (due, in back-off, or behind an earlier row of their
     key) and dead, each key's in the order the relay sends them."""
     views: list[store.OutboxRowView] = []
-    with _targets(app, database, group) as targets, _database("read the outbox"):
+    with _targets(app, database, group) as targets, database_errors("read the outbox"):
         for target in targets:
             views += store.rows(
                 target.sessions,
@@ -277,7 +236,7 @@ def retry_command(
     their order) within its poll interval."""
     selection = _selection(ids, key, every, "retry")
     retried: list[int] = []
-    with _targets(app, database, group) as targets, _database("retry dead rows"):
+    with _targets(app, database, group) as targets, database_errors("retry dead rows"):
         for target in targets:
             retried += store.retry_dead(target.sessions, target.group, **selection)
     if not retried:
@@ -312,7 +271,7 @@ def discard_command(
     selection = _selection(ids, key, every, "discard")
     with _targets(app, database, group) as targets:
         if not yes:
-            with _database("read the outbox"):
+            with database_errors("read the outbox"):
                 doomed = sum(
                     len(
                         store.rows(
@@ -330,7 +289,7 @@ def discard_command(
                 "--yes to do it"
             )
         deleted: list[int] = []
-        with _database("discard dead rows"):
+        with database_errors("discard dead rows"):
             for target in targets:
                 deleted += store.discard_dead(target.sessions, target.group, **selection)
     if not deleted:

@@ -14,79 +14,22 @@ listener once the cause is fixed, or drop it:
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
+from txmsg.cli_targets import Target, database_errors, load_app, registry_of, targets
 from txmsg.consumer import ConsumerSpec
-from txmsg.sqla.engine import SessionFactory, create_engine, make_session_factory
+from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.parking import ParkedKeyView, discard, parked_keys, parked_messages, replay
-
-TABLES_FIX = (
-    "check the URL, and that the txmsg tables exist (txmsg.sqla.create_tables(engine) creates "
-    "them, or add txmsg.sqla.metadata to your Alembic target_metadata)"
-)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One consumer group to work on, and where its parked keys live."""
-
-    group: str | None
-    """None with ``--database`` and no ``--group``: every group in the tables."""
-    sessions: SessionFactory
-
-
-def load_app(reference: str) -> Any:
-    """The object ``MODULE:ATTR`` names (``ATTR`` defaults to ``app``), called first when it is
-    a factory rather than an app or registry."""
-    module_name, _, attr = reference.partition(":")
-    attr = attr or "app"
-    if not module_name:
-        raise click.BadParameter(f"{reference!r}: use MODULE:ATTR, e.g. myservice.main:app")
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)  # like `flask --app`: the project you stand in is importable
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.ClickException(
-            f"--app {reference}: cannot import {module_name} ({exc}); run the command from the "
-            "project root or install the project in this environment"
-        ) from exc
-    try:
-        found: Any = getattr(module, attr)
-    except AttributeError:
-        raise click.ClickException(
-            f"--app {reference}: module {module_name} has no attribute {attr!r}"
-        ) from None
-    if _registry_of(found) is None and callable(found):
-        found = found()
-    if _registry_of(found) is None:
-        raise click.ClickException(
-            f"--app {reference} is a {type(found).__name__}, not a txmsg.TxMsg, a "
-            "ListenerRegistry or a factory returning one"
-        )
-    return found
-
-
-def _registry_of(obj: Any) -> Any:
-    registry = getattr(obj, "registry", obj)
-    consumers = getattr(type(registry), "consumers", None)
-    return registry if isinstance(consumers, property) else None
 
 
 def _app_specs(reference: str, group: str | None) -> list[tuple[str, ConsumerSpec, SessionFactory]]:
     """The orderly listeners of the app (only ``group``'s, if given) with their databases."""
-    consumers: dict[str, ConsumerSpec] = _registry_of(load_app(reference)).consumers
+    consumers: dict[str, ConsumerSpec] = registry_of(load_app(reference)).consumers
     orderly: dict[str, tuple[str, ConsumerSpec, SessionFactory]] = {
         g: (g, s, cast(SessionFactory, s.session_factory))
         for g, s in sorted(consumers.items())
@@ -121,42 +64,13 @@ def _app_targets(reference: str, group: str | None) -> list[Target]:
 
 @contextmanager
 def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
-    """The groups a command works on; an engine made for ``--database`` is disposed when the
-    command is done (an app's engines are its own)."""
-    if app is not None and database is not None:
-        raise click.UsageError("give --app or --database, not both")
-    if app is not None:
-        yield _app_targets(app, group)
-        return
-    if database is not None:
-        try:
-            engine = create_engine(database)
-        except Exception as exc:
-            raise click.ClickException(f"--database {database}: {exc}") from exc
-        try:
-            yield [Target(group, make_session_factory(engine))]
-        finally:
-            engine.dispose()
-        return
-    raise click.UsageError(
-        "say where the parked messages are: --app MODULE:ATTR (your TxMsg app) or "
-        "--database URL (the service's database)"
-    )
-
-
-@contextmanager
-def _database(what: str) -> Iterator[None]:
-    try:
-        yield
-    except SQLAlchemyError as exc:
-        raise click.ClickException(
-            f"could not {what}: {type(exc).__name__}: {str(exc).splitlines()[0]}; {TABLES_FIX}"
-        ) from exc
+    with targets(app, database, group, of_app=_app_targets, where="the parked messages") as found:
+        yield found
 
 
 def _keys(targets: list[Target], key: str | None) -> list[ParkedKeyView]:
     found: list[ParkedKeyView] = []
-    with _database("read the parked keys"):
+    with database_errors("read the parked keys"):
         for target in targets:
             found.extend(parked_keys(target.sessions, target.group))
     return [k for k in found if key is None or k.sharding_key == key]
@@ -212,7 +126,7 @@ def _list(targets: list[Target], group: str | None, key: str | None, as_json: bo
         return
     sessions = {t.group: t.sessions for t in targets}
     rows: list[dict[str, Any]] = []
-    with _database("read the parked messages"):
+    with database_errors("read the parked messages"):
         for k in keys:
             factory = sessions.get(k.group) or sessions[None]
             rows.extend(_message_json(v) for v in parked_messages(factory, k.group, k.sharding_key))
@@ -282,7 +196,7 @@ def replay_command(app: str, group: str | None, key: str | None) -> None:
         )
     failed = replayed = 0
     for target_group, spec, sessions in specs:
-        with _database(f"replay group {target_group}"):
+        with database_errors(f"replay group {target_group}"):
             report = replay(spec, sessions, target_group, key)
         for done in report.keys:
             replayed += 1
@@ -330,7 +244,7 @@ def discard_command(
 
 
 def _discard(target: Target, group: str, key: str, message_key: str | None, yes: bool) -> None:
-    with _database("read the parked messages"):
+    with database_errors("read the parked messages"):
         rows = parked_messages(target.sessions, group, key)
     doomed = [r for r in rows if message_key is None or r.message_key == message_key]
     if not doomed:
@@ -344,7 +258,7 @@ def _discard(target: Target, group: str, key: str, message_key: str | None, yes:
             f"this deletes {len(doomed)} parked message(s) of key {key!r} for good (the "
             "listener never handles them); add --yes to do it"
         )
-    with _database("discard"):
+    with database_errors("discard"):
         deleted = discard(target.sessions, group, key, message_key)
     left = len(rows) - deleted
     click.echo(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from txmsg import parked_cli
+from txmsg import cli_targets
 from txmsg.cli import main
 from txmsg.message import UNIQ_KEY, Message
 from txmsg.parked_cli import load_app
@@ -210,7 +210,7 @@ def test_database_engine_is_disposed(project: str, monkeypatch: pytest.MonkeyPat
         made.append(engine)
         return engine
 
-    monkeypatch.setattr(parked_cli, "create_engine", tracking_engine)
+    monkeypatch.setattr(cli_targets, "create_engine", tracking_engine)
     disposed: list[Any] = []
     monkeypatch.setattr(
         "sqlalchemy.engine.Engine.dispose", lambda self, close=True: disposed.append(self)

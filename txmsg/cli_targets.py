@@ -1,0 +1,123 @@
+"""Where the operator commands (``txmsg parked``, ``txmsg outbox``) find their tables.
+
+Both find their rows the same two ways, and both must clean up and fail the same way:
+
+* ``--app MODULE:ATTR``: the application (:func:`load_app`), whose declarations name the groups
+  and their session factories;
+* ``--database URL``: the tables directly, through an engine made for the command and disposed
+  when it is done (an app's engines are its own);
+* a database error becomes a one-line ``ClickException`` that says what to check
+  (:func:`database_errors`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from sqlalchemy.exc import SQLAlchemyError
+
+from txmsg.sqla.engine import SessionFactory, create_engine, make_session_factory
+
+TABLES_FIX = (
+    "check the URL, and that the txmsg tables exist (txmsg.sqla.create_tables(engine) creates "
+    "them, or add txmsg.sqla.metadata to your Alembic target_metadata)"
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One group to work on, and the database its rows live in."""
+
+    group: str | None
+    """None with ``--database`` and no ``--group``: every group in the tables."""
+    sessions: SessionFactory
+
+
+def load_app(reference: str) -> Any:
+    """The object ``MODULE:ATTR`` names (``ATTR`` defaults to ``app``), called first when it is
+    a factory rather than an app or registry."""
+    module_name, _, attr = reference.partition(":")
+    attr = attr or "app"
+    if not module_name:
+        raise click.BadParameter(f"{reference!r}: use MODULE:ATTR, e.g. myservice.main:app")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # like `flask --app`: the project you stand in is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.ClickException(
+            f"--app {reference}: cannot import {module_name} ({exc}); run the command from the "
+            "project root or install the project in this environment"
+        ) from exc
+    try:
+        found: Any = getattr(module, attr)
+    except AttributeError:
+        raise click.ClickException(
+            f"--app {reference}: module {module_name} has no attribute {attr!r}"
+        ) from None
+    if registry_of(found) is None and callable(found):
+        found = found()
+    if registry_of(found) is None:
+        raise click.ClickException(
+            f"--app {reference} is a {type(found).__name__}, not a txmsg.TxMsg, a "
+            "ListenerRegistry or a factory returning one"
+        )
+    return found
+
+
+def registry_of(obj: Any) -> Any:
+    registry = getattr(obj, "registry", obj)
+    consumers = getattr(type(registry), "consumers", None)
+    return registry if isinstance(consumers, property) else None
+
+
+@contextmanager
+def targets(
+    app: str | None,
+    database: str | None,
+    group: str | None,
+    *,
+    of_app: Callable[[str, str | None], list[Target]],
+    where: str,
+) -> Iterator[list[Target]]:
+    """The groups a command works on: ``of_app(reference, group)`` for ``--app``, or one target
+    on an engine made for ``--database`` (disposed after).  ``where`` says what the command looks
+    for ("the parked messages", "the outbox") in the error when neither option is given."""
+    if app is not None and database is not None:
+        raise click.UsageError("give --app or --database, not both")
+    if app is not None:
+        yield of_app(app, group)
+        return
+    if database is not None:
+        try:
+            engine = create_engine(database)
+        except Exception as exc:
+            raise click.ClickException(f"--database {database}: {exc}") from exc
+        try:
+            yield [Target(group, make_session_factory(engine))]
+        finally:
+            engine.dispose()
+        return
+    raise click.UsageError(
+        f"say where {where} is: --app MODULE:ATTR (your TxMsg app) or --database URL (the "
+        "service's database)"
+    )
+
+
+@contextmanager
+def database_errors(what: str) -> Iterator[None]:
+    """A database error inside becomes ``could not <what>: <error>; <what to check>``."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise click.ClickException(
+            f"could not {what}: {type(exc).__name__}: {str(exc).splitlines()[0]}; {TABLES_FIX}"
+        ) from exc
