@@ -55,7 +55,11 @@ def test_half_message_past_file_reserved_time_is_discarded_without_a_check(txmsg
 
 
 def test_a_pass_stops_at_the_process_time_limit_and_the_next_goes_on(txmsg_broker_factory):
-    broker = txmsg_broker_factory(broker_version="4.9.8", max_process_time_ms=1, check_max=15)
+    # all 40 become due together (sent well within the 6-s timeout, even on a loaded machine),
+    # so one pass has all of them to check and cannot finish within 1 ms
+    broker = txmsg_broker_factory(
+        broker_version="4.9.8", max_process_time_ms=1, check_max=15, transaction_timeout_ms=6000
+    )
     topic = unique("TxPassLimit")
     create_topic(broker.namesrv_addr, topic)
     keys = [f"K{n}" for n in range(40)]
@@ -76,7 +80,7 @@ def test_a_pass_stops_at_the_process_time_limit_and_the_next_goes_on(txmsg_broke
         clients.heartbeat(producer)
         wait_until(
             lambda: sorted(r.keys for r in delivered) == sorted(keys),
-            timeout=60,
+            timeout=90,
             message=lambda: f"every transaction checked and committed; {len(checked)} checked",
         )
     log = read_log(broker.log_dir)

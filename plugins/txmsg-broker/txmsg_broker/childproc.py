@@ -6,6 +6,11 @@ and ``txmsg broker --brokers N``: output appended to ``console.log`` in the log 
 read from the line the command prints once it accepts connections (only the part written by this
 start, so a restart does not see the previous run's line), its own session so a test's SIGKILL
 reaches only it.
+
+A child also ends when its parent does, even a parent killed with SIGKILL: its stdin is a pipe
+only the parent holds, and the child (:func:`exit_with_parent`) stops itself cleanly when that
+pipe reaches end of file.  Without it a test run or benchmark that was killed left its brokers
+running, holding ports and files, until someone found them.
 """
 
 from __future__ import annotations
@@ -14,8 +19,31 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
+
+EXIT_WITH_PARENT_ENV = "TXMSG_EXIT_WITH_PARENT"
+"""Set to ``1`` in a child's environment by :class:`ChildProcess`: its stdin is the parent's pipe."""
+
+
+def exit_with_parent() -> None:
+    """In a command started by :class:`ChildProcess`: SIGTERM this process (the clean shutdown
+    its signal handler runs) once the parent's end of stdin closes, i.e. the parent is gone.
+    Does nothing in a command started any other way (a shell, a service manager)."""
+    if os.environ.pop(EXIT_WITH_PARENT_ENV, None) != "1":  # popped: not for our own children
+        return
+
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="txmsg-parent-watch", daemon=True).start()
 
 
 class ChildProcess:
@@ -41,11 +69,12 @@ class ChildProcess:
         the match and that text.  Raises RuntimeError (it exited, with its output) or TimeoutError (killed)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         start_pos = self.console_path.stat().st_size if self.console_path.exists() else 0
-        env = {**os.environ}
+        env = {**os.environ, EXIT_WITH_PARENT_ENV: "1"}
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.console_path, "ab") as console:
             self.proc = subprocess.Popen(  # noqa: S603 - command(): this interpreter and our own options
                 self.command(),
+                stdin=subprocess.PIPE,  # never written: its end of file tells the child we are gone
                 stdout=console,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -60,6 +89,7 @@ class ChildProcess:
             if match:
                 return match, text
             if self.proc.poll() is not None:
+                self._close_pipe()
                 raise RuntimeError(
                     f"{self.what} exited with {self.proc.returncode} before accepting connections:\n{text}"
                 )
@@ -80,6 +110,7 @@ class ChildProcess:
                 self.proc.kill()
                 self.proc.wait()
         code = self.proc.returncode
+        self._close_pipe()
         self.proc = None
         return code
 
@@ -88,7 +119,13 @@ class ChildProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._close_pipe()
         self.proc = None
+
+    def _close_pipe(self) -> None:
+        """Close our end of the child's stdin (once it has exited: closing it earlier stops it)."""
+        if self.proc is not None and self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
 
     def console(self) -> str:
         return self.console_path.read_text(errors="replace") if self.console_path.exists() else ""

@@ -15,6 +15,7 @@ import click
 from . import fastjson
 from .app import ready_line
 from .broker import Broker
+from .childproc import exit_with_parent
 from .cluster import BrokerCluster
 from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS, UPDATE_AND_CREATE_TOPIC
 from .config import BrokerConfig
@@ -199,6 +200,7 @@ from .rawclient import call
 )
 def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
+    exit_with_parent()
     options["transaction_log_level"] = str(options["transaction_log_level"]).upper()
     if options["log_format"] is not None:
         options["log_format"] = int(options["log_format"])
@@ -293,6 +295,7 @@ def _serve_cluster(count: int, options: dict[str, Any]) -> None:
 )
 def namesrv(host: str, port: int, log_dir: Path) -> None:
     """Run a stand-alone name server (brokers register with it; used by ``txmsg broker --brokers N``)."""
+    exit_with_parent()
 
     async def serve() -> None:
         server = NameServer(host, port, log_dir)
