@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 from txmsg_broker.testing import create_topic, unique
 
 from txmsg import TxMsg, TxMsgConfig
@@ -74,13 +75,19 @@ def topic(broker: Any) -> str:
     return name
 
 
-DATABASES = ["sqlite"] + (["postgresql"] if os.environ.get("TXMSG_TEST_PG_URL") else [])
+DATABASES = ["sqlite"] + (
+    ["postgresql", "postgresql-asyncpg"] if os.environ.get("TXMSG_TEST_PG_URL") else []
+)
 
 
 @pytest.fixture(params=DATABASES)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A SQLite file, and PostgreSQL (async psycopg) when ``TXMSG_TEST_PG_URL`` is set: tests
-    sharing that database keep their rows apart with unique names."""
+    """A SQLite file, and PostgreSQL (psycopg's async mode, and asyncpg) when
+    ``TXMSG_TEST_PG_URL`` is set: tests sharing that database keep their rows apart with unique
+    names."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'service.db'}"
-    return os.environ["TXMSG_TEST_PG_URL"]
+    url = make_url(os.environ["TXMSG_TEST_PG_URL"])
+    if request.param == "postgresql-asyncpg":  # the other async PostgreSQL driver (issue 27)
+        url = url.set(drivername="postgresql+asyncpg")
+    return url.render_as_string(hide_password=False)

@@ -3,7 +3,8 @@
 The SQLite settings that make check-backs and dedup rows behave (WAL, busy timeout, ``BEGIN
 IMMEDIATE``; see :mod:`txmsg.sqla.engine`) are connection hooks, so the async engine gets the very
 same hooks on its sync core (``engine.sync_engine``).  ``sqlite://`` URLs use aiosqlite,
-``postgresql://`` ones psycopg 3 in its async mode.
+``postgresql://`` ones psycopg 3 in its async mode; ``postgresql+asyncpg://`` asyncpg
+(``txmsg[asyncpg]``), which spends less CPU on the event loop.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def create_async_engine(
     except ImportError as exc:
         raise ConfigError(
             f"the async driver of {sa_url.drivername} is not installed ({exc}); "
-            "pip install 'txmsg[async]' (aiosqlite; PostgreSQL uses psycopg: 'txmsg[postgres]')"
+            "pip install 'txmsg[async]' (aiosqlite; PostgreSQL uses psycopg: 'txmsg[postgres]', "
+            "or asyncpg for postgresql+asyncpg:// URLs: 'txmsg[asyncpg]')"
         ) from exc
     _install_sqlite_hooks(
         engine.sync_engine, mode, sqlite_busy_timeout_ms, sqlite_synchronous, in_memory
