@@ -9,6 +9,7 @@ import pytest
 
 from txmsg.errors import ConfigError, InvalidMessageError, InvalidNameError, SendError
 from txmsg.sqla.outbox import RetryPolicy, TimeWheel, is_permanent
+from txmsg.sqla.outbox.relay import LINGER, LINGER_FULL, linger_after
 
 
 def test_back_off_doubles_up_to_its_cap_and_the_defaults_span_about_an_hour() -> None:
@@ -79,3 +80,15 @@ def test_the_wheel_refuses_a_nonsense_shape_and_clears() -> None:
     wheel.schedule("x", 1.0)
     wheel.clear()
     assert (len(wheel), wheel.next_deadline(), wheel.due(5.0)) == (0, None, [])
+
+
+def test_the_relay_pauses_after_a_cycle_in_proportion_to_the_rows_it_took() -> None:
+    """A cycle of one row pauses a sixteenth of LINGER (a lightly loaded relay sends the next
+    commit about at once); from LINGER_FULL rows on, the whole LINGER (a busy relay batches)."""
+    assert linger_after(0) == 0.0
+    assert linger_after(1) == pytest.approx(LINGER / LINGER_FULL)
+    assert linger_after(LINGER_FULL // 2) == pytest.approx(LINGER / 2)
+    assert linger_after(LINGER_FULL) == linger_after(10 * LINGER_FULL) == LINGER
+    assert [linger_after(n) for n in range(LINGER_FULL + 1)] == sorted(
+        linger_after(n) for n in range(LINGER_FULL + 1)
+    )
