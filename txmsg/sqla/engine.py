@@ -33,10 +33,13 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 from sqlalchemy import create_engine as _sa_create_engine
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, AdaptedConnection, Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import PoolResetState
 
 from txmsg.errors import ConfigError
+from txmsg.sqla.ping import PING_AFTER_IDLE, install_idle_ping
 
 SQLITE_BEGIN_OPTION = "txmsg_sqlite_begin"
 """Connection execution option naming the SQLite BEGIN flavour (DEFERRED/IMMEDIATE/EXCLUSIVE)."""
@@ -53,20 +56,30 @@ def create_engine(
     sqlite_busy_timeout_ms: int = 30_000,
     sqlite_begin: str = "IMMEDIATE",
     sqlite_synchronous: str = "NORMAL",
+    pre_ping_after_idle: float | None = PING_AFTER_IDLE,
     **kwargs: Any,
 ) -> Engine:
     """Create an engine tuned as the module docstring explains.
 
     ``url`` is any SQLAlchemy URL; for a SQLite file its folder is created.  Extra keyword
-    arguments go to :func:`sqlalchemy.create_engine`.
+    arguments go to :func:`sqlalchemy.create_engine`.  ``pre_ping_after_idle``: a server
+    database's pooled connection idle that many seconds is pinged before use (a dead one is
+    replaced; :mod:`txmsg.sqla.ping`); None pings at every checkout (``pool_pre_ping=True``,
+    also what an explicit ``pool_pre_ping`` argument chooses).
+
+    Raises:
+        ConfigError: an unknown ``sqlite_begin`` mode or a negative ``pre_ping_after_idle``.
     """
     sa_url = make_url(url)
     if sa_url.get_backend_name() == "postgresql" and sa_url.drivername == "postgresql":
         # psycopg 3 is the driver the project installs; psycopg2 usually is not.
         sa_url = sa_url.set(drivername="postgresql+psycopg")
     if sa_url.get_backend_name() != "sqlite":
-        kwargs.setdefault("pool_pre_ping", True)
-        return _sa_create_engine(sa_url, **kwargs)
+        idle_ping = server_pool_options(kwargs, pre_ping_after_idle)
+        engine = _sa_create_engine(sa_url, **kwargs)
+        if idle_ping is not None:
+            install_idle_ping(engine, idle_ping)
+        return engine
 
     mode = sqlite_begin.upper()
     if mode not in _BEGIN_MODES:
@@ -83,6 +96,7 @@ def create_engine(
         # briefly: a larger pool avoids threads queueing for a connection behind the write lock.
         kwargs.setdefault("pool_size", 20)
         kwargs.setdefault("max_overflow", 40)
+    _pool_options(kwargs)
     engine = _sa_create_engine(sa_url, connect_args=connect_args, **kwargs)
     _install_sqlite_hooks(engine, mode, sqlite_busy_timeout_ms, sqlite_synchronous, in_memory)
     return engine
@@ -130,7 +144,67 @@ def _install_sqlite_hooks(
         chosen = str(options.get(SQLITE_BEGIN_OPTION, mode)).upper()
         if chosen not in _BEGIN_MODES:
             chosen = mode
-        conn.exec_driver_sql(f"BEGIN {chosen}")
+        _driver_execute(conn, f"BEGIN {chosen}")
+
+    @event.listens_for(engine, "reset")
+    def _on_reset(dbapi_connection: Any, record: Any, state: PoolResetState) -> None:
+        # Rollback-on-return only when a transaction is open (the pool's own reset is off, see
+        # _pool_options): after a commit there is none, and on aiosqlite each rollback is a
+        # round trip through the connection's thread for nothing.
+        if state.terminate_only or not state.asyncio_safe:
+            return  # the pool discards the connection (or cannot await here): nothing to reset
+        if getattr(record.driver_connection, "in_transaction", True):
+            dbapi_connection.rollback()
+
+
+def server_pool_options(kwargs: dict[str, Any], pre_ping_after_idle: float | None) -> float | None:
+    """Choose a server database's stale-connection check: returns the idle seconds after which
+    :func:`~txmsg.sqla.ping.install_idle_ping` should ping, or None when ``kwargs`` now ask
+    SQLAlchemy to ping at every checkout (``pre_ping_after_idle=None`` or the caller's own
+    ``pool_pre_ping``).
+
+    Raises:
+        ConfigError: ``pre_ping_after_idle`` is not a number >= 0.
+    """
+    if pre_ping_after_idle is not None and (
+        isinstance(pre_ping_after_idle, bool)
+        or not isinstance(pre_ping_after_idle, int | float)
+        or pre_ping_after_idle < 0
+    ):
+        raise ConfigError(
+            f"pre_ping_after_idle must be seconds >= 0 (or None to ping at every checkout), not "
+            f"{pre_ping_after_idle!r}"
+        )
+    if "pool_pre_ping" in kwargs or pre_ping_after_idle is None:
+        kwargs.setdefault("pool_pre_ping", True)
+        return None
+    return float(pre_ping_after_idle)
+
+
+def _pool_options(kwargs: dict[str, Any]) -> None:
+    """The pool's rollback-on-return is done by the ``reset`` hook of
+    :func:`_install_sqlite_hooks` instead, which skips it when no transaction is open (SQLite's
+    ``in_transaction`` is exact and costs no I/O); a caller's own choice wins."""
+    kwargs.setdefault("pool_reset_on_return", None)
+
+
+def _driver_execute(conn: Connection, sql: str) -> None:
+    """Run ``sql`` (``BEGIN ...``) on the driver connection itself: one call, where
+    ``exec_driver_sql`` costs a cursor, an execute and a close, each a round trip through
+    aiosqlite's thread on an async engine, plus SQLAlchemy's execution machinery (a third of an
+    ORM insert's CPU on the event loop, measured with benchmarks.async_send).  Errors are raised
+    as SQLAlchemy raises them (``OperationalError`` for "database is locked")."""
+    proxied = conn.connection
+    dbapi_connection = proxied.dbapi_connection
+    try:
+        if isinstance(dbapi_connection, AdaptedConnection):
+            dbapi_connection.run_async(lambda driver: driver.execute(sql))
+        else:
+            proxied.driver_connection.execute(sql)  # type: ignore[union-attr]
+    except conn.dialect.loaded_dbapi.Error as error:
+        raise DBAPIError.instance(
+            sql, None, error, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+        ) from error
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -16,7 +16,14 @@ from typing import Any
 from sqlalchemy.engine import URL, make_url
 
 from txmsg.errors import ConfigError
-from txmsg.sqla.engine import _BEGIN_MODES, _install_sqlite_hooks, is_in_memory_sqlite
+from txmsg.sqla.engine import (
+    _BEGIN_MODES,
+    _install_sqlite_hooks,
+    _pool_options,
+    is_in_memory_sqlite,
+    server_pool_options,
+)
+from txmsg.sqla.ping import PING_AFTER_IDLE, install_idle_ping
 
 try:  # the async extra: sqlalchemy.ext.asyncio needs greenlet at run time
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -45,19 +52,24 @@ def create_async_engine(
     sqlite_busy_timeout_ms: int = 30_000,
     sqlite_begin: str = "IMMEDIATE",
     sqlite_synchronous: str = "NORMAL",
+    pre_ping_after_idle: float | None = PING_AFTER_IDLE,
     **kwargs: Any,
 ) -> AsyncEngine:
-    """An ``AsyncEngine`` configured as :func:`txmsg.sqla.create_engine` configures a sync one.
+    """An ``AsyncEngine`` configured as :func:`txmsg.sqla.create_engine` configures a sync one
+    (``pre_ping_after_idle`` as there).
 
     Raises:
-        ConfigError: an unknown ``sqlite_begin`` mode, or the async driver is not installed
-            (``pip install 'txmsg[async]'``).
+        ConfigError: an unknown ``sqlite_begin`` mode, a negative ``pre_ping_after_idle``, or
+            the async driver is not installed (``pip install 'txmsg[async]'``).
     """
     sa_url = async_url(url)
     try:
         if sa_url.get_backend_name() != "sqlite":
-            kwargs.setdefault("pool_pre_ping", True)
-            return _sa_create_async_engine(sa_url, **kwargs)
+            idle_ping = server_pool_options(kwargs, pre_ping_after_idle)
+            engine = _sa_create_async_engine(sa_url, **kwargs)
+            if idle_ping is not None:
+                install_idle_ping(engine.sync_engine, idle_ping)
+            return engine
         mode = sqlite_begin.upper()
         if mode not in _BEGIN_MODES:
             raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
@@ -71,6 +83,7 @@ def create_async_engine(
         connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
         connect_args.setdefault("check_same_thread", False)
         connect_args.setdefault("timeout", sqlite_busy_timeout_ms / 1000.0)
+        _pool_options(kwargs)
         engine = _sa_create_async_engine(sa_url, connect_args=connect_args, **kwargs)
     except ImportError as exc:
         raise ConfigError(
