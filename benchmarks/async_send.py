@@ -60,6 +60,8 @@ from txmsg import LocalTransactionState, Message, TxMsg, TxMsgConfig
 from txmsg.aio.sqla import create_async_engine, make_async_session_factory
 from txmsg.sqla import create_engine, make_session_factory
 
+from . import _thread_cpu
+
 S = LocalTransactionState
 CHECK_SLEEP = 0.1
 CHECK_CONCURRENCY = 16
@@ -101,11 +103,29 @@ def _async_url(args: argparse.Namespace, tmp: Path, side: str) -> str:
     ).render_as_string(hide_password=False)
 
 
+def _kind(loop_thread: int | None) -> Any:
+    """Names the thread kinds of :func:`_thread_cpu.split` for this benchmark."""
+
+    def kind(thread: threading.Thread) -> str:
+        if thread.native_id == loop_thread:
+            return "loop"
+        name = thread.name
+        if name.startswith("txmsg-async-send"):
+            return "send-pool"
+        if name.startswith("bench-request"):
+            return "request-threads"
+        if "_connection_worker_thread" in name:
+            return "aiosqlite"
+        return "other"
+
+    return kind
+
+
 def run_async(
     args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "async"
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, str]:
     """Async sends: (transactions per second, p99 loop lag in ms, process CPU µs per send, the
-    loop thread's CPU µs per send)."""
+    loop thread's CPU µs per send, the CPU per send by thread kind)."""
     engine = create_async_engine(_async_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     sessions = make_async_session_factory(engine)
 
@@ -125,7 +145,7 @@ def run_async(
     group = f"bench-{name}"
     app.add_transactional_listener(Pay(), group=group, topics=[topic])
 
-    async def main() -> tuple[float, float, float, float]:
+    async def main() -> tuple[float, float, float, float, str]:
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         lags: list[float] = []
@@ -150,25 +170,36 @@ def run_async(
                     assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
             prober = asyncio.create_task(probe())
+            threads = _thread_cpu.snapshot()
             began, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
             await asyncio.gather(*(request() for _ in range(args.n)))
             elapsed = time.perf_counter() - began
             cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
+            by_kind = _thread_cpu.split(
+                threads, _thread_cpu.snapshot(), _kind(threading.get_native_id())
+            )
             stop.set()
             await prober
         await engine.dispose()
         lags.sort()
         p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
         per_send = 1e6 / args.sends
-        return args.sends / elapsed, p99 * 1000, cpu * per_send, loop_cpu * per_send
+        return (
+            args.sends / elapsed,
+            p99 * 1000,
+            cpu * per_send,
+            loop_cpu * per_send,
+            _thread_cpu.render(by_kind, args.sends),
+        )
 
     return asyncio.run(main())
 
 
 def run_sync(
     args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "sync"
-) -> tuple[float, float]:
-    """Sync sends on ``--n`` threads: (transactions per second, process CPU µs per send)."""
+) -> tuple[float, float, str]:
+    """Sync sends on ``--n`` threads: (transactions per second, process CPU µs per send, the
+    CPU per send by thread kind)."""
     engine = create_engine(_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     Base.metadata.create_all(engine)
     sessions = make_session_factory(engine)
@@ -204,13 +235,15 @@ def run_sync(
                 result = producer.send_in_transaction(topic, {"n": n})
                 assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
-        with ThreadPoolExecutor(args.n) as pool:
+        with ThreadPoolExecutor(args.n, thread_name_prefix="bench-request") as pool:
+            threads = _thread_cpu.snapshot()
             began, cpu = time.perf_counter(), time.process_time()
             for future in [pool.submit(request) for _ in range(args.n)]:
                 future.result()
             elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+            by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), _kind(None))
     engine.dispose()
-    return args.sends / elapsed, cpu * 1e6 / args.sends
+    return args.sends / elapsed, cpu * 1e6 / args.sends, _thread_cpu.render(by_kind, args.sends)
 
 
 def run_checks(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> dict[str, float]:
@@ -358,21 +391,23 @@ def main(argv: list[str] | None = None) -> int:
                 for side in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
                     name = f"{side}{r}"
                     if side == "sync":
-                        tps, cpu = run_sync(args, broker, tmp, topics[name], name)
+                        tps, cpu, threads = run_sync(args, broker, tmp, topics[name], name)
                         sync_runs.append(tps)
                         print(
                             f"round {r + 1} sync:  {tps:.1f} tx/s on {args.n} threads; CPU "
-                            f"{cpu:.0f} us a send",
+                            f"{cpu:.0f} us a send ({threads})",
                             flush=True,
                         )
                     else:
-                        tps, lag, cpu, loop_cpu = run_async(args, broker, tmp, topics[name], name)
+                        tps, lag, cpu, loop_cpu, threads = run_async(
+                            args, broker, tmp, topics[name], name
+                        )
                         async_runs.append(tps)
                         lags.append(lag)
                         print(
                             f"round {r + 1} async: {tps:.1f} tx/s on one loop; loop lag p99 "
                             f"{lag:.2f} ms; CPU {cpu:.0f} us a send ({loop_cpu:.0f} on the "
-                            "loop's thread)",
+                            f"loop's thread; by thread: {threads})",
                             flush=True,
                         )
             sync_tps, async_tps = statistics.median(sync_runs), statistics.median(async_runs)
