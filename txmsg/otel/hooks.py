@@ -56,26 +56,35 @@ def error_type(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
-@functools.lru_cache(maxsize=4096)
-def _send_attributes(group: str, topic: str, kind: str) -> Mapping[str, Any]:
-    return {
-        names.SYSTEM: names.ROCKETMQ,
-        names.DESTINATION: topic,
-        names.OPERATION_NAME: "send",
-        names.OPERATION_TYPE: "send",
-        names.PRODUCER_GROUP: group,
-        names.ROCKETMQ_TYPE: kind,
-    }
+class _Route:
+    """What every send of one producer group to one topic shares: the span's name and base
+    attributes, the metric attributes and the tally key of a successful send (built once, see
+    :func:`_route`)."""
+
+    __slots__ = ("key", "metric_attributes", "name", "span_attributes")
+
+    def __init__(self, group: str, topic: str, kind: str) -> None:
+        self.name = f"send {topic}"
+        self.span_attributes: Mapping[str, Any] = {
+            names.SYSTEM: names.ROCKETMQ,
+            names.DESTINATION: topic,
+            names.OPERATION_NAME: "send",
+            names.OPERATION_TYPE: "send",
+            names.PRODUCER_GROUP: group,
+            names.ROCKETMQ_TYPE: kind,
+        }
+        self.metric_attributes: Mapping[str, Any] = {
+            names.SYSTEM: names.ROCKETMQ,
+            names.DESTINATION: topic,
+            names.OPERATION_NAME: "send",
+            names.PRODUCER_GROUP: group,
+        }
+        self.key: tuple[str, str, str | None] = (group, topic, None)
 
 
 @functools.lru_cache(maxsize=4096)
-def _send_metric_attributes(group: str, topic: str) -> Mapping[str, Any]:
-    return {
-        names.SYSTEM: names.ROCKETMQ,
-        names.DESTINATION: topic,
-        names.OPERATION_NAME: "send",
-        names.PRODUCER_GROUP: group,
-    }
+def _route(group: str, topic: str, kind: str) -> _Route:
+    return _Route(group, topic, kind)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -137,20 +146,21 @@ class Sending:
 
     Why it is written the way it is: a send holds the GIL for every call into the SDK (each takes
     a lock and validates what it is given), and sending is CPU-bound in a busy service, so each
-    microsecond here is one the send loses (``benchmarks/otel_overhead.py``).  The span's
-    attributes are gathered and set in two calls (at the start and at :meth:`end`); the context
-    holding the span is built once (for the message's trace context, the current span and the
-    duration's exemplar); the message count is a :class:`~txmsg.otel._runtime.Tally`, not an SDK
-    measurement; attribute mappings are cached per group and topic."""
+    microsecond here is one the send loses (``benchmarks/otel_overhead.py``,
+    ``benchmarks/otel_cost.py``).  Per send txmsg makes only the SDK calls a span and its figures
+    need: ``start_span`` with every attribute known then, ``inject``, one ``record`` of the
+    duration, one ``set_attributes`` with the broker's answer, ``end``.  The context holding the
+    span is built once (for the message's trace context, the current span and the duration's
+    exemplar); the message count is a :class:`~txmsg.otel._runtime.Tally`, not an SDK
+    measurement; what a group's sends to a topic share is built once (:func:`_route`)."""
 
     __slots__ = (
         "_context",
         "_count",
-        "_key",
         "_message_id",
-        "_metric_attributes",
         "_o",
         "_result",
+        "_route",
         "_span",
         "_started",
         "_token",
@@ -171,24 +181,23 @@ class Sending:
         self._token: object | None = None
         self._message_id: str | None = None
         self._result: str | None = None
-        topic = message.topic
-        self._key = (group, topic)
-        self._metric_attributes = _send_metric_attributes(group, topic)
-        attributes = _span_attributes(
-            _send_attributes(group, topic, _message_type(message, transactional)),
-            message,
-            count,
+        route = _route(group, message.topic, _message_type(message, transactional))
+        self._route = route
+        span = o.tracer.start_span(
+            route.name,
+            kind=o.PRODUCER,
+            attributes=_span_attributes(route.span_attributes, message, count),
         )
-        span = o.tracer.start_span(f"send {topic}", kind=o.PRODUCER, attributes=attributes)
         self._span = span
-        self._context = o.trace.set_span_in_context(span)
+        self._context = context = o.trace.set_span_in_context(span)
         self._started = time.perf_counter()
         self.message = message
         # a sampled-out span still has a valid context: consumers keep its sampling decision;
         # no SDK: nothing to carry.  A context the caller set in the properties is kept.
-        if _TRACEPARENT not in message.properties and span.get_span_context().is_valid:
-            carrier = dict(message.properties)
-            o.propagate.inject(carrier, context=self._context)
+        properties = message.properties
+        if _TRACEPARENT not in properties and span.get_span_context().is_valid:
+            carrier = dict(properties)
+            o.propagate.inject(carrier, context=context)
             self.message = _with_properties(message, carrier)
 
     def __enter__(self) -> Sending:
@@ -214,23 +223,33 @@ class Sending:
             self._result = result_name(state)
 
     def end(self, error: BaseException | None = None) -> None:
-        """Close the span and count the send (failed when ``error`` is given)."""
-        o, span = self._o, self._span
+        """Close the span and count the send (failed when ``error`` is given).  Never raises."""
+        try:
+            self._end(error)
+        except Exception:  # telemetry must never fail a send
+            log.warning("could not record a send", exc_info=True)
+
+    def _end(self, error: BaseException | None) -> None:
+        o, span, route = self._o, self._span, self._route
         elapsed = time.perf_counter() - self._started
-        kind = None if error is None else error_type(error)
-        attributes = _with_error(self._metric_attributes, kind)
-        o.sent.add((*self._key, kind), attributes, self._count)
+        late: dict[str, Any] = {}
+        if error is None:
+            key, attributes = route.key, route.metric_attributes
+        else:
+            kind = error_type(error)
+            key = (*route.key[:2], kind)
+            attributes = {**route.metric_attributes, names.ERROR_TYPE: kind}
+            late[names.ERROR_TYPE] = kind
+        o.sent.add(key, attributes, self._count)
         o.operation_duration.record(elapsed, attributes, context=self._context)
+        if self._message_id is not None:
+            late[names.MESSAGE_ID] = self._message_id
+        if self._result is not None:
+            late[names.LOCAL_RESULT] = self._result
         if span.is_recording():
-            late: dict[str, Any] = {}
-            if self._message_id is not None:
-                late[names.MESSAGE_ID] = self._message_id
-            if self._result is not None:
-                late[names.LOCAL_RESULT] = self._result
             if error is not None:
-                late[names.ERROR_TYPE] = kind
                 span.record_exception(error)
-                span.set_status(o.Status(o.ERROR, f"{kind}: {error}"))
+                span.set_status(o.Status(o.ERROR, f"{late[names.ERROR_TYPE]}: {error}"))
             if late:
                 span.set_attributes(late)
         span.end()
@@ -311,21 +330,32 @@ def inject_all(messages: Sequence[OutgoingMessage], like: OutgoingMessage) -> li
 def _span_attributes(
     base: Mapping[str, Any], message: OutgoingMessage, count: int
 ) -> Mapping[str, Any]:
-    """The send span's attributes: ``base`` plus what this message has."""
-    extra: dict[str, Any] = {}
+    """The send span's attributes: ``base`` plus what this message has (``base`` itself when
+    it has nothing more: no copy)."""
+    keys, tags = message.keys, message.tags
+    if not (
+        keys
+        or tags
+        or count > 1
+        or message.sharding_key is not None
+        or message.delay_level is not None
+        or message.deliver_at_ms is not None
+    ):
+        return base
+    attributes = dict(base)
     if count > 1:
-        extra[names.BATCH_COUNT] = count
-    if message.keys:
-        extra[names.ROCKETMQ_KEYS] = _keys(message.keys)
-    if message.tags:
-        extra[names.ROCKETMQ_TAG] = message.tags
+        attributes[names.BATCH_COUNT] = count
+    if keys:
+        attributes[names.ROCKETMQ_KEYS] = keys.split()
+    if tags:
+        attributes[names.ROCKETMQ_TAG] = tags
     if message.sharding_key is not None:
-        extra[names.ROCKETMQ_GROUP] = message.sharding_key
+        attributes[names.ROCKETMQ_GROUP] = message.sharding_key
     if message.delay_level is not None:
-        extra[names.ROCKETMQ_DELAY_LEVEL] = message.delay_level
+        attributes[names.ROCKETMQ_DELAY_LEVEL] = message.delay_level
     if message.deliver_at_ms is not None:
-        extra[names.ROCKETMQ_DELIVERY_TIMESTAMP] = message.deliver_at_ms
-    return {**base, **extra} if extra else base
+        attributes[names.ROCKETMQ_DELIVERY_TIMESTAMP] = message.deliver_at_ms
+    return attributes
 
 
 # ---- check-backs --------------------------------------------------------------------------------
