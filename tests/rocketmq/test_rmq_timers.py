@@ -3,11 +3,13 @@ the process when the shutdown meets the route refresh 3 s after start)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import txmsg_rocketmq
-from txmsg_rocketmq.timers import WINDOW_AFTER, delay_until_quiet
+from txmsg_rocketmq.timers import WINDOW_AFTER, delay_until_quiet, when_quiet
 
 
 @pytest.mark.parametrize(
@@ -30,5 +32,47 @@ def test_delay_until_quiet(elapsed: float, wait: float) -> None:
 def test_product_clients_use_the_guard() -> None:
     """Every product path that can end a factory waits for a quiet moment first."""
     root = Path(txmsg_rocketmq.__file__).parent
-    for module in ("pool.py", "consumer.py"):
-        assert "wait_until_quiet(" in (root / module).read_text(), module
+    for module in ("pool.py", "consumer.py", "sender.py"):
+        assert "when_quiet(" in (root / module).read_text(), module
+
+
+class _SlowLock:
+    """A lock whose acquisition takes ``delay`` seconds the first time: the moment a caller
+    found quiet before taking it has passed when it gets it."""
+
+    def __init__(self, delay: float) -> None:
+        self.lock = threading.Lock()
+        self.delay = delay
+
+    def __enter__(self) -> object:
+        if self.delay:
+            time.sleep(self.delay)
+            self.delay = 0.0
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.__exit__(*exc)
+
+
+def test_when_quiet_checks_the_moment_again_under_the_lock() -> None:
+    """Found quiet 2.6 s after the start, but the lock came only after the 3 s timer's window had
+    begun: the call waits the window out (and runs with the lock held), it does not go ahead."""
+    started = time.monotonic() - 2.6
+    lock = _SlowLock(0.3)
+    seen: list[tuple[float, bool]] = []
+
+    def action() -> str:
+        seen.append((time.monotonic() - started, lock.lock.locked()))
+        return "ended"
+
+    assert when_quiet(started, lock, action) == "ended"
+    ((elapsed, held),) = seen
+    assert held
+    assert elapsed >= 3.0 + WINDOW_AFTER
+    assert delay_until_quiet(started, started + elapsed) == 0.0
+
+
+def test_when_quiet_runs_at_once_when_quiet() -> None:
+    lock = threading.Lock()
+    assert when_quiet(None, lock, lambda: lock.locked()) is True
+    assert when_quiet(time.monotonic() - 10.0, lock, lambda: lock.locked()) is True

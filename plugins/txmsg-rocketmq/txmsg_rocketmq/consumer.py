@@ -60,7 +60,7 @@ from .native import (
     use_sync_pull,
 )
 from .settings import PULL_THREADS
-from .timers import wait_until_quiet
+from .timers import when_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -327,9 +327,12 @@ class PushConsumer:
                 )
                 _STILL_RUNNING.add(self)  # the native consumer may still call our ctypes callback
                 return
-            wait_until_quiet(self._started_at)
-            with NATIVE_LOCK:
-                release_push_consumer(self.native, self.handle, started=True)
+            handle = self.handle
+            when_quiet(
+                self._started_at,
+                NATIVE_LOCK,
+                lambda: release_push_consumer(self.native, handle, started=True),
+            )
             self._stopped = True
             _STILL_RUNNING.discard(self)
             with self._dlq_lock:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from txmsg.backend import CheckHandler, LocalExecutor
 from txmsg.errors import ConfigError
@@ -42,7 +43,7 @@ from .native import (
     SEND_STATUS_NAMES,
     Native,
 )
-from .timers import wait_until_quiet
+from .timers import wait_until_quiet, when_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -332,14 +333,17 @@ class ProducerInstance:
         # Order matters (see start()): transaction producer first - the broker is told to
         # forget this channel for the group, the check thread is joined while the keeper holds
         # the factory - then the keeper, which tears the factory down, then what depended on it.
-        wait_until_quiet(self.started_at)  # the keeper's shutdown below ends the factory
+        wait_until_quiet(self.started_at)  # without a keeper, this shutdown ends the factory
         dll.ShutdownProducer(self.handle)
         with NATIVE_LOCK:
             dll.DestroyProducer(self.handle)
-            if self._keeper is not None:
-                dll.ShutdownProducer(self._keeper)
-                dll.DestroyProducer(self._keeper)
-                self._keeper = None
+        keeper = self._keeper
+        if keeper is not None:
+            # the keeper's shutdown ends the factory: at a quiet moment checked under the lock
+            # (the shutdown above may have taken long enough to reach the next timer)
+            when_quiet(self.started_at, NATIVE_LOCK, lambda: _end_keeper(dll, keeper))
+            self._keeper = None
+        with NATIVE_LOCK:
             for consumer in self._deferred_consumers:
                 dll.DestroyPushConsumer(consumer)
             self._deferred_consumers.clear()
@@ -363,6 +367,12 @@ class ProducerInstance:
             announced=self.announced,
             shut_down=self.shut_down,
         )
+
+
+def _end_keeper(dll: Any, keeper: int) -> None:
+    """Shut the keeper down (ending its factory) and destroy it; with NATIVE_LOCK held."""
+    dll.ShutdownProducer(keeper)
+    dll.DestroyProducer(keeper)
 
 
 def _origin_property(native: Native, handle: int, name: str) -> str | None:

@@ -67,7 +67,7 @@ from .native import (
     Native,
 )
 from .settings import DEFAULT_MAX_MESSAGE_SIZE
-from .timers import wait_until_quiet
+from .timers import when_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -613,10 +613,13 @@ class PlainSender:
                     )
                 _STILL_RUNNING.add(self)
                 return
-            wait_until_quiet(self.started_at)  # this client's shutdown ends its factory
-            with NATIVE_LOCK:
-                self.native.dll.ShutdownProducer(self.handle)
-                self.native.dll.DestroyProducer(self.handle)
+            dll, handle = self.native.dll, self.handle
+            # this client's shutdown ends its factory: at a quiet moment, checked under the lock
+            when_quiet(
+                self.started_at,
+                NATIVE_LOCK,
+                lambda: (dll.ShutdownProducer(handle), dll.DestroyProducer(handle)),
+            )
             self.shut_down = True
             _STILL_RUNNING.discard(self)
 

@@ -12,7 +12,11 @@ waits, at most :data:`WINDOW_BEFORE` + :data:`WINDOW_AFTER` seconds, until no ti
 from __future__ import annotations
 
 import time
-from typing import Final
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Final, TypeVar
+
+T = TypeVar("T")
 
 TIMER_PHASES: Final = (0.0, 3.0, 30.0)
 """Seconds after the factory's start (modulo the 30 s period) at which its timers fire."""
@@ -37,3 +41,22 @@ def wait_until_quiet(started: float | None) -> None:
         delay = delay_until_quiet(started, time.monotonic())
         if delay > 0:
             time.sleep(delay)
+
+
+def when_quiet(
+    started: float | None, lock: AbstractContextManager[object], action: Callable[[], T]
+) -> T:
+    """Run ``action`` (the call that ends the factory started at ``started``) holding ``lock``,
+    at a moment no timer is near.
+
+    Why not :func:`wait_until_quiet` and then the lock: what comes between (waiting for the lock,
+    a slow shutdown of another client first) can carry the call into the next timer window.  A CI
+    run under heavy load aborted that way: a transaction producer's shutdown took long enough
+    after the wait that its keeper's shutdown, which ends the factory, met the 3 s timer.  So the
+    moment is checked again with the lock held, and the wait (outside the lock) repeated if it
+    has passed."""
+    while True:
+        wait_until_quiet(started)
+        with lock:
+            if started is None or delay_until_quiet(started, time.monotonic()) == 0.0:
+                return action()
