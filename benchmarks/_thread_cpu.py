@@ -47,6 +47,30 @@ def snapshot() -> dict[int, float]:
     return cpu
 
 
+def switches() -> dict[int, float]:
+    """Thread id -> context switches so far (voluntary: it waited, for a lock, the GIL, a
+    socket; involuntary: preempted) of every live thread: each cross-thread hand-over of a
+    send costs one or more, and on this VM a switch costs more CPU than the Python around it."""
+    counts: dict[int, float] = {}
+    try:
+        tids = os.listdir(_TASKS)
+    except OSError:
+        return counts
+    for tid in tids:
+        try:
+            with open(f"{_TASKS}/{tid}/status", encoding="ascii") as status:
+                counts[int(tid)] = float(
+                    sum(
+                        int(line.split()[1])
+                        for line in status
+                        if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt"))
+                    )
+                )
+        except (OSError, ValueError, IndexError):
+            continue
+    return counts
+
+
 def split(
     before: Mapping[int, float],
     after: Mapping[int, float],
@@ -74,7 +98,8 @@ def split(
     return spent
 
 
-def render(spent: Mapping[str, float], per: int) -> str:
-    """``"loop 410 + pool 380 + native 120"``: µs per operation of each kind, largest first."""
+def render(spent: Mapping[str, float], per: int, *, scale: float = 1e6, digits: int = 0) -> str:
+    """``"loop 410 + pool 380 + native 120"``: µs (``scale``) per operation of each kind, largest
+    first."""
     parts = sorted(spent.items(), key=lambda item: -item[1])
-    return " + ".join(f"{label} {seconds * 1e6 / per:.0f}" for label, seconds in parts)
+    return " + ".join(f"{label} {value * scale / per:.{digits}f}" for label, value in parts)

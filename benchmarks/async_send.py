@@ -22,11 +22,13 @@ behind a pool of ``--pool`` connections (8):
   ``M / (ceil(M / 16) * 0.1 s)``; ``check_bound`` is the measured rate over it (as
   ``benchmarks.check_scaling`` reports for the threaded path).
 
-Each side also prints the process CPU time it spent per send (the async side: and how much of it
-on the loop's thread).  On 2 cores shared by the GIL-bound sides the ratio follows those: a
-side's throughput is roughly what its CPU per send allows, and every await that crosses threads
-(the send pool, aiosqlite's thread per connection) costs a wake-up and a GIL hand-over that the
-sync side's thread, doing it all itself, never pays.
+Each side also prints the process CPU time it spent per send, split by thread kind (the loop's
+thread, the app's send pool, aiosqlite's thread per connection, the sync side's request threads,
+and ``native``: librocketmq's own threads), and the thread switches per send by kind
+(:mod:`benchmarks._thread_cpu`).  On 2 cores shared by the GIL-bound sides the ratio follows those:
+a side's throughput is roughly what its CPU per send allows, and every await that crosses threads
+(the send pool, aiosqlite's thread per connection) costs a wake-up, a GIL hand-over and a
+context switch that the sync side's thread, doing it all itself, never pays.
 
 ``--rounds`` (3) runs both sides that many times, which side goes first alternating; the result
 has the medians (the ratio is theirs), each round's figures printed above it.
@@ -121,6 +123,18 @@ def _kind(loop_thread: int | None) -> Any:
     return kind
 
 
+def _split_text(cpu: dict[str, float], switched: dict[str, float], sends: int) -> str:
+    """CPU µs and thread switches per send, by thread kind."""
+    text = f"by thread: {_thread_cpu.render(cpu, sends)}"
+    if switched:
+        total = sum(switched.values()) / sends
+        text += (
+            f"; {total:.1f} thread switches a send: "
+            f"{_thread_cpu.render(switched, sends, scale=1, digits=1)}"
+        )
+    return text
+
+
 def run_async(
     args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "async"
 ) -> tuple[float, float, float, float, str]:
@@ -170,14 +184,14 @@ def run_async(
                     assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
             prober = asyncio.create_task(probe())
-            threads = _thread_cpu.snapshot()
+            threads, switches = _thread_cpu.snapshot(), _thread_cpu.switches()
             began, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
             await asyncio.gather(*(request() for _ in range(args.n)))
             elapsed = time.perf_counter() - began
             cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
-            by_kind = _thread_cpu.split(
-                threads, _thread_cpu.snapshot(), _kind(threading.get_native_id())
-            )
+            kind = _kind(threading.get_native_id())
+            by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), kind)
+            switched = _thread_cpu.split(switches, _thread_cpu.switches(), kind)
             stop.set()
             await prober
         await engine.dispose()
@@ -189,7 +203,7 @@ def run_async(
             p99 * 1000,
             cpu * per_send,
             loop_cpu * per_send,
-            _thread_cpu.render(by_kind, args.sends),
+            _split_text(by_kind, switched, args.sends),
         )
 
     return asyncio.run(main())
@@ -236,14 +250,15 @@ def run_sync(
                 assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
         with ThreadPoolExecutor(args.n, thread_name_prefix="bench-request") as pool:
-            threads = _thread_cpu.snapshot()
+            threads, switches = _thread_cpu.snapshot(), _thread_cpu.switches()
             began, cpu = time.perf_counter(), time.process_time()
             for future in [pool.submit(request) for _ in range(args.n)]:
                 future.result()
             elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
             by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), _kind(None))
+            switched = _thread_cpu.split(switches, _thread_cpu.switches(), _kind(None))
     engine.dispose()
-    return args.sends / elapsed, cpu * 1e6 / args.sends, _thread_cpu.render(by_kind, args.sends)
+    return args.sends / elapsed, cpu * 1e6 / args.sends, _split_text(by_kind, switched, args.sends)
 
 
 def run_checks(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> dict[str, float]:
@@ -407,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(
                             f"round {r + 1} async: {tps:.1f} tx/s on one loop; loop lag p99 "
                             f"{lag:.2f} ms; CPU {cpu:.0f} us a send ({loop_cpu:.0f} on the "
-                            f"loop's thread; by thread: {threads})",
+                            f"loop's thread; {threads})",
                             flush=True,
                         )
             sync_tps, async_tps = statistics.median(sync_runs), statistics.median(async_runs)
