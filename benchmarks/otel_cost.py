@@ -220,24 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import otel_overhead  # noqa: PLC0415
 
     exporter = otel_overhead._install_sdk()
-    from txmsg_broker.app import BrokerProcess  # noqa: PLC0415
-
     from benchmarks._rmq_bench import create_topic, ensure_client_log_dir  # noqa: PLC0415
 
     logging.basicConfig(level=logging.WARNING)
     ensure_client_log_dir()
-    grpc: dict[str, Any] = (
-        {"grpc_port": 0, "transaction_op_batch_interval_ms": 50}
-        if args.backend == "rocketmq5"
-        else {}
-    )
-    broker = BrokerProcess(
-        transaction_timeout_ms=otel_overhead.TRANSACTION_TIMEOUT_MS,
-        check_interval_ms=otel_overhead.CHECK_INTERVAL_MS,
-        check_max=15,
-        delay_scale=0.001,
-        **grpc,
-    ).start()
+    broker = otel_overhead.start_broker(args.backend)
 
     class Config:
         name_server = broker.namesrv_addr
