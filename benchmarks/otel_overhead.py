@@ -61,9 +61,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Integer, String, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks._orders import BenchOrder, OrderBase
 from txmsg import ExecutorConfig, LocalTransactionState, Message
 from txmsg.listener import ListenerSpec
 from txmsg.producer import TransactionalProducer
@@ -71,19 +72,6 @@ from txmsg.sqla import create_engine, make_session_factory
 
 CHECK_INTERVAL_MS = 3000
 TRANSACTION_TIMEOUT_MS = 200
-
-
-class _Base(DeclarativeBase):
-    pass
-
-
-class BenchOrder(_Base):
-    """The business row each ``execute_local`` of the **send** measurement writes."""
-
-    __tablename__ = "otel_bench_order"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    ref: Mapped[str] = mapped_column(String(64))
 
 
 @contextmanager
@@ -94,7 +82,7 @@ def orders_database(url: str | None, mode: str) -> Iterator[sessionmaker[Session
         with tempfile.TemporaryDirectory(prefix=f"otel-overhead-{mode}-") as folder:
             engine = create_engine(f"sqlite:///{Path(folder) / 'orders.db'}")
             try:
-                _Base.metadata.create_all(engine)
+                OrderBase.metadata.create_all(engine)
                 yield make_session_factory(engine)
             finally:
                 engine.dispose()
@@ -105,7 +93,7 @@ def orders_database(url: str | None, mode: str) -> Iterator[sessionmaker[Session
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     engine = create_engine(url, connect_args={"options": f"-csearch_path={schema}"})
     try:
-        _Base.metadata.create_all(engine)
+        OrderBase.metadata.create_all(engine)
         yield make_session_factory(engine)
     finally:
         engine.dispose()

@@ -71,11 +71,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, Integer, String, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session, sessionmaker
 from txmsg_broker.app import BrokerProcess
 from txmsg_broker.testing import create_topic, unique, wait_until
 
+from benchmarks._orders import BenchOrder, OrderBase
 from benchmarks._rmq_bench import ensure_client_log_dir, remoting_sender
 from txmsg import LocalTransactionState, Message, Producer, TxMsg, TxMsgConfig
 from txmsg.message import DEDUP_KEY, SendResult
@@ -84,19 +85,6 @@ from txmsg.sqla.outbox import Outbox
 
 BODY = "x" * 128
 QUEUES = 8
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class BenchOrder(Base):
-    """The business row of every transaction."""
-
-    __tablename__ = "outbox_bench_order"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    ref: Mapped[str] = mapped_column(String(64))
 
 
 @dataclass
@@ -110,7 +98,7 @@ class Database:
 def sqlite_database(workdir: Path) -> Iterator[Database]:
     engine = create_engine(f"sqlite:///{workdir / 'bench.db'}")
     create_tables(engine)
-    Base.metadata.create_all(engine)
+    OrderBase.metadata.create_all(engine)
     try:
         yield Database("sqlite", engine, make_session_factory(engine))
     finally:
@@ -125,7 +113,7 @@ def postgres_database(url: str) -> Iterator[Database]:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     engine = create_engine(url, connect_args={"options": f"-csearch_path={schema}"})
     create_tables(engine)
-    Base.metadata.create_all(engine)
+    OrderBase.metadata.create_all(engine)
     try:
         yield Database("postgresql", engine, make_session_factory(engine))
     finally:
