@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from txmsg.aio.sqla import create_async_engine
+from txmsg.aio.sqla.engine import ASYNC_SQLITE_POOL
 from txmsg.sqla import create_engine
 
 PG_URL = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
@@ -75,3 +76,13 @@ def test_idle_connection_killed_by_the_server_is_replaced(driver: str) -> None:
     assert first != last
     with pytest.raises(DBAPIError):
         asyncio.run(pid_after_kill(60))  # without the idle ping the caller's statement fails
+
+
+def test_async_sqlite_pool_is_small_by_default_and_yours_wins(tmp_path: Path) -> None:
+    """Each aiosqlite connection is a thread: the async SQLite engine keeps 8 (not the sync
+    engine's 20), unless told otherwise."""
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    default, chosen = create_async_engine(url), create_async_engine(url, pool_size=3)
+    assert default.sync_engine.pool.size() == ASYNC_SQLITE_POOL == 8  # type: ignore[attr-defined]
+    assert chosen.sync_engine.pool.size() == 3  # type: ignore[attr-defined]
+    assert create_engine(url).pool.size() == 20  # type: ignore[attr-defined]
