@@ -22,26 +22,46 @@ PROCESS = 0
 """The key of :func:`snapshot`'s whole-process figure (no thread has id 0)."""
 
 
-def _seconds(path: str) -> float | None:
+def _seconds(task: str) -> float | None:
     try:
-        with open(path, encoding="ascii") as schedstat:
+        with open(f"{task}/schedstat", encoding="ascii") as schedstat:
             return int(schedstat.read().split()[0]) / 1e9
     except (OSError, ValueError, IndexError):  # the thread ended meanwhile
         return None
 
 
-def snapshot() -> dict[int, float]:
-    """Thread id -> CPU seconds of every live thread of this process, and under ``PROCESS``
-    the whole process's (``time.process_time``: threads that ended included)."""
-    cpu: dict[int, float] = {}
+def _switches(task: str) -> float | None:
+    try:
+        with open(f"{task}/status", encoding="ascii") as status:
+            return float(
+                sum(
+                    int(line.split()[1])
+                    for line in status
+                    if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt"))
+                )
+            )
+    except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+        return None
+
+
+def _per_thread(read: Callable[[str], float | None]) -> dict[int, float]:
+    """Thread id -> ``read(its /proc task folder)`` for every live thread that could be read."""
     try:
         tids = os.listdir(_TASKS)
     except OSError:
-        return cpu
+        return {}
+    values: dict[int, float] = {}
     for tid in tids:
-        seconds = _seconds(f"{_TASKS}/{tid}/schedstat")
-        if seconds is not None:
-            cpu[int(tid)] = seconds
+        value = read(f"{_TASKS}/{tid}")
+        if value is not None:
+            values[int(tid)] = value
+    return values
+
+
+def snapshot() -> dict[int, float]:
+    """Thread id -> CPU seconds of every live thread of this process, and under ``PROCESS``
+    the whole process's (``time.process_time``: threads that ended included)."""
+    cpu = _per_thread(_seconds)
     if cpu:
         cpu[PROCESS] = time.process_time()
     return cpu
@@ -51,24 +71,7 @@ def switches() -> dict[int, float]:
     """Thread id -> context switches so far (voluntary: it waited, for a lock, the GIL, a
     socket; involuntary: preempted) of every live thread: each cross-thread hand-over of a
     send costs one or more, and on this VM a switch costs more CPU than the Python around it."""
-    counts: dict[int, float] = {}
-    try:
-        tids = os.listdir(_TASKS)
-    except OSError:
-        return counts
-    for tid in tids:
-        try:
-            with open(f"{_TASKS}/{tid}/status", encoding="ascii") as status:
-                counts[int(tid)] = float(
-                    sum(
-                        int(line.split()[1])
-                        for line in status
-                        if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt"))
-                    )
-                )
-        except (OSError, ValueError, IndexError):
-            continue
-    return counts
+    return _per_thread(_switches)
 
 
 def split(
