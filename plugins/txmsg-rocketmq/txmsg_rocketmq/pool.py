@@ -32,6 +32,7 @@ from . import messages
 from ._errors import BackendUnavailableError, ProducerClosedError, SendError
 from .announce import Announcer
 from .callbacks import guarded, state_code
+from .connect_race import send_retrying_instant_failure
 from .gate import Gate
 from .names import refuse_printf_topic
 from .native import (
@@ -262,8 +263,12 @@ class ProducerInstance:
         self._pending[send_id] = ctx
         try:
             result = native.new_send_result()
-            status = dll.SendMessageTransaction(
-                self.handle, handle, self._execute_cb, send_id, ctypes.byref(result)
+            status = send_retrying_instant_failure(
+                lambda: dll.SendMessageTransaction(
+                    self.handle, handle, self._execute_cb, send_id, ctypes.byref(result)
+                ),
+                retry_allowed=lambda: not ctx.ran,  # the half message was not stored
+                what=f"half message to {message.topic}",
             )
             if int(status) != OK:
                 ran = (

@@ -51,6 +51,7 @@ from ._errors import (
     ProducerClosedError,
     SendError,
 )
+from .connect_race import send_retrying_instant_failure
 from .gate import Gate
 from .names import refuse_printf_topic
 from .native import (
@@ -324,8 +325,11 @@ class PlainSender:
                 if message.sharding_key:
                     return self._send_ordered(message, handle)
                 result = self.native.new_send_result()
-                status = int(
-                    self.native.dll.SendMessageSync(self.handle, handle, ctypes.byref(result))
+                status = send_retrying_instant_failure(
+                    lambda: self.native.dll.SendMessageSync(
+                        self.handle, handle, ctypes.byref(result)
+                    ),
+                    what=f"send to {message.topic}",
                 )
                 if status != OK:
                     raise self._send_error(message, self.native.last_error(), "send")
@@ -344,15 +348,16 @@ class PlainSender:
         key = message.sharding_key or ""
         result = CSendResult()
         self._selected.index = None
-        status = int(
-            self.native.dll.SendMessageOrderly(
+        status = send_retrying_instant_failure(
+            lambda: self.native.dll.SendMessageOrderly(
                 self.handle,
                 handle,
                 self._selector,
                 self._selector_arg(key),
                 0,
                 ctypes.byref(result),
-            )
+            ),
+            what=f"ordered send to {message.topic}",
         )
         if status != OK:
             raise self._send_error(message, self.native.last_error(), "ordered send")
