@@ -136,18 +136,20 @@ class _Freshness:
         self._seen: dict[tuple[str, int | None], float] = {}
         self._at: float | None = None
 
-    def needed(self, message: Message) -> bool:
+    def needed(self, message: Message) -> tuple[bool, bool]:
+        """(read the snapshots again?, did the message's queue just come to this process?)"""
         now = time.monotonic()
         queue = (message.topic, message.queue_id)
         with self._lock:
             last = self._seen.get(queue)
             self._seen[queue] = now
-            if last is None or now - last > self.interval or self._at is None:
-                return True
+            came = last is None or now - last > self.interval
+            if came or self._at is None:
+                return True, came
             if now - self._at >= self.interval:
                 self._at = now  # this thread reads them; the others go on with the old ones
-                return True
-        return False
+                return True, False
+        return False, False
 
     def refreshed(self, at: float) -> None:
         with self._lock:
@@ -241,12 +243,16 @@ class OrderlyHandler:
         if self.journal is not None:
             self.journal.close(timeout)
 
-    def _refresh(self, message: Message) -> None:
-        """Read the parked keys and the journal's keys again when due (see :class:`_Freshness`).
-        Messages without a queue (a FIFO message group that any consumer may get next) are not
-        served from the snapshot at all: see :meth:`_is_parked`."""
-        if message.queue_id is None or not self._fresh.needed(message):
-            return
+    def _refresh(self, message: Message) -> bool:
+        """Read the parked keys and the journal's keys again when due (see :class:`_Freshness`);
+        True when the message's queue just came to this process.  Messages without a queue (a
+        FIFO message group that any consumer may get next) are not served from the snapshot at
+        all: see :meth:`_is_parked`."""
+        if message.queue_id is None:
+            return False
+        due, came = self._fresh.needed(message)
+        if not due:
+            return False
         at = time.monotonic()
         try:
             self.parked.refresh()
@@ -256,6 +262,7 @@ class OrderlyHandler:
             self._fresh.failed(message)
             raise
         self._fresh.refreshed(at)
+        return came
 
     def _is_parked(self, message: Message, key: str) -> bool:
         if message.queue_id is None:
@@ -268,7 +275,7 @@ class OrderlyHandler:
         journal = self.journal
         group = self.spec.group
         try:
-            self._refresh(message)
+            came = self._refresh(message)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             key = parking.sharding_key_of(message)
             _database_failed(group, message, key, "read the parked and journaled keys", exc)
@@ -276,7 +283,7 @@ class OrderlyHandler:
         if journal is None:
             return self._handle(message, None)
         try:
-            entry = journal.admit(message)
+            entry = journal.admit(message, queue_came=came)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             key = parking.sharding_key_of(message)
             _database_failed(group, message, key, "write it to the in-flight journal", exc)
@@ -284,8 +291,8 @@ class OrderlyHandler:
         ticket = entry.ticket
         if ticket is None:
             log.info(
-                "group=%s key=%r msgId=%s: another consumer is finishing this message; handing "
-                "it again later",
+                "group=%s key=%r msgId=%s: another consumer is finishing this message or an "
+                "earlier one of its key; handing it again later",
                 group,
                 parking.sharding_key_of(message),
                 message.message_id,

@@ -464,6 +464,45 @@ def test_a_live_process_spool_is_not_taken(db: Db) -> None:
     assert list(other.spool_directory.glob("*.spool")) == [handle.journal._spool.path]  # type: ignore[union-attr]
 
 
+def test_a_queue_that_comes_while_another_live_process_runs_its_key_waits(db: Db) -> None:
+    """librocketmq 2.1.0 hands a queue to another consumer in a rebalance without waiting for
+    the callback running on it, with the offset possibly past that message (hazard #10).  The
+    new owner gets the key's next message while the old owner's callback (in its spool only)
+    still runs: it must hand it back until that callback ended, not apply it first."""
+    other = InflightJournal(db.sessions, GROUP)  # the queue's previous owner, inside m1
+    other.refresh()
+    ticket = other.admit(msg("m1", 5)).ticket
+    assert ticket is not None
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener), refresh_interval=60.0)
+    assert handle(msg("m2", 6)) is False  # the queue just came: m1 of order-1 still runs
+    assert handle(msg("x1", 2, key="order-2", queue=1)) is True  # other keys flow
+    assert handle(msg("m2", 6)) is False  # looked at again while the key is held
+    assert listener.handled == ["x1"]
+    other.done(ticket)
+    assert handle(msg("m2", 6)) is True
+    assert listener.handled == ["x1", "m2"]
+    assert handle(msg("m3", 7)) is True  # not held any more: no look at the spools
+    other.close()
+    handle.close()
+
+
+def test_a_queue_seen_before_does_not_look_at_other_spools(db: Db) -> None:
+    """The look is for a queue that just came: a queue this process holds does not pay it."""
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener), refresh_interval=60.0)
+    assert handle(msg("m1", 5)) is True  # the queue comes (nothing held elsewhere)
+    other = InflightJournal(db.sessions, GROUP)  # a second live process: a different key
+    other.refresh()
+    ticket = other.admit(msg("y1", 9, key="order-1", queue=2)).ticket
+    assert ticket is not None
+    assert handle(msg("m2", 6)) is True  # same queue, seen a moment ago: no look
+    assert listener.handled == ["m1", "m2"]
+    other.done(ticket)
+    other.close()
+    handle.close()
+
+
 def test_a_torn_last_record_is_skipped(tmp_path: Path) -> None:
     # what a machine crash can leave: the tail of the file missing, or half a line
     spool = Spool(tmp_path, "host:1:token")

@@ -74,7 +74,13 @@ from txmsg.sqla.parking import (
     sharding_key_of,
     stored_message,
 )
-from txmsg.sqla.spool import Spool, default_directory, group_directory, orphans
+from txmsg.sqla.spool import (
+    Spool,
+    default_directory,
+    group_directory,
+    live_open_entries,
+    orphans,
+)
 
 log = logging.getLogger("txmsg.journal")
 
@@ -248,6 +254,9 @@ class InflightJournal:
         """Spool tickets handed back (by message key), taken again when the message comes back."""
         self._blocked: frozenset[tuple[str, str]] | None = None
         """(topic, key) with rows in the table, as of the last :meth:`refresh` (None: never)."""
+        self._elsewhere: set[tuple[str, str]] = set()
+        """Keys whose message a live process of this host had in its listener when their queue
+        came here (:meth:`_held_elsewhere`): looked at again at each of their messages."""
         self._added: dict[tuple[str, str], float] = {}
         """Keys this process gave rows since (monotonic time): kept until a refresh sees them."""
         self._lock = threading.Lock()
@@ -259,17 +268,25 @@ class InflightJournal:
         """Messages moved from dead processes' spools into the table (for stats and tests)."""
 
     # ---- the fast path: the spool --------------------------------------------------------------
-    def admit(self, message: Message, *, refresh: bool = False) -> Entry:
+    def admit(self, message: Message, *, refresh: bool = False, queue_came: bool = False) -> Entry:
         """Journal ``message`` before its listener runs: in this process's spool when no row of
         its key is in the table, else through the table (:meth:`enter`, which also finds a dead
         consumer's rows to finish first).  ``refresh``: take a new snapshot of the table's keys
         first (a queue just came to this process); one older than ``refresh`` seconds is renewed
         anyway by the caller (:meth:`refresh`).
 
+        ``queue_came``: the message's queue just came to this process (a rebalance).  Then, and
+        for as long as it finds one, a live process of the group on this host that has a message
+        of the key in its listener makes the entry ticketless (hand the message again later):
+        librocketmq 2.1.0 hands a queue over without waiting for the callback running on it
+        (hazard #10), and that process's spool entry is not in the table.
+
         Raises whatever the database or the file system raised (the caller hands the message
         again later)."""
         if refresh or self._blocked is None:
             self.refresh()
+        if self._held_elsewhere(message, look=queue_came):
+            return Entry(row_id=None)
         message_key = parked_message_key(message)
         with self._lock:
             ticket = self._released.pop(message_key, None)
@@ -292,6 +309,34 @@ class InflightJournal:
         with self._lock:
             self._spooled[id(ticket)] = ticket
         return Entry(row_id=None, ticket=ticket)
+
+    def _held_elsewhere(self, message: Message, *, look: bool) -> bool:
+        """Whether another live consumer process of the group on this host is in a listener for
+        a message of ``message``'s key (its spool has an open entry of the key).  Looked at when
+        ``look`` (the queue just came) and again at every message of a key found held, until it
+        is not."""
+        key = (message.topic, sharding_key_of(message))
+        with self._lock:
+            if not look and key not in self._elsewhere:
+                return False
+        own = self._spool.path if self._spool is not None else None
+        held = any(
+            (m.topic, sharding_key_of(m)) == key
+            for m in live_open_entries(self.spool_directory, skip=own)
+        )
+        with self._lock:
+            if held:
+                self._elsewhere.add(key)
+            else:
+                self._elsewhere.discard(key)
+        if held:
+            log.info(
+                "group=%s key=%r: its queue came to this process while another consumer process "
+                "still has a message of the key in its listener; waiting for it (hazard #10)",
+                self.group,
+                key[1],
+            )
+        return held
 
     def refresh(self) -> None:
         """Move dead processes' spools into the table, then note which keys have rows there."""
