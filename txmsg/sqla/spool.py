@@ -272,17 +272,7 @@ class Claimed:
 def orphans(directory: Path, skip: Path | None = None) -> Iterator[Claimed]:
     """Spool files of dead processes in ``directory`` (one group of one host), each locked while
     the caller handles it: two processes never import the same file at once."""
-    try:
-        paths = sorted(directory.glob(f"*{SUFFIX}"))
-    except OSError:
-        return
-    for path in paths:
-        if skip is not None and path == skip:
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
+    for path, fd in _open_spools(directory, skip):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:  # its writer lives
@@ -309,18 +299,8 @@ def live_open_entries(directory: Path, skip: Path | None = None) -> list[Message
     message while that callback runs.  Read without a lock: each record is one ``O_APPEND``
     write, and a torn last line is skipped; an entry ended meanwhile only makes the caller wait
     for one more look."""
-    try:
-        paths = sorted(directory.glob(f"*{SUFFIX}"))
-    except OSError:
-        return []
     found: list[Message] = []
-    for path in paths:
-        if skip is not None and path == skip:
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
+    for _path, fd in _open_spools(directory, skip):
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -332,6 +312,23 @@ def live_open_entries(directory: Path, skip: Path | None = None) -> list[Message
         finally:
             os.close(fd)
     return found
+
+
+def _open_spools(directory: Path, skip: Path | None) -> Iterator[tuple[Path, int]]:
+    """Each spool file in ``directory`` but ``skip``, opened read-only (the caller closes it);
+    files gone meanwhile are passed over."""
+    try:
+        paths = sorted(directory.glob(f"*{SUFFIX}"))
+    except OSError:
+        return
+    for path in paths:
+        if skip is not None and path == skip:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        yield path, fd
 
 
 def _read_all(fd: int) -> bytes:
