@@ -186,6 +186,44 @@ class TransactionalSender(Protocol):
         ...
 
 
+class HalfMessage(Protocol):
+    """A half message the broker stored, its transaction not ended yet
+    (:meth:`SplitTransactionalSender.send_half_async`)."""
+
+    message: Message
+    """The half message as ``execute_local`` sees it (its id set)."""
+    message_id: str
+    transaction_key: str
+    send_status: str
+    offset: int | None
+
+    def end(self, state: LocalTransactionState) -> Future[None]:
+        """Commit or roll back (UNKNOW: nothing is sent, the broker checks back); call it once.
+
+        The future never fails: a failed end is logged by the backend and left to the check-back,
+        as :meth:`TransactionalSender.send_in_transaction` does."""
+        ...
+
+
+@runtime_checkable
+class SplitTransactionalSender(Protocol):
+    """A :class:`TransactionalSender` whose client sends the half message and ends the
+    transaction as separate non-blocking calls (the 5.x client; librocketmq's transactional send
+    is one blocking call that runs the local executor inside it).
+
+    Why: an awaited send (:class:`txmsg.AsyncProducer`) then needs no thread of its own: the half
+    message and the end are awaited on the event loop and ``async def execute_local`` runs there
+    between them, where a blocking client must park a thread of the send pool for the whole
+    transaction and cross between it and the loop four times.
+    """
+
+    def send_half_async(self, message: OutgoingMessage) -> Future[HalfMessage]:
+        """Send the half message without blocking; the future ends with the stored half message
+        or the send's error.  Every half message delivered must be ended with
+        :meth:`HalfMessage.end` (the sender's ``close`` waits for it)."""
+        ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Factory for producers and consumers against one RocketMQ name server."""

@@ -20,6 +20,7 @@ transactions opens nothing more than before.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -34,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 from txmsg.aio.callables import is_async
 from txmsg.aio.loop import LoopBridge, warn_blocking_send
-from txmsg.backend import Backend, Capabilities, MessageSender, TransactionalSender, capabilities_of
+from txmsg.backend import (
+    Backend,
+    Capabilities,
+    MessageSender,
+    SplitTransactionalSender,
+    TransactionalSender,
+    capabilities_of,
+)
 from txmsg.convert import to_body
 from txmsg.defaults import CHECK_WAIT_TIMEOUT
 from txmsg.dispatch import CheckDispatcher, DispatchStats
@@ -59,7 +67,7 @@ from txmsg.message import (
 )
 from txmsg.names import NameRule, check_name, rocketmq_rule
 from txmsg.otel import gauges, hooks
-from txmsg.safety import run_execute_local
+from txmsg.safety import run_execute_local, run_execute_local_async
 from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.producer")
@@ -851,6 +859,72 @@ class TransactionalProducer(Producer):
             local_state=state,
             send_status=status,
             offset=offset,
+        )
+
+    @functools.cached_property
+    def splits_sends(self) -> bool:
+        """True when an awaited send can run on the loop itself (:meth:`transact_async`): the
+        backend splits its transactional send and ``execute_local`` is ``async def``."""
+        return isinstance(self.sender, SplitTransactionalSender) and is_async(
+            getattr(self.listener, "execute_local", None)
+        )
+
+    async def transact_async(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        arg: Any = None,
+        keys: str | Sequence[str] | None = None,
+        tags: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        check_immunity_seconds: int | None = None,
+        bridge: LoopBridge | None = None,
+    ) -> TransactionSendResult | None:
+        """:meth:`transact` awaited on the running loop with no thread waiting: the half message
+        is awaited, ``async def execute_local`` runs in the caller's task, the end is awaited
+        (a :class:`~txmsg.backend.SplitTransactionalSender`).  None when the sender cannot split
+        now (the caller then runs :meth:`transact` on a thread).
+
+        A task cancelled while ``execute_local`` runs ends nothing: whether the local transaction
+        committed is unknown here, so the broker's check-back (``check_local``) decides."""
+        sender = self.sender
+        if not isinstance(sender, SplitTransactionalSender):
+            return None
+        self._check_open()
+        message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
+        with hooks.sending(self.group, message, transactional=True) as telemetry:
+            try:
+                started = sender.send_half_async(telemetry.message)
+                if started is None:
+                    return None
+                half = await asyncio.wrap_future(started)
+            except TxMsgError:
+                self._count("failed")
+                raise
+            except Exception as exc:
+                self._count("failed")
+                raise SendError(
+                    f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
+                    "check that the name server and broker are reachable (`txmsg doctor`)"
+                ) from exc
+            state = LocalTransactionState.UNKNOW
+            try:
+                state = await run_execute_local_async(
+                    self.listener, half.message, arg, self.spec, bridge
+                )
+            finally:  # cancelled: UNKNOW ends nothing, and releases the sender's count
+                await asyncio.wrap_future(half.end(state))
+            self._count("sent")
+            self._count(state.name)
+            telemetry.sent(half.message_id)
+            telemetry.local_state(state)
+        return TransactionSendResult(
+            message_id=half.message_id,
+            transaction_key=half.transaction_key,
+            local_state=state,
+            send_status=half.send_status,
+            offset=half.offset,
         )
 
     def send_in_transaction_async(

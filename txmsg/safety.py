@@ -122,6 +122,40 @@ def run_execute_local(
     return _checked(value, "execute_local", spec, message, fallback)
 
 
+async def run_execute_local_async(
+    listener: Any,
+    message: Message,
+    arg: object,
+    spec: SpecLike,
+    bridge: LoopBridge | None = None,
+) -> LocalTransactionState:
+    """Await an ``async def execute_local(message, arg)`` on the running loop; never raises but
+    :class:`asyncio.CancelledError` (the caller then leaves the transaction to the check-back).
+
+    What :func:`run_execute_local` does for a send awaited on the loop itself (a
+    :class:`txmsg.backend.SplitTransactionalSender`): no thread waits for the coroutine, so it is
+    not submitted through ``bridge``; ``bridge`` only times its steps (slow-step warnings)."""
+    fallback = spec.on_exception
+    method = listener.execute_local
+    try:
+        coroutine = method(message, arg)
+        value = await (bridge.watched(coroutine, name_of(method)) if bridge else coroutine)
+    except Exception as exc:
+        log.error(
+            "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
+            spec.group,
+            _key(message),
+            getattr(message, "topic", None),
+            type(exc).__name__,
+            exc,
+            fallback.name,
+            exc_info=True,
+        )
+        record_exception(exc)  # on the `send <topic>` span it runs in
+        return fallback
+    return _checked(value, "execute_local", spec, message, fallback)
+
+
 def run_check_local(
     listener: Any, message: Message, spec: SpecLike, bridge: LoopBridge | None = None
 ) -> LocalTransactionState:

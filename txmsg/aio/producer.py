@@ -16,6 +16,14 @@ A transactional send runs the half message on that thread; an ``async def execut
 runs as a coroutine **on the loop that awaits the send** (where the service's async database
 engine lives) while the send's thread waits for its answer, and the thread ends the
 transaction.  A plain ``def execute_local`` runs on the send's thread, off the loop.
+
+Where the backend's client sends the half message and ends the transaction as separate
+non-blocking calls (:class:`txmsg.backend.SplitTransactionalSender`: the rocketmq5 backend) and
+``execute_local`` is ``async def``, the transactional send needs no thread at all: the half
+message and the end are awaited on the loop and ``execute_local`` runs in the awaiting task
+(:meth:`txmsg.TransactionalProducer.transact_async`).  Why: parking a pool thread for the whole
+transaction costs four hand-overs between that thread and the loop per send, about a quarter
+of the CPU an awaited send cost (``benchmarks/async_send``, docs/guide/async.md).
 """
 
 from __future__ import annotations
@@ -105,19 +113,19 @@ class AsyncProducer:
                 group=self.group,
             )
         bridge = self._bridge_here()
-        return await self._off_loop(
-            functools.partial(
-                producer.transact,
-                topic,
-                payload,
-                arg=arg,
-                keys=keys,
-                tags=tags,
-                properties=properties,
-                check_immunity_seconds=check_immunity_seconds,
-                bridge=bridge,
-            )
-        )
+        options: dict[str, Any] = {
+            "arg": arg,
+            "keys": keys,
+            "tags": tags,
+            "properties": properties,
+            "check_immunity_seconds": check_immunity_seconds,
+            "bridge": bridge,
+        }
+        if producer.splits_sends:  # no thread needed (module docstring)
+            result = await producer.transact_async(topic, payload, **options)
+            if result is not None:
+                return result
+        return await self._off_loop(functools.partial(producer.transact, topic, payload, **options))
 
     async def send(
         self,

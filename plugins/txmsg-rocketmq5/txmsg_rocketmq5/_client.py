@@ -22,19 +22,22 @@ from rocketmq import (  # noqa: E402
     TransactionResolution,
 )
 from rocketmq.grpc_protocol import (  # noqa: E402
+    Code,
     EndTransactionRequest,
     ForwardMessageToDeadLetterQueueRequest,
     TransactionSource,
 )
-from rocketmq.v5.exception import IllegalArgumentException  # noqa: E402
+from rocketmq.v5.exception import IllegalArgumentException, IllegalStateException  # noqa: E402
 
 __all__ = [
     "ClientConfiguration",
+    "Code",
     "Credentials",
     "EndTransactionRequest",
     "FilterExpression",
     "ForwardMessageToDeadLetterQueueRequest",
     "IllegalArgumentException",
+    "IllegalStateException",
     "Message",
     "Producer",
     "SimpleConsumer",

@@ -27,11 +27,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
-from ._client import EndTransactionRequest, Producer, TransactionChecker, TransactionSource
+from ._client import (
+    EndTransactionRequest,
+    IllegalArgumentException,
+    IllegalStateException,
+    Message,
+    Producer,
+    TransactionChecker,
+    TransactionSource,
+)
 
 log = logging.getLogger("txmsg.rocketmq5")
+
+_SEND_STEPS = ("wrap_sending_message", "select_send_queue", "send_async")
+"""The client's name-mangled steps of a send that :meth:`CheckingProducer.send_half_async` runs."""
 
 CheckCommand = Callable[[Any, Any, str], None]
 """``(endpoints, protobuf message, transaction_id)``: must return at once (I/O thread): it
@@ -69,11 +81,14 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         super().__init__(configuration, topics, _NeverCalled(), tls)
         self._on_check = on_check
         self._immunity = threading.local()
+        self._immunity_by_id: dict[str, int] = {}
         rpc = self.rpc_client
         send_async = rpc.send_message_async
 
         def send_with_immunity(endpoints: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
             seconds = getattr(self._immunity, "seconds", None)
+            if not seconds and self._immunity_by_id:  # a split send (send_half_async), any thread
+                seconds = self._immunity_by_id.get(req.messages[0].system_properties.message_id)
             if seconds:
                 for message in req.messages:
                     message.system_properties.orphaned_transaction_recovery_duration.seconds = (
@@ -105,6 +120,59 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         finally:
             self._immunity.seconds = None
 
+    @property
+    def splits_sends(self) -> bool:
+        """True when :meth:`send_half_async` can work: it uses the client's own steps of a send
+        (name-mangled methods of ``Producer``), which a client release may rename."""
+        return all(hasattr(self, f"_Producer__{name}") for name in _SEND_STEPS)
+
+    def send_half_async(
+        self, message: Any, transaction: Any, immunity_seconds: int | None
+    ) -> Future[Any]:
+        """``send(message, transaction)`` without blocking: the future ends with the send
+        receipt (or the send's error, after the client's own retries).
+
+        The client's synchronous ``send`` does exactly these steps, then waits; its
+        ``send_async`` does them for non-transactional messages only.  Its retries run on the
+        client's callback threads, so the check immunity is looked up by message id there."""
+        if not self.is_running:
+            raise IllegalStateException("producer is not running now.")
+        self._Producer__wrap_sending_message(message, True)
+        queue = self._Producer__select_send_queue(message)
+        validate = getattr(self, "_Producer__validate_message_type", True)
+        if validate and message.message_type not in queue.accept_message_types:
+            raise IllegalArgumentException(
+                f"current message type not match with queue accept message types, topic:"
+                f"{message.topic}, message_type:{Message.message_type_desc(message.message_type)},"
+                f" queue access type:{queue.accept_message_types_desc()}"
+            )
+        transaction.add_half_message(message)
+        message_id = message.message_id
+        if immunity_seconds:
+            self._immunity_by_id[message_id] = immunity_seconds
+        try:
+            sent: Future[Any] = self._Producer__send_async(message, queue)
+        except BaseException:
+            self._immunity_by_id.pop(message_id, None)
+            raise
+        if immunity_seconds:
+            sent.add_done_callback(lambda _: self._immunity_by_id.pop(message_id, None))
+        return sent
+
+    def end_async(
+        self, endpoints: Any, topic: str, message_id: str, transaction_id: str, resolution: int
+    ) -> Future[Any]:
+        """Commit or roll back a transaction this client sent (``EndTransaction`` with
+        ``SOURCE_CLIENT``, what ``Transaction.commit()`` sends); returns the RPC's future."""
+        return self._end(
+            endpoints,
+            topic,
+            message_id,
+            transaction_id,
+            resolution,
+            TransactionSource.SOURCE_CLIENT,
+        )
+
     def end_checked(
         self, endpoints: Any, topic: str, message_id: str, transaction_id: str, resolution: int
     ) -> Any:
@@ -114,16 +182,35 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         Not waited for in the check thread: one group's checks then cost ``check_local`` alone, not
         ``check_local`` plus a round trip (with one thread, 200 checks of 100 ms ran at 8/s instead
         of 10/s while each thread waited for its reply)."""
+        return self._end(
+            endpoints,
+            topic,
+            message_id,
+            transaction_id,
+            resolution,
+            TransactionSource.SOURCE_SERVER_CHECK,
+        )
+
+    def _end(
+        self,
+        endpoints: Any,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        resolution: int,
+        source: int,
+    ) -> Future[Any]:
         req = EndTransactionRequest()
         req.topic.name = topic
         req.topic.resource_namespace = self.client_configuration.namespace
         req.message_id = message_id
         req.transaction_id = transaction_id
         req.resolution = resolution
-        req.source = TransactionSource.SOURCE_SERVER_CHECK
-        return self.rpc_client.end_transaction_async(
+        req.source = source
+        future: Future[Any] = self.rpc_client.end_transaction_async(
             endpoints, req, metadata=self.sign(), timeout=self.client_configuration.request_timeout
         )
+        return future
 
     def announce_topics(self) -> None:
         """Send the producer's settings (its publishing topics) to every known endpoint now.

@@ -35,15 +35,15 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from txmsg.backend import CheckHandler, LocalExecutor
+from txmsg.backend import CheckHandler, HalfMessage, LocalExecutor
 from txmsg.dispatch import CheckSubmission, CheckSubmitter
 from txmsg.errors import ProducerClosedError, SendError
 from txmsg.message import Message, OutgoingMessage
 from txmsg.states import LocalTransactionState
 
 from . import messages
+from ._client import Code, TransactionResolution
 from ._client import Message as ClientMessage
-from ._client import TransactionResolution
 from .client import CheckingProducer, shut_down
 
 log = logging.getLogger("txmsg.rocketmq5")
@@ -161,6 +161,68 @@ class Rocketmq5Sender:
             coerced = LocalTransactionState.UNKNOW
         self._end(transaction, coerced, message, message_id)
         return message_id, message_id, "SEND_OK", int(receipt.offset)
+
+    def send_half_async(self, message: OutgoingMessage) -> Future[HalfMessage] | None:
+        """:class:`txmsg.backend.SplitTransactionalSender`: the half message without blocking;
+        None when this client release lacks the steps it needs (the core then sends on a thread).
+
+        The returned future ends on one of the client's callback threads.  A half message whose
+        future the caller cancelled meanwhile is left to the check-back (nothing is ended)."""
+        if not self.producer.splits_sends:
+            return None
+        with self._lock:
+            if self._closed:
+                raise ProducerClosedError(
+                    f"producer group {self.group!r} is closing; create a new application/producer "
+                    "to send more messages"
+                )
+            self._sends += 1
+        try:
+            outgoing = messages.to_client(message, ClientMessage)
+            transaction = self.producer.begin_transaction()
+            sent = self.producer.send_half_async(
+                outgoing, transaction, message.check_immunity_seconds
+            )
+        except Exception as exc:
+            self._sent_or_failed()
+            raise self._half_failed(message, exc) from exc
+        result: Future[HalfMessage] = Future()
+
+        def on_sent(done: Future[Any]) -> None:
+            try:
+                receipt = done.result()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                self._sent_or_failed()
+                if result.set_running_or_notify_cancel():
+                    failure = self._half_failed(message, exc)
+                    failure.__cause__ = exc
+                    result.set_exception(failure)
+                return
+            if message.topic not in self.topics:
+                self.topics.add(message.topic)
+                self.producer.announce_topics()  # as _send does
+            half = _Half(self, message, receipt)
+            if result.set_running_or_notify_cancel():
+                result.set_result(half)
+            else:  # the caller gave up waiting: the local transaction will not run
+                half.end(LocalTransactionState.UNKNOW)
+
+        sent.add_done_callback(on_sent)
+        return result
+
+    def _half_failed(self, message: OutgoingMessage, exc: BaseException) -> SendError:
+        return SendError(
+            f"half message to topic {message.topic!r} (group {self.group!r}) failed: "
+            f"{type(exc).__name__}: {exc}. The local transaction did not run. Check that the "
+            "endpoints are right (`txmsg doctor`) and the topic exists as a transaction topic "
+            "(`txmsg topic create <topic> --type transaction`)."
+        )
+
+    def _sent_or_failed(self) -> None:
+        """One send of :meth:`send_half_async` is over (``close`` waits for them)."""
+        with self._lock:
+            self._sends -= 1
+            self._lock.notify_all()
 
     def _end(
         self, transaction: Any, state: LocalTransactionState, message: OutgoingMessage, key: str
@@ -371,6 +433,69 @@ class Rocketmq5Sender:
                 "answers_pending": self._answers_pending,
                 "sends_in_flight": self._sends,
             }
+
+
+class _Half:
+    """:class:`txmsg.backend.HalfMessage` of :meth:`Rocketmq5Sender.send_half_async`."""
+
+    send_status = "SEND_OK"
+
+    def __init__(self, sender: Rocketmq5Sender, message: OutgoingMessage, receipt: Any) -> None:
+        self._sender = sender
+        self._receipt = receipt
+        self._topic = message.topic
+        self.message_id = str(receipt.message_id)
+        self.transaction_key = self.message_id
+        self.offset: int | None = int(receipt.offset)
+        self.message: Message = messages.half_view(message, self.message_id)
+
+    def end(self, state: LocalTransactionState) -> Future[None]:
+        """Commit or roll back without blocking (UNKNOW: nothing); the future never fails."""
+        ended: Future[None] = Future()
+        sender = self._sender
+        if state is LocalTransactionState.UNKNOW:
+            sender._sent_or_failed()
+            ended.set_result(None)
+            return ended
+        receipt = self._receipt
+        try:
+            rpc = sender.producer.end_async(
+                receipt.message_queue.endpoints,
+                self._topic,
+                self.message_id,
+                receipt.transaction_id,
+                RESOLUTION[state],
+            )
+        except Exception as exc:  # noqa: BLE001 - reported, resolved by the check-back
+            self._failed(state, exc)
+            sender._sent_or_failed()
+            ended.set_result(None)
+            return ended
+
+        def on_end(done: Future[Any]) -> None:
+            try:
+                answer = done.result()
+                if answer.status.code != Code.OK:
+                    raise SendError(f"{answer.status.code}: {answer.status.message}")
+            except Exception as exc:  # noqa: BLE001 - reported, resolved by the check-back
+                self._failed(state, exc)
+            finally:
+                sender._sent_or_failed()
+                ended.set_result(None)
+
+        rpc.add_done_callback(on_end)
+        return ended
+
+    def _failed(self, state: LocalTransactionState, exc: BaseException) -> None:
+        log.warning(
+            "group=%s topic=%s key=%s: %s after the local transaction failed: %s; the broker "
+            "will check the transaction back",
+            self._sender.group,
+            self._topic,
+            self.message_id,
+            "commit" if state is LocalTransactionState.COMMIT else "rollback",
+            exc,
+        )
 
 
 class _BareHandler:
