@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from txmsg.aio.callables import is_async
 from txmsg.aio.loop import LoopBridge, warn_blocking_send
@@ -888,9 +888,9 @@ class TransactionalProducer(Producer):
 
         A task cancelled while ``execute_local`` runs ends nothing: whether the local transaction
         committed is unknown here, so the broker's check-back (``check_local``) decides."""
-        sender = self.sender
-        if not isinstance(sender, SplitTransactionalSender):
+        if not self.splits_sends:  # cached: a runtime Protocol's isinstance costs ~10 µs
             return None
+        sender = cast(SplitTransactionalSender, self.sender)
         self._check_open()
         message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
         with hooks.sending(self.group, message, transactional=True) as telemetry:
