@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from txmsg_broker.testing import create_topic, unique
+from txmsg_rocketmq5.client import _SEND_STEPS, CheckingProducer
 
 from txmsg import (
     InvalidMessageError,
@@ -71,3 +72,11 @@ class _Committer:
 
     def check_local(self, message: Message) -> S:
         return S.COMMIT
+
+
+def test_the_installed_client_has_the_steps_of_a_split_send() -> None:
+    """The split (threadless) awaited send drives name-mangled steps of the 5.x client's
+    ``Producer``; a release that renamed one would silently fall back to the send pool, so the
+    pinned client must have them all (docs/guide/async.md, "Awaitable sends")."""
+    missing = [name for name in _SEND_STEPS if not hasattr(CheckingProducer, f"_Producer__{name}")]
+    assert missing == []

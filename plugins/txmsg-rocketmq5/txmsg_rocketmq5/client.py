@@ -24,6 +24,7 @@ sending thread (the client's synchronous send builds and sends its request in th
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -136,7 +137,7 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         finally:
             self._immunity.seconds = None
 
-    @property
+    @functools.cached_property
     def splits_sends(self) -> bool:
         """True when :meth:`send_half_async` can work: it uses the client's own steps of a send
         (name-mangled methods of ``Producer``), which a client release may rename."""
