@@ -217,6 +217,10 @@ class SplitTransactionalSender(Protocol):
     transaction and cross between it and the loop four times.
     """
 
+    splits_sends: bool
+    """False when this sender cannot split after all (e.g. its client lacks a step): the core
+    then runs :meth:`TransactionalSender.send_in_transaction` on a thread, as for any sender."""
+
     def send_half_async(self, message: OutgoingMessage) -> Future[HalfMessage]:
         """Send the half message without blocking; the future ends with the stored half message
         or the send's error.  Every half message delivered must be ended with

@@ -865,8 +865,11 @@ class TransactionalProducer(Producer):
     def splits_sends(self) -> bool:
         """True when an awaited send can run on the loop itself (:meth:`transact_async`): the
         backend splits its transactional send and ``execute_local`` is ``async def``."""
-        return isinstance(self.sender, SplitTransactionalSender) and is_async(
-            getattr(self.listener, "execute_local", None)
+        sender = self.sender
+        return (
+            isinstance(sender, SplitTransactionalSender)
+            and bool(sender.splits_sends)
+            and is_async(getattr(self.listener, "execute_local", None))
         )
 
     async def transact_async(
@@ -880,25 +883,24 @@ class TransactionalProducer(Producer):
         properties: Mapping[str, Any] | None = None,
         check_immunity_seconds: int | None = None,
         bridge: LoopBridge | None = None,
-    ) -> TransactionSendResult | None:
+    ) -> TransactionSendResult:
         """:meth:`transact` awaited on the running loop with no thread waiting: the half message
-        is awaited, ``async def execute_local`` runs in the caller's task, the end is awaited
-        (a :class:`~txmsg.backend.SplitTransactionalSender`).  None when the sender cannot split
-        now (the caller then runs :meth:`transact` on a thread).
+        is awaited, ``async def execute_local`` runs in the caller's task, the end is awaited.
+        Only when :attr:`splits_sends` (a :class:`~txmsg.backend.SplitTransactionalSender`).
 
         A task cancelled while ``execute_local`` runs ends nothing: whether the local transaction
         committed is unknown here, so the broker's check-back (``check_local``) decides."""
         if not self.splits_sends:  # cached: a runtime Protocol's isinstance costs ~10 µs
-            return None
+            raise LifecycleError(
+                f"group {self.group!r}: transact_async needs a backend that splits transactional "
+                "sends and an `async def execute_local`; use transact() on a thread"
+            )
         sender = cast(SplitTransactionalSender, self.sender)
         self._check_open()
         message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
         with hooks.sending(self.group, message, transactional=True) as telemetry:
             try:
-                started = sender.send_half_async(telemetry.message)
-                if started is None:
-                    return None
-                half = await asyncio.wrap_future(started)
+                half = await asyncio.wrap_future(sender.send_half_async(telemetry.message))
             except TxMsgError:
                 self._count("failed")
                 raise

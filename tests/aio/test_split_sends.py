@@ -166,3 +166,28 @@ def test_a_failed_half_message_raises_send_error_and_runs_nothing(
         return
     assert listener.tasks == {}
     assert app.stats()[group].failed == 1
+
+
+def test_a_client_without_the_split_steps_takes_the_pool_path(
+    make_app: Callable[..., TxMsg], topic: str, backend_name: str
+) -> None:
+    """A 5.x client release that renamed a step of the split send (``splits_sends`` False):
+    the awaited send still works, on the send pool (``execute_local`` in a task of its own), and
+    leaves no stray span or count.  The rocketmq backend never splits."""
+    app, listener = make_app(), Recorder()
+    group = unique("pg_split")
+    app.add_transactional_listener(listener, group=group, topics=[topic])
+
+    async def main() -> tuple[Any, asyncio.Task[Any] | None]:
+        async with app:
+            sender: Any = app.producer(group).sender  # type: ignore[attr-defined]
+            if backend_name == "rocketmq5":
+                sender.producer.__dict__["splits_sends"] = False  # the cached answer
+            result = await app.async_producer(group).send_in_transaction(topic, {"n": 1}, keys="p1")
+            return result, asyncio.current_task()
+
+    result, caller = asyncio.run(asyncio.wait_for(main(), 120))
+    assert result.local_state is S.COMMIT
+    assert listener.tasks["p1"] is not caller
+    stats = app.stats()[group]
+    assert (stats.sent, stats.committed, stats.failed) == (1, 1, 0)

@@ -122,9 +122,7 @@ class AsyncProducer:
             "bridge": bridge,
         }
         if producer.splits_sends:  # no thread needed (module docstring)
-            result = await producer.transact_async(topic, payload, **options)
-            if result is not None:
-                return result
+            return await producer.transact_async(topic, payload, **options)
         return await self._off_loop(functools.partial(producer.transact, topic, payload, **options))
 
     async def send(

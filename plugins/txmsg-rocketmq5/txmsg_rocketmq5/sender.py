@@ -162,14 +162,18 @@ class Rocketmq5Sender:
         self._end(transaction, coerced, message, message_id)
         return message_id, message_id, "SEND_OK", int(receipt.offset)
 
-    def send_half_async(self, message: OutgoingMessage) -> Future[HalfMessage] | None:
-        """:class:`txmsg.backend.SplitTransactionalSender`: the half message without blocking;
-        None when this client release lacks the steps it needs (the core then sends on a thread).
+    @property
+    def splits_sends(self) -> bool:
+        """:class:`txmsg.backend.SplitTransactionalSender`: False when this client release lacks
+        the steps :meth:`send_half_async` needs (the core then sends on a thread)."""
+        return bool(self.producer.splits_sends)
 
-        The returned future ends on one of the client's callback threads.  A half message whose
-        future the caller cancelled meanwhile is left to the check-back (nothing is ended)."""
-        if not self.producer.splits_sends:
-            return None
+    def send_half_async(self, message: OutgoingMessage) -> Future[HalfMessage]:
+        """:class:`txmsg.backend.SplitTransactionalSender`: the half message without blocking.
+
+        The returned future ends on the client's I/O thread (or, after a retry, one of its
+        callback threads).  A half message whose future the caller cancelled meanwhile is left
+        to the check-back (nothing is ended)."""
         with self._lock:
             if self._closed:
                 raise ProducerClosedError(
