@@ -26,6 +26,12 @@ the rounds' ratios is reported, every round is printed, and so is the load avera
   ``writer_cpu_ratio``, the same with the outbox writer thread's CPU only (the commit path
   without the relay's share: what a relay in a process of its own would leave).
   ``commit_ratio_pg`` (and ``commit_cpu_ratio_pg``): the same on PostgreSQL.
+  Before the relay starts, three pairs of windows measure what ``outbox.send`` alone leaves
+  the writer (``writer_alone_ratio``: the rows wait, then the relay drains them); with the raw
+  client's CPU per message (``raw_cpu_us``, from the ``relay_ratio`` rounds) they give
+  ``in_process_bound``, plain CPU / (outbox CPU alone + one raw send): the commit ratio a relay
+  in the writer's process could reach at best, if it cost only the raw client's sends and
+  slowed the writer down in no other way.
 * ``relay_ratio``: ``--relay-rounds`` rounds of ``--messages`` keyed rows written first, then a
   relay started: messages/s until it sent them all, / the raw client's plain sends
   (``Producer.send_sync`` of rocketmq-client-python, one thread, started once) of the same number
@@ -48,7 +54,8 @@ Final line::
     RESULT outbox commit_ratio=<x> relay_ratio=<y> p50_ms=<a> p99_ms=<b> vs_half=<z>
         [commit_ratio_pg=<x> commit_cpu_ratio_pg=<c>] p99_all_ms=... commit_cpu_ratio=...
         writer_cpu_ratio=... p99_half_commit_ms=...
-        outbox_tps=... plain_tps=... relay_msgs=... raw_msgs=... load=<1-min load average>
+        outbox_tps=... plain_tps=... relay_msgs=... raw_msgs=... writer_alone_ratio=...
+        raw_cpu_us=... in_process_bound=... load=<1-min load average>
         ratio=<min(commit_ratio, relay_ratio)>
 """
 
@@ -273,18 +280,51 @@ class CommitFigures:
     """Median of the rounds' plain CPU / the outbox writer thread's CPU per transaction: the
     commit path alone, without the relay's share."""
     longest_drain: float
+    alone_ratio: float
+    """Median outbox / plain rate of the windows measured before the relay started: what
+    ``outbox.send`` alone leaves the writer (a relay in a process of its own)."""
+    alone_us: float
+    """Median CPU per outbox transaction in those windows (the writer's thread: nothing else
+    runs)."""
+    plain_us: float
+    """Median CPU per plain transaction, all windows."""
 
 
-def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> CommitFigures:
+def commit_ratio(
+    bench: Bench, db: Database, seconds: float, rounds: int, alone_rounds: int = 3
+) -> CommitFigures:
     """Interleaved windows of plain and outbox transactions - see the module docstring."""
     _, outbox, acks = bench.relay_app(db)
+    serial = iter(range(10**9))  # unique order refs across windows
+    alone: list[float] = []
+    alone_us: list[float] = []
+    plain_us: list[float] = []
+    # the relay not started yet: what the outbox's row costs the writer by itself
+    window(lambda n: bench.with_outbox(db, outbox, next(serial)), min(seconds, 1.0))  # warm-up
+    for round_no in range(alone_rounds):
+        plain = window(lambda n: bench.plain(db, next(serial)), seconds)
+        written = window(lambda n: bench.with_outbox(db, outbox, next(serial)), seconds)
+        alone.append(written.rate / plain.rate)
+        alone_us.append(written.thread_us)
+        plain_us.append(plain.thread_us)
+        print(
+            f"  {db.name} relay not started, round {round_no + 1}: plain {plain.rate:.0f} tx/s "
+            f"({plain.thread_us:.0f} us CPU/tx), outbox {written.rate:.0f} tx/s "
+            f"({written.thread_us:.0f} us CPU/tx), ratio {alone[-1]:.3f}",
+            flush=True,
+        )
     outbox.start_relay(acks)
+    wait_until(  # the rows written above
+        lambda: outbox.stats().unsent == 0,
+        timeout=300,
+        interval=0.005,
+        message="the relay to drain the outbox",
+    )
     ratios: list[float] = []
     cpu: list[float] = []
     writer_cpu: list[float] = []
     rates: dict[str, list[float]] = {"outbox": [], "plain": []}
     drains: list[float] = []
-    serial = iter(range(10**9))  # unique order refs across windows
 
     def run(name: str, length: float) -> Window:
         if name == "plain":
@@ -312,6 +352,7 @@ def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> Com
             writer_cpu.append(got["plain"].process_us / got["outbox"].thread_us)
             for name, value in got.items():
                 rates[name].append(value.rate)
+            plain_us.append(got["plain"].thread_us)
             print(
                 f"  {db.name} round {round_no + 1}: plain {got['plain'].rate:.0f} tx/s "
                 f"({got['plain'].process_us:.0f} us CPU/tx), outbox {got['outbox'].rate:.0f} "
@@ -330,6 +371,9 @@ def commit_ratio(bench: Bench, db: Database, seconds: float, rounds: int) -> Com
         cpu_ratio=statistics.median(cpu),
         writer_cpu_ratio=statistics.median(writer_cpu),
         longest_drain=max(drains),
+        alone_ratio=statistics.median(alone) if alone else float("nan"),
+        alone_us=statistics.median(alone_us) if alone_us else float("nan"),
+        plain_us=statistics.median(plain_us),
     )
 
 
@@ -342,12 +386,15 @@ class RawSender:
             "plain", bench.namesrv, bench.topic, BODY.encode()
         )
         self.send_one()
+        self.cpu_us: list[float] = []
+        """The process's CPU per message of each :meth:`rate` (the client's threads too)."""
 
     def rate(self, messages: int) -> float:
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         for _ in range(messages):
             if not self.send_one():
                 raise RuntimeError("the raw client's send was not SEND_OK")
+        self.cpu_us.append((time.process_time() - cpu) / messages * 1e6)
         return messages / (time.perf_counter() - began)
 
     def close(self) -> None:
@@ -356,10 +403,10 @@ class RawSender:
 
 def relay_ratio(
     bench: Bench, db: Database, messages: int, rounds: int
-) -> tuple[float, float, float]:
-    """(median ratio, median relay msgs/s, median raw msgs/s): rounds of ``messages`` rows
-    written, then a relay started and timed until it sent them all, then the raw client's sends
-    of as many messages."""
+) -> tuple[float, float, float, float]:
+    """(median ratio, median relay msgs/s, median raw msgs/s, median CPU µs per raw message):
+    rounds of ``messages`` rows written, then a relay started and timed until it sent them all,
+    then the raw client's sends of as many messages."""
     _, outbox, acks = bench.relay_app(db)
     raw = RawSender(bench)
     ratios: list[float] = []
@@ -393,7 +440,12 @@ def relay_ratio(
             )
     finally:
         raw.close()
-    return statistics.median(ratios), statistics.median(relays), statistics.median(raws)
+    return (
+        statistics.median(ratios),
+        statistics.median(relays),
+        statistics.median(raws),
+        statistics.median(raw.cpu_us),
+    )
 
 
 def latencies(bench: Bench, db: Database, rate: float, seconds: float) -> list[float]:
@@ -526,10 +578,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"what was left within {commit.longest_drain:.2f} s of each outbox window",
                 flush=True,
             )
-            ratio, relay, raw = relay_ratio(bench, db, args.messages, args.relay_rounds)
+            ratio, relay, raw, raw_us = relay_ratio(bench, db, args.messages, args.relay_rounds)
             print(
                 f"relay {relay:.0f} msgs/s, raw plain sends {raw:.0f} msgs/s: relay_ratio = "
                 f"{ratio:.3f} (goal >= 0.8, median of {args.relay_rounds} rounds)",
+                flush=True,
+            )
+            bound = commit.plain_us / (commit.alone_us + raw_us)
+            print(
+                f"bound: before the relay started, outbox.send left the writer "
+                f"{commit.alone_ratio:.3f} of the plain rate ({commit.alone_us:.0f} against "
+                f"{commit.plain_us:.0f} us CPU per transaction); the raw client needs "
+                f"{raw_us:.0f} us of the process's CPU per message sent; so a relay in this "
+                f"process costing no more than the raw client's sends, and disturbing nothing, "
+                f"would leave a CPU-bound writer at most {bound:.3f} (commit_ratio goal 0.8)",
                 flush=True,
             )
             rounds = paced_rounds(bench, db, relay / 2, args.latency_seconds, args.latency_rounds)
@@ -581,7 +643,8 @@ def main(argv: list[str] | None = None) -> int:
         f"writer_cpu_ratio={commit.writer_cpu_ratio:.3f} "
         f"p99_half_commit_ms={p99_within:.1f} "
         f"outbox_tps={commit.outbox_tps:.0f} plain_tps={commit.plain_tps:.0f} "
-        f"relay_msgs={relay:.0f} raw_msgs={raw:.0f} load={load:.1f} "
+        f"relay_msgs={relay:.0f} raw_msgs={raw:.0f} writer_alone_ratio={commit.alone_ratio:.3f} "
+        f"raw_cpu_us={raw_us:.0f} in_process_bound={bound:.3f} load={load:.1f} "
         f"ratio={min(commit.ratio, ratio):.3f}"
     )
     return 0
