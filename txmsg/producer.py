@@ -38,6 +38,7 @@ from txmsg.aio.loop import LoopBridge, warn_blocking_send
 from txmsg.backend import (
     Backend,
     Capabilities,
+    HalfMessage,
     MessageSender,
     SplitTransactionalSender,
     TransactionalSender,
@@ -662,6 +663,14 @@ class Producer:
             )
 
 
+def _leave_to_check_back(sending: Future[HalfMessage]) -> None:
+    """A half message whose sender stopped waiting (its task was cancelled): end it as UNKNOW
+    (nothing is sent; the broker checks it back) once it is stored.  Not when the send failed,
+    or was cancelled before it was stored (the backend then ended it itself)."""
+    if not sending.cancelled() and sending.exception() is None:
+        sending.result().end(LocalTransactionState.UNKNOW)
+
+
 class TransactionalProducer(Producer):
     """A :class:`Producer` whose group has a transactional listener: it also sends in
     transactions (:meth:`send_in_transaction`, :meth:`send_in_transaction_async`) and answers
@@ -900,7 +909,23 @@ class TransactionalProducer(Producer):
         message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
         with hooks.sending(self.group, message, transactional=True) as telemetry:
             try:
-                half = await asyncio.wrap_future(sender.send_half_async(telemetry.message))
+                sending = sender.send_half_async(telemetry.message)
+            except TxMsgError:
+                self._count("failed")
+                raise
+            except Exception as exc:
+                self._count("failed")
+                raise SendError(
+                    f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
+                    "check that the name server and broker are reachable (`txmsg doctor`)"
+                ) from exc
+            try:
+                half = await asyncio.wrap_future(sending)
+            except asyncio.CancelledError:
+                # the half may be stored already (its answer on its way to this loop): end it
+                # as UNKNOW once it is, so the sender's count drops and the check-back decides
+                sending.add_done_callback(_leave_to_check_back)
+                raise
             except TxMsgError:
                 self._count("failed")
                 raise
@@ -916,11 +941,14 @@ class TransactionalProducer(Producer):
                     self.listener, half.message, arg, self.spec, bridge
                 )
             finally:  # cancelled: UNKNOW ends nothing, and releases the sender's count
-                await asyncio.wrap_future(half.end(state))
+                ending = half.end(state)
             self._count("sent")
             self._count(state.name)
             telemetry.sent(half.message_id)
             telemetry.local_state(state)
+            # the end goes out whatever happens to this task; shielded, so a cancel here does
+            # not cancel the future the backend completes
+            await asyncio.shield(asyncio.wrap_future(ending))
         return TransactionSendResult(
             message_id=half.message_id,
             transaction_key=half.transaction_key,

@@ -10,6 +10,7 @@ Each test runs on both backends and says what each must do; waits are on observa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 from collections.abc import Callable
@@ -172,8 +173,8 @@ def test_a_client_without_the_split_steps_takes_the_pool_path(
     make_app: Callable[..., TxMsg], topic: str, backend_name: str
 ) -> None:
     """A 5.x client release that renamed a step of the split send (``splits_sends`` False):
-    the awaited send still works, on the send pool (``execute_local`` in a task of its own), and
-    leaves no stray span or count.  The rocketmq backend never splits."""
+    the awaited send still works, on the send pool (``execute_local`` in a task of its own),
+    counted once.  The rocketmq backend never splits."""
     app, listener = make_app(), Recorder()
     group = unique("pg_split")
     app.add_transactional_listener(listener, group=group, topics=[topic])
@@ -191,3 +192,37 @@ def test_a_client_without_the_split_steps_takes_the_pool_path(
     assert listener.tasks["p1"] is not caller
     stats = app.stats()[group]
     assert (stats.sent, stats.committed, stats.failed) == (1, 1, 0)
+
+
+def test_sends_cancelled_at_any_moment_leave_nothing_in_flight(
+    make_app: Callable[..., TxMsg], topic: str, backend_name: str
+) -> None:
+    """Twenty awaited sends, each cancelled after 0 to 3 ms: before its half message went out,
+    while it travels, or after it was stored (its answer on the way to the loop).  Every one
+    ends: the sender counts nothing in flight afterwards, so closing does not wait, and every
+    stored half is resolved (here: COMMIT, by ``execute_local`` or by the check-back)."""
+    app, listener = make_app(), Recorder()
+    group = unique("pg_split")
+    app.add_transactional_listener(listener, group=group, topics=[topic])
+
+    async def main() -> int:
+        async with app:
+            producer = app.async_producer(group)
+            for n in range(20):
+                send = asyncio.ensure_future(
+                    producer.send_in_transaction(topic, {"n": n}, keys=f"x{n}")
+                )
+                await asyncio.sleep((n % 4) / 1000)
+                send.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await send
+            sender: Any = app.producer(group).sender  # type: ignore[attr-defined]
+            in_flight = -1
+            for _ in range(200):  # the answers of the last sends are still coming
+                in_flight = sender.stats()["sends_in_flight"] if backend_name == "rocketmq5" else 0
+                if in_flight == 0:
+                    break
+                await asyncio.sleep(0.05)
+            return in_flight
+
+    assert asyncio.run(asyncio.wait_for(main(), 120)) == 0

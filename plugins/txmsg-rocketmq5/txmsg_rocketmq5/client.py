@@ -49,7 +49,7 @@ _SEND_STEPS = (
     "send_req",
     "handle_send_result",
     "check_send_retry_condition",
-    "send_async",
+    "send",
 )
 """The client's name-mangled steps of a send that :meth:`CheckingProducer.send_half_async` runs."""
 
@@ -70,13 +70,13 @@ def shut_down(client: Any, owner: str) -> None:
         log.exception("%s: the 5.x client failed to shut down", owner)
 
 
-def _copy(source: Future[Any], target: Future[Any]) -> None:
-    """``target`` ends as ``source`` did."""
-    error = source.exception()
-    if error is None:
-        target.set_result(source.result())
-    else:
-        target.set_exception(error)
+def _quietly(call: Callable[..., Any], *args: Any) -> None:
+    """``call(*args)`` for the client's own bookkeeping (its metrics), on its I/O thread: a
+    failure there is logged, never raised into the thread or in the way of the answer."""
+    try:
+        call(*args)
+    except Exception:
+        log.warning("the 5.x client's send metrics failed", exc_info=True)
 
 
 class _NeverCalled(TransactionChecker):  # type: ignore[misc]
@@ -153,8 +153,13 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         ``send_async`` runs them for non-transactional messages only and hands every answer to
         its callback pool first.  Here the first attempt's answer is taken on the client's I/O
         thread (a hand-over less per send: ~10 % of an awaited send's CPU); a failed first
-        attempt goes on with the client's own retries (``_Producer__send_async``).  The check
-        immunity is looked up by message id, as those retries run on other threads."""
+        attempt goes on with the client's own synchronous send from attempt 2, on a thread of
+        its own (:meth:`_retry_half`).  The check immunity is looked up by message id, as those
+        retries run on another thread.
+
+        Choosing the queue reads the topic's route: cached for a topic the producer was created
+        with or has sent to, otherwise fetched here, waiting up to the request timeout (the
+        caller keeps that off an event loop)."""
         if not self.is_running:
             raise IllegalStateException("producer is not running now.")
         self._Producer__wrap_sending_message(message, True)
@@ -190,10 +195,10 @@ class CheckingProducer(Producer):  # type: ignore[misc]
             try:
                 receipt = self._Producer__handle_send_result(done, queue)
             except Exception as exc:  # noqa: BLE001 - retried, or handed to the caller
-                self.client_metrics.send_after(metric, False)
+                _quietly(self.client_metrics.send_after, metric, False)
                 self._retry_half(message, queue, exc, result)
                 return
-            self.client_metrics.send_after(metric, True)
+            _quietly(self.client_metrics.send_after, metric, True)
             result.set_result(receipt)
 
         answer.add_done_callback(answered)
@@ -202,9 +207,11 @@ class CheckingProducer(Producer):  # type: ignore[misc]
     def _retry_half(
         self, message: Any, queue: Any, failure: Exception, result: Future[Any]
     ) -> None:
-        """The client's retry rule for a failed first attempt: attempts 2.. through its own
-        asynchronous send, started from a short-lived thread (not the I/O thread, where choosing
-        a queue may wait for a route)."""
+        """The client's retry rule for a failed first attempt: attempts 2.. are the client's own
+        synchronous send (its retries included), on a short-lived thread of their own, as they
+        would run in the caller's thread of a synchronous send.  Never on the I/O thread, which
+        this is called on: choosing a queue there may wait for a route the I/O thread itself
+        must fetch.  Whatever happens, ``result`` ends."""
         try:
             ended = self._Producer__check_send_retry_condition(message, queue, 2, failure)
         except Exception as exc:  # noqa: BLE001 - the caller gets it
@@ -216,15 +223,18 @@ class CheckingProducer(Producer):  # type: ignore[misc]
 
         def retry() -> None:
             try:
-                again = self._Producer__send_async(
+                receipt = self._Producer__send(
                     message, self._Producer__select_send_queue(message), 2
                 )
             except BaseException as exc:  # noqa: BLE001 - the caller gets it
                 result.set_exception(exc)
                 return
-            again.add_done_callback(lambda done: _copy(done, result))
+            result.set_result(receipt)
 
-        threading.Thread(target=retry, name="txmsg-rocketmq5-retry", daemon=True).start()
+        try:
+            threading.Thread(target=retry, name="txmsg-rocketmq5-retry", daemon=True).start()
+        except BaseException as exc:  # noqa: BLE001 - no thread (interpreter exiting): say so
+            result.set_exception(exc)
 
     def end_async(
         self, endpoints: Any, topic: str, message_id: str, transaction_id: str, resolution: int

@@ -171,9 +171,12 @@ class Rocketmq5Sender:
     def send_half_async(self, message: OutgoingMessage) -> Future[HalfMessage]:
         """:class:`txmsg.backend.SplitTransactionalSender`: the half message without blocking.
 
-        The returned future ends on the client's I/O thread (or, after a retry, one of its
-        callback threads).  A half message whose future the caller cancelled meanwhile is left
-        to the check-back (nothing is ended)."""
+        The returned future ends on the client's I/O thread (or on the thread of a retry), and
+        always ends.  A half message whose future the caller cancelled meanwhile is left to the
+        check-back (nothing is ended).  A topic whose route the client has not fetched yet (not
+        declared on the listener and not sent to before) is sent from a thread of its own: the
+        route fetch waits up to the request timeout, which must not happen on an event loop."""
+        outgoing = messages.to_client(message, ClientMessage)  # InvalidMessageError as is
         with self._lock:
             if self._closed:
                 raise ProducerClosedError(
@@ -181,16 +184,13 @@ class Rocketmq5Sender:
                     "to send more messages"
                 )
             self._sends += 1
-        try:
-            outgoing = messages.to_client(message, ClientMessage)
+        result: Future[HalfMessage] = Future()
+
+        def start() -> Future[Any]:
             transaction = self.producer.begin_transaction()
-            sent = self.producer.send_half_async(
+            return self.producer.send_half_async(
                 outgoing, transaction, message.check_immunity_seconds
             )
-        except Exception as exc:
-            self._sent_or_failed()
-            raise self._half_failed(message, exc) from exc
-        result: Future[HalfMessage] = Future()
 
         def on_sent(done: Future[Any]) -> None:
             try:
@@ -202,16 +202,59 @@ class Rocketmq5Sender:
                     failure.__cause__ = exc
                     result.set_exception(failure)
                 return
+            try:
+                half = _Half(self, message, receipt)
+            except BaseException as exc:  # noqa: BLE001 - stored, so the check-back resolves it
+                self._sent_or_failed()
+                if result.set_running_or_notify_cancel():
+                    result.set_exception(
+                        SendError(
+                            f"half message {receipt.message_id} to topic {message.topic!r} (group "
+                            f"{self.group!r}) was stored but its answer could not be read "
+                            f"({type(exc).__name__}: {exc}); the local transaction did not run, "
+                            "the broker checks the transaction back"
+                        )
+                    )
+                return
             if message.topic not in self.topics:
                 self.topics.add(message.topic)
-                self.producer.announce_topics()  # as _send does
-            half = _Half(self, message, receipt)
+                try:
+                    self.producer.announce_topics()  # as _send does
+                except Exception:
+                    log.warning(
+                        "group=%s: could not announce topic %s",
+                        self.group,
+                        message.topic,
+                        exc_info=True,
+                    )
             if result.set_running_or_notify_cancel():
                 result.set_result(half)
             else:  # the caller gave up waiting: the local transaction will not run
                 half.end(LocalTransactionState.UNKNOW)
 
-        sent.add_done_callback(on_sent)
+        def begun(sent: Future[Any]) -> None:
+            sent.add_done_callback(on_sent)
+
+        if message.topic in self.topics:  # its route is cached: nothing here waits
+            try:
+                sent = start()
+            except Exception as exc:
+                self._sent_or_failed()
+                raise self._half_failed(message, exc) from exc
+            begun(sent)
+            return result
+
+        def from_thread() -> None:
+            try:
+                sent = start()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                failed: Future[Any] = Future()
+                failed.set_exception(exc)
+                on_sent(failed)
+                return
+            begun(sent)
+
+        threading.Thread(target=from_thread, name="txmsg-rocketmq5-route", daemon=True).start()
         return result
 
     def _half_failed(self, message: OutgoingMessage, exc: BaseException) -> SendError:
@@ -485,7 +528,8 @@ class _Half:
                 self._failed(state, exc)
             finally:
                 sender._sent_or_failed()
-                ended.set_result(None)
+                if ended.set_running_or_notify_cancel():  # nobody may wait any more
+                    ended.set_result(None)
 
         rpc.add_done_callback(on_end)
         return ended
