@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from txmsg_broker.testing import unique
 
-from txmsg import LocalTransactionState, Message, SendError, TxMsg
+from txmsg import InvalidMessageError, LocalTransactionState, Message, SendError, TxMsg
 
 S = LocalTransactionState
 REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="")
@@ -226,3 +226,30 @@ def test_sends_cancelled_at_any_moment_leave_nothing_in_flight(
             return in_flight
 
     assert asyncio.run(asyncio.wait_for(main(), 120)) == 0
+
+
+def test_an_empty_body_is_refused_as_invalid_before_anything_is_sent(
+    make_app: Callable[..., TxMsg], topic: str, backend_name: str
+) -> None:
+    """rocketmq5 refuses an empty body (RocketMQ 5 does) before anything is sent:
+    ``InvalidMessageError``, as its sync send raises, not a ``SendError`` about the endpoints;
+    nothing runs and nothing stays in flight.  librocketmq's own validator refuses it inside
+    its send (a ``SendError`` quoting it), also before the local transaction."""
+    app, listener = make_app(), Recorder()
+    group = unique("pg_split")
+    app.add_transactional_listener(listener, group=group, topics=[topic])
+
+    async def main() -> None:
+        async with app:
+            producer = app.async_producer(group)
+            if backend_name == "rocketmq":
+                with pytest.raises(SendError, match="body is empty"):
+                    await producer.send_in_transaction(topic, b"", keys="b1")
+                return
+            with pytest.raises(InvalidMessageError, match="empty"):
+                await producer.send_in_transaction(topic, b"", keys="b1")
+            sender: Any = app.producer(group).sender  # type: ignore[attr-defined]
+            assert sender.stats()["sends_in_flight"] == 0
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    assert listener.tasks == {}
