@@ -1,7 +1,7 @@
 """Awaitable transactional sends on one event loop vs the sync API on N threads (issue 27).
 
     python -m benchmarks.async_send [--n 64] [--sends 1280] [--backend rocketmq|rocketmq5]
-                                    [--database-url postgresql://...]
+                                    [--database-url postgresql://...] [--loop asyncio|uvloop]
 
 One run, one embedded broker (child process), one SQLite file per side (or, with
 ``--database-url``, that database for both sides: psycopg's async mode against psycopg), each
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import math
 import statistics
@@ -48,9 +49,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Integer, String
 from sqlalchemy.engine import make_url
@@ -65,6 +67,7 @@ from txmsg.sqla import create_engine, make_session_factory
 from . import _thread_cpu
 
 S = LocalTransactionState
+T = TypeVar("T")
 CHECK_SLEEP = 0.1
 CHECK_CONCURRENCY = 16
 
@@ -133,6 +136,20 @@ def _split_text(cpu: dict[str, float], switched: dict[str, float], sends: int) -
             f"{_thread_cpu.render(switched, sends, scale=1, digits=1)}"
         )
     return text
+
+
+def _run_loop(args: argparse.Namespace, main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the event loop ``--loop`` names: asyncio's own, or uvloop (what
+    ``uvicorn[standard]`` runs a FastAPI service on)."""
+    if args.loop == "uvloop":
+        try:  # not a dependency: only this option needs it
+            uvloop: Any = importlib.import_module("uvloop")
+        except ImportError as exc:
+            main.close()
+            raise SystemExit(f"--loop uvloop needs uvloop: pip install uvloop ({exc})") from exc
+        result: T = uvloop.run(main)
+        return result
+    return asyncio.run(main)
 
 
 def run_async(
@@ -206,7 +223,7 @@ def run_async(
             _split_text(by_kind, switched, args.sends),
         )
 
-    return asyncio.run(main())
+    return _run_loop(args, main())
 
 
 def run_sync(
@@ -304,7 +321,7 @@ def run_checks(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> 
             while len(answered) < args.checks and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
 
-    asyncio.run(main())
+    _run_loop(args, main())
     # the check pass that answered most: starts closer than a check interval belong together
     starts.sort()
     passes: list[list[float]] = [[]]
@@ -374,6 +391,13 @@ def main(argv: list[str] | None = None) -> int:
         "medians are reported, so a burst of load on a shared machine skews one round only",
     )
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="the async side's event loop: asyncio's own (default) or uvloop (pip install "
+        "uvloop; what uvicorn[standard] serves FastAPI on)",
+    )
     args = parser.parse_args(argv)
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
@@ -396,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"interval {sys.getswitchinterval() * 1000:g} ms; database "
                 f"{database or 'sqlite (a file per side)'}, pool {args.pool}"
                 f"{f'; async driver {args.async_driver}' if args.async_driver else ''}"
+                f"{'; event loop uvloop' if args.loop == 'uvloop' else ''}"
                 f"{'; no write (--no-write)' if args.no_write else ''}",
                 flush=True,
             )
