@@ -852,10 +852,7 @@ class TransactionalProducer(Producer):
                 raise
             except Exception as exc:
                 self._count("failed")
-                raise SendError(
-                    f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
-                    "check that the name server and broker are reachable (`txmsg doctor`)"
-                ) from exc
+                raise self._half_send_failed(topic, exc) from exc
             state = decided[-1] if decided else None
             self._count("sent")
             if state is not None:
@@ -868,6 +865,12 @@ class TransactionalProducer(Producer):
             local_state=state,
             send_status=status,
             offset=offset,
+        )
+
+    def _half_send_failed(self, topic: str, exc: Exception) -> SendError:
+        return SendError(
+            f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
+            "check that the name server and broker are reachable (`txmsg doctor`)"
         )
 
     @functools.cached_property
@@ -908,33 +911,22 @@ class TransactionalProducer(Producer):
         self._check_open()
         message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
         with hooks.sending(self.group, message, transactional=True) as telemetry:
+            sending: Future[HalfMessage] | None = None
             try:
                 sending = sender.send_half_async(telemetry.message)
-            except TxMsgError:
-                self._count("failed")
-                raise
-            except Exception as exc:
-                self._count("failed")
-                raise SendError(
-                    f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
-                    "check that the name server and broker are reachable (`txmsg doctor`)"
-                ) from exc
-            try:
                 half = await asyncio.wrap_future(sending)
             except asyncio.CancelledError:
-                # the half may be stored already (its answer on its way to this loop): end it
-                # as UNKNOW once it is, so the sender's count drops and the check-back decides
-                sending.add_done_callback(_leave_to_check_back)
+                if sending is not None:
+                    # the half may be stored already (its answer on its way to this loop): end
+                    # it as UNKNOW once it is, so the sender's count drops; the check-back decides
+                    sending.add_done_callback(_leave_to_check_back)
                 raise
             except TxMsgError:
                 self._count("failed")
                 raise
             except Exception as exc:
                 self._count("failed")
-                raise SendError(
-                    f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
-                    "check that the name server and broker are reachable (`txmsg doctor`)"
-                ) from exc
+                raise self._half_send_failed(topic, exc) from exc
             state = LocalTransactionState.UNKNOW
             try:
                 state = await run_execute_local_async(

@@ -106,20 +106,28 @@ def run_execute_local(
     fallback = spec.on_exception
     try:
         value = call_listener(listener.execute_local, (message, arg), bridge, "execute_local")
-    except BaseException as exc:
-        log.error(
-            "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
-            spec.group,
-            _key(message),
-            getattr(message, "topic", None),
-            type(exc).__name__,
-            exc,
-            fallback.name,
-            exc_info=True,
-        )
-        record_exception(exc)  # on the `send <topic>` span it runs in
-        return fallback
+    except BaseException as exc:  # noqa: BLE001 - logged and recorded there
+        return _execute_local_raised(exc, spec, message)
     return _checked(value, "execute_local", spec, message, fallback)
+
+
+def _execute_local_raised(
+    exc: BaseException, spec: SpecLike, message: Message
+) -> LocalTransactionState:
+    """Log ``execute_local``'s exception, record it on the send's span; the fallback answer."""
+    fallback = spec.on_exception
+    log.error(
+        "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
+        spec.group,
+        _key(message),
+        getattr(message, "topic", None),
+        type(exc).__name__,
+        exc,
+        fallback.name,
+        exc_info=True,
+    )
+    record_exception(exc)  # on the `send <topic>` span it runs in
+    return fallback
 
 
 async def run_execute_local_async(
@@ -135,25 +143,13 @@ async def run_execute_local_async(
     What :func:`run_execute_local` does for a send awaited on the loop itself (a
     :class:`txmsg.backend.SplitTransactionalSender`): no thread waits for the coroutine, so it is
     not submitted through ``bridge``; ``bridge`` only times its steps (slow-step warnings)."""
-    fallback = spec.on_exception
     method = listener.execute_local
     try:
         coroutine = method(message, arg)
         value = await (bridge.watched(coroutine, name_of(method)) if bridge else coroutine)
-    except Exception as exc:
-        log.error(
-            "group=%s key=%s topic=%s: execute_local raised %s: %s; answering %s",
-            spec.group,
-            _key(message),
-            getattr(message, "topic", None),
-            type(exc).__name__,
-            exc,
-            fallback.name,
-            exc_info=True,
-        )
-        record_exception(exc)  # on the `send <topic>` span it runs in
-        return fallback
-    return _checked(value, "execute_local", spec, message, fallback)
+    except Exception as exc:  # noqa: BLE001 - logged and recorded there
+        return _execute_local_raised(exc, spec, message)
+    return _checked(value, "execute_local", spec, message, spec.on_exception)
 
 
 def run_check_local(

@@ -106,13 +106,7 @@ class Rocketmq5Sender:
     def send_in_transaction(
         self, message: OutgoingMessage, local_executor: LocalExecutor
     ) -> tuple[str, str, str, int | None]:
-        with self._lock:
-            if self._closed:
-                raise ProducerClosedError(
-                    f"producer group {self.group!r} is closing; create a new application/producer "
-                    "to send more messages"
-                )
-            self._sends += 1
+        self._begin_send()
         try:
             return self._send(message, local_executor)
         finally:
@@ -129,12 +123,7 @@ class Rocketmq5Sender:
             transaction = self.producer.begin_transaction()
             receipt = self.producer.send_half(outgoing, transaction, message.check_immunity_seconds)
         except Exception as exc:
-            raise SendError(
-                f"half message to topic {message.topic!r} (group {self.group!r}) failed: "
-                f"{type(exc).__name__}: {exc}. The local transaction did not run. Check that the "
-                "endpoints are right (`txmsg doctor`) and the topic exists as a transaction topic "
-                "(`txmsg topic create <topic> --type transaction`)."
-            ) from exc
+            raise self._half_failed(message, exc) from exc
         if new_topic:
             self.topics.add(message.topic)
             self.producer.announce_topics()  # so check-backs of this topic reach us (client.py)
@@ -177,13 +166,7 @@ class Rocketmq5Sender:
         declared on the listener and not sent to before) is sent from a thread of its own: the
         route fetch waits up to the request timeout, which must not happen on an event loop."""
         outgoing = messages.to_client(message, ClientMessage)  # InvalidMessageError as is
-        with self._lock:
-            if self._closed:
-                raise ProducerClosedError(
-                    f"producer group {self.group!r} is closing; create a new application/producer "
-                    "to send more messages"
-                )
-            self._sends += 1
+        self._begin_send()
         result: Future[HalfMessage] = Future()
 
         def start() -> Future[Any]:
@@ -264,6 +247,16 @@ class Rocketmq5Sender:
             "endpoints are right (`txmsg doctor`) and the topic exists as a transaction topic "
             "(`txmsg topic create <topic> --type transaction`)."
         )
+
+    def _begin_send(self) -> None:
+        """Count a send in flight (``close`` waits for it), unless closing."""
+        with self._lock:
+            if self._closed:
+                raise ProducerClosedError(
+                    f"producer group {self.group!r} is closing; create a new application/producer "
+                    "to send more messages"
+                )
+            self._sends += 1
 
     def _sent_or_failed(self) -> None:
         """One send of :meth:`send_half_async` is over (``close`` waits for them)."""
