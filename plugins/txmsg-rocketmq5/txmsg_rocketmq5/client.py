@@ -173,10 +173,9 @@ class CheckingProducer(Producer):  # type: ignore[misc]
             )
         transaction.add_half_message(message)
         message_id = message.message_id
-        if immunity_seconds:
-            self._immunity_by_id[message_id] = immunity_seconds
         result: Future[Any] = Future()
         if immunity_seconds:
+            self._immunity_by_id[message_id] = immunity_seconds
             result.add_done_callback(lambda _: self._immunity_by_id.pop(message_id, None))
         try:
             request = self._Producer__send_req(message)

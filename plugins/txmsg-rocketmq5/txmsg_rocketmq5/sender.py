@@ -110,9 +110,7 @@ class Rocketmq5Sender:
         try:
             return self._send(message, local_executor)
         finally:
-            with self._lock:
-                self._sends -= 1
-                self._lock.notify_all()
+            self._sent_or_failed()
 
     def _send(
         self, message: OutgoingMessage, local_executor: LocalExecutor
@@ -215,16 +213,13 @@ class Rocketmq5Sender:
             else:  # the caller gave up waiting: the local transaction will not run
                 half.end(LocalTransactionState.UNKNOW)
 
-        def begun(sent: Future[Any]) -> None:
-            sent.add_done_callback(on_sent)
-
         if message.topic in self.topics:  # its route is cached: nothing here waits
             try:
                 sent = start()
             except Exception as exc:
                 self._sent_or_failed()
                 raise self._half_failed(message, exc) from exc
-            begun(sent)
+            sent.add_done_callback(on_sent)
             return result
 
         def from_thread() -> None:
@@ -235,7 +230,7 @@ class Rocketmq5Sender:
                 failed.set_exception(exc)
                 on_sent(failed)
                 return
-            begun(sent)
+            sent.add_done_callback(on_sent)
 
         threading.Thread(target=from_thread, name="txmsg-rocketmq5-route", daemon=True).start()
         return result
@@ -259,7 +254,7 @@ class Rocketmq5Sender:
             self._sends += 1
 
     def _sent_or_failed(self) -> None:
-        """One send of :meth:`send_half_async` is over (``close`` waits for them)."""
+        """A send counted by :meth:`_begin_send` is over (``close`` waits for them)."""
         with self._lock:
             self._sends -= 1
             self._lock.notify_all()
@@ -493,9 +488,14 @@ class _Half:
         """Commit or roll back without blocking (UNKNOW: nothing); the future never fails."""
         ended: Future[None] = Future()
         sender = self._sender
-        if state is LocalTransactionState.UNKNOW:
+
+        def finish() -> None:
             sender._sent_or_failed()
-            ended.set_result(None)
+            if ended.set_running_or_notify_cancel():  # nobody may wait any more
+                ended.set_result(None)
+
+        if state is LocalTransactionState.UNKNOW:
+            finish()
             return ended
         receipt = self._receipt
         try:
@@ -508,8 +508,7 @@ class _Half:
             )
         except Exception as exc:  # noqa: BLE001 - reported, resolved by the check-back
             self._failed(state, exc)
-            sender._sent_or_failed()
-            ended.set_result(None)
+            finish()
             return ended
 
         def on_end(done: Future[Any]) -> None:
@@ -520,9 +519,7 @@ class _Half:
             except Exception as exc:  # noqa: BLE001 - reported, resolved by the check-back
                 self._failed(state, exc)
             finally:
-                sender._sent_or_failed()
-                if ended.set_running_or_notify_cancel():  # nobody may wait any more
-                    ended.set_result(None)
+                finish()
 
         rpc.add_done_callback(on_end)
         return ended
