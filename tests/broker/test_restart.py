@@ -3,11 +3,14 @@ messages and scheduled (delayed/retry) messages survive. All with the real clien
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections import Counter
+from pathlib import Path
 
 from rocketmq.client import Message, SendStatus, TransactionStatus
 from rocketmq.exceptions import RocketMQException
+from txmsg_broker.app import BrokerProcess
 from txmsg_broker.codec import PULL_MESSAGE, PULL_NOT_FOUND, QUERY_CONSUMER_OFFSET, RemotingCommand
 from txmsg_broker.message_codec import decode_messages
 from txmsg_broker.rawclient import call, connect, read_command
@@ -265,3 +268,20 @@ def test_clean_stop_answers_held_pulls(txmsg_broker):
     assert response.opaque == 77
     assert response.code == PULL_NOT_FOUND
     assert response.ext_fields["nextBeginOffset"] == "0"
+
+
+def test_ports_left_to_the_broker_are_kept_out_of_the_ephemeral_range(tmp_path):
+    """Ports given as 0 are chosen below the kernel's ephemeral range, so no outgoing connection
+    of any process takes one while the broker is down, and a restart binds them again (a CI run
+    lost a gRPC port to one between stop() and start())."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    broker = BrokerProcess(tmp_path / "data", tmp_path / "logs", grpc_port=0).start()
+    try:
+        ports = (broker.namesrv_port, broker.broker_port, broker.settings["grpc_port"])
+        assert all(10000 <= port < low for port in ports), ports
+        broker.restart()
+        assert (broker.namesrv_port, broker.broker_port, broker.settings["grpc_port"]) == ports
+        with socket.create_connection(("127.0.0.1", broker.broker_port), timeout=10):
+            pass
+    finally:
+        broker.stop()
