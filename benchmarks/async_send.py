@@ -11,10 +11,14 @@ behind a pool of ``--pool`` connections (8):
   ``await app.async_producer(g).send_in_transaction(...)`` whose ``async def execute_local``
   awaits a database write (an insert through async SQLAlchemy, aiosqlite) and answers COMMIT.
   While it runs, a probe on the same loop sleeps 10 ms again and again and records how late each
-  wake-up is: the loop's lag (p99 reported).
+  wake-up is: the loop's lag (p99 reported).  An event loop with nothing else to do runs the same
+  probe on a thread of its own meanwhile: the lag any loop gets in that process at that rate
+  (the GIL's other holders, the OS run queue on these cores, garbage collections), the floor
+  under the loop's figure (``idle_loop_lag_p99_ms``).
 * **sync**: the same on the sync API: ``--n`` threads of a pool, each
   ``producer.send_in_transaction(...)`` whose plain ``execute_local`` makes the same insert
-  through sync SQLAlchemy.
+  through sync SQLAlchemy, with the idle loop's probe beside it (``sync_idle_loop_lag_p99_ms``:
+  what a loop would get in a process sending at the sync side's rate).
 * ``--no-write``: the same without the insert, to tell the send path's cost from the drivers'.
 * **check bound**: ``--checks`` transactions left UNKNOW by an ``async def execute_local``, then
   checked back by an ``async def check_local`` awaiting 100 ms, at ``concurrency`` 16.  Within
@@ -34,13 +38,15 @@ context switch that the sync side's thread, doing it all itself, never pays.
 has the medians (the ratio is theirs), each round's figures printed above it.
 
 Final line: ``RESULT async_send async_tps=<a> sync_tps=<b> ratio=<a/b> loop_lag_p99_ms=<l>
-check_bound=<c>``.  Goals (issue 27): ratio >= 1.0 at N = 64, p99 lag <= 5 ms, bound >= 0.9.
+check_bound=<c> idle_loop_lag_p99_ms=<f> sync_idle_loop_lag_p99_ms=<g>``.  Goals (issue 27): ratio >= 1.0 at N = 64, p99 lag <= 5 ms, bound >= 0.9.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gc
 import importlib
 import logging
 import math
@@ -49,7 +55,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,6 +76,7 @@ S = LocalTransactionState
 T = TypeVar("T")
 CHECK_SLEEP = 0.1
 CHECK_CONCURRENCY = 16
+PROBE_SLEEP = 0.01
 
 
 class Base(DeclarativeBase):
@@ -119,6 +126,8 @@ def _kind(loop_thread: int | None) -> Any:
             return "send-pool"
         if name.startswith("bench-request"):
             return "request-threads"
+        if name == "bench-idle-loop":
+            return "idle-loop"
         if "_connection_worker_thread" in name:
             return "aiosqlite"
         return "other"
@@ -138,6 +147,59 @@ def _split_text(cpu: dict[str, float], switched: dict[str, float], sends: int) -
     return text
 
 
+async def _probe_lag(stop: asyncio.Event | threading.Event, lags: list[float]) -> None:
+    """Sleep 10 ms again and again until ``stop``; record how late each wake-up is."""
+    while not stop.is_set():
+        began = time.perf_counter()
+        await asyncio.sleep(PROBE_SLEEP)
+        lags.append(time.perf_counter() - began - PROBE_SLEEP)
+
+
+def _p99_ms(lags: list[float]) -> float:
+    ordered = sorted(lags)
+    return (
+        ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)] * 1000 if lags else 0.0
+    )
+
+
+@contextlib.contextmanager
+def _frozen_heap(args: argparse.Namespace) -> Iterator[None]:
+    """With ``--gc-freeze``: what a service does once started (``gc.collect(); gc.freeze()``),
+    so full collections stop walking its start-up objects; undone after the side."""
+    if not args.gc_freeze:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+class IdleLoopProbe:
+    """An event loop with nothing to do but the lag probe, on a thread of its own, while a side
+    sends: how late a 10 ms timer fires in that process at that rate, whatever a loop does (the
+    GIL's other holders, the OS run queue, garbage collections).  The async side's lag is the
+    loop's own work on top of this floor."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(_probe_lag(self._stop, self.lags)),
+            name="bench-idle-loop",
+        )
+
+    def __enter__(self) -> IdleLoopProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _run_loop(args: argparse.Namespace, main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)`` on the event loop ``--loop`` names: asyncio's own, or uvloop (what
     ``uvicorn[standard]`` runs a FastAPI service on)."""
@@ -154,9 +216,10 @@ def _run_loop(args: argparse.Namespace, main: Coroutine[Any, Any, T]) -> T:
 
 def run_async(
     args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "async"
-) -> tuple[float, float, float, float, str]:
-    """Async sends: (transactions per second, p99 loop lag in ms, process CPU µs per send, the
-    loop thread's CPU µs per send, the CPU per send by thread kind)."""
+) -> tuple[float, float, float, float, float, str]:
+    """Async sends: (transactions per second, p99 loop lag in ms, p99 lag of an idle event loop
+    beside it in ms, process CPU µs per send, the loop thread's CPU µs per send, the CPU per send
+    by thread kind)."""
     engine = create_async_engine(_async_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     sessions = make_async_session_factory(engine)
 
@@ -176,17 +239,11 @@ def run_async(
     group = f"bench-{name}"
     app.add_transactional_listener(Pay(), group=group, topics=[topic])
 
-    async def main() -> tuple[float, float, float, float, str]:
+    async def main() -> tuple[float, float, float, float, float, str]:
         async with engine.begin() as conn:
             await conn.run_sync(Base.metadata.create_all)
         lags: list[float] = []
         stop = asyncio.Event()
-
-        async def probe() -> None:
-            while not stop.is_set():
-                began = time.perf_counter()
-                await asyncio.sleep(0.01)
-                lags.append(time.perf_counter() - began - 0.01)
 
         async with app:
             producer = app.async_producer(group)
@@ -200,24 +257,24 @@ def run_async(
                     result = await producer.send_in_transaction(topic, {"n": remaining})
                     assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
-            prober = asyncio.create_task(probe())
-            threads, switches = _thread_cpu.snapshot(), _thread_cpu.switches()
-            began, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
-            await asyncio.gather(*(request() for _ in range(args.n)))
-            elapsed = time.perf_counter() - began
-            cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
-            kind = _kind(threading.get_native_id())
-            by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), kind)
-            switched = _thread_cpu.split(switches, _thread_cpu.switches(), kind)
-            stop.set()
-            await prober
+            with _frozen_heap(args), IdleLoopProbe() as idle:
+                prober = asyncio.create_task(_probe_lag(stop, lags))
+                threads, switches = _thread_cpu.snapshot(), _thread_cpu.switches()
+                began, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
+                await asyncio.gather(*(request() for _ in range(args.n)))
+                elapsed = time.perf_counter() - began
+                cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
+                kind = _kind(threading.get_native_id())
+                by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), kind)
+                switched = _thread_cpu.split(switches, _thread_cpu.switches(), kind)
+                stop.set()
+                await prober
         await engine.dispose()
-        lags.sort()
-        p99 = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
         per_send = 1e6 / args.sends
         return (
             args.sends / elapsed,
-            p99 * 1000,
+            _p99_ms(lags),
+            _p99_ms(idle.lags),
             cpu * per_send,
             loop_cpu * per_send,
             _split_text(by_kind, switched, args.sends),
@@ -228,9 +285,9 @@ def run_async(
 
 def run_sync(
     args: argparse.Namespace, broker: Any, tmp: Path, topic: str, name: str = "sync"
-) -> tuple[float, float, str]:
-    """Sync sends on ``--n`` threads: (transactions per second, process CPU µs per send, the
-    CPU per send by thread kind)."""
+) -> tuple[float, float, float, str]:
+    """Sync sends on ``--n`` threads: (transactions per second, p99 lag of an idle event loop in
+    the process meanwhile in ms, process CPU µs per send, the CPU per send by thread kind)."""
     engine = create_engine(_url(args, tmp, name), pool_size=args.pool, max_overflow=0)
     Base.metadata.create_all(engine)
     sessions = make_session_factory(engine)
@@ -266,7 +323,11 @@ def run_sync(
                 result = producer.send_in_transaction(topic, {"n": n})
                 assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
-        with ThreadPoolExecutor(args.n, thread_name_prefix="bench-request") as pool:
+        with (
+            _frozen_heap(args),
+            ThreadPoolExecutor(args.n, thread_name_prefix="bench-request") as pool,
+            IdleLoopProbe() as idle,
+        ):
             threads, switches = _thread_cpu.snapshot(), _thread_cpu.switches()
             began, cpu = time.perf_counter(), time.process_time()
             for future in [pool.submit(request) for _ in range(args.n)]:
@@ -275,7 +336,12 @@ def run_sync(
             by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), _kind(None))
             switched = _thread_cpu.split(switches, _thread_cpu.switches(), _kind(None))
     engine.dispose()
-    return args.sends / elapsed, cpu * 1e6 / args.sends, _split_text(by_kind, switched, args.sends)
+    return (
+        args.sends / elapsed,
+        _p99_ms(idle.lags),
+        cpu * 1e6 / args.sends,
+        _split_text(by_kind, switched, args.sends),
+    )
 
 
 def run_checks(args: argparse.Namespace, broker: Any, tmp: Path, topic: str) -> dict[str, float]:
@@ -390,6 +456,13 @@ def main(argv: list[str] | None = None) -> int:
         help="rounds of both sides, the first side alternating (sync first in odd rounds): the "
         "medians are reported, so a burst of load on a shared machine skews one round only",
     )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="each side calls gc.collect(); gc.freeze() once started and warmed up, as a service "
+        "may after start-up: CPython's full collections then skip those objects (on this VM one "
+        "walk of the ~110 000 start-up objects stops every thread for 30-50 ms)",
+    )
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
     parser.add_argument(
         "--loop",
@@ -421,37 +494,43 @@ def main(argv: list[str] | None = None) -> int:
                 f"{database or 'sqlite (a file per side)'}, pool {args.pool}"
                 f"{f'; async driver {args.async_driver}' if args.async_driver else ''}"
                 f"{'; event loop uvloop' if args.loop == 'uvloop' else ''}"
+                f"{'; gc.freeze() after start-up' if args.gc_freeze else ''}"
                 f"{'; no write (--no-write)' if args.no_write else ''}",
                 flush=True,
             )
             sync_runs: list[float] = []
             async_runs: list[float] = []
             lags: list[float] = []
+            floors: list[float] = []
+            async_floors: list[float] = []
             for r in range(args.rounds):
                 for side in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
                     name = f"{side}{r}"
                     if side == "sync":
-                        tps, cpu, threads = run_sync(args, broker, tmp, topics[name], name)
+                        tps, floor, cpu, threads = run_sync(args, broker, tmp, topics[name], name)
                         sync_runs.append(tps)
+                        floors.append(floor)
                         print(
-                            f"round {r + 1} sync:  {tps:.1f} tx/s on {args.n} threads; CPU "
-                            f"{cpu:.0f} us a send ({threads})",
+                            f"round {r + 1} sync:  {tps:.1f} tx/s on {args.n} threads; an idle "
+                            f"loop's lag p99 {floor:.2f} ms; CPU {cpu:.0f} us a send ({threads})",
                             flush=True,
                         )
                     else:
-                        tps, lag, cpu, loop_cpu, threads = run_async(
+                        tps, lag, floor, cpu, loop_cpu, threads = run_async(
                             args, broker, tmp, topics[name], name
                         )
                         async_runs.append(tps)
                         lags.append(lag)
+                        async_floors.append(floor)
                         print(
                             f"round {r + 1} async: {tps:.1f} tx/s on one loop; loop lag p99 "
-                            f"{lag:.2f} ms; CPU {cpu:.0f} us a send ({loop_cpu:.0f} on the "
+                            f"{lag:.2f} ms, an idle loop's beside it {floor:.2f} ms; CPU {cpu:.0f} us a send ({loop_cpu:.0f} on the "
                             f"loop's thread; {threads})",
                             flush=True,
                         )
             sync_tps, async_tps = statistics.median(sync_runs), statistics.median(async_runs)
-            lag = statistics.median(lags)
+            lag, floor = statistics.median(lags), statistics.median(floors)
+            async_floor = statistics.median(async_floors)
             checks = run_checks(args, broker, tmp, topics["check"])
             print(
                 f"checks: {checks['pass_checks']:.0f} in one pass at {checks['rate']:.1f}/s, "
@@ -463,14 +542,17 @@ def main(argv: list[str] | None = None) -> int:
         broker.stop()
     print(
         f"medians of {args.rounds} rounds: async {async_tps:.1f} tx/s, sync {sync_tps:.1f} tx/s, "
-        f"loop lag p99 {lag:.2f} ms; ratios per round "
+        f"loop lag p99 {lag:.2f} ms (an idle loop's beside it {async_floor:.2f} ms, beside the "
+        f"sync side {floor:.2f} ms); "
+        f"ratios per round "
         f"{' '.join(f'{a / b:.2f}' for a, b in zip(async_runs, sync_runs, strict=True))}",
         flush=True,
     )
     print(
         f"RESULT async_send async_tps={async_tps:.1f} sync_tps={sync_tps:.1f} "
         f"ratio={async_tps / sync_tps:.2f} loop_lag_p99_ms={lag:.2f} "
-        f"check_bound={checks['ratio']:.2f}",
+        f"check_bound={checks['ratio']:.2f} idle_loop_lag_p99_ms={async_floor:.2f} "
+        f"sync_idle_loop_lag_p99_ms={floor:.2f}",
         flush=True,
     )
     return 0
