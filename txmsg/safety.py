@@ -13,6 +13,8 @@ An ``async def`` method runs on the app's event loop through a
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -106,9 +108,32 @@ def run_execute_local(
     fallback = spec.on_exception
     try:
         value = call_listener(listener.execute_local, (message, arg), bridge, "execute_local")
+    except _CANCELLED:
+        return _execute_local_cancelled(spec, message)
     except BaseException as exc:  # noqa: BLE001 - logged and recorded there
         return _execute_local_raised(exc, spec, message)
     return _checked(value, "execute_local", spec, message, fallback)
+
+
+_CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
+"""What a thread waiting for an ``async def execute_local`` gets when the app's close cancels it
+(its drain timed out), or the loop shut down under it."""
+
+
+def _execute_local_cancelled(spec: SpecLike, message: Message) -> LocalTransactionState:
+    """UNKNOW for an ``execute_local`` cancelled before it returned, whatever ``on_exception``
+    says: it may have committed an instant before, so ROLLBACK could lose a message the database
+    kept.  The check-back decides, as on the awaited path (``transact_async``)."""
+    log.warning(
+        "group=%s key=%s topic=%s: execute_local was cancelled before it returned (the app "
+        "closed while it ran, past the close timeout); whether the local transaction committed "
+        "is unknown, so answering UNKNOW: the broker's check-back asks check_local. Give "
+        "close()/aclose() a longer timeout or make execute_local return sooner",
+        spec.group,
+        _key(message),
+        getattr(message, "topic", None),
+    )
+    return LocalTransactionState.UNKNOW
 
 
 def _execute_local_raised(
