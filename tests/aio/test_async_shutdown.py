@@ -55,3 +55,25 @@ def test_execute_local_cancelled_by_the_close_answers_unknow_not_the_exception_s
     assert answers == [S.UNKNOW]
     logged = [r.getMessage() for r in caplog.records if r.name == "txmsg.transaction"]
     assert any("cancelled" in text and "check_local" in text for text in logged), logged
+
+
+def test_close_lets_cancelled_coroutines_finish_before_stopping_its_loop() -> None:
+    """A coroutine the close cancels (its drain timed out) runs its cleanup on the loop, awaits
+    included (an awaited rollback, a connection given back), before the bridge stops its own
+    loop; not destroyed pending when the loop closes."""
+    bridge = LoopBridge.on_own_thread("txmsg-test-loop")
+    entered, cleaned = threading.Event(), threading.Event()
+
+    async def holds() -> None:
+        try:
+            entered.set()
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.sleep(0)  # an awaited rollback
+            cleaned.set()
+
+    future = bridge.submit(holds(), name="holds")
+    assert entered.wait(10)
+    assert not bridge.close(0.1)
+    assert future.cancelled()
+    assert cleaned.is_set()

@@ -241,11 +241,33 @@ class LoopBridge:
                     future.cancel()
         thread = self._thread
         if thread is not None and thread.is_alive():
+            if not done:  # the cancelled ones run their cleanup (awaited rollbacks) first
+                self._settle(timeout)
             self.loop.call_soon_threadsafe(self.loop.stop)
             thread.join(timeout)
             if not thread.is_alive():
                 self.loop.close()
         return done
+
+    def _settle(self, timeout: float | None) -> None:
+        """Let the tasks of an owned loop (all of them are listener coroutines) end, up to
+        ``timeout``: stopping the loop right after cancelling them would destroy them pending,
+        their ``finally`` blocks never run on the loop (an awaited rollback there raises)."""
+
+        async def settle() -> None:
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            if tasks:
+                await asyncio.wait(tasks, timeout=timeout)
+
+        try:
+            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(timeout)
+        except Exception:  # the loop stops anyway; say that the coroutines lingered
+            log.warning(
+                "listener coroutines cancelled by the close did not end within %ss; stopping "
+                "the loop under them (their cleanup does not run)",
+                timeout,
+                exc_info=True,
+            )
 
     def __repr__(self) -> str:
         kind = "own thread" if self.owns_loop else "bound"
