@@ -687,7 +687,7 @@ class TxMsg:
         self._stops.clear()
         pool, self._send_pool = self._send_pool, None
         if pool is not None:  # awaited sends in flight finish before their producers close
-            _quietly("finish the awaited sends", pool.shutdown, True)
+            _finish_awaited_sends(pool, self._bridge, timeout)
         _in_parallel(
             "close a producer", [(producer.close, timeout) for producer in self._producers.values()]
         )
@@ -820,6 +820,40 @@ def _then_close(
             close(timeout)
 
     return stop_then_close
+
+
+def _finish_awaited_sends(
+    pool: ThreadPoolExecutor, bridge: LoopBridge | None, timeout: float
+) -> None:
+    """Shut the send pool down, waiting up to ``timeout`` for the awaited sends in flight.
+
+    A send still running then is waiting for its ``async def execute_local`` on ``bridge``'s loop
+    (rocketmq backend): its coroutine is cancelled (the send answers UNKNOW, the check-back
+    decides) and the send ends.  Waiting on, or closing its producer under it, would not do:
+    the first held ``aclose(timeout)`` forever when ``execute_local`` never returned, and the
+    bridge's own drain, which cancels, comes after the producers.  The sends are then waited
+    for without a bound, so no producer closes under a send (a plain ``def execute_local`` that
+    never returns cannot be cancelled)."""
+    finishing = threading.Thread(
+        target=_quietly,
+        args=("finish the awaited sends", pool.shutdown, True),
+        name="txmsg-close-sends",
+        daemon=True,
+    )
+    finishing.start()
+    finishing.join(timeout)
+    if not finishing.is_alive():
+        return
+    cancelled = bridge.cancel_pending() if bridge is not None else 0
+    log.warning(
+        "awaited sends still running after the close timeout (%.1fs): their execute_local has "
+        "not returned. %d listener coroutine(s) cancelled (their transactions answer UNKNOW; the "
+        "check-back decides); waiting for the sends to end. Give close()/aclose() a longer "
+        "timeout, or make execute_local return sooner",
+        timeout,
+        cancelled,
+    )
+    finishing.join()
 
 
 def _in_parallel(what: str, calls: list[tuple[Callable[[float], None], float]]) -> None:

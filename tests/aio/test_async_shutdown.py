@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from txmsg_broker.testing import unique
 
-from txmsg import LocalTransactionState, LoopBridge, Message
+from txmsg import LocalTransactionState, LoopBridge, Message, TxMsg
 from txmsg.safety import run_execute_local
 
 S = LocalTransactionState
@@ -77,3 +79,47 @@ def test_close_lets_cancelled_coroutines_finish_before_stopping_its_loop() -> No
     assert not bridge.close(0.1)
     assert future.cancelled()
     assert cleaned.is_set()
+
+
+@pytest.mark.parametrize("backend_name", ["rocketmq"])  # the pool path: a thread waits
+def test_aclose_is_bounded_when_an_awaited_sends_execute_local_never_returns(
+    make_app: Callable[..., TxMsg], topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``aclose(timeout)`` while an awaited send's ``async def execute_local`` never returns:
+    the close cancels it after ``timeout`` instead of waiting for the send pool forever, and
+    the send ends UNKNOW (the check-back decides)."""
+    app, group = make_app(), unique("pg_hang")
+
+    class Hangs:
+        def __init__(self) -> None:
+            self.entered = asyncio.Event()
+
+        async def execute_local(self, message: Message, arg: Any) -> S:
+            self.entered.set()
+            await asyncio.Event().wait()  # never set: a lock never released
+            return S.COMMIT
+
+        async def check_local(self, message: Message) -> S:
+            return S.UNKNOW
+
+    listener = Hangs()
+    app.add_transactional_listener(
+        listener, group=group, topics=[topic], execute_exception_state=S.ROLLBACK
+    )
+
+    async def main() -> S | None:
+        await app.astart()
+        producer = app.async_producer(group)
+        send = asyncio.create_task(producer.send_in_transaction(topic, "x"))
+        await listener.entered.wait()
+        # generous: without the fix the close waits for the send pool forever
+        await asyncio.wait_for(app.aclose(timeout=1), 120)
+        result = await asyncio.wait_for(send, 60)
+        return result.local_state
+
+    with caplog.at_level(logging.WARNING):
+        state = asyncio.run(asyncio.wait_for(main(), 240))
+    assert state is S.UNKNOW
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "awaited send" in logged
+    assert "execute_local" in logged

@@ -210,6 +210,15 @@ class LoopBridge:
         with self._lock:
             return len(self._pending)
 
+    def cancel_pending(self) -> int:
+        """Cancel the listener coroutines still running (each sees :class:`asyncio.CancelledError`;
+        the thread waiting for it gets :class:`concurrent.futures.CancelledError`, so an
+        ``execute_local`` answers UNKNOW and a ``check_local`` UNKNOW).  Returns how many.  The
+        app's close calls it when awaited sends outlive the close timeout."""
+        with self._lock:
+            pending = list(self._pending)
+        return sum(1 for future in pending if future.cancel())
+
     def close(self, timeout: float | None = None) -> bool:
         """Refuse new coroutines, wait up to ``timeout`` for those running, then stop an owned
         loop.  Returns True when none was left running.  Idempotent.
