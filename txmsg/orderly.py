@@ -25,6 +25,7 @@ replayed and discarded with :mod:`txmsg.sqla.parking` or ``txmsg parked list|rep
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, inspect
 
+from txmsg.aio.callables import is_async
 from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.otel import gauges, names
@@ -373,6 +375,17 @@ class OrderlyHandler:
                 _database_failed(group, message, key, "delete its in-flight row", failed.error)
                 return self._again(ticket, acked)
             except Exception as exc:
+                if self._interrupted(exc):
+                    log.warning(
+                        "group=%s key=%r msgId=%s: interrupted by the shutdown (%s: %s); handing "
+                        "the message again later",
+                        group,
+                        key,
+                        message.message_id,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    return self._again(ticket, acked)
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "group=%s topic=%s key=%r msgId=%s: attempt %d/%d failed: %s",
@@ -443,6 +456,14 @@ class OrderlyHandler:
             except Exception:
                 log.exception("group=%s key=%r: on_parked hook %r raised", group, key, hook)
         return True
+
+    def _interrupted(self, exc: Exception) -> bool:
+        """Whether an ``async def`` listener's attempt ended because the app is closing: the
+        close cancelled its coroutine (its drain timed out), or the loop refuses new ones.  Not
+        the message's fault, so no retry (it would meet the closed loop) and no parking."""
+        if isinstance(exc, concurrent.futures.CancelledError):
+            return True
+        return self.bridge is not None and is_async(self.spec.handler) and self.bridge.refusing
 
     def _run(
         self, handler: Callable[[Message], object], message: Message, ticket: Ticket | None

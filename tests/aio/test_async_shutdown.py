@@ -12,13 +12,17 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from txmsg_broker.testing import unique
 
 from txmsg import LocalTransactionState, LoopBridge, Message, TxMsg
+from txmsg.consumer import build_consumer_spec
 from txmsg.safety import run_execute_local
+from txmsg.sqla import create_engine, create_tables, make_session_factory
+from txmsg.sqla.parking import parked_keys
 
 S = LocalTransactionState
 
@@ -123,3 +127,57 @@ def test_aclose_is_bounded_when_an_awaited_sends_execute_local_never_returns(
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "awaited send" in logged
     assert "execute_local" in logged
+
+
+def test_orderly_delivery_cancelled_by_the_close_is_handed_again_not_parked(
+    tmp_path: Path,
+) -> None:
+    """An ``async def`` orderly listener whose coroutine the close cancels (its drain timed out)
+    was interrupted, not failed: the message is handed again later and its key is not parked
+    (the retries then met the closed loop and parked a healthy key at every slow shutdown);
+    nor is one delivered once the loop refuses coroutines."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'orderly.db'}")
+    create_tables(engine)
+    sessions = make_session_factory(engine)
+    entered = threading.Event()
+
+    async def settle(message: Message) -> None:
+        entered.set()
+        await asyncio.sleep(60)  # a slow refund call the close interrupts
+
+    spec = build_consumer_spec(
+        settle,
+        topic="refunds",
+        group="cg-refunds",
+        orderly=True,
+        session_factory=sessions,
+        max_orderly_retries=2,
+        orderly_retry_delay=0.01,
+    )
+    bridge = LoopBridge.on_own_thread("txmsg-test-loop")
+    handler = spec.safe_handler(bridge=bridge)
+    message = Message(
+        topic="refunds", body=b"r1", keys="r1", message_id="m1", sharding_key="order-7", queue_id=0
+    )
+    answers: list[bool] = []
+    consumer = threading.Thread(target=lambda: answers.append(handler(message)))
+    try:
+        consumer.start()
+        assert entered.wait(10)
+        bridge.close(0.1)
+        consumer.join(10)
+        assert answers == [False]  # handed again later
+        later = Message(
+            topic="refunds",
+            body=b"r2",
+            keys="r2",
+            message_id="m2",
+            sharding_key="order-8",
+            queue_id=1,
+        )
+        assert handler(later) is False  # delivered after the close: the loop refuses it
+        assert parked_keys(sessions, "cg-refunds") == []
+    finally:
+        bridge.close(5)
+        getattr(handler, "close", lambda: None)()
+        engine.dispose()

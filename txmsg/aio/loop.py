@@ -205,6 +205,12 @@ class LoopBridge:
 
     # ---- closing ------------------------------------------------------------------------------
     @property
+    def refusing(self) -> bool:
+        """True once the bridge refuses coroutines (closed, or its loop stopped): a listener
+        failing now was interrupted by the shutdown, not by its message."""
+        return self._closed or self.loop.is_closed() or not self.loop.is_running()
+
+    @property
     def pending(self) -> int:
         """Listener coroutines submitted and not finished."""
         with self._lock:
