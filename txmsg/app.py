@@ -28,6 +28,7 @@ native library.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import importlib.metadata
 import logging
@@ -587,6 +588,9 @@ class TxMsg:
         def`` listeners run on it) and starts the clients on a thread, so the loop keeps running
         meanwhile.  ``async with app:`` calls it.
 
+        Cancelled while the clients start (a server stopped during its startup), it closes
+        what that start started once it ends (the app is then *closed*).
+
         Raises: as :meth:`start`; :class:`~txmsg.LifecycleError` when the app is already bound
         to another loop.
         """
@@ -600,14 +604,43 @@ class TxMsg:
                 )
             self._setup("start on an event loop")
             self._bridge = LoopBridge.of_running_loop()
+        # a future, not a task (asyncio.run's shutdown cancels tasks, and this one's end must
+        # still be seen), in the caller's context as asyncio.to_thread would
+        starting = asyncio.get_running_loop().run_in_executor(
+            None, contextvars.copy_context().run, self.start
+        )
         try:
-            await asyncio.to_thread(self.start)
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # the start cannot stop midway on its thread: undo it once it ends, or the app would
+            # run on with nobody to close it (the caller saw the cancellation, not the start)
+            starting.add_done_callback(self._undo_cancelled_start)
+            raise
         except BaseException:
-            with self._lock:
-                if self._state != "started":
-                    self._bridge = None
+            self._forget_bridge()
             raise
         return self
+
+    def _forget_bridge(self) -> None:
+        """After a start that failed (or never ran): the app stays *new*, unbound."""
+        with self._lock:
+            if self._state != "started":
+                self._bridge = None
+
+    def _undo_cancelled_start(self, starting: asyncio.Future[Any]) -> None:
+        """The start of a cancelled :meth:`astart` ended: close what it started (on a thread,
+        as this runs on the loop), or unbind the app it left *new*."""
+        failed = None if starting.cancelled() else starting.exception()
+        if starting.cancelled() or failed is not None:
+            if failed is not None:  # nobody else will see it: the caller saw the cancellation
+                log.warning("astart() was cancelled, and the start failed meanwhile: %s", failed)
+            self._forget_bridge()
+            return
+        log.warning(
+            "astart() was cancelled while the clients started; closing the app it started "
+            "(create a new TxMsg to start again)"
+        )
+        threading.Thread(target=_quietly, args=("close", self.close), name="txmsg-close").start()
 
     async def aclose(self, timeout: float | None = None) -> None:
         """:meth:`close` from a coroutine: the clients close on a thread while the loop keeps

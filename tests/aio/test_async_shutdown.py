@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from txmsg_broker.testing import unique
 
-from txmsg import LocalTransactionState, LoopBridge, Message, TxMsg
+from txmsg import ClosedError, LocalTransactionState, LoopBridge, Message, NotStartedError, TxMsg
 from txmsg.consumer import build_consumer_spec
 from txmsg.safety import run_execute_local
 from txmsg.sqla import create_engine, create_tables, make_session_factory
@@ -181,3 +181,48 @@ def test_orderly_delivery_cancelled_by_the_close_is_handed_again_not_parked(
         bridge.close(5)
         getattr(handler, "close", lambda: None)()
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend_name", ["rocketmq5"])
+def test_astart_cancelled_while_starting_leaves_nothing_running(
+    make_app: Callable[..., TxMsg], topic: str
+) -> None:
+    """``astart()`` (``async with app:``) cancelled while the clients start on their thread (a
+    server shut down during its startup): the start cannot stop midway, so what it started is
+    closed once it ends, instead of an app left running, unbound from the loop, that nobody
+    closes."""
+    app, group = make_app(), unique("pg_start")
+    constructing, proceed = threading.Event(), threading.Event()
+
+    class Pay:
+        def __init__(self) -> None:  # created by the start, on its thread
+            constructing.set()
+            proceed.wait(30)
+
+        async def execute_local(self, message: Message, arg: Any) -> S:
+            return S.COMMIT
+
+        async def check_local(self, message: Message) -> S:
+            return S.COMMIT
+
+    app.add_transactional_listener(Pay, group=group, topics=[topic])
+
+    async def main() -> None:
+        starting = asyncio.create_task(app.astart())
+        assert await asyncio.to_thread(constructing.wait, 30)
+        starting.cancel()
+        proceed.set()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        for _ in range(1200):  # the start ends on its thread, then what it started is closed
+            try:
+                app.producer(group)
+            except ClosedError:
+                return
+            except NotStartedError:
+                pass
+            await asyncio.sleep(0.05)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    with pytest.raises(ClosedError):
+        app.producer(group)
