@@ -720,7 +720,8 @@ class TxMsg:
         self._stops.clear()
         pool, self._send_pool = self._send_pool, None
         if pool is not None:  # awaited sends in flight finish before their producers close
-            _finish_awaited_sends(pool, self._bridge, timeout)
+            bridges = [self._bridge] + [p.caller_bridge for p in self._async_producers.values()]
+            _finish_awaited_sends(pool, [b for b in bridges if b is not None], timeout)
         _in_parallel(
             "close a producer", [(producer.close, timeout) for producer in self._producers.values()]
         )
@@ -856,13 +857,13 @@ def _then_close(
 
 
 def _finish_awaited_sends(
-    pool: ThreadPoolExecutor, bridge: LoopBridge | None, timeout: float
+    pool: ThreadPoolExecutor, bridges: list[LoopBridge], timeout: float
 ) -> None:
     """Shut the send pool down, waiting up to ``timeout`` for the awaited sends in flight.
 
-    A send still running then is waiting for its ``async def execute_local`` on ``bridge``'s loop
-    (rocketmq backend): its coroutine is cancelled (the send answers UNKNOW, the check-back
-    decides) and the send ends.  Waiting on, or closing its producer under it, would not do:
+    A send still running then is waiting for its ``async def execute_local`` on one of
+    ``bridges`` (the app's loop, or the loop that awaited the send; rocketmq backend): its
+    coroutine is cancelled (the send answers UNKNOW, the check-back decides) and the send ends.  Waiting on, or closing its producer under it, would not do:
     the first held ``aclose(timeout)`` forever when ``execute_local`` never returned, and the
     bridge's own drain, which cancels, comes after the producers.  The sends are then waited
     for without a bound, so no producer closes under a send (a plain ``def execute_local`` that
@@ -877,7 +878,7 @@ def _finish_awaited_sends(
     finishing.join(timeout)
     if not finishing.is_alive():
         return
-    cancelled = bridge.cancel_pending() if bridge is not None else 0
+    cancelled = sum(bridge.cancel_pending() for bridge in bridges)
     log.warning(
         "awaited sends still running after the close timeout (%.1fs): their execute_local has "
         "not returned. %d listener coroutine(s) cancelled (their transactions answer UNKNOW; the "

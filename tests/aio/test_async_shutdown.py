@@ -226,3 +226,44 @@ def test_astart_cancelled_while_starting_leaves_nothing_running(
     asyncio.run(asyncio.wait_for(main(), 120))
     with pytest.raises(ClosedError):
         app.producer(group)
+
+
+@pytest.mark.parametrize("backend_name", ["rocketmq"])  # the pool path: a thread waits
+def test_close_is_bounded_for_sends_awaited_on_a_loop_the_app_does_not_run_on(
+    make_app: Callable[..., TxMsg], topic: str
+) -> None:
+    """``with app:`` (the app's own loop) and sends awaited on a service's loop in another
+    thread: their ``execute_local`` runs on that loop, and a close past its timeout cancels it
+    there too (the send ends UNKNOW) instead of waiting for the send pool forever."""
+    app, group = make_app(), unique("pg_hang")
+    entered = threading.Event()
+
+    class Hangs:
+        async def execute_local(self, message: Message, arg: Any) -> S:
+            entered.set()
+            await asyncio.Event().wait()  # never set
+            return S.COMMIT
+
+        async def check_local(self, message: Message) -> S:
+            return S.UNKNOW
+
+    app.add_transactional_listener(Hangs(), group=group, topics=[topic])
+    states: list[S | None] = []
+
+    def service() -> None:
+        async def main() -> S | None:
+            result = await app.async_producer(group).send_in_transaction(topic, "x")
+            return result.local_state
+
+        states.append(asyncio.run(main()))
+
+    app.start()
+    serving = threading.Thread(target=service, daemon=True)
+    serving.start()
+    assert entered.wait(30)
+    closing = threading.Thread(target=app.close, args=(1,), daemon=True)
+    closing.start()
+    closing.join(120)  # generous: without the fix it waits for the send pool forever
+    assert not closing.is_alive()
+    serving.join(60)
+    assert states == [S.UNKNOW]

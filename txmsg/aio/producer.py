@@ -215,6 +215,12 @@ class AsyncProducer:
         )
 
     # ---- plumbing -----------------------------------------------------------------------------
+    @property
+    def caller_bridge(self) -> LoopBridge | None:
+        """The bridge to the last loop the app does not run on where a send was awaited (its
+        ``execute_local`` coroutines run there); the app's close cancels them past its timeout."""
+        return self._caller_bridge
+
     def _bridge_here(self) -> LoopBridge:
         """The bridge to the loop awaiting this send: the app's when it is that loop."""
         loop = asyncio.get_running_loop()
