@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from txmsg import defaults
 from txmsg.aio.callables import is_async
-from txmsg.aio.loop import LoopBridge
+from txmsg.aio.loop import LoopBridge, warn_start_on_running_loop
 from txmsg.backend import Backend, capabilities_of
 from txmsg.config import TxMsgConfig, load_config
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
@@ -481,6 +481,7 @@ class TxMsg:
     def _start_all(self) -> None:
         if self._bridge is None and self._needs_loop():
             # `with app:` and async listeners: a loop of the app's own, on its own thread
+            warn_start_on_running_loop()
             self._bridge = LoopBridge.on_own_thread("txmsg-loop")
             log.info("async listeners run on the app's own event loop thread (txmsg-loop)")
         bridge = self._bridge

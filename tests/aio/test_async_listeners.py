@@ -237,6 +237,34 @@ def test_blocking_calls_on_the_loop_are_refused_or_warned(
     assert any("Blocking.execute_local held the event loop" in w for w in warned), warned
 
 
+def test_plain_start_on_a_running_loop_warns_and_names_async_with(
+    make_app: Callable[..., TxMsg], topic: str
+) -> None:
+    """``with app:`` / ``app.start()`` inside a coroutine, with async listeners: they would run on
+    txmsg's own loop thread, not the service's (where an asyncpg pool bound to the service's loop
+    fails), and the start blocks the loop: a LoopBlockingWarning names ``async with app:``.  The
+    app still starts and works as a plain start does."""
+    app, pay = make_app(), AsyncPay()
+    group = unique("pg_aio")
+    app.add_transactional_listener(pay, group=group, topics=[topic])
+
+    async def main() -> None:
+        with pytest.warns(LoopBlockingWarning, match=r"async with app"):
+            app.start()
+        try:
+            assert app.bridge is not None
+            assert app.bridge.owns_loop  # the listeners run on txmsg-loop, not on this loop
+            result = await app.async_producer(group).send_in_transaction(
+                topic, "x", arg=S.COMMIT, keys="k"
+            )
+            assert result.local_state is S.COMMIT
+        finally:
+            await asyncio.to_thread(app.close)
+
+    asyncio.run(asyncio.wait_for(main(), 240))
+    assert pay.executed == ["k"]
+
+
 def test_coroutine_returned_by_a_plain_def_is_an_error_nothing_lost(
     make_app: Callable[..., TxMsg], topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:

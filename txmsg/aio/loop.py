@@ -71,6 +71,23 @@ def warn_blocking_send(group: str, method: str) -> None:
     )
 
 
+def warn_start_on_running_loop() -> None:
+    """Warn (:class:`~txmsg.errors.LoopBlockingWarning`) when an app with ``async def`` listeners
+    is started the plain way (``with app:``, ``app.start()``) in a thread running an event loop:
+    the start blocks that loop, and the listeners then run on the app's own loop thread, not on
+    the service's, where a connection pool bound to the service's loop (asyncpg) fails."""
+    if running_loop() is None:
+        return
+    warnings.warn(
+        "app.start() (`with app:`) on a running event loop: it blocks this loop while the "
+        "clients start, and the async def listeners run on txmsg's own loop thread "
+        "(txmsg-loop), not on this loop, so engines and clients bound to this loop fail in "
+        "them; use `async with app:` (or `await app.astart()`) in coroutines",
+        LoopBlockingWarning,
+        stacklevel=4,
+    )
+
+
 class LoopBridge:
     """Runs listener coroutines on one event loop for callers on other threads.
 
