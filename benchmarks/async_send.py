@@ -38,7 +38,8 @@ context switch that the sync side's thread, doing it all itself, never pays.
 has the medians (the ratio is theirs), each round's figures printed above it.
 
 Final line: ``RESULT async_send async_tps=<a> sync_tps=<b> ratio=<a/b> loop_lag_p99_ms=<l>
-check_bound=<c> idle_loop_lag_p99_ms=<f> sync_idle_loop_lag_p99_ms=<g>``.  Goals (issue 27): ratio >= 1.0 at N = 64, p99 lag <= 5 ms, bound >= 0.9.
+check_bound=<c> idle_loop_lag_p99_ms=<f> sync_idle_loop_lag_p99_ms=<g>``.  Goals (issue 27):
+ratio >= 1.0 at N = 64, p99 lag <= 5 ms, bound >= 0.9.
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ async def _probe_lag(stop: asyncio.Event | threading.Event, lags: list[float]) -
 
 
 def _p99_ms(lags: list[float]) -> float:
+    """The 99th percentile of ``lags`` (seconds) in milliseconds; 0 for none."""
     ordered = sorted(lags)
     return (
         ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)] * 1000 if lags else 0.0
@@ -163,10 +165,10 @@ def _p99_ms(lags: list[float]) -> float:
 
 
 @contextlib.contextmanager
-def _frozen_heap(args: argparse.Namespace) -> Iterator[None]:
+def _frozen_heap(enabled: bool) -> Iterator[None]:
     """With ``--gc-freeze``: what a service does once started (``gc.collect(); gc.freeze()``),
     so full collections stop walking its start-up objects; undone after the side."""
-    if not args.gc_freeze:
+    if not enabled:
         yield
         return
     gc.collect()
@@ -257,7 +259,7 @@ def run_async(
                     result = await producer.send_in_transaction(topic, {"n": remaining})
                     assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
-            with _frozen_heap(args), IdleLoopProbe() as idle:
+            with _frozen_heap(args.gc_freeze), IdleLoopProbe() as idle:
                 prober = asyncio.create_task(_probe_lag(stop, lags))
                 threads, switches = _thread_cpu.snapshot(), _thread_cpu.switches()
                 began, cpu, loop_cpu = time.perf_counter(), time.process_time(), time.thread_time()
@@ -324,7 +326,7 @@ def run_sync(
                 assert result.local_state is S.COMMIT  # noqa: S101 - a benchmark's sanity
 
         with (
-            _frozen_heap(args),
+            _frozen_heap(args.gc_freeze),
             ThreadPoolExecutor(args.n, thread_name_prefix="bench-request") as pool,
             IdleLoopProbe() as idle,
         ):
@@ -524,8 +526,9 @@ def main(argv: list[str] | None = None) -> int:
                         async_floors.append(floor)
                         print(
                             f"round {r + 1} async: {tps:.1f} tx/s on one loop; loop lag p99 "
-                            f"{lag:.2f} ms, an idle loop's beside it {floor:.2f} ms; CPU {cpu:.0f} us a send ({loop_cpu:.0f} on the "
-                            f"loop's thread; {threads})",
+                            f"{lag:.2f} ms, an idle loop's beside it {floor:.2f} ms; CPU "
+                            f"{cpu:.0f} us a send ({loop_cpu:.0f} on the loop's thread; "
+                            f"{threads})",
                             flush=True,
                         )
             sync_tps, async_tps = statistics.median(sync_runs), statistics.median(async_runs)

@@ -864,11 +864,12 @@ def _finish_awaited_sends(
 
     A send still running then is waiting for its ``async def execute_local`` on one of
     ``bridges`` (the app's loop, or the loop that awaited the send; rocketmq backend): its
-    coroutine is cancelled (the send answers UNKNOW, the check-back decides) and the send ends.  Waiting on, or closing its producer under it, would not do:
-    the first held ``aclose(timeout)`` forever when ``execute_local`` never returned, and the
-    bridge's own drain, which cancels, comes after the producers.  The sends are then waited
-    for without a bound, so no producer closes under a send (a plain ``def execute_local`` that
-    never returns cannot be cancelled)."""
+    coroutine is cancelled (the send answers UNKNOW, the check-back decides) and the send
+    ends.  Waiting on, or closing its producer under it, would not do: the first held
+    ``aclose(timeout)`` forever when ``execute_local`` never returned, and the bridge's own
+    drain, which cancels, comes after the producers.  The sends are then waited for without a
+    bound, so no producer closes under a send (a plain ``def execute_local`` that never returns
+    cannot be cancelled)."""
     finishing = threading.Thread(
         target=_quietly,
         args=("finish the awaited sends", pool.shutdown, True),
