@@ -40,6 +40,7 @@ from ._client import (
     TransactionChecker,
     TransactionSource,
 )
+from .routes import fetch_routes_on_their_thread
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -96,6 +97,7 @@ class CheckingProducer(Producer):  # type: ignore[misc]
         tls: bool = False,
     ) -> None:
         super().__init__(configuration, topics, _NeverCalled(), tls)
+        fetch_routes_on_their_thread(self)
         self._on_check = on_check
         self._immunity = threading.local()
         self._immunity_by_id: dict[str, int] = {}

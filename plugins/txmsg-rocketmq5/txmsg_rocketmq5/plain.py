@@ -36,6 +36,7 @@ from . import messages
 from ._client import IllegalArgumentException, Producer
 from ._client import Message as ClientMessage
 from .client import shut_down
+from .routes import fetch_routes_on_their_thread
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -94,6 +95,7 @@ class PlainSender:
         self.failed = 0
         self.oneway_failed = 0
         self.producer = Producer(configuration, None, None, tls)
+        fetch_routes_on_their_thread(self.producer)
         self.producer.startup()
 
     # ---- building ------------------------------------------------------------------------------

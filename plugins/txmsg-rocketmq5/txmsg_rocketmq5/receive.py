@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from ._client import SimpleConsumer
 from .client import shut_down
+from .routes import fetch_routes_on_their_thread
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -40,7 +41,13 @@ class QuietSimpleConsumer(SimpleConsumer):  # type: ignore[misc]
     so ``concurrent.futures`` logged an ``AttributeError`` traceback at ERROR on every close of a
     consumer.  Nobody waits for that receive any more (:meth:`ReceiveLoop._receive` returned None,
     its messages come back after their invisible time), so its result is dropped here.
+
+    Its routes are fetched on a route thread (:mod:`.routes`), as every client's of this backend.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        fetch_routes_on_their_thread(self)
 
     def _submit_callback(self, callback_result: Any) -> None:
         try:
