@@ -14,9 +14,9 @@ the *thread's* event loop for it:
 * so has a thread whose ``asyncio.run()`` has returned (it sets the thread's loop to None);
 * a thread running a loop of its own would bind the stream to that loop, not the client's.
 
-Every route fetch of a client therefore runs on a small pool whose threads have the client's I/O
-loop set as their event loop (without running it: the I/O thread runs it), as the client's own
-channel creation does for the thread that creates a channel.  A route is fetched once per topic
+Every route fetch of a client therefore runs on a small pool of threads of this module, each fetch
+with the client's I/O loop set as the thread's event loop (without running it: the I/O thread runs
+it), as the client's own channel creation does for the thread that creates a channel.  A route is fetched once per topic
 and client (then refreshed by the client's scheduler), so the hop costs nothing per send.
 """
 
@@ -39,9 +39,18 @@ _pools: dict[int, ThreadPoolExecutor] = {}  # by id() of the client's I/O loop (
 _on_route_thread = threading.local()
 
 
-def _route_thread_started(io_loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(io_loop)
+def _route_thread_started() -> None:
     _on_route_thread.yes = True
+
+
+def _fetch_with_loop(
+    io_loop: asyncio.AbstractEventLoop, fetch: Callable[[str], Any], topic: str
+) -> Any:
+    # set per fetch, not once per thread: the loop is kept by the event loop policy, and a new
+    # policy (asyncio.set_event_loop_policy, uvloop.install(), a test resetting asyncio) starts
+    # with no loop in any thread
+    asyncio.set_event_loop(io_loop)
+    return fetch(topic)
 
 
 def _pool_for(io_loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor:
@@ -52,7 +61,6 @@ def _pool_for(io_loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor:
                 max_workers=ROUTE_THREADS,
                 thread_name_prefix="txmsg-rocketmq5-routes",
                 initializer=_route_thread_started,
-                initargs=(io_loop,),
             )
             _pools[id(io_loop)] = pool
         return pool
@@ -66,7 +74,7 @@ def on_route_thread(
     def fetched_there(topic: str) -> Any:
         if getattr(_on_route_thread, "yes", False):
             return fetch(topic)
-        return _pool_for(io_loop).submit(fetch, topic).result()
+        return _pool_for(io_loop).submit(_fetch_with_loop, io_loop, fetch, topic).result()
 
     return fetched_there
 
