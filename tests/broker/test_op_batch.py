@@ -65,6 +65,7 @@ def test_get_broker_config_and_the_doctor_warning(txmsg_broker_factory) -> None:
     four = txmsg_broker_factory(broker_version="4.9.8")
     five = txmsg_broker_factory(broker_version="5.3.3")  # fixtures' transactionTimeOut 1000 < 3000
     good = txmsg_broker_factory(broker_version="5.3.3", transaction_op_batch_interval_ms=200)
+    near = txmsg_broker_factory(broker_version="5.3.3", transaction_op_batch_interval_ms=600)
     props4 = broker_config.broker_config(four.broker_addr)
     props5 = broker_config.broker_config(five.broker_addr)
     assert props4["transactionTimeOut"] == "1000"
@@ -90,6 +91,18 @@ def test_get_broker_config_and_the_doctor_warning(txmsg_broker_factory) -> None:
         assert words in row5[1], row5[1]
     (row_good,) = broker_transaction_settings(good.namesrv_addr)
     assert row_good[2] is True, row_good[1]
+    assert "op batches are written within the transaction timeout" in row_good[1]
+    # the 5.x client's births in whole seconds: 2 x 200 + 1000 > 1000, a note (still ok)
+    (row_good5,) = broker_transaction_settings(good.namesrv_addr, born_slack_ms=1000)
+    assert row_good5[2] is True, row_good5[1]
+    for words in ("first op batch after a broker start", "whole seconds", "at least 1400"):
+        assert words in row_good5[1], row_good5[1]
+    # above the batch but below two batches: the first batch after a start may still be checked
+    (row_near,) = broker_transaction_settings(near.namesrv_addr)
+    assert row_near[2] is True, row_near[1]
+    assert "note: the first op batch after a broker start" in row_near[1], row_near[1]
+    assert "whole seconds" not in row_near[1]
+    assert "at least 1200" in row_near[1], row_near[1]
 
 
 def _run_commit_and_rollback(broker, answer_all_commit: bool) -> tuple[Counter[str], Counter[str]]:

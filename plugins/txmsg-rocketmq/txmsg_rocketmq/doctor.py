@@ -100,8 +100,9 @@ def _name_server(address: str) -> Check:
     return ("name server reachable", first, True)
 
 
-def broker_transaction_settings(name_server: str) -> list[Check]:
-    """One row per master broker: its transaction settings, failing when it checks finished ones."""
+def broker_transaction_settings(name_server: str, *, born_slack_ms: int = 0) -> list[Check]:
+    """One row per master broker: its transaction settings, failing when it checks finished ones
+    (``born_slack_ms``: :data:`.broker_config.WHOLE_SECOND_BIRTHS_MS` for the 5.x client)."""
     try:
         masters = broker_config.master_brokers(name_server)
     except (OSError, ValueError) as exc:
@@ -117,7 +118,8 @@ def broker_transaction_settings(name_server: str) -> list[Check]:
             rows.append((label, f"GET_BROKER_CONFIG failed: {exc}", False))
             continue
         found = broker_config.transaction_settings(name, addr, props)
-        rows.append((label, broker_config.advice(found), not found.checks_finished_transactions))
+        detail = broker_config.advice(found, born_slack_ms=born_slack_ms)
+        rows.append((label, detail, not found.checks_finished_transactions))
     return rows
 
 

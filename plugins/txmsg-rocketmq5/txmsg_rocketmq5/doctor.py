@@ -110,7 +110,12 @@ def _broker_settings(config: Any) -> list[Check]:
         return [BROKER_SETTINGS_ADVICE]
     try:
         remoting = importlib.import_module("txmsg_rocketmq.doctor")
-        rows: list[Check] = list(remoting.broker_transaction_settings(str(name_server)))
+        whole_seconds = importlib.import_module(
+            "txmsg_rocketmq.broker_config"
+        ).WHOLE_SECOND_BIRTHS_MS
+        rows: list[Check] = list(
+            remoting.broker_transaction_settings(str(name_server), born_slack_ms=whole_seconds)
+        )
     except Exception:  # noqa: BLE001 - the doctor reports, it does not crash
         return [BROKER_SETTINGS_ADVICE]
     if any("cannot list the brokers" in detail for _label, detail, _ok in rows):
@@ -126,6 +131,8 @@ BROKER_SETTINGS_ADVICE: Check = (
     "3000) with a margin. If it is below, the broker checks back transactions that already committed or "
     "rolled back: a COMMIT answer delivers the message again, or delivers a rolled-back one, so "
     "check_local must answer ROLLBACK for rolled-back transactions (RecordBackedListener does). "
+    "Below 2 x transactionOpBatchInterval + 1 s it still may, rarely, just after a broker start (the "
+    "first batch waits up to two intervals; this client stamps births in whole seconds). "
     "With the rocketmq backend (remoting) `txmsg doctor` reads these settings itself",
     True,
 )
