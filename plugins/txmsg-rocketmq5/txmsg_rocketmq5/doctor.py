@@ -110,9 +110,7 @@ def _broker_settings(config: Any) -> list[Check]:
         return [BROKER_SETTINGS_ADVICE]
     try:
         remoting = importlib.import_module("txmsg_rocketmq.doctor")
-        whole_seconds = importlib.import_module(
-            "txmsg_rocketmq.broker_config"
-        ).WHOLE_SECOND_BIRTHS_MS
+        whole_seconds = remoting.broker_config.WHOLE_SECOND_BIRTHS_MS  # this client's births
         rows: list[Check] = list(
             remoting.broker_transaction_settings(str(name_server), born_slack_ms=whole_seconds)
         )

@@ -16,8 +16,9 @@ the *thread's* event loop for it:
 
 Every route fetch of a client therefore runs on a small pool of threads of this module, each fetch
 with the client's I/O loop set as the thread's event loop (without running it: the I/O thread runs
-it), as the client's own channel creation does for the thread that creates a channel.  A route is fetched once per topic
-and client (then refreshed by the client's scheduler), so the hop costs nothing per send.
+it), as the client's own channel creation does for the thread that creates a channel.  A route is
+fetched once per topic and client (then refreshed by the client's scheduler), so the hop costs
+nothing per send.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ ROUTE_THREADS = 4
 """At most this many routes are fetched at once (each waits up to the request timeout)."""
 
 _lock = threading.Lock()
-_pools: dict[int, ThreadPoolExecutor] = {}  # by id() of the client's I/O loop (one per process)
+_pool: ThreadPoolExecutor | None = None  # made at the first fetch, shared by every client
 _on_route_thread = threading.local()
 
 
@@ -53,28 +54,27 @@ def _fetch_with_loop(
     return fetch(topic)
 
 
-def _pool_for(io_loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor:
+def _route_pool() -> ThreadPoolExecutor:
+    global _pool
     with _lock:
-        pool = _pools.get(id(io_loop))
-        if pool is None:
-            pool = ThreadPoolExecutor(
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
                 max_workers=ROUTE_THREADS,
                 thread_name_prefix="txmsg-rocketmq5-routes",
                 initializer=_route_thread_started,
             )
-            _pools[id(io_loop)] = pool
-        return pool
+        return _pool
 
 
 def on_route_thread(
     io_loop: asyncio.AbstractEventLoop, fetch: Callable[[str], Any]
 ) -> Callable[[str], Any]:
-    """``fetch(topic)`` run on a route thread of ``io_loop`` (at once if already on one)."""
+    """``fetch(topic)`` run on a route thread with ``io_loop`` set (at once if already on one)."""
 
     def fetched_there(topic: str) -> Any:
         if getattr(_on_route_thread, "yes", False):
             return fetch(topic)
-        return _pool_for(io_loop).submit(_fetch_with_loop, io_loop, fetch, topic).result()
+        return _route_pool().submit(_fetch_with_loop, io_loop, fetch, topic).result()
 
     return fetched_there
 
