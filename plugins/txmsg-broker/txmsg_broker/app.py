@@ -21,9 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from . import time_control
 from .broker import Broker
 from .childproc import ChildProcess
+from .clock import ManualClock
 from .config import BrokerConfig
+from .time_control import ClockReport
 
 T = TypeVar("T")
 READY_PATTERN = re.compile(r"accepting connections: namesrv (\S+):(\d+) broker (\S+):(\d+)")
@@ -176,6 +179,29 @@ class EmbeddedBroker:
 
         return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout)
 
+    def _time_control(self, action: str, seconds: float, answer_timeout: float) -> ClockReport:
+        if self._loop is None or self.broker is None:
+            raise RuntimeError("broker is not running; call start() first")
+        broker = self.broker
+        if not isinstance(broker.clock, ManualClock):
+            raise RuntimeError("the broker runs on the wall clock: start it with manual_clock=True")
+        work = time_control.run_action(broker, broker.clock, action, seconds, answer_timeout)
+        data = asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        return ClockReport.from_json(data)
+
+    def advance(
+        self, seconds: float, *, answer_timeout: float = time_control.DEFAULT_ANSWER_TIMEOUT
+    ) -> ClockReport:
+        """Manual clock: move the broker's time ``seconds`` on and run what fell due (see
+        :mod:`txmsg_broker.time_control`)."""
+        return self._time_control("advance", seconds, answer_timeout)
+
+    def check_now(
+        self, *, answer_timeout: float = time_control.DEFAULT_ANSWER_TIMEOUT
+    ) -> ClockReport:
+        """Manual clock: run the next transaction check pass now and wait for its answers."""
+        return self._time_control("check_now", 0.0, answer_timeout)
+
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
@@ -318,6 +344,28 @@ class BrokerProcess(ChildProcess):
     def restart(self) -> BrokerProcess:
         self.stop()
         return self.start()
+
+    # -- manual clock (``manual_clock=True``; txmsg_broker.time_control) ---------------------------
+    def advance(
+        self, seconds: float, *, answer_timeout: float = time_control.DEFAULT_ANSWER_TIMEOUT
+    ) -> ClockReport:
+        """Move the broker's manual clock ``seconds`` on: every check pass, op batch, delay level
+        and lock expiry that falls due runs, in order, at its own time; returns once all of it ran
+        (check-backs answered, deliveries handed to consumers)."""
+        return time_control.request(
+            self.broker_addr, "advance", seconds=seconds, answer_timeout=answer_timeout
+        )
+
+    def check_now(
+        self, *, answer_timeout: float = time_control.DEFAULT_ANSWER_TIMEOUT
+    ) -> ClockReport:
+        """Run the transaction check service's next pass now (the clock moves only through the
+        pass's own 5.x pause); returns once its check-backs were answered."""
+        return time_control.request(self.broker_addr, "check_now", answer_timeout=answer_timeout)
+
+    def clock_ms(self) -> int:
+        """The broker's manual clock now (ms since the epoch)."""
+        return time_control.request(self.broker_addr, "now").now_ms
 
     def __enter__(self) -> BrokerProcess:
         return self.start()

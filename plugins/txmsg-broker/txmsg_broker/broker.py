@@ -43,9 +43,11 @@ from . import (
     diskfull,
     namesrv,
     send_service,
+    time_control,
     transaction_service,
 )
 from .clients import ClientRegistry
+from .clock import Clock, ManualClock, RealClock
 from .config import BrokerConfig
 from .message_codec import StoredMessage
 from .registration import Registrar
@@ -83,7 +85,11 @@ class Broker:
 
     def _construct(self, config: BrokerConfig) -> None:
         """Everything after the logs are open (the constructor closes them if this raises)."""
-        self.store = MessageStore(config.data_dir, config.flush, store_host=self.broker_addr)
+        #: the one clock of the time-driven services (:mod:`.clock`); manual only in tests
+        self.clock: Clock = ManualClock() if config.manual_clock else RealClock()
+        self.store = MessageStore(
+            config.data_dir, config.flush, store_host=self.broker_addr, clock=self.clock
+        )
         self.topics = TopicManager(config.data_dir, default_queue_nums=config.default_queue_nums)
         self.clients = ClientRegistry()
         self.server = RemotingServer("broker", config.host, config.broker_port)
@@ -121,6 +127,8 @@ class Broker:
         self._install_extensions()
         if config.acl is not None:  # last: it guards every code registered above
             acl.install(self)
+        if isinstance(self.clock, ManualClock):  # a test's broker: not guarded by ACL
+            time_control.install(self, self.clock)
         #: the RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``), when ``config.grpc_port`` is set
         self.grpc: GrpcEndpoint | None = None
         if config.grpc_port is not None:

@@ -198,6 +198,12 @@ from .rawclient import call
     type=click.IntRange(1000),
     help="With --namesrv-addr: how often the broker registers again (registerNameServerPeriod).",
 )
+@click.option(
+    "--manual-clock/--no-manual-clock",
+    default=False,
+    help="Tests only: the broker's time (check-backs, transactionTimeOut, op batches, delay levels, "
+    "queue locks) stands still until a test advances it (txmsg_broker.time_control).",
+)
 def broker(**options: Any) -> None:
     """Run an embedded RocketMQ-compatible name server + broker until SIGINT/SIGTERM."""
     exit_with_parent()

@@ -88,6 +88,9 @@ class BrokerConfig:
     #: ``-Drocketmq.broker.rebalance.lockMaxLiveTime`` (RebalanceLockManager, default 60000).  Clients
     #: renew every 20 s; a crashed client's queues come free this long after its last renewal
     rebalance_lock_max_live_time_ms: int = 60000
+    #: tests only: the broker's time-driven work follows a :class:`~txmsg_broker.clock.ManualClock`
+    #: that moves only on request (``BrokerProcess.advance``, ``check_now``); off = wall time
+    manual_clock: bool = False
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

@@ -54,7 +54,7 @@ class ConsumerService:
         self.pulls = PullHandler(broker.store, broker.topics, self.long_polls)
         self.offsets = OffsetHandlers(broker.store)
         self.membership = Membership(broker)
-        self.locks = QueueLocks(broker.config.rebalance_lock_max_live_time_ms / 1000)
+        self.locks = QueueLocks(broker.config.rebalance_lock_max_live_time_ms / 1000, broker.clock)
         self.retry = RetryHandler(broker)
         self.scheduler = DelayScheduler(broker)
         self._loop_thread: int | None = None

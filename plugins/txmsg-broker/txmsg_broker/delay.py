@@ -11,7 +11,6 @@ pending one gets its timer back. Delivery is at-least-once, as in Java.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +125,7 @@ class DelayScheduler:
     async def _run_level(self, queue_id: int) -> None:
         """Deliver one delay level's messages in order, each once its time has come."""
         event = self._events[queue_id]
+        clock = self.broker.clock  # the store stamps store times with it too (manual in tests)
         scale = self.broker.config.delay_scale
         delay = delay_ms(queue_id + 1, scale)
         offset = self.store.query_offset(SCHEDULE_GROUP, SCHEDULE_TOPIC, queue_id) or 0
@@ -135,17 +135,17 @@ class DelayScheduler:
                 event.clear()
                 if self.store.max_offset(SCHEDULE_TOPIC, queue_id) > offset:
                     continue
-                await event.wait()
+                await clock.wait(event, None)
                 continue
             for msg in batch:
-                wait_s = (msg.store_timestamp + delay) / 1000.0 - time.time()
+                wait_s = (msg.store_timestamp + delay - clock.now()) / 1000.0
                 if wait_s > 0:
-                    await asyncio.sleep(wait_s)
+                    await clock.sleep(wait_s)
                 while True:  # a full disk: keep the message and retry it (4.9.8 retries later too)
                     try:
                         self._deliver(msg)
                     except NotWritableError:
-                        await asyncio.sleep(_DISK_FULL_RETRY_S)
+                        await clock.sleep(_DISK_FULL_RETRY_S)
                         continue
                     except Exception as exc:  # noqa: BLE001 - a bad record must not stop the level forever
                         self.broker.logs.broker.error(

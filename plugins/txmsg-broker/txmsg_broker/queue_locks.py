@@ -11,9 +11,9 @@ Locks are not persisted: after a restart clients simply lock again.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
+from .clock import Clock, RealClock
 from .codec import RemotingCommand
 from .transport import Connection
 
@@ -64,14 +64,16 @@ def _lock_request(cmd: RemotingCommand) -> tuple[str, str, list[QueueRef]]:
 class QueueLocks:
     """The lock table of one broker and its two handlers."""
 
-    def __init__(self, ttl_s: float = LOCK_TTL_S) -> None:
+    def __init__(self, ttl_s: float = LOCK_TTL_S, clock: Clock | None = None) -> None:
         self._locks: dict[LockKey, _Lock] = {}
         #: a lock not renewed for this long is free (Java: ``isExpired``)
         self.ttl_s = ttl_s
+        #: the broker's clock: Java stamps ``lastUpdateTimestamp`` with ``currentTimeMillis``
+        self.clock: Clock = clock if clock is not None else RealClock()
 
     async def lock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, mqs = _lock_request(cmd)
-        now = time.monotonic()
+        now = self.clock.now() / 1000.0
         locked = []
         for topic, broker_name, queue_id in mqs:
             key = (group, topic, broker_name, queue_id)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from .clock import Clock, RealClock
 from .message_codec import (
     FIXED_SIZE,
     MAGIC,
@@ -111,12 +112,15 @@ class MessageStore:
         flush: FlushMode = "async",
         *,
         store_host: str = "127.0.0.1:10911",
+        clock: Clock | None = None,
     ) -> None:
         if flush not in ("sync", "async"):
             raise ValueError(f"flush must be 'sync' or 'async', got {flush!r}")
         self.data_dir = Path(data_dir)
         self.flush_mode: FlushMode = flush
         self.store_host = store_host
+        #: stamps ``storeTimestamp`` (the broker's clock, :mod:`.clock`: delay levels count from it)
+        self.clock: Clock = clock if clock is not None else RealClock()
         (self.data_dir / "commitlog").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "config").mkdir(parents=True, exist_ok=True)
         self._log_path = self.data_dir / "commitlog" / "00000000000000000000"
@@ -162,7 +166,9 @@ class MessageStore:
         stored: list[StoredMessage] = []
         with self._lock:
             self._check_open()
-            ts = now_ms()
+            for msg in msgs:
+                self.clock.observe(msg.born_timestamp)
+            ts = self.clock.now()
             chunks: list[bytes] = []
             pos = self._size
             pending_q: dict[tuple[str, int], int] = {}

@@ -67,7 +67,7 @@ from .message_codec import (
     encode_message,
     encoded_size,
 )
-from .store import NotWritableError, now_ms
+from .store import NotWritableError
 from .topics import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_HALF_TOPIC, PERM_READ, PERM_WRITE
 from .transport import Connection
 from .txlog import ThreadNames
@@ -163,6 +163,26 @@ class TransactionService:
         self._op_wakeup = asyncio.Event()
         self._op_task: asyncio.Task[None] | None = None
         self._put_now: dict[int, float] = {}
+        #: the broker's clock (:mod:`.clock`): timeout, immunity, op batches and the check interval
+        self.clock = broker.clock
+        #: ``ServiceThread.wakeup()`` of the check service: the next pass runs at once (``check_now``)
+        self._check_wakeup = asyncio.Event()
+        #: check passes finished since the start, and whether one is running now
+        self.passes_done = 0
+        self.in_pass = False
+        #: check-backs sent so far (all passes)
+        self.checks_sent = 0
+        #: manual clock only: check-backs sent and not answered yet, commit-log offset of the copy ->
+        #: its transaction id (so ``advance`` can return once they are answered)
+        self.awaiting: dict[int, str] = {}
+        #: how long (wall seconds) a settle waits for those answers; then they are reported unanswered
+        self.answer_timeout = 10.0
+        #: transaction ids of check-backs that went unanswered within ``answer_timeout``
+        self.unanswered: list[str] = []
+        if self.clock.manual:
+            hooks = getattr(self.clock, "settle_hooks", None)
+            if hooks is not None:
+                hooks.append(self._wait_for_answers)
         self.recover()
 
     @property
@@ -239,6 +259,7 @@ class TransactionService:
                 thread, f"invalid END_TRANSACTION from {conn.remote_addr}: {exc}"
             )
             return None
+        self.note_answer(clo, cmd.ext_fields.get("transactionId"))
         from_check = java_bool(cmd.ext_fields.get("fromTransactionCheck"))
         header = end_transaction_header(
             self.broker.config.tx_log_format,
@@ -340,7 +361,7 @@ class TransactionService:
             return False
         timeout = self.broker.config.transaction_timeout_ms
         immunity = max(_int(raw, 0) * 1000, timeout)  # TransactionalMessageUtil.getImmunityTime
-        return now_ms() - half.born_timestamp > immunity
+        return self.clock.now() - half.born_timestamp > immunity
 
     def log_late_end(self, thread: str, state: int, msg_id: str, clo: int) -> None:
         what = "commit" if state == COMMIT else "rollback"
@@ -404,7 +425,7 @@ class TransactionService:
             queue_id=0,
             body=body.encode(),
             properties={PROPERTY_TAGS: OP_TAG},
-            born_timestamp=now_ms(),
+            born_timestamp=self.clock.now(),
             born_host=self.broker.broker_addr,
         )
 
@@ -412,7 +433,7 @@ class TransactionService:
     def _add_to_batch(self, offset: int) -> None:
         data = self._op_body(offset)
         if self.last_op_write_ms is None:
-            self.last_op_write_ms = now_ms()
+            self.last_op_write_ms = self.clock.now()
         self.pending_ops.append(data)
         self.pending_size += len(data)
         if self.pending_size > self.broker.config.transaction_op_msg_max_size:
@@ -422,7 +443,7 @@ class TransactionService:
         """One ``batchSendOpMessage``: write the pending batch if it is due; return the next wake-up
         time in ms (0 = at once: more than one op message's worth is still pending)."""
         cfg = self.broker.config
-        start = now_ms() if now is None else now
+        start = self.clock.now() if now is None else now
         interval = cfg.op_batch_interval_ms
         max_size = cfg.transaction_op_msg_max_size
         last = self.last_op_write_ms
@@ -440,7 +461,7 @@ class TransactionService:
             length += len(data)
         self.pending_size -= length
         body = "".join(parts)
-        self.last_op_write_ms = now_ms()  # getOpMessage stamps it after polling the batch
+        self.last_op_write_ms = self.clock.now()  # getOpMessage stamps it after polling the batch
         try:
             self.store.put(self._op_message(body), defer_sync=True)
         except NotWritableError as exc:
@@ -458,12 +479,11 @@ class TransactionService:
     async def _op_batch_loop(self) -> None:
         """``TransactionalOpBatchService.run``: sleep until the wake-up time (or an oversize batch)."""
         self.tx.info(OP_BATCH_THREAD, "Start transaction op batch thread!")
-        wake = now_ms() + self.broker.config.op_batch_interval_ms
+        wake = self.clock.now() + self.broker.config.op_batch_interval_ms
         while True:
-            delay = wake - now_ms()
+            delay = wake - self.clock.now()
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._op_wakeup.wait(), delay / 1000)
+                await self.clock.wait(self._op_wakeup, delay / 1000)
             self._op_wakeup.clear()
             try:
                 wake = self.flush_op_batch()
@@ -496,13 +516,53 @@ class TransactionService:
             self._task = None
 
     async def _loop(self) -> None:
+        """``TransactionalMessageCheckService.run``: ``waitForRunning(interval)``, then one pass; a
+        ``wakeup()`` (:meth:`check_now`) ends the wait early, as Java's ``ServiceThread`` does."""
         interval = self.broker.config.check_every_ms / 1000
         while True:
-            await asyncio.sleep(interval)
+            await self.clock.wait(self._check_wakeup, interval)
+            self._check_wakeup.clear()
+            self.in_pass = True
             try:
                 await self.check_pass()
             except Exception as exc:  # noqa: BLE001 - keep checking next interval, like the Java thread
                 self.tx.error(CHECK_THREAD, f"Check error: {exc!r}")
+            finally:
+                self.in_pass = False
+                self.passes_done += 1
+
+    def wake_check(self) -> int:
+        """Start the next check pass now (the wait for the interval ends); returns the number of
+        passes finished before it, so a caller can wait for ``passes_done`` to pass it."""
+        before = self.passes_done + (1 if self.in_pass else 0)
+        self._check_wakeup.set()
+        return before
+
+    # -- check-back answers (manual clock) ----------------------------------------------------------
+    def note_answer(self, clo: int | None, transaction_id: str | None) -> None:
+        """An END_TRANSACTION (remoting or gRPC) for a copy or transaction a check-back named."""
+        if not self.awaiting:
+            return
+        if clo is not None and self.awaiting.pop(clo, None) is not None:
+            return
+        if transaction_id:
+            for key, tx_id in list(self.awaiting.items()):
+                if tx_id == transaction_id:
+                    del self.awaiting[key]
+
+    async def _wait_for_answers(self) -> bool:
+        """Settle hook of the manual clock: wait (wall time, ``answer_timeout``) until every
+        check-back sent has been answered; the ones that were not are listed in ``unanswered``.
+        Returns whether there was anything to wait for."""
+        if not self.awaiting:
+            return False
+        deadline = time.monotonic() + self.answer_timeout
+        while self.awaiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        if self.awaiting:
+            self.unanswered.extend(self.awaiting.values())
+            self.awaiting.clear()
+        return True
 
     def _queue_name(self, topic: str) -> str:
         return f"MessageQueue [topic={topic}, brokerName={self.broker.broker_name}, queueId=0]"
@@ -523,7 +583,7 @@ class TransactionService:
         try:
             while True:
                 if next(scan):
-                    await asyncio.sleep(SLEEP_WHILE_NO_OP_MS / 1000)
+                    await self.clock.sleep(SLEEP_WHILE_NO_OP_MS / 1000)
         except StopIteration as done:
             return int(done.value)
 
@@ -537,7 +597,7 @@ class TransactionService:
         cfg = self.broker.config
         tx = self.tx
         store = self.store
-        begin = now_ms()
+        begin = self.clock.now()
         debug = tx.enabled("DEBUG")
         tx.info(CHECK_THREAD, f"Begin to check prepare message, begin time:{begin}")
         tx.debug(CHECK_THREAD, f"Check topic={HALF_TOPIC}, queues=[{self._queue_name(HALF_TOPIC)}]")
@@ -585,7 +645,7 @@ class TransactionService:
         # next once dispatched (those below the maximum stop it as "Fresh stored", those at it are
         # discarded); one not dispatched yet ends the pass as Java's NO_NEW_MSG does
         while True:
-            if now_ms() - begin > cfg.max_process_time_ms:
+            if self.clock.now() - begin > cfg.max_process_time_ms:
                 # Java's MAX_PROCESS_TIME_LIMIT: one pass over a queue stops after 60 s and the
                 # next pass goes on from here (4.9.8 and 5.3.3)
                 tx.info(
@@ -630,7 +690,7 @@ class TransactionService:
             immunity = _int(immunity_raw, -1) * 1000 if immunity_raw is not None else -1
             if immunity < 0:
                 immunity = cfg.transaction_timeout_ms
-            age = now_ms() - msg.born_timestamp
+            age = self.clock.now() - msg.born_timestamp
             if immunity_raw is not None:
                 if age < immunity:
                     self._immune(msg, checks + 1, resolved, immunity_raw)
@@ -667,7 +727,9 @@ class TransactionService:
         self.passed = {o for o in self.passed if o >= self.cursor}
         store.commit_offset(SYSTEM_GROUP, HALF_TOPIC, 0, self.cursor)
         store.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0, self.op_cursor)
-        tx.info(CHECK_THREAD, f"End to check prepare message, consumed time:{now_ms() - begin}")
+        tx.info(
+            CHECK_THREAD, f"End to check prepare message, consumed time:{self.clock.now() - begin}"
+        )
         return sent
 
     def _past_reserved_time(self, msg: StoredMessage) -> bool:
@@ -676,7 +738,7 @@ class TransactionService:
         be deleted any time now).  Asked only for a message not discarded for its check count,
         as Java's ``needDiscard(...) || needSkip(...)`` does."""
         limit = self.broker.config.file_reserved_time * 3_600_000
-        if now_ms() - msg.born_timestamp <= limit:
+        if self.clock.now() - msg.born_timestamp <= limit:
             return False
         self.tx.info(
             CHECK_THREAD,
@@ -728,7 +790,10 @@ class TransactionService:
         if (
             push is not None
         ):  # a 5.x gRPC client (txmsg_broker.grpc): RecoverOrphanedTransactionCommand
-            return bool(push(msg))
+            pushed = bool(push(msg))
+            if pushed:
+                self._sent(msg)
+            return pushed
         real_topic = msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
         real_qid = _int(msg.properties.get(PROPERTY_REAL_QID), msg.queue_id)
         body = encode_message(msg, topic=real_topic, queue_id=real_qid)
@@ -754,7 +819,13 @@ class TransactionService:
                 f"msgId={msg.msg_id}, error=channel {conn.remote_addr} is closed",
             )
             return False
+        self._sent(msg)
         return True
+
+    def _sent(self, msg: StoredMessage) -> None:
+        self.checks_sent += 1
+        if self.clock.manual:  # only a manual clock's advance waits for answers
+            self.awaiting[msg.commit_log_offset] = msg.uniq_key
 
     def discard(self, msg: StoredMessage) -> StoredMessage:
         self.tx.error(
