@@ -14,6 +14,13 @@ Fixtures:
   ``.namesrv_addr``; the gRPC endpoint on broker-a only).  ``factory(acl=...)`` enforces RocketMQ 4.9
   ACL: a plain_acl.yml path, or its content as a dict (``{"accounts": [{"accessKey": ...}]}``).
 
+Marker ``txmsg_manual_clock(**settings)``: the fixtures' broker runs on a manual clock
+(:mod:`txmsg_broker.clock`) with the real broker's timings (``settings`` override them);
+``txmsg_broker.advance(seconds)`` runs every check pass, op batch, delay level and lock expiry that
+falls due and returns once it ran (check-backs answered), ``txmsg_broker.check_now()`` runs the next
+check pass at once.  ``factory(manual_clock=True)`` does the same for one broker (with the short
+``TEST_SETTINGS``).  See docs/guide/testing.md.
+
 Option ``--txmsg-log-format 4|5`` (default 4): the transaction.log format of every fixture's broker for
 remoting traffic - 4 = RocketMQ 4.9.8, 5 = a 5.1+ broker (unquoted ``EndTransactionRequestHeader``, no
 ``bname``, an INFO ``Check transaction. real_topic=...`` line per check-back). Run the same tests with
@@ -122,6 +129,11 @@ _REAL = pytest.StashKey[RealCluster | None]()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
+        "txmsg_manual_clock(**settings): the txmsg broker fixtures start their broker with a manual "
+        "clock (advance(seconds), check_now()) and the real broker's timings, overridden by settings",
+    )
+    config.addinivalue_line(
+        "markers",
         "real_broker: needs the real RocketMQ cluster given by --real-remoting (and --real-grpc "
         "for the rocketmq5 backend); skipped without it",
     )
@@ -182,16 +194,28 @@ def txmsg_client_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
         os.environ.pop("ROCKETMQ_CLIENT_LOG_DIR", None)
 
 
+def manual_clock_settings(request: pytest.FixtureRequest) -> dict[str, Any] | None:
+    """The settings of a test marked ``txmsg_manual_clock``: a manual clock and the real broker's
+    timings (``transactionTimeOut`` 6 s, check interval 60 s / 30 s, 15 checks, real delay levels:
+    waiting costs nothing now), overridden by the marker's keywords; None without the marker."""
+    marker = request.node.get_closest_marker("txmsg_manual_clock")
+    return None if marker is None else {"manual_clock": True, **marker.kwargs}
+
+
 @pytest.fixture
 def txmsg_broker_factory(
-    tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config, txmsg_client_log_dir: str
+    tmp_path_factory: pytest.TempPathFactory,
+    pytestconfig: pytest.Config,
+    txmsg_client_log_dir: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[BrokerFactory]:
     started: list[BrokerProcess | BrokerCluster] = []
     log_format = int(pytestconfig.getoption("--txmsg-log-format", default="4") or 4)
+    defaults = manual_clock_settings(request) or TEST_SETTINGS
 
     def factory(*, brokers: int = 1, **settings: Any) -> Any:
         base = tmp_path_factory.mktemp("txmsg-broker")
-        merged = {**TEST_SETTINGS, "log_format": log_format, **settings}
+        merged = {**defaults, "log_format": log_format, **settings}
         if isinstance(merged.get("acl"), dict):  # acl={...}: the plain_acl.yml content
             merged["acl"] = write_acl(base / "plain_acl.yml", merged["acl"])
         if brokers > 1:
