@@ -215,7 +215,7 @@ def txmsg_broker_factory(
 
     def factory(*, brokers: int = 1, **settings: Any) -> Any:
         base = tmp_path_factory.mktemp("txmsg-broker")
-        merged = {**defaults, "log_format": log_format, **settings}
+        merged = {"log_format": log_format, **defaults, **settings}
         if isinstance(merged.get("acl"), dict):  # acl={...}: the plain_acl.yml content
             merged["acl"] = write_acl(base / "plain_acl.yml", merged["acl"])
         if brokers > 1:
