@@ -1,6 +1,8 @@
 """The transaction outcome table of docs/rocketmq-facts.md, driven by the real client.
 
-Fixture timings: transactionTimeOut 1 s, check interval 1 s, check max 3.
+Fixture timings: transactionTimeOut 1 s, check interval 1 s, check max 3.  Tests marked ``MANUAL``
+run them on the broker's manual clock (issue 36): they advance it instead of waiting, and "nothing
+more happens" is an advance past the point where it would have.
 
 | local execute | check answers          | checks | delivered                          |
 | COMMIT        | -                      | 0      | yes                                |
@@ -61,6 +63,13 @@ def message(topic: str, key: str) -> Message:
     return msg
 
 
+#: the fixture's timings on a manual clock (tests converted from wall-clock waits, issue 36)
+MANUAL = pytest.mark.txmsg_manual_clock(
+    transaction_timeout_ms=1000, check_interval_ms=1000, check_max=3, delay_scale=0.001
+)
+
+
+@MANUAL
 def test_transaction_outcome_table(txmsg_broker):
     topic = unique("TxTable")
     create_topic(txmsg_broker.namesrv_addr, topic)  # consumers start before the first send
@@ -87,6 +96,10 @@ def test_transaction_outcome_table(txmsg_broker):
             sent_ids[key] = result.msg_id
         clients.heartbeat(producer)  # the broker learns check-back channels from heartbeats only
 
+        # five passes (1 s apart): three checks of U_FOREVER, then its discard; every answer is
+        # applied before advance returns
+        report = txmsg_broker.advance(5.5)
+        assert report.unanswered == ()
         # the broker creates the discard topic at its first discard (as Java does)
         discarded = clients.consumer_when_routed(unique("TxDiscardCG"), CHECK_MAX_TIME_TOPIC)
         wait_until(
@@ -97,7 +110,8 @@ def test_transaction_outcome_table(txmsg_broker):
             ),
         )
         wait_until(lambda: {r.keys for r in delivered} >= DELIVERED, timeout=10)
-        time.sleep(2.5)  # two more check intervals: nothing else may arrive or be checked
+        # two more check intervals: nothing else may be checked (nor stored: read below)
+        assert txmsg_broker.advance(2).check_backs == 0
 
         assert dict(checks) == {k: v for k, v in EXPECTED_CHECKS.items() if v}
         counts = Counter(r.keys for r in delivered)
@@ -231,31 +245,37 @@ def test_immunity_property_delays_first_check(txmsg_broker_factory):
     inside the immunity re-puts it and uses up one of transactionCheckMax (Java's needDiscard runs
     first, apache/rocketmq#8311): 10 leaves room for the 4 s here (3 would discard it unchecked,
     test_long_immunity_is_discarded_without_a_check)."""
-    txmsg_broker = txmsg_broker_factory(check_max=10)
+    txmsg_broker = txmsg_broker_factory(check_max=10, manual_clock=True)
     topic = unique("TxImm")
     group = unique("TxImmPG")
-    checked_at: dict[str, float] = {}
+    #: key -> the broker's clock (ms after the sends) at the advance that checked it back
+    checked_at: dict[str, int] = {}
+    now = {"ms": 0}
 
     def checker(msg):
         key = msg.keys.decode() if isinstance(msg.keys, bytes) else msg.keys
-        checked_at.setdefault(key, time.monotonic())
+        checked_at.setdefault(key, now["ms"])
         return C
 
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.transaction_producer(group, checker)
-        start = time.monotonic()
         slow = message(topic, "slow")
         slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
         producer.send_message_in_transaction(slow, lambda m, a: U)
         producer.send_message_in_transaction(message(topic, "fast"), lambda m, a: U)
         clients.heartbeat(producer)
-        wait_until(lambda: {"slow", "fast"} <= set(checked_at), timeout=20)
-    # ordering, not timing: the immune message is checked only after the default-timeout one,
-    # and not before its own immunity elapsed
+        start = txmsg_broker.clock_ms()
+        for _ in range(14):  # 7 s in 0.5 s steps: a check lands in the step whose pass sent it
+            now["ms"] = txmsg_broker.clock_ms() + 500 - start
+            txmsg_broker.advance(0.5)
+    assert set(checked_at) == {"slow", "fast"}
+    # the immune message is checked only after the default-timeout one, and not before its own
+    # immunity elapsed (on the broker's clock: age = time advanced since the sends)
     assert checked_at["fast"] < checked_at["slow"]
-    assert checked_at["slow"] - start >= 4.0
+    assert checked_at["slow"] >= 4000
 
 
+@MANUAL
 def test_long_immunity_is_discarded_without_a_check(txmsg_broker):
     """Java (4.9.8 and 5.3.3) raises TRANSACTION_CHECK_TIMES before it looks at the immunity and
     re-puts the message with it: 4 s of immunity at a 1 s scan and transactionCheckMax 3 reach the
@@ -271,9 +291,12 @@ def test_long_immunity_is_discarded_without_a_check(txmsg_broker):
         slow.set_property("CHECK_IMMUNITY_TIME_IN_SECONDS", "4")
         producer.send_message_in_transaction(slow, lambda m, a: U)
         clients.heartbeat(producer)
+        assert (
+            txmsg_broker.advance(4.5).check_backs == 0
+        )  # 3 passes used the count up, a 4th discarded
         discarded = clients.consumer_when_routed(unique("TxImmDiscardCG"), CHECK_MAX_TIME_TOPIC)
         wait_until(lambda: [r.keys for r in discarded] == ["slow"], timeout=20)
-        time.sleep(2)
+        assert txmsg_broker.advance(2).check_backs == 0  # and it is never checked afterwards
     assert checks == []
     assert "checked too many times" in read_log(txmsg_broker.log_dir)
 
