@@ -236,3 +236,32 @@ async def _due_order() -> None:
     await clock.advance(10)
     assert seen[-1] == ("c", 1_005_000)
     await asyncio.gather(*tasks)
+
+
+@pytest.mark.txmsg_manual_clock
+def test_grpc_check_backs_are_answered_before_advance_returns(txmsg_grpc_broker, tmp_path):
+    """The 5.x client (txmsg's rocketmq5 backend) as 5.3.3 (check interval 30 s): its check answer
+    comes by the EndTransaction RPC, and advance waits for it as for a remoting one."""
+    from txmsg import LocalTransactionState, TxMsg, TxMsgConfig  # noqa: PLC0415 - this test only
+
+    topic, group = unique("ClockGrpc"), unique("ClockGrpcPG")
+    create_topic(txmsg_grpc_broker.namesrv_addr, topic, message_type="TRANSACTION")
+    checked: list[int] = []
+    app = TxMsg(TxMsgConfig(backend="rocketmq5", endpoints=txmsg_grpc_broker.grpc_endpoint))
+
+    @app.transactional_listener(group=group, topics=[topic])
+    class Listener:
+        def execute_local(self, message: Any, arg: Any) -> LocalTransactionState:
+            raise TimeoutError("outcome unknown")
+
+        def check_local(self, message: Any) -> LocalTransactionState:
+            checked.append(message.json()["n"])
+            return LocalTransactionState.ROLLBACK
+
+    with app:
+        producer = app.producer(group)
+        producer.send_in_transaction(topic, {"n": 1})
+        assert txmsg_grpc_broker.advance(3).check_backs == 0  # 5.x births: whole seconds
+        report = txmsg_grpc_broker.advance(40)
+        assert (report.check_backs, report.unanswered, checked) == (1, (), [1])
+        assert txmsg_grpc_broker.advance(60).check_backs == 0  # rolled back: never again
