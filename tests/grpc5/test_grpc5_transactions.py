@@ -10,7 +10,7 @@ The second test is the issue's bar: ``txmsg broker ... --grpc-port G`` and ``txm
 from __future__ import annotations
 
 import json
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +23,10 @@ SCRIPT = Path(__file__).with_name("outcome_script.py")
 EXPECTED_CHECKS = {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2, "U_FOREVER": 3}
 DELIVERED = {"COMMIT", "U_COMMIT", "UU_COMMIT"}
 CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: ``txmsg broker``'s ready line: the name server's and the gRPC endpoint's ports
+READY = re.compile(
+    r"accepting connections: namesrv 127\.0\.0\.1:(\d+) .*? grpc 127\.0\.0\.1:(\d+) "
+)
 
 
 def txmsg_command() -> str:
@@ -113,15 +117,11 @@ def test_outcome_table_with_the_official_5x_client(txmsg_broker_factory):
         assert_table(result, delivered, clients, topic, broker.log_dir)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_issue_bar_command_lines(tmp_path):
-    """The bar of issue 13, verbatim: the broker and the topic by their commands, then the table."""
-    p, q, g = free_port(), free_port(), free_port()
+    """The bar of issue 13, verbatim: the broker and the topic by their commands, then the table.
+
+    The ports are 0 ("any free port") and read back from the ready line: ports probed here and
+    handed over could be taken by a parallel test's broker before this one bound them."""
     data, logs = tmp_path / "data", tmp_path / "logs"
     console = open(tmp_path / "console.log", "wb")  # noqa: SIM115
     broker = subprocess.Popen(
@@ -131,11 +131,11 @@ def test_issue_bar_command_lines(tmp_path):
             "--host",
             "127.0.0.1",
             "--namesrv-port",
-            str(p),
+            "0",
             "--broker-port",
-            str(q),
+            "0",
             "--grpc-port",
-            str(g),
+            "0",
             "--data-dir",
             str(data),
             "--log-dir",
@@ -157,15 +157,16 @@ def test_issue_bar_command_lines(tmp_path):
         stderr=subprocess.STDOUT,
     )
     try:
-        wait_until(
+        ready = wait_until(
             lambda: (
-                f"grpc 127.0.0.1:{g}" in (tmp_path / "console.log").read_text(errors="replace")
+                READY.search((tmp_path / "console.log").read_text(errors="replace"))
                 or broker.poll()
             ),
             timeout=30,
             message="the broker's ready line",
         )
         assert broker.poll() is None, (tmp_path / "console.log").read_text()
+        p, g = ready.group(1), ready.group(2)
         topic = unique("Tx5Bar")
         created = subprocess.run(
             [

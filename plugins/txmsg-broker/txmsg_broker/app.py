@@ -9,11 +9,8 @@ so connected clients find the broker again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import random
 import re
-import socket
 import sys
 import tempfile
 import threading
@@ -220,28 +217,14 @@ class EmbeddedBroker:
         return BrokerProcess(data_dir, log_dir, **settings).start()
 
 
-def restartable_port(host: str) -> int:
-    """A TCP port free on ``host`` now, below the kernel's ephemeral port range (where no
-    outgoing connection takes it while a broker using it restarts); 0 ("any") when that range
-    leaves no room below it."""
-    low = 32768  # Linux's default start; macOS and Windows start higher
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    if low <= 11000:
-        return 0
-    for _ in range(100):
-        port = random.randint(10000, low - 1)  # noqa: S311 - a port number, not a secret
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((host or "0.0.0.0", port))  # noqa: S104 - what the broker binds
-            except OSError:
-                continue
-        return port
-    return 0
-
-
 class BrokerProcess(ChildProcess):
-    """The broker CLI in a subprocess; ``kill()`` is a real SIGKILL."""
+    """The broker CLI in a subprocess; ``kill()`` is a real SIGKILL.
+
+    Ports left to "any free port" (0) are chosen by the broker itself (``--restartable-ports``:
+    each listener binds a free port below the kernel's ephemeral range, see ``ports.py``) and read
+    back from its ready line, then kept for :meth:`restart`.  Why in the child: a port probed here
+    and handed over could be taken by another process (a parallel test's broker) before the
+    child bound it; a bind is atomic."""
 
     what = "broker process"
 
@@ -289,6 +272,9 @@ class BrokerProcess(ChildProcess):
             "--log-dir",
             str(self.log_dir),
         ]
+        if 0 in (self.namesrv_port, self.broker_port, self.settings.get("grpc_port")):
+            # the broker binds them itself, race-free, where a restart can bind them again
+            cmd.append("--restartable-ports")
         for key, value in self.settings.items():
             option = "--" + key.replace("_", "-")
             if isinstance(value, bool):
@@ -301,17 +287,7 @@ class BrokerProcess(ChildProcess):
         if self.running:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, 4):
-            picked = self._pick_ports()
-            try:
-                match, text = self._spawn(READY_PATTERN, timeout)
-                break
-            except RuntimeError as exc:  # another process bound a port we picked meanwhile
-                if not picked or attempt == 3 or "address already in use" not in str(exc):
-                    raise
-                self.namesrv_port, self.broker_port = picked[0], picked[1]
-                if len(picked) == 3:
-                    self.settings["grpc_port"] = picked[2]
+        match, text = self._spawn(READY_PATTERN, timeout)
         self.namesrv_port = int(match.group(2))
         self.broker_port = int(match.group(4))
         grpc_match = GRPC_READY_PATTERN.search(text)
@@ -320,26 +296,6 @@ class BrokerProcess(ChildProcess):
             self.settings["grpc_port"] = int(grpc_match.group(2))
             self.grpc_endpoint = f"{grpc_match.group(1)}:{grpc_match.group(2)}"
         return self
-
-    def _pick_ports(self) -> tuple[int, ...]:
-        """Choose the ports left to "any free port" (0) below the kernel's ephemeral range; returns
-        what they were (empty when every port was given).
-
-        Why: the ports are kept for :meth:`restart`, and a port the kernel handed out from the
-        ephemeral range can be taken by any outgoing connection on the machine while the broker
-        is down, so the restart could not bind it again (seen in CI: "address already in use"
-        after a stop).  Below that range the kernel hands out nothing by itself."""
-        grpc = self.settings.get("grpc_port")
-        if self.namesrv_port and self.broker_port and grpc != 0:
-            return ()
-        before = (self.namesrv_port, self.broker_port) + ((0,) if grpc == 0 else ())
-        if not self.namesrv_port:
-            self.namesrv_port = restartable_port(self.host)
-        if not self.broker_port:
-            self.broker_port = restartable_port(self.host)
-        if grpc == 0:
-            self.settings["grpc_port"] = restartable_port(self.host)
-        return before
 
     def restart(self) -> BrokerProcess:
         self.stop()

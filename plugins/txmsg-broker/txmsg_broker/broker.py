@@ -92,11 +92,20 @@ class Broker:
         )
         self.topics = TopicManager(config.data_dir, default_queue_nums=config.default_queue_nums)
         self.clients = ClientRegistry()
-        self.server = RemotingServer("broker", config.host, config.broker_port)
+        restartable = config.restartable_ports
+        self.server = RemotingServer(
+            "broker", config.host, config.broker_port, restartable=restartable
+        )
         #: the in-process name server; None with external ones (``config.namesrv_addr``, several brokers)
         self.namesrv_server: RemotingServer | None = None
         if config.namesrv_addr is None:
-            self.namesrv_server = RemotingServer("namesrv", config.host, config.namesrv_port)
+            self.namesrv_server = RemotingServer(
+                "namesrv",
+                config.host,
+                config.namesrv_port,
+                listener="name server",
+                restartable=restartable,
+            )
         self.server.on_error = lambda text: self.logs.broker.error("NettyServerCodecThread_1", text)
         if self.namesrv_server is not None:
             self.namesrv_server.on_error = self.server.on_error

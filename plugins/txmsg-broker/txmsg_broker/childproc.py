@@ -36,12 +36,20 @@ def exit_with_parent() -> None:
         return
 
     def watch() -> None:
+        # os.read on the descriptor, not sys.stdin: a daemon thread blocked inside the buffered
+        # reader holds its lock, and an interpreter exiting meanwhile (a start that failed) then
+        # aborts with "Fatal Python error: _enter_buffered_busy" (SIGABRT) instead of its exit code
         try:
-            while sys.stdin.buffer.read(4096):
+            while os.read(stdin_fd, 4096):
                 pass
-        except (OSError, ValueError):
+        except OSError:
             pass
         os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        stdin_fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stdin: nothing to watch
+        return
 
     threading.Thread(target=watch, name="txmsg-parent-watch", daemon=True).start()
 

@@ -20,7 +20,11 @@ from .cluster import BrokerCluster
 from .codec import GET_BROKER_CLUSTER_INFO, SUCCESS, UPDATE_AND_CREATE_TOPIC
 from .config import BrokerConfig
 from .nameserver import NameServer
+from .ports import PortInUse
 from .rawclient import call
+
+#: the option that moves each listener of ``txmsg broker`` (named by ``PortInUse.listener``)
+PORT_OPTIONS = {"name server": "--namesrv-port", "broker": "--broker-port", "gRPC": "--grpc-port"}
 
 
 @click.command("broker")
@@ -199,6 +203,14 @@ from .rawclient import call
     help="With --namesrv-addr: how often the broker registers again (registerNameServerPeriod).",
 )
 @click.option(
+    "--restartable-ports",
+    is_flag=True,
+    default=False,
+    hidden=True,
+    help="Ports given as 0 are chosen below the kernel's ephemeral range, so a restart can bind "
+    "them again (BrokerProcess: tests that restart a broker).",
+)
+@click.option(
     "--manual-clock/--no-manual-clock",
     default=False,
     help="Tests only: the broker's time (check-backs, transactionTimeOut, op batches, delay levels, "
@@ -220,6 +232,11 @@ def broker(**options: Any) -> None:
         raise click.UsageError(str(exc)) from exc
     try:
         asyncio.run(_serve(config))
+    except PortInUse as exc:
+        raise click.ClickException(
+            f"cannot start the broker: {exc}. Is another broker using the port? "
+            f"Choose another with {PORT_OPTIONS.get(exc.listener, '--broker-port')} (0 = any free port)."
+        ) from exc
     except OSError as exc:
         raise click.ClickException(
             f"cannot start the broker: {exc}. Is another broker using the ports? "
@@ -251,6 +268,7 @@ def _serve_cluster(count: int, options: dict[str, Any]) -> None:
     }
     options.pop("namesrv_addr", None)
     options.pop("broker_name", None)
+    options.pop("restartable_ports", None)  # each BrokerProcess asks for it when its ports are 0
     settings = {k: v for k, v in options.items() if v is not None}
     cluster = BrokerCluster(
         fixed["data_dir"],
@@ -299,12 +317,19 @@ def _serve_cluster(count: int, options: dict[str, Any]) -> None:
 @click.option(
     "--log-dir", default="./txmsg-namesrv-logs", show_default=True, type=click.Path(path_type=Path)
 )
-def namesrv(host: str, port: int, log_dir: Path) -> None:
+@click.option(
+    "--restartable-ports",
+    is_flag=True,
+    default=False,
+    hidden=True,
+    help="--port 0 is chosen below the kernel's ephemeral range, so a restart can bind it again.",
+)
+def namesrv(host: str, port: int, log_dir: Path, restartable_ports: bool) -> None:
     """Run a stand-alone name server (brokers register with it; used by ``txmsg broker --brokers N``)."""
     exit_with_parent()
 
     async def serve() -> None:
-        server = NameServer(host, port, log_dir)
+        server = NameServer(host, port, log_dir, restartable=restartable_ports)
         await server.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

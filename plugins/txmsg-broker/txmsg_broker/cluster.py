@@ -78,6 +78,8 @@ class NamesrvProcess(ChildProcess):
             str(self.port),
             "--log-dir",
             str(self.log_dir),
+            # port 0: bound by the name server itself, where a restart can bind it again
+            *(["--restartable-ports"] if self.port == 0 else []),
         ]
 
     def start(self, timeout: float = 30.0) -> NamesrvProcess:

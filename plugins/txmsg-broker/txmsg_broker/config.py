@@ -70,6 +70,10 @@ class BrokerConfig:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     #: RocketMQ 5 gRPC endpoint (``txmsg_broker.grpc``) port; None = off, 0 = any free port
     grpc_port: int | None = None
+    #: ports given as 0 are chosen below the kernel's ephemeral range (``ports.py``), where no
+    #: outgoing connection takes one while the broker is down: for a test that restarts the
+    #: broker on the same ports.  False = the kernel's choice, as for any server
+    restartable_ports: bool = False
     #: a RocketMQ 4.9 ``plain_acl.yml``: every broker request is checked against it (``acl.py``); None = off
     acl: Path | None = None
     broker_name: str = "broker-a"

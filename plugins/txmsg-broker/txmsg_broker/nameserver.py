@@ -42,11 +42,19 @@ class NameServer:
     """Route table + remoting server on one event loop; ``await start()`` / ``await stop()``."""
 
     def __init__(
-        self, host: str, port: int, log_dir: str | Path, *, expired_ms: int = BROKER_EXPIRED_MS
+        self,
+        host: str,
+        port: int,
+        log_dir: str | Path,
+        *,
+        expired_ms: int = BROKER_EXPIRED_MS,
+        restartable: bool = False,
     ) -> None:
         self.host = host
         self.routes = RouteTable(expired_ms=expired_ms)
-        self.server = RemotingServer("namesrv", host, port)
+        self.server = RemotingServer(
+            "namesrv", host, port, listener="name server", restartable=restartable
+        )
         self.log = RocketLog(Path(log_dir) / "namesrv.log")
         self.server.on_error = lambda text: self.log.error("NettyServerCodecThread_1", text)
         self.server.on_connection_closed.append(self._channel_closed)

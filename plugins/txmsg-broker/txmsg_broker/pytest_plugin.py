@@ -42,7 +42,9 @@ for tests that read its transaction.log):
   milliseconds.
   The plugin never starts, stops or kills a real cluster, and the default run never uses one.
 
-Safe under pytest-xdist: every broker listens on free ports (0) and keeps its data and logs under
+Safe under pytest-xdist: every broker binds free ports itself (no probe handed over, so parallel
+workers cannot race for one; below the ephemeral range, so a restart binds them again) and
+keeps its data and logs under
 ``tmp_path_factory`` (per worker), the client log directory is per session; nothing is shared
 between workers.  Any timer of the real broker can be shortened per broker, its default unchanged,
 e.g. ``factory(rebalance_lock_max_live_time_ms=25_000)`` (``rocketmq.broker.rebalance.lockMaxLiveTime``).

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from . import ports
 from .codec import (
     MAX_FRAME_LENGTH,
     REQUEST_CODE_NOT_SUPPORTED,
@@ -205,10 +206,17 @@ class FrameProtocol(asyncio.Protocol):
 class RemotingServer:
     """A TCP server with a dispatch table ``code -> handler``."""
 
-    def __init__(self, name: str, host: str, port: int) -> None:
+    def __init__(
+        self, name: str, host: str, port: int, *, listener: str = "", restartable: bool = False
+    ) -> None:
         self.name = name
         self.host = host
         self.port = port
+        #: how a refusal names this listener ("name server", "broker"); the name by default
+        self.listener = listener or name
+        #: port 0 means a free port below the kernel's ephemeral range (``ports.py``: a restart
+        #: binds it again), not the kernel's choice
+        self.restartable = restartable
         self.handlers: dict[int, tuple[Handler, bool]] = {}
         self.connections: set[Connection] = set()
         self.on_connection_closed: list[Callable[[Connection], None]] = []
@@ -224,10 +232,23 @@ class RemotingServer:
         self.handlers[code] = (handler, inline)
 
     async def start(self) -> None:
+        """Listen on ``port``; 0 = a free one (``restartable``: tried below the ephemeral range
+        first).  A taken port raises :class:`~txmsg_broker.ports.PortInUse`."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: FrameProtocol(self), self.host, self.port, reuse_address=True, backlog=1024
-        )
+        candidates = ports.restartable_candidates() if self.port == 0 and self.restartable else []
+        for port in [*candidates, self.port]:
+            try:
+                self._server = await loop.create_server(
+                    lambda: FrameProtocol(self), self.host, port, reuse_address=True, backlog=1024
+                )
+            except OSError as exc:
+                if not ports.in_use(exc):
+                    raise
+                if port == self.port:  # the port asked for (0 is never in use)
+                    raise ports.PortInUse(self.listener, self.host, port) from exc
+                continue  # a candidate another process holds: the next one
+            break
+        assert self._server is not None  # noqa: S101 - the loop binds or raises
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

@@ -8,11 +8,13 @@ announces itself and stopped before the remoting servers.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from .. import ports
 from .sessions import Sessions
 from .stubs import svc_grpc
 
@@ -140,9 +142,7 @@ class GrpcEndpoint:
         server.add_generic_rpc_handlers([_LenientHandler(h) for h in capture.handlers])
         # an empty host is the user's explicit "all interfaces", as on the remoting port
         host = self.broker.config.host or "0.0.0.0"  # noqa: S104 - see above; the default host is loopback
-        port = server.add_insecure_port(f"{host}:{self.port}")
-        if port == 0:
-            raise OSError(f"cannot bind the gRPC endpoint to {host}:{self.port} (in use?)")
+        port = self._bind(server, host)
         self.port = port
         self.sessions.local_addr = f"{self.advertised_host}:{port}"
         await server.start()
@@ -150,6 +150,39 @@ class GrpcEndpoint:
         self.broker.logs.broker.info(
             "main", f"grpc server start success, listening on {host}:{port}"
         )
+
+    def _bind(self, server: Any, host: str) -> int:
+        """Add the listening port to ``server`` and return it: ``self.port``, or with 0 a free one
+        (below the ephemeral range first with ``restartable_ports``, as the remoting ports).
+
+        Why the probe before each add: grpc reports a taken port as a bare RuntimeError (and an
+        error line of its own on stderr), so a port surely taken is refused here first as
+        :class:`~txmsg_broker.ports.PortInUse`, which ``txmsg broker`` turns into its one-line
+        refusal; the add stays the real test (another process may take the port in between)."""
+        wanted = self.port
+        candidates = (
+            ports.restartable_candidates()
+            if wanted == 0 and self.broker.config.restartable_ports
+            else []
+        )
+        for port in candidates:
+            if not ports.can_bind(host, port):
+                continue
+            with contextlib.suppress(RuntimeError):  # taken since the probe: the next one
+                bound = int(server.add_insecure_port(f"{host}:{port}"))
+                if bound:
+                    return bound
+        if wanted and not ports.can_bind(host, wanted):
+            raise ports.PortInUse("gRPC", host, wanted)
+        try:
+            bound = int(server.add_insecure_port(f"{host}:{wanted}"))
+        except RuntimeError as exc:  # grpc's "Failed to bind to address": a clean OSError instead
+            if wanted and not ports.can_bind(host, wanted):
+                raise ports.PortInUse("gRPC", host, wanted) from exc
+            raise OSError(f"cannot bind the gRPC endpoint to {host}:{wanted}: {exc}") from exc
+        if bound == 0:
+            raise OSError(f"cannot bind the gRPC endpoint to {host}:{wanted}")
+        return bound
 
     async def stop(self) -> None:
         if self.server is not None:
