@@ -832,16 +832,38 @@ def test_close_waits_for_a_running_message_handler(
 
 def test_a_message_listener_may_read_the_dlq(
     request: pytest.FixtureRequest,
-    backend_name: str,
+    make_app: Callable[..., TxMsg],
+    broker: Any,
     capabilities: Capabilities,
     listener_style: str,
 ) -> None:
-    """Capability ``dlq_listener``: registering a listener on ``%DLQ%<group>`` is accepted."""
+    """Capability ``dlq_listener``: a listener on ``%DLQ%<group>`` is accepted, at registration and
+    at start, and reads that group's dead letters.  ``max_reconsume=0``: the first failure
+    dead-letters the message, so no retry round is waited for (the retries themselves are
+    ``test_consumer_retries_then_dead_letters``)."""
     needs(request, capabilities, "dlq_listener")
-    app = TxMsg(TxMsgConfig(backend=backend_name))
+    topic, cg = _topic(broker, "ct_dlqread"), unique("cg_ct_dlqread")
+    create_topic(broker.namesrv_addr, f"%DLQ%{cg}")  # routed before its listener starts
+    app = make_app()
+    group = _committer(app, topic, listener_style)
+
+    def poison(message: Message) -> None:
+        raise RuntimeError("poison")
+
     app.add_message_listener(
-        _deliveries(listener_style), topic="%DLQ%cg_orders", group="cg_dlq_reader"
+        fn_in_style(listener_style, poison), topic=topic, group=cg, max_reconsume=0
     )
+    letters = _deliveries(listener_style)
+    app.add_message_listener(letters, topic=f"%DLQ%{cg}", group=unique("cg_ct_dlq_reader"))
+    with app:
+        app.producer(group).send_in_transaction(topic, {"order": 7}, keys="DEAD")
+        wait_until(
+            lambda: letters.counts() == Counter({"DEAD": 1}),
+            timeout=60,
+            message=f"the dead letter of {cg} read by the %DLQ% listener",
+        )
+    (letter,) = letters.of("DEAD")
+    assert letter.json() == {"order": 7}
 
 
 class Ledger(DeclarativeBase):

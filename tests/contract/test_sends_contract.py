@@ -11,6 +11,7 @@ refused naming ``delay_level``), ``orderly_consumer`` (per-key order, or a stric
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -123,7 +124,44 @@ def test_plain_sends_of_every_kind_arrive(
     )
     assert first.sharding_key is None
     assert async_ids == {m.message_id for m in got.messages() if m.body.startswith(b"async-")}
-    assert capabilities.oneway in (True, False)  # both deliver; the docs say what False means
+
+
+def test_a_refused_oneway_send_tells_the_caller_nothing(
+    make_app: Callable[..., TxMsg],
+    broker: Any,
+    capabilities: Capabilities,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What ``Capabilities.oneway`` promises about a send the broker refuses (a plain message to a
+    TRANSACTION topic, refused by a broker that checks ``message.type``): ``send_oneway`` returns
+    either way, nothing raised.  A real one-way send (True) gets no answer, so nothing is logged
+    about it; the emulated one (False) sends asynchronously and logs the refusal at WARNING
+    (docs/guide/sending.md, "Backend differences").  The producer works on afterwards."""
+    caplog.set_level(logging.WARNING, logger="txmsg")
+    tx_topic, plain_topic, group = unique("cs_ow_tx"), unique("cs_ow_plain"), unique("pg_cs")
+    create_topic(broker.namesrv_addr, tx_topic, message_type="TRANSACTION")
+    create_topic(broker.namesrv_addr, plain_topic, message_type="NORMAL")
+    app = make_app()
+    app.add_producer(group=group)
+    with app:
+        producer = app.producer(group)
+        producer.send_oneway(tx_topic, b"refused", keys="k-refused")  # returns: nothing raised
+
+        def refusals() -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records
+                if "one-way send failed" in r.getMessage() and tx_topic in r.getMessage()
+            ]
+
+        if not capabilities.oneway:
+            wait_until(refusals, timeout=30, message="the emulated one-way send's refusal logged")
+        after = producer.send(plain_topic, b"after")  # answered after the one-way send's request
+        assert after.send_status == "SEND_OK"
+    if capabilities.oneway:
+        assert refusals() == []  # no answer came: nothing to log
+    else:
+        assert len(refusals()) == 1, refusals()
 
 
 def test_batch_arrives_native_in_one_queue_or_one_by_one(
