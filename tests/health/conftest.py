@@ -12,6 +12,8 @@ pytest.importorskip("pyspark")
 
 from txmsg_health import generate, job
 
+from tests.health import cluster
+
 REPO = Path(__file__).resolve().parents[2]
 # Logs of a real Apache RocketMQ 4.9.8 broker, kept in the repository (tests/data/README.md says
 # where they come from); the tests that read them fail, never skip, when they are missing.
@@ -30,6 +32,15 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.Cluster]:
+    """A Spark standalone cluster on loopback: a master and two workers of one core each, from
+    the venv's pyspark (tests/health/cluster.py); one per run: every test under tests/health/ is
+    in the xdist group "spark" (conftest.py at the root), so only one worker starts it."""
+    with cluster.standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")
