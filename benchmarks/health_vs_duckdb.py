@@ -98,6 +98,7 @@ WITH src AS (
       WHEN contains(line, 'invoke producer exception. group=') THEN '{P.CHECK_SEND_FAILED}'
       WHEN {stamped} THEN '{P.OTHER}' ELSE '{P.UNSTAMPED}' END
     WHEN contains(line, {_sq(P.DISCARD_MARK)}) THEN '{P.DISCARD}'
+    WHEN contains(line, {_sq(P.HALF_PROGRESS_MARK)}) AND {stamped} THEN '{P.HALF_PROGRESS}'
     WHEN {stamped} THEN '{P.OTHER}' ELSE '{P.UNSTAMPED}' END AS cls,
     {stamped} AS stamped
   FROM src
@@ -108,7 +109,8 @@ WITH src AS (
          WHEN cls = '{P.CHECK_SEND_FAILED}' THEN {_rx(P.RX_FAIL_GROUP)} END AS grp,
     CASE WHEN cls = 'H' THEN {_rx(P.RX_ADDR)} WHEN cls = '{P.DISCARD}' THEN {_rx(P.RX_BORN)} END AS addr,
     CASE WHEN cls = 'H' THEN {_rx(P.RX_MSGID)} WHEN cls = '{P.DISCARD}' THEN {_rx(P.RX_UNIQ)}
-         WHEN cls = '{P.CHECK_SENT}' THEN {_rx(P.RX_UNIQ_KEY)} END AS msg,
+         WHEN cls = '{P.CHECK_SENT}' THEN {_rx(P.RX_UNIQ_KEY)}
+         WHEN cls = '{P.HALF_PROGRESS}' THEN {_rx(P.RX_MSG_OFFSET)} END AS msg,
     CASE WHEN cls = 'H' THEN CASE WHEN contains(line, {QUOTED_GROUP}) THEN '4.9' ELSE '5' END
          WHEN cls = '{P.CHECK_SENT}' THEN '5' END AS v,
     CASE WHEN cls NOT IN ('{P.OTHER}', '{P.UNSTAMPED}') AND stamped THEN substr(line, 1, 16) END AS win,
@@ -124,8 +126,8 @@ WITH src AS (
 ), k AS (
   SELECT CASE
     WHEN cls IN ('{P.OTHER}', '{P.UNSTAMPED}') THEN cls
-    WHEN win IS NULL OR ((grp IS NULL OR grp = '') AND cls <> '{P.CHECK_SENT}') THEN '{P.BAD}'
-    WHEN cls <> 'H' THEN CASE WHEN cls IN ('{P.DISCARD}', '{P.CHECK_SENT}') AND (msg IS NULL OR msg = '')
+    WHEN win IS NULL OR ((grp IS NULL OR grp = '') AND cls NOT IN ('{P.CHECK_SENT}', '{P.HALF_PROGRESS}')) THEN '{P.BAD}'
+    WHEN cls <> 'H' THEN CASE WHEN cls IN ('{P.DISCARD}', '{P.CHECK_SENT}', '{P.HALF_PROGRESS}') AND (msg IS NULL OR msg = '')
       THEN '{P.BAD}' ELSE cls END
     WHEN st = '' OR msg = '' OR tidm = '' OR ftc NOT IN ('true', 'false') OR (NOT dbg AND addr = '') THEN '{P.BAD}'
     WHEN dbg THEN CASE WHEN st NOT IN ('0', '8', '12') THEN '{P.BAD}'
@@ -161,6 +163,8 @@ def run_duckdb(path: str, out: str | None = None) -> tuple[dict[str, Any], float
     broker = brokers.name_for(path, [path])
     check_kinds = ", ".join(_sq(k) for k in P.CHECK_KINDS)
     unk_kinds = ", ".join(_sq(k) for k in P.UNKNOWN_KINDS)
+    end_kinds = ", ".join(_sq(k) for k in P.FIRST_END_KINDS)
+    stamp = "win || '|' || lpad(tmin::VARCHAR, 4, '0')"
     totals = [
         (g, broker, k, v, n, a, b)
         for g, k, v, n, a, b in con.execute(
@@ -176,19 +180,31 @@ def run_duckdb(path: str, out: str | None = None) -> tuple[dict[str, Any], float
         ).fetchall()
     ]
     # one file = one broker; a 5.x check-sent row (no group) takes its transaction's group
-    hist = [
-        (g, broker, c, ntx, nu, sent)
-        for g, c, ntx, nu, sent in con.execute(
-            f"SELECT grp, greatest(a, s) AS c, count(*), sum(u)::BIGINT, sum(s)::BIGINT FROM ("  # noqa: S608 - constants
-            f"SELECT min(grp) AS grp, msg, "
-            f"sum(CASE WHEN kind IN ({check_kinds}) THEN n ELSE 0 END)::BIGINT AS a, "
-            f"sum(CASE WHEN kind = '{P.CHECK_SENT}' THEN n ELSE 0 END)::BIGINT AS s, "
-            f"max(CASE WHEN kind IN ({unk_kinds}) THEN 1 ELSE 0 END) AS u "
-            f"FROM agg WHERE msg IS NOT NULL GROUP BY msg) GROUP BY ALL"
-        ).fetchall()
-    ]
+    # late: checked back before any first-phase end of its own was logged (summary.LATE_RULE)
+    rows = con.execute(
+        f"SELECT grp, greatest(a, s) AS c, count(*), sum(u)::BIGINT, sum(s)::BIGINT, "  # noqa: S608 - constants
+        f"sum(CASE WHEN greatest(a, s) > 0 AND (fend IS NULL OR chk < fend) THEN 1 ELSE 0 END)::BIGINT "
+        f"FROM (SELECT min(grp) AS grp, msg, "
+        f"sum(CASE WHEN kind IN ({check_kinds}) THEN n ELSE 0 END)::BIGINT AS a, "
+        f"sum(CASE WHEN kind = '{P.CHECK_SENT}' THEN n ELSE 0 END)::BIGINT AS s, "
+        f"max(CASE WHEN kind IN ({unk_kinds}) THEN 1 ELSE 0 END) AS u, "
+        f"min(CASE WHEN kind IN ({end_kinds}) THEN {stamp} END) AS fend, "
+        f"min(CASE WHEN kind IN ({check_kinds}, '{P.CHECK_SENT}') THEN {stamp} END) AS chk "
+        f"FROM agg WHERE msg IS NOT NULL AND kind <> '{P.HALF_PROGRESS}' GROUP BY msg) GROUP BY ALL"
+    ).fetchall()
+    hist = [(g, broker, c, ntx, nu, sent) for g, c, ntx, nu, sent, _ in rows]
+    late: dict[tuple[str, str], int] = {}
+    for g, _c, _n, _u, _s, n_late in rows:
+        if g is not None and n_late:
+            late[(g, broker)] = late.get((g, broker), 0) + n_late
     s = summary.build(
-        totals, by_addr, hist, window="minute", tz=parse_tz("+08:00"), thresholds=Thresholds()
+        totals,
+        by_addr,
+        hist,
+        window="minute",
+        tz=parse_tz("+08:00"),
+        thresholds=Thresholds(),
+        late=late,
     )
     seconds = time.perf_counter() - t0
     if out:

@@ -1,14 +1,9 @@
-"""Every output of the job from the aggregate collected as Arrow: the local-mode path.
+"""Every output of the job from ``reduce.result``, collected once as Arrow: the driver's side.
 
-Why: in local mode the driver *is* the executor, so after the one scan there is nothing to
-distribute. The Spark path caches the aggregate and runs three more small jobs over it (totals,
-per-transaction figures, the window table); each fresh query is analysed, optimised, compiled by
-Janino and run by a JVM that has not warmed that code up yet, and the cache itself is built
-while the scan runs (docs/health.md, round 5). Here the aggregate (one row per group, kind,
-window and file, plus one per UNKNOW/checked transaction: 621 763 rows for 10 M generated lines)
-comes to Python once through ``toArrow()`` and pyarrow's hash aggregations derive the same
-figures in tens of milliseconds. The results are the Spark path's (``job._outputs_spark``), row
-for row; ``tests/health/test_arrow_outputs.py`` runs both on the same logs and compares them.
+Why on the driver: the result is small by construction (``reduce``: totals without windows, one
+row per group, window and file, transactions counted per outcome), so after the one Spark job
+pyarrow and plain Python derive the summary's inputs, the window table and the dashboard's series
+in milliseconds, on any master. Nothing here grows with lines or transactions.
 """
 
 from __future__ import annotations
@@ -17,6 +12,7 @@ from datetime import UTC, timezone
 from typing import TYPE_CHECKING, Any
 
 from txmsg_health import patterns as P
+from txmsg_health import reduce as R
 from txmsg_health.summary import WINDOW_FORMATS
 
 if TYPE_CHECKING:
@@ -26,11 +22,10 @@ if TYPE_CHECKING:
 def prefer_jemalloc(environ: dict[str, str] | None = None) -> None:
     """For a one-shot process: pyarrow's jemalloc pool instead of its default (mimalloc).
 
-    Why: a fresh process's first hash aggregations over the aggregate cost 1.15 s of CPU with
-    mimalloc against 0.57 s with jemalloc (0.41 and 0.48 s once warm; 10 M lines, docs/health.md
-    round 5); a command-line run only ever makes the first. A pool chosen by the user
-    (``ARROW_DEFAULT_MEMORY_POOL``) is kept, and so is the default where pyarrow has no jemalloc
-    (Windows, some macOS builds).
+    Why: a fresh process's first hash aggregations cost about twice the CPU with mimalloc
+    (docs/health.md, round 5); a command-line run only ever makes the first. A pool chosen by the
+    user (``ARROW_DEFAULT_MEMORY_POOL``) is kept, and so is the default where pyarrow has no
+    jemalloc (Windows, some macOS builds).
     """
     import os  # noqa: PLC0415 - only here
 
@@ -44,210 +39,153 @@ def prefer_jemalloc(environ: dict[str, str] | None = None) -> None:
         return
 
 
-def files(agg: pa.Table) -> list[str]:
-    """The distinct files of the aggregate's rows, sorted."""
+def split(result: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """``reduce.result`` as (totals, windows, transactions) rows."""
     import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
 
-    return sorted(pc.unique(agg["file"]).to_pylist())
+    tot, win, tx = (
+        result.filter(pc.equal(result["set"], n)) for n in (R.TOTALS, R.WINDOWS, R.TRANSACTIONS)
+    )
+    return tot, win, tx
 
 
-def with_broker(agg: pa.Table, names: dict[str, str]) -> pa.Table:
-    """The aggregate with a ``broker`` column: each row's file named by ``names``."""
+def files(*tables: pa.Table) -> list[str]:
+    """The distinct files of the rows, sorted."""
+    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
+
+    found: set[str] = set()
+    for t in tables:
+        found.update(f for f in pc.unique(t["file"]).to_pylist() if f is not None)
+    return sorted(found)
+
+
+def with_broker(rows: pa.Table, names: dict[str, str]) -> pa.Table:
+    """The rows with a ``broker`` column: each row's file named by ``names``."""
     import pyarrow as pa  # noqa: PLC0415 - the spark extra
     import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
 
-    files = sorted(names)
-    index = pc.index_in(agg["file"], value_set=pa.array(files, pa.string()))
-    broker = pc.take(pa.array([names[f] for f in files], pa.string()), index)
-    return agg.append_column("broker", broker)
+    known = sorted(names)
+    index = pc.index_in(rows["file"], value_set=pa.array(known, pa.string()))
+    broker = pc.take(pa.array([names[f] for f in known], pa.string()), index)
+    return rows.append_column("broker", broker)
 
 
-def totals(agg: pa.Table) -> list[Any]:
-    """Lines, first and last stamp per (group, file, address, kind, format): ``job``'s totals rows.
-
-    Returned as dicts with the Spark rows' field names (``grp``, ``file``, ``addr``, ``kind``,
-    ``v``, ``n``, ``wmin``, ``wmax``) so the caller treats both paths alike.
-    """
-    import pyarrow as pa  # noqa: PLC0415 - the spark extra
-
-    t = pa.table(
-        {
-            "grp": agg["grp"],
-            "file": agg["file"],
-            "addr": agg["addr"],
-            "kind": agg["kind"],
-            "v": agg["v"],
-            "n": agg["n"],
-            "wmin": _stamp(agg, "tmin"),
-            "wmax": _stamp(agg, "tmax"),
-        }
-    )
-    out = (
-        t.group_by(["grp", "file", "addr", "kind", "v"], use_threads=False)
-        .aggregate([("n", "sum"), ("wmin", "min"), ("wmax", "max")])
-        .rename_columns(["grp", "file", "addr", "kind", "v", "n", "wmin", "wmax"])
-    )
-    rows: list[Any] = out.to_pylist()
-    return rows
+def stamp_text(stamp: int | None, window: str) -> str | None:
+    """A numeric stamp (``reduce.STAMP_SCALE``) as ``"<window key>|<seconds, 4 digits>"``."""
+    if stamp is None:
+        return None
+    digits, seconds = divmod(int(stamp), R.STAMP_SCALE)
+    d = f"{digits:0{12 if window == 'minute' else 10}d}"
+    key = f"{d[0:4]}-{d[4:6]}-{d[6:8]} {d[8:10]}" + (f":{d[10:12]}" if window == "minute" else "")
+    return f"{key}|{seconds:04d}"
 
 
-def _stamp(agg: pa.Table, col: str) -> pa.ChunkedArray:
-    """``"<window>|<seconds, 4 digits>"``, NULL where the seconds are (``job._stamp``)."""
-    import pyarrow as pa  # noqa: PLC0415 - the spark extra
-    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
+def totals(rows: pa.Table, window: str) -> list[dict[str, Any]]:
+    """The totals rows as dicts: ``grp``, ``file``, ``addr``, ``kind``, ``v``, ``n``, ``wmin``,
+    ``wmax`` (first and last "<window key>|<seconds>")."""
+    out: list[dict[str, Any]] = rows.select(
+        ["grp", "file", "addr", "kind", "v", "n", "smin", "smax"]
+    ).to_pylist()
+    for r in out:
+        r["wmin"] = stamp_text(r.pop("smin"), window)
+        r["wmax"] = stamp_text(r.pop("smax"), window)
+    return out
 
-    seconds = pc.utf8_lpad(pc.cast(agg[col], pa.string()), width=4, padding="0")
-    stamp: pa.ChunkedArray = pc.binary_join_element_wise(agg["win"], seconds, "|")
-    return stamp
+
+def group_names(rows: pa.Table) -> dict[int, str]:
+    """Group hash -> group name, from the totals rows (every transaction's group has lines)."""
+    return {
+        r["lh"]: r["grp"]
+        for r in rows.select(["lh", "grp"]).to_pylist()
+        if r["lh"] is not None and r["grp"] is not None
+    }
 
 
-def histogram(agg: pa.Table) -> list[tuple[Any, str, int, int, int, int]]:
-    """(group, broker, checks, transactions, of them ever UNKNOW, checks sent): ``job._histogram``."""
-    import pyarrow as pa  # noqa: PLC0415 - the spark extra
-    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
+def half_progress(rows: pa.Table) -> tuple[dict[str, tuple[int, int, int]], dict[str, int]]:
+    """Per broker: (check passes logged, least and greatest half-queue offset) and check-sent
+    lines, from the totals rows with a ``broker`` column (``summary.half_messages``'s inputs)."""
+    progress: dict[str, tuple[int, int, int]] = {}
+    sent: dict[str, int] = {}
+    for r in rows.select(["kind", "broker", "n", "omin", "omax"]).to_pylist():
+        b = r["broker"]
+        if r["kind"] == P.HALF_PROGRESS and r["omin"] is not None:
+            n, lo, hi = progress.get(b, (0, r["omin"], r["omax"]))
+            progress[b] = (n + int(r["n"]), min(lo, r["omin"]), max(hi, r["omax"]))
+        elif r["kind"] == P.CHECK_SENT:
+            sent[b] = sent.get(b, 0) + int(r["n"])
+    return progress, sent
 
-    t = agg.filter(pc.is_valid(agg["msg"]))
-    kind, n = t["kind"], t["n"]
-    zero = pa.scalar(0, pa.int64())
-    per = (
-        pa.table(
-            {
-                "broker": t["broker"],
-                "msg": t["msg"],
-                "grp": t["grp"],
-                "a": pc.if_else(pc.is_in(kind, value_set=pa.array(P.CHECK_KINDS)), n, zero),
-                "s": pc.if_else(pc.equal(kind, P.CHECK_SENT), n, zero),
-                "u": pc.cast(pc.is_in(kind, value_set=pa.array(P.UNKNOWN_KINDS)), pa.int64()),
-            }
-        )
-        .group_by(["broker", "msg"], use_threads=False)
-        .aggregate([("grp", "min"), ("a", "sum"), ("s", "sum"), ("u", "max")])
-    )
-    tx = pa.table(
-        {
-            "broker": per["broker"],
-            "grp": per["grp_min"],
-            "c": pc.max_element_wise(per["a_sum"], per["s_sum"]),
-            "u": per["u_max"],
-            "s": per["s_sum"],
-        }
-    )
-    out = tx.group_by(["broker", "grp", "c"], use_threads=False).aggregate(
-        [([], "count_all"), ("u", "sum"), ("s", "sum")]
-    )
+
+TxRow = tuple[str | None, str, int, int, bool, dict[str, int]]
+"""(group, broker, check-backs, own check-backs, checked or discarded, sums of the row)."""
+
+_TX_SUMS = ("ntx", "u", "s", "at_send", "again", "caused", "disc", "late", "late2")
+
+
+def transactions(tx: pa.Table, names: dict[int, str]) -> list[TxRow]:
+    """The transaction rows of ``reduce.result`` with their groups named."""
     return [
-        (r["grp"], r["broker"], int(r["c"]), int(r["count_all"]), int(r["u_sum"]), int(r["s_sum"]))
-        for r in out.to_pylist()
+        (
+            None if r["gh"] is None else names.get(r["gh"]),
+            r["txb"],
+            int(r["c"]),
+            int(r["own"]),
+            bool(r["inc"]),
+            {k: int(r[k] or 0) for k in _TX_SUMS},
+        )
+        for r in tx.select(["gh", "txb", "c", "own", "inc", *_TX_SUMS]).to_pylist()
     ]
 
 
-def after_end(agg: pa.Table) -> list[tuple[Any, str, int, int, int, int, int, int]]:
-    """Transactions checked after they had ended, per (group, broker): ``job._after_end``.
+def histogram(rows: list[TxRow]) -> list[tuple[Any, str, int, int, int, int]]:
+    """(group, broker, checks, transactions, of them ever UNKNOW, checks sent)."""
+    out: dict[tuple[Any, str, int], list[int]] = {}
+    for grp, broker, c, _own, _inc, v in rows:
+        acc = out.setdefault((grp, broker, c), [0, 0, 0])
+        acc[0] += v["ntx"]
+        acc[1] += v["u"]
+        acc[2] += v["s"]
+    return [(g, b, c, n, u, s) for (g, b, c), (n, u, s) in out.items()]
+
+
+def after_end(rows: list[TxRow]) -> list[tuple[Any, str, int, int, int, int, int, int]]:
+    """Transactions checked after they had ended, per (group, broker, own check-backs).
 
     Rows (group, broker, the transaction's own check-backs, transactions, of them checked after
     a logged first-phase end, of them checked again after a COMMIT/ROLLBACK check answer,
-    check-backs the broker caused, discards of ended transactions); the rules are in
-    ``summary.AFTER_END_RULES``.
+    check-backs the broker caused, discards of ended transactions), over the transactions that
+    were checked or discarded; the rules are in ``summary.AFTER_END_RULES``.
     """
+    out: dict[tuple[Any, str, int], list[int]] = {}
+    for grp, broker, _c, own, inc, v in rows:
+        if not inc:
+            continue
+        acc = out.setdefault((grp, broker, own), [0, 0, 0, 0, 0])
+        for i, k in enumerate(("ntx", "at_send", "again", "caused", "disc")):
+            acc[i] += v[k]
+    return [(g, b, own, *acc) for (g, b, own), acc in out.items()]
+
+
+def late(rows: list[TxRow], name: str = "late") -> dict[tuple[str, str], int]:
+    """Per (group, broker): transactions checked back before any end record of their own
+    (``late``), and of them those answered COMMIT/ROLLBACK more than once (``late2``)."""
+    out: dict[tuple[str, str], int] = {}
+    for grp, broker, _c, _own, _inc, v in rows:
+        if grp is not None and v[name]:
+            out[(grp, broker)] = out.get((grp, broker), 0) + v[name]
+    return out
+
+
+def windows(rows: pa.Table, window: str, tz: timezone) -> pa.Table:
+    """Per group, broker and window: the metrics, the window start in UTC.
+
+    ``rows``: the windows rows with a ``broker`` column (a broker's files summed)."""
     import pyarrow as pa  # noqa: PLC0415 - the spark extra
     import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
 
-    t = agg.filter(pc.is_valid(agg["msg"]))
-    kind, n = t["kind"], t["n"]
-    zero = pa.scalar(0, pa.int64())
-    null = pa.scalar(None, pa.string())
-    lo, hi = _stamp(t, "tmin"), _stamp(t, "tmax")
-
-    def of(kinds: tuple[str, ...]) -> Any:
-        return pc.is_in(kind, value_set=pa.array(kinds))
-
-    per = (
-        pa.table(
-            {
-                "broker": t["broker"],
-                "msg": t["msg"],
-                "grp": t["grp"],
-                "a": pc.if_else(of(P.CHECK_KINDS), n, zero),
-                "s": pc.if_else(pc.equal(kind, P.CHECK_SENT), n, zero),
-                "k": pc.if_else(of(P.CONCLUSIVE_CHECK_KINDS), n, zero),
-                "d": pc.if_else(pc.equal(kind, P.DISCARD), n, zero),
-                "end": pc.if_else(of(P.FIRST_END_KINDS), lo, null),
-                "concl": pc.if_else(of(P.CONCLUSIVE_CHECK_KINDS), lo, null),
-                "sent": pc.if_else(pc.equal(kind, P.CHECK_SENT), hi, null),
-                "ans": pc.if_else(of(P.CHECK_KINDS), hi, null),
-            }
-        )
-        .group_by(["broker", "msg"], use_threads=False)
-        .aggregate(
-            [
-                ("grp", "min"),
-                *((c, "sum") for c in ("a", "s", "k", "d")),
-                ("end", "min"),
-                ("concl", "min"),
-                ("sent", "max"),
-                ("ans", "max"),
-            ]
-        )
-    )
-    checks = pc.max_element_wise(per["a_sum"], per["s_sum"])
-    k, d = per["k_sum"], per["d_sum"]
-    last = pc.coalesce(per["sent_max"], per["ans_max"])
-    at_send = pc.fill_null(pc.greater(last, per["end_min"]), False)
-    again = pc.and_(
-        pc.invert(at_send), pc.fill_null(pc.greater(per["sent_max"], per["concl_min"]), False)
-    )
-    one = pa.scalar(1, pa.int64())
-    caused = pc.if_else(
-        at_send,
-        checks,
-        pc.if_else(again, pc.max_element_wise(pc.subtract(k, one), one), zero),
-    )
-    tx = pa.table(
-        {
-            "broker": per["broker"],
-            "grp": per["grp_min"],
-            "own": pc.subtract(checks, caused),
-            "at_send": pc.cast(at_send, pa.int64()),
-            "again": pc.cast(again, pa.int64()),
-            "caused": caused,
-            "disc": pc.if_else(pc.or_(at_send, again), d, zero),
-        }
-    ).filter(pc.or_(pc.greater(checks, zero), pc.greater(d, zero)))
-    out = tx.group_by(["broker", "grp", "own"], use_threads=False).aggregate(
-        [([], "count_all"), *((c, "sum") for c in ("at_send", "again", "caused", "disc"))]
-    )
-    return [
-        (
-            r["grp"],
-            r["broker"],
-            int(r["own"]),
-            int(r["count_all"]),
-            int(r["at_send_sum"]),
-            int(r["again_sum"]),
-            int(r["caused_sum"]),
-            int(r["disc_sum"]),
-        )
-        for r in out.to_pylist()
-    ]
-
-
-def windows(
-    agg: pa.Table, metrics: list[tuple[str, tuple[str, ...]]], window: str, tz: timezone
-) -> pa.Table:
-    """Per group, broker and window: the metrics, the window start in UTC (``job.windows_table``)."""
-    import pyarrow as pa  # noqa: PLC0415 - the spark extra
-    import pyarrow.compute as pc  # noqa: PLC0415 - the spark extra
-
-    t = agg.filter(pc.and_(pc.is_valid(agg["grp"]), pc.is_valid(agg["win"])))
-    zero = pa.scalar(0, pa.int64())
-    cols: dict[str, Any] = {"grp": t["grp"], "broker": t["broker"], "win": t["win"]}
-    for name, kinds in metrics:
-        cols[name] = pc.if_else(pc.is_in(t["kind"], value_set=pa.array(kinds)), t["n"], zero)
-    names = [name for name, _ in metrics]
-    w = (
-        pa.table(cols)
-        .group_by(["grp", "broker", "win"], use_threads=False)
-        .aggregate([(name, "sum") for name in names])
+    names = [name for name, _ in R.METRICS]
+    w = rows.group_by(["grp", "broker", "win"], use_threads=False).aggregate(
+        [(name, "sum") for name in names]
     )
     offset = int((tz.utcoffset(None) or UTC.utcoffset(None)).total_seconds())
     local = pc.strptime(w["win"], format=WINDOW_FORMATS[window], unit="us", error_is_null=True)
@@ -260,6 +198,6 @@ def windows(
             "broker": w["broker"],
             "window_start": start,
             "window": pa.array([window] * w.num_rows, pa.string()),
-            **{name: w[f"{name}_sum"] for name in names},
+            **{name: pc.cast(w[f"{name}_sum"], pa.int64()) for name in names},
         }
     )

@@ -179,6 +179,11 @@ def health(
         result = job.run(spark, cfg)
     except HealthInputError as exc:
         raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        failure = job.spark_failure(exc)
+        if failure is None:
+            raise
+        raise click.ClickException(failure) from None
     click.echo(job.report_line(result, out))
     if click.get_current_context().obj != KEEP_SESSION:
         startup.finish(spark)

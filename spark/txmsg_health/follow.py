@@ -44,7 +44,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from txmsg_health import job, output
+from txmsg_health import brokers, job, output
+from txmsg_health import reduce as R
 from txmsg_health.brokers import ROTATION_DIRS
 from txmsg_health.inputs import HealthInputError, resolve
 
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MAX_CHUNK = 64 << 20  # bytes staged per file and poll: a huge backlog is caught up in steps
-KEYS = ("kind", "grp", "addr", "win", "msg", "v", "file")
 _STAGED = re.compile(r"([0-9a-f]{20})-(\d+)-(\d+)\.log$")
 _TRIGGER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
@@ -248,15 +248,18 @@ class Follower:
         sources = self.tailer.sources()
         sid = F.regexp_extract(F.col("file"), _STAGED.pattern, 1)
         src = F.create_map(*[F.lit(x) for kv in sorted(sources.items()) for x in kv])[sid]
-        agg = job.aggregate(batch).withColumn("file", F.coalesce(src, F.col("file")))
+        broker = F.create_map(
+            *[
+                F.lit(x)
+                for s, path in sorted(sources.items())
+                for x in (s, brokers.name_for(path, self.roots, self.cfg.job.broker_regex))
+            ]
+        )[sid]
+        agg = R.aggregate(batch, broker).withColumn("file", F.coalesce(src, F.col("file")))
         if meta["version"]:
             prev = self.spark.read.parquet(os.path.join(self.state_dir, meta["version"]))
             agg = prev.unionByName(agg)
-        merged = agg.groupBy(*KEYS).agg(
-            F.sum("n").cast("long").alias("n"),
-            F.min("tmin").alias("tmin"),
-            F.max("tmax").alias("tmax"),
-        )
+        merged = R.merge(agg)
         version = f"v{batch_id:08d}"
         merged.coalesce(1).write.mode("overwrite").parquet(os.path.join(self.state_dir, version))
         old = meta["version"]

@@ -7,15 +7,17 @@ Run it three ways with the same arguments (one command line: the click command
     python -m txmsg_health.job LOGS... --out DIR
     spark-submit spark/txmsg_health/job.py LOGS... --out DIR      # any master, any URI
 
-Why the shape: the file is read exactly once. Every line goes through a few cheap projections
-(``patterns.pipeline``) and one aggregation keyed by (kind, group, address, window, msgId-if-needed,
-format, file); that aggregate is small (bounded by groups x windows x files, plus one row per
-UNKNOW/checked transaction), and every output is derived from it: the broker of each
-row is named from its file's path, and 5.x check-sent lines (no group on the line) get their
-group from the same broker's lines about that msgId (grouped together, no join). In local mode
-the aggregate comes to the driver once as Arrow and pyarrow derives the outputs
-(``arrow_outputs``); elsewhere it is cached and small Spark jobs do. Executors need nothing but Spark:
-there are no Python UDFs, so ``spark-submit`` to a cluster ships no Python code to workers.
+Why the shape: the file is read exactly once and nothing per line or per transaction reaches the
+driver, so a day of logs (tens of millions of lines) runs at Spark's default 1 GB driver. Every
+line goes through a few cheap projections (``patterns.pipeline``) and one aggregation with two
+grouping sets (``reduce.aggregate``): per (kind, group, address, window, format, file), and per
+(broker, msgId) with the transaction's figures as numbers. One more aggregation
+(``reduce.result``) makes totals, the window table's rows and the transactions counted per
+outcome; that small result comes to the driver once as Arrow and pyarrow derives the outputs
+(``arrow_outputs``), the same on any master. The files' broker names are known before the read
+(``DataFrame.inputFiles``), so a transaction's lines in several files of one broker meet in that
+one shuffle. Executors need nothing but Spark: there are no Python UDFs, so ``spark-submit`` to a
+cluster ships no Python code to workers.
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ import shlex
 import sys
 import time
 import weakref
-from collections.abc import Callable, Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, timezone
+from datetime import timezone
 from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make the package importable
@@ -38,11 +39,13 @@ if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make th
 from txmsg_health import arrow_outputs as A
 from txmsg_health import brokers, loopback, output, startup, summary
 from txmsg_health import patterns as P
+from txmsg_health import reduce as R
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
-from txmsg_health.windows_out import WindowsWriter, local_path, rows_in, write_local
+from txmsg_health.windows_out import SORT_KEYS, local_path, rows_in, write_local
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
@@ -294,10 +297,10 @@ _PIPELINES: weakref.WeakKeyDictionary[Any, dict[str, list[list[Column]]]] = (
 def _pipeline(spark: SparkSession, window: str) -> list[list[Column]]:
     """``patterns.pipeline(window)``, built once per SparkContext.
 
-    Why: building the stages takes ~1 400 py4j calls (0.12-0.18 s); a driver that runs the job
-    again (a notebook, a scheduler, the benchmark's warm runs) reuses them. The Columns are
-    unresolved expressions in the driver JVM, valid for any DataFrame of that JVM; a new
-    SparkContext (a new JVM after ``startup.stop_jvm``) builds them again.
+    Why: building the stages takes ~1 400 py4j calls; a driver that runs the job again (a
+    notebook, a scheduler, the benchmark's warm runs) reuses them. The Columns are unresolved
+    expressions in the driver JVM, valid for any DataFrame of that JVM; a new SparkContext (a new
+    JVM after ``startup.stop_jvm``) builds them again.
     """
     built = _PIPELINES.setdefault(spark.sparkContext, {})
     if window not in built:
@@ -305,61 +308,17 @@ def _pipeline(spark: SparkSession, window: str) -> list[list[Column]]:
     return built[window]
 
 
-def aggregate(lines: DataFrame) -> DataFrame:
-    """The one shuffle over the input: counts per (kind, group, address, window, msgId)."""
+def broker_column(names: Mapping[str, str], file: str = "file") -> Column:
+    """The broker of a line, from its file (``names``: file URI -> broker name).
+
+    One broker is a literal (no lookup per line); several are a map from the few distinct files.
+    """
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
 
-    return lines.groupBy("kind", "grp", "addr", "win", "msg", "v", "file").agg(
-        F.count(F.lit(1)).alias("n"), F.min("ts").alias("tmin"), F.max("ts").alias("tmax")
-    )
-
-
-def _metric_columns() -> list[tuple[str, tuple[str, ...]]]:
-    return [
-        ("unknown", (P.FIRST_UNKNOWN,)),
-        ("rollback", (P.FIRST_ROLLBACK,)),
-        ("commit", (P.FIRST_COMMIT,)),
-        ("check_unknown", (P.CHECK_UNKNOWN,)),
-        ("check_rollback", (P.CHECK_ROLLBACK,)),
-        ("check_commit", (P.CHECK_COMMIT, P.CHECK_COMMIT_DEBUG)),
-        ("checks", P.CHECK_KINDS),
-        ("discarded", (P.DISCARD,)),
-        ("no_channel", (P.NO_CHANNEL,)),
-        ("no_channel_broker_log", (P.NO_CHANNEL_BROKER_LOG,)),
-        ("check_send_failed", (P.CHECK_SEND_FAILED,)),
-        ("bad_lines", (P.BAD,)),
-        ("debug_lines", P.DEBUG_KINDS),
-    ]
-
-
-def windows_table(agg: DataFrame, window: str, tz: timezone) -> DataFrame:
-    """Per group per window metrics, with the window start converted to UTC."""
-    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-    from pyspark.sql.types import LongType  # noqa: PLC0415 - optional: the spark extra
-
-    offset = int((tz.utcoffset(None) or UTC.utcoffset(None)).total_seconds())
-    fmt = "yyyy-MM-dd HH:mm" if window == "minute" else "yyyy-MM-dd HH"
-    # types as DataType objects, here and below: a type name ("long") is parsed by Spark's SQL
-    # parser, which the job otherwise never loads in a fresh process (patterns: no SQL text)
-    sums = [
-        F.sum(F.when(F.col("kind").isin(*kinds), F.col("n")).otherwise(0))
-        .cast(LongType())
-        .alias(name)
-        for name, kinds in _metric_columns()
-    ]
-    w = (
-        agg.where(F.col("grp").isNotNull() & F.col("win").isNotNull())
-        .groupBy("grp", "broker", "win")
-        .agg(*sums)
-    )
-    start = F.to_timestamp(F.col("win"), fmt) - F.make_interval(secs=F.lit(offset))
-    return w.select(
-        F.col("grp").alias("group"),
-        F.col("broker"),
-        start.alias("window_start"),
-        F.lit(window).alias("window"),
-        *[F.col(name) for name, _ in _metric_columns()],
-    )
+    distinct = set(names.values())
+    if len(distinct) == 1:
+        return F.lit(next(iter(distinct)))
+    return F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col(file)]
 
 
 @dataclass
@@ -371,23 +330,22 @@ class JobResult:
 
 def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     """Run the whole analysis in ``spark`` and write every output into ``cfg.out``."""
-    from pyspark import StorageLevel  # noqa: PLC0415 - optional: the spark extra
-
     t0 = time.perf_counter()
     paths = resolve(cfg.inputs)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     try:
-        agg = aggregate(classify(spark, paths, cfg.window))
+        lines = classify(spark, paths, cfg.window)
+        # the files are listed when the input is resolved, before any line is read: their
+        # broker names go into the one pass (R.aggregate keys transactions by broker)
+        names = brokers.names(lines.inputFiles(), paths, cfg.broker_regex)
+    except HealthInputError:
+        raise
     except Exception as exc:  # AnalysisException for unreadable/missing remote paths
         raise HealthInputError(f"cannot read {', '.join(cfg.inputs)}: {_first_line(exc)}") from exc
-    arrow = _arrow_destination(spark, cfg) is not None
-    if not arrow:  # read by several jobs; the Arrow path reads it once
-        agg = agg.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        result, series = _outputs(agg, paths, cfg)
-    finally:
-        if not arrow:
-            agg.unpersist()
+    if not names:
+        raise _empty_input(cfg)
+    agg = R.aggregate(lines, broker_column(names))
+    result, series = _outputs(agg, paths, cfg, names)
     seconds = time.perf_counter() - t0
     result["seconds"] = round(seconds, 3)
     output.write_summary(cfg.out, result)
@@ -398,93 +356,69 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     return JobResult(result, series, seconds)
 
 
-ARROW_OUTPUTS = "spark.txmsg.health.arrowOutputs"
-"""``false``: derive the outputs with Spark jobs even where the Arrow path could (tests, checks)."""
-
-
 def _parquet(cfg: JobConfig) -> str:
     return cfg.parquet_uri or os.path.join(os.path.abspath(cfg.out), "metrics_by_window.parquet")
 
 
-def _arrow_destination(spark: SparkSession, cfg: JobConfig) -> str | None:
-    """The local path of the window table when the outputs take the Arrow path, else None.
-
-    The Arrow path needs the driver to be the executor (local mode) and to write the table itself
-    (``windows_out.local_path``); ``--conf spark.txmsg.health.arrowOutputs=false`` turns it off.
-    """
-    if str(spark.conf.get(ARROW_OUTPUTS, "true")).strip().lower() == "false":
-        return None
-    return local_path(spark, _parquet(cfg))
-
-
 def _outputs(
-    agg: DataFrame, paths: list[str], cfg: JobConfig
+    agg: DataFrame, paths: list[str], cfg: JobConfig, names: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """Every output from the aggregate: summary, Parquet table, dashboard series.
+    """Every output from the aggregate (``reduce.aggregate``): summary, Parquet table, series.
 
-    In local mode the aggregate comes to the driver once, as Arrow, and pyarrow derives the rest
-    (``arrow_outputs``: no more Spark jobs); elsewhere Spark jobs over the cached aggregate do
-    (``_outputs_spark``). Both give the same figures, row for row.
-    """
-    destination = _arrow_destination(agg.sparkSession, cfg)
-    if destination is None:
-        return _outputs_spark(agg, paths, cfg)
-    return _outputs_arrow(agg, paths, cfg, destination)
-
-
-def _outputs_arrow(
-    agg: DataFrame, paths: list[str], cfg: JobConfig, destination: str
-) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """The outputs from the aggregate collected once as Arrow (local mode).
-
-    The per-transaction figures and the window table are computed in two threads while this one
-    makes the totals: pyarrow's kernels release the GIL, and the cores are idle once Spark is done
-    (10 M lines: 0.37 s in one thread, 0.23 s in two).
+    One Spark job reduces the aggregate to its small result (``reduce.result``), which comes to
+    the driver once as Arrow; pyarrow and plain Python derive the rest, on any master. ``names``:
+    the broker of each file, where the caller knows them (else named from the line rows' files).
     """
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    table = agg.toArrow()
-    if table.num_rows == 0:
+    tot, win, tx = A.split(R.result(agg).toArrow())
+    timings["scan_and_totals"] = time.perf_counter() - t
+    if tot.num_rows == 0:
         raise _empty_input(cfg)
-    names = brokers.names(A.files(table), paths, cfg.broker_regex)
-    table = A.with_broker(table, names)
-    os.makedirs(cfg.out, exist_ok=True)
-
-    def transactions() -> tuple[list[tuple[Any, str, int, int, int, int]], list[Any]]:
-        t = time.perf_counter()
-        hist, ended = A.histogram(table), A.after_end(table)
-        timings["transactions"] = time.perf_counter() - t
-        return hist, ended
-
-    def windows() -> Any:
-        t = time.perf_counter()
-        written = write_local(A.windows(table, _metric_columns(), cfg.window, cfg.tz), destination)
-        timings["windows"] = time.perf_counter() - t
-        return written
-
-    with ThreadPoolExecutor(2, thread_name_prefix="health-arrow") as pool:
-        hist_done, windows_done = pool.submit(transactions), pool.submit(windows)
-        totals, addr_rows = _totals(A.totals(table), names)
-        timings["scan_and_totals"] = time.perf_counter() - t
-        (hist_rows, ended_rows), window_table = hist_done.result(), windows_done.result()
+    t = time.perf_counter()
+    named = dict(names or {})
+    missing = [f for f in A.files(tot, win) if f not in named]
+    if missing:
+        named.update(brokers.names(missing, paths, cfg.broker_regex))
+    tot, win = A.with_broker(tot, named), A.with_broker(win, named)
+    rows = A.transactions(tx, A.group_names(tot))
+    totals, addr_rows = _totals(A.totals(tot, cfg.window), named)
     result = summary.build(
         totals,
         addr_rows,
-        hist_rows,
+        A.histogram(rows),
         window=cfg.window,
         tz=cfg.tz,
         thresholds=cfg.thresholds,
-        after_end=ended_rows,
+        after_end=A.after_end(rows),
+        late=A.late(rows),
+        late_again=A.late(rows, "late2"),
+        half_messages=summary.half_messages(*A.half_progress(tot)),
     )
+    timings["transactions"] = time.perf_counter() - t
     result["inputs"] = list(cfg.inputs)
     result["parquet"] = _parquet(cfg)
     t = time.perf_counter()
+    os.makedirs(cfg.out, exist_ok=True)
+    window_table = _write_windows(
+        agg.sparkSession, A.windows(win, cfg.window, cfg.tz), _parquet(cfg)
+    )
+    timings["windows"] = time.perf_counter() - t
+    t = time.perf_counter()
     series = _series(rows_in(window_table, list(result["flagged"])))
     timings["series"] = time.perf_counter() - t
-    result["timings"] = {
-        k: round(timings[k], 3) for k in ("scan_and_totals", "transactions", "windows", "series")
-    }
+    result["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return result, series
+
+
+def _write_windows(spark: SparkSession, table: pa.Table, uri: str) -> pa.Table:
+    """Write the window table where the driver can (pyarrow), else with Spark's writer; sorted."""
+    destination = local_path(spark, uri)
+    if destination is not None:
+        return write_local(table, destination)
+    table = table.sort_by([(k, "ascending") for k in SORT_KEYS])
+    spark.createDataFrame(table).coalesce(1).write.mode("overwrite").parquet(uri)
+    return table
 
 
 def _empty_input(cfg: JobConfig) -> HealthInputError:
@@ -495,7 +429,7 @@ def _empty_input(cfg: JobConfig) -> HealthInputError:
 
 
 def _totals(
-    rows: list[Any], names: dict[str, str]
+    rows: list[Any], names: Mapping[str, str]
 ) -> tuple[list[summary.Totals], list[tuple[str, str, str, str, int]]]:
     """The totals and per-address rows of ``summary.build``, each file named by ``names``.
 
@@ -513,164 +447,9 @@ def _totals(
     return totals, addr_rows
 
 
-def _outputs_spark(
-    agg: DataFrame, paths: list[str], cfg: JobConfig
-) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """The outputs by Spark jobs over the cached aggregate (a cluster, a remote destination).
-
-    Small jobs, none of them a join: per-file totals (which also name the files, hence the
-    brokers), then per-transaction figures and, at the same time, the window table, then the
-    flagged groups' windows for the dashboard. A 5.x check-sent line has no group; it
-    gets the group of its transaction, whose other rows are grouped with it by (broker, msgId).
-    """
-    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    rows = [
-        r.asDict()
-        for r in agg.groupBy("grp", "file", "addr", "kind", "v")
-        .agg(
-            F.sum("n").alias("n"),
-            F.min(_stamp("tmin")).alias("wmin"),
-            F.max(_stamp("tmax")).alias("wmax"),
-        )
-        .collect()
-    ]
-    timings["scan_and_totals"] = time.perf_counter() - t
-    if sum(int(r["n"]) for r in rows) == 0:
-        raise _empty_input(cfg)
-    names = brokers.names(sorted({r["file"] for r in rows}), paths, cfg.broker_regex)
-    totals, addr_rows = _totals(rows, names)
-    broker = F.create_map(*[F.lit(x) for kv in sorted(names.items()) for x in kv])[F.col("file")]
-    parquet = _parquet(cfg)
-    os.makedirs(cfg.out, exist_ok=True)
-    windows = WindowsWriter(
-        windows_table(agg.withColumn("broker", broker), cfg.window, cfg.tz), parquet
-    )
-    try:
-        # The window table does not depend on the per-transaction figures: written in a second
-        # thread while they are computed, so the two small jobs share the cores instead of
-        # queueing (each is a few short tasks over the cached aggregate).
-        with ThreadPoolExecutor(1, thread_name_prefix="health-windows") as pool:
-            written = pool.submit(windows.write)
-            t = time.perf_counter()
-            hist_rows = _histogram(agg, broker)
-            ended_rows = _after_end(agg, broker)
-            timings["transactions"] = time.perf_counter() - t
-            result = summary.build(
-                totals,
-                addr_rows,
-                hist_rows,
-                window=cfg.window,
-                tz=cfg.tz,
-                thresholds=cfg.thresholds,
-                after_end=ended_rows,
-            )
-            timings["windows"] = written.result()
-        result["inputs"] = list(cfg.inputs)
-        result["parquet"] = parquet
-        t = time.perf_counter()
-        series = _series(windows.rows_of(list(result["flagged"])))
-        timings["series"] = time.perf_counter() - t
-    finally:
-        windows.close()
-    result["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return result, series
-
-
-def _histogram(agg: DataFrame, broker: Column) -> list[tuple[Any, str, int, int, int, int]]:
-    """(group, broker, checks, transactions, of them ever UNKNOW, checks sent) rows."""
-    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-    from pyspark.sql.types import IntegerType  # noqa: PLC0415 - optional: the spark extra
-
-    per_tx = (
-        agg.where(F.col("msg").isNotNull())
-        .groupBy(broker.alias("broker"), "msg")
-        .agg(
-            F.min("grp").alias("grp"),  # NULL only on check-sent rows: the transaction's group
-            F.sum(F.when(F.col("kind").isin(*P.CHECK_KINDS), F.col("n")).otherwise(0)).alias("a"),
-            F.sum(F.when(F.col("kind") == P.CHECK_SENT, F.col("n")).otherwise(0)).alias("s"),
-            F.max(F.col("kind").isin(*P.UNKNOWN_KINDS).cast(IntegerType())).alias("u"),
-        )
-        # check-backs of one transaction: the answers seen, or (5.x) the checks sent if more
-        .select("broker", "grp", F.greatest("a", "s").alias("c"), "u", "s")
-    )
-    return [
-        (r.grp, r.broker, int(r.c), int(r.ntx), int(r.nunk), int(r.sent))
-        for r in per_tx.groupBy("broker", "grp", "c")
-        .agg(F.count(F.lit(1)).alias("ntx"), F.sum("u").alias("nunk"), F.sum("s").alias("sent"))
-        .collect()
-    ]
-
-
-def _after_end(
-    agg: DataFrame, broker: Column
-) -> list[tuple[Any, str, int, int, int, int, int, int]]:
-    """Transactions checked after they had ended: ``arrow_outputs.after_end`` as Spark jobs.
-
-    Per transaction (broker, msgId): its check-backs, the first stamp of a logged first-phase end
-    and of a COMMIT/ROLLBACK check answer, the last stamp of a check-back; then summed per
-    (group, broker, the transaction's own check-backs). Rules: ``summary.AFTER_END_RULES``.
-    """
-    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-    from pyspark.sql.types import LongType  # noqa: PLC0415 - optional: the spark extra
-
-    kind, n = F.col("kind"), F.col("n")
-
-    def sum_of(*kinds: str) -> Column:
-        return F.sum(F.when(kind.isin(*kinds), n).otherwise(0))
-
-    def stamp_of(fn: Callable[[Column], Column], col: str, *kinds: str) -> Column:
-        return fn(F.when(kind.isin(*kinds), _stamp(col)))
-
-    per = (
-        agg.where(F.col("msg").isNotNull())
-        .groupBy(broker.alias("broker"), "msg")
-        .agg(
-            F.min("grp").alias("grp"),
-            F.greatest(sum_of(*P.CHECK_KINDS), sum_of(P.CHECK_SENT)).alias("c"),
-            sum_of(*P.CONCLUSIVE_CHECK_KINDS).alias("k"),
-            sum_of(P.DISCARD).alias("d"),
-            stamp_of(F.min, "tmin", *P.FIRST_END_KINDS).alias("end"),
-            stamp_of(F.min, "tmin", *P.CONCLUSIVE_CHECK_KINDS).alias("concl"),
-            stamp_of(F.max, "tmax", P.CHECK_SENT).alias("sent"),
-            stamp_of(F.max, "tmax", *P.CHECK_KINDS).alias("ans"),
-        )
-        .where((F.col("c") > 0) | (F.col("d") > 0))
-    )
-    last = F.coalesce(F.col("sent"), F.col("ans"))
-    at_send = F.coalesce(last > F.col("end"), F.lit(False))
-    again = ~at_send & F.coalesce(F.col("sent") > F.col("concl"), F.lit(False))
-    caused = (
-        F.when(at_send, F.col("c")).when(again, F.greatest(F.col("k") - 1, F.lit(1))).otherwise(0)
-    )
-    tx = per.select(
-        "broker",
-        "grp",
-        (F.col("c") - caused).alias("own"),
-        at_send.cast(LongType()).alias("at_send"),
-        again.cast(LongType()).alias("again"),
-        caused.alias("caused"),
-        F.when(at_send | again, F.col("d")).otherwise(0).alias("disc"),
-    )
-    return [
-        (r.grp, r.broker, int(r.own), int(r.ntx), int(r.a), int(r.b), int(r.c), int(r.d))
-        for r in tx.groupBy("broker", "grp", "own")
-        .agg(
-            F.count(F.lit(1)).alias("ntx"),
-            F.sum("at_send").alias("a"),
-            F.sum("again").alias("b"),
-            F.sum("caused").alias("c"),
-            F.sum("disc").alias("d"),
-        )
-        .collect()
-    ]
-
-
 def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Per flagged group, its windows summed over brokers, oldest first (the dashboard's chart)."""
-    names = [name for name, _ in _metric_columns()]
+    names = [name for name, _ in R.METRICS]
     per: dict[tuple[str, Any], dict[str, Any]] = {}
     for d in rows:
         cur = per.setdefault((d["group"], d["window_start"]), {**d, **{k: 0 for k in names}})
@@ -682,15 +461,31 @@ def _series(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return series
 
 
-def _stamp(col: str) -> Column:
-    """``window + seconds offset`` as one sortable string: "2026-11-22 18:12|0004"."""
-    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-    from pyspark.sql.types import StringType  # noqa: PLC0415 - optional: the spark extra
+def spark_failure(exc: BaseException) -> str | None:
+    """One line for a Spark failure a user fixes with a setting, or None for any other error.
 
-    return F.when(
-        F.col(col).isNotNull(),
-        F.concat(F.col("win"), F.lit("|"), F.lpad(F.col(col).cast(StringType()), 4, "0")),
-    )
+    Why: a JVM out of memory ends in a page of Py4J traceback (the task's error, or a refused
+    connection once the JVM has exited), which names neither the cause nor the fix.
+    """
+    text = f"{type(exc).__name__}: {exc}"
+    gone = isinstance(exc, ConnectionError) or "Py4JNetworkError" in text
+    if "OutOfMemoryError" in text or gone:
+        what = (
+            "the Spark JVM ran out of memory"
+            if "OutOfMemoryError" in text
+            else "the Spark JVM exited while the job ran (out of memory, most likely: see above)"
+        )
+        return (
+            f"{what}. Give the driver more: --conf spark.driver.memory=4g (in local mode the "
+            "driver also runs the tasks), or spark-submit --driver-memory 4g; on a cluster "
+            "raise spark.executor.memory too"
+        )
+    if "maxResultSize" in text:
+        return (
+            "the results sent to the driver exceed spark.driver.maxResultSize: raise it with "
+            "--conf spark.driver.maxResultSize=1g"
+        )
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

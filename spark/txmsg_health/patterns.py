@@ -77,6 +77,9 @@ CHECK_SEND_FAILED: Final = "F"
 CHECK_SENT: Final = (
     "S"  # 5.x INFO "Check transaction. real_topic=...,uniqKey=..." (group joined later)
 )
+HALF_PROGRESS: Final = (
+    "O"  # 5.x INFO "After check, MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC, ...] msgOffset=N"
+)
 BAD: Final = "bad"  # carries a transaction marker but a field is missing or malformed
 OTHER: Final = "other"  # a well-formed log line that is not about transactions
 UNSTAMPED: Final = "unstamped"  # no timestamp: stack traces, wrapped text, foreign or binary lines
@@ -104,6 +107,7 @@ ALL_KINDS: Final = (
     NO_CHANNEL_BROKER_LOG,
     CHECK_SEND_FAILED,
     CHECK_SENT,
+    HALF_PROGRESS,
     BAD,
     OTHER,
     UNSTAMPED,
@@ -117,6 +121,11 @@ CHECK_FAILED: Final = "Check transaction failed"
 CHECK_LINE: Final = "Check transaction"  # common prefix of the failure and 5.x check-sent lines
 CHECK_AND_DISCARD: Final = "heck"  # in both CHECK_LINE and DISCARD_MARK
 CHECK_SENT_MARK: Final = "Check transaction. real_topic="
+HALF_PROGRESS_MARK: Final = "After check, MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC"
+"""The check service's line after each pass over the half queue; its ``msgOffset`` is how far the
+pass got. Over a log, the half messages the broker took in are that offset's progress minus the
+half messages it put back (one per check-back sent): the 5.x figure a transaction share needs
+when first-phase COMMITs are not logged (``summary.half_messages``)."""
 EMPTY_REMARK: Final = "Remark: "
 """How a line from a C++/Python (librocketmq) producer ends: it sends an empty remark, and it is
 the only client whose check answers arrive with ``fromTransactionCheck=false`` (its ``"1"`` is not
@@ -145,6 +154,7 @@ RX_BORN: Final = r"bornHost=/([^,]+)"
 RX_GROUP_ID: Final = r"groupId=(\S+)"
 RX_FAIL_GROUP: Final = r"exception\. group=([^,]+)"
 RX_UNIQ_KEY: Final = r"uniqKey=([^,]+)"
+RX_MSG_OFFSET: Final = r" msgOffset=([0-9]+)"
 
 HEADER_FIELDS: Final = (
     "producerGroup=",
@@ -337,6 +347,9 @@ def stage1() -> list[Column]:
             v.contains(CHECK_AND_DISCARD),
             F.when(v.contains(CHECK_LINE), check_line)
             .when(v.contains(DISCARD_MARK), DISCARD)
+            .when(
+                v.contains(HALF_PROGRESS_MARK), F.when(stamped, HALF_PROGRESS).otherwise(UNSTAMPED)
+            )
             .otherwise(other),
         )
         .otherwise(other)
@@ -406,6 +419,7 @@ def stage2(window: str) -> list[Column]:
         F.when(header, None)
         .when(cls == DISCARD, _rx(RX_UNIQ))
         .when(cls == CHECK_SENT, _rx(RX_UNIQ_KEY))
+        .when(cls == HALF_PROGRESS, _rx(RX_MSG_OFFSET))
         .alias("msg0"),
         F.when(event, F.when(asc, _prefix_chars(1, n)).otherwise(_line_chars(1, n))).alias("win"),
         # seconds since the window's start: min/max of a small int keep Spark's hash
@@ -543,12 +557,16 @@ def stage3() -> list[Column]:
 
     kind = (
         F.when(cls.isin(OTHER, UNSTAMPED), cls)
-        .when(_c("win").isNull() | ((grp.isNull() | (grp == "")) & (cls != CHECK_SENT)), BAD)
+        .when(
+            _c("win").isNull()
+            | ((grp.isNull() | (grp == "")) & _not_in(cls, CHECK_SENT, HALF_PROGRESS)),
+            BAD,
+        )
         .when(
             ~_c("hdr"),
-            F.when(cls.isin(DISCARD, CHECK_SENT) & (msg.isNull() | (msg == "")), BAD).otherwise(
-                cls
-            ),
+            F.when(
+                cls.isin(DISCARD, CHECK_SENT, HALF_PROGRESS) & (msg.isNull() | (msg == "")), BAD
+            ).otherwise(cls),
         )
         .when(
             _any(
@@ -578,6 +596,7 @@ def stage3() -> list[Column]:
 def stage4() -> list[Column]:
     """Keep only the keys each kind needs, so the aggregate stays small."""
     from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+    from pyspark.sql.types import LongType  # noqa: PLC0415 - optional: the spark extra
 
     kind = _c("kind")
     kept = _not_in(kind, OTHER, UNSTAMPED)
@@ -590,6 +609,7 @@ def stage4() -> list[Column]:
         F.when(good, _c("ts")).alias("ts"),
         F.when(kind.isin(*MSG_KINDS), _c("msg")).alias("msg"),
         F.when(good, _c("v")).alias("v"),
+        F.when(kind == HALF_PROGRESS, _c("msg").cast(LongType())).alias("off"),
         # the file, not the broker: one hash key per row here, the broker name is derived from
         # the few distinct paths after the aggregation (no regex per line)
         F.input_file_name().alias("file"),

@@ -63,6 +63,23 @@ silence) cost. Timestamps have one-second resolution, so an event within the sam
 end is not counted: the figures are a lower bound."""
 
 
+LATE_RULE = """A transaction checked back before any end record of its own counts against its group.
+
+Its first check-back (a 5.x check-sent line, or the first check answer where none is logged) came
+before any first-phase COMMIT/ROLLBACK of it was logged: the producer had not ended it when the
+broker's transactionTimeOut ran out, whatever it answered later. On RocketMQ 5 this is the only
+trace of a local transaction slower than the first phase: a 5.x client sends nothing for an UNKNOW
+at send, logs nothing for a COMMIT, and its check answer is COMMIT. Counted per broker and msgId;
+a check within the same second as the end is not counted (a lower bound, as AFTER_END_RULES).
+A committed transaction that a misconfigured broker checked (its op record still in the batch) looks
+the same where first-phase COMMITs are not logged. So on a broker with that finding
+(``broker_findings``) only the late transactions answered COMMIT/ROLLBACK more than once count:
+such a broker checks a transaction committed at send about once (its op record, written at send,
+lands before the next pass), but one the producer ended only at its check again (that answer's op
+record comes one op batch later). Real 5.3.3 logs, transactionTimeOut 2000 < op batch 3000: 61 of
+64 slow transactions were answered COMMIT twice or more, 8 of 40 committed at send."""
+
+
 def build(
     totals: Iterable[Totals],
     by_address: Iterable[tuple[str, str, str, str, int]],
@@ -72,6 +89,9 @@ def build(
     tz: timezone,
     thresholds: Thresholds,
     after_end: Iterable[AfterEnd] | None = None,
+    late: dict[tuple[str, str], int] | None = None,
+    late_again: dict[tuple[str, str], int] | None = None,
+    half_messages: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Assemble the summary.
 
@@ -82,6 +102,10 @@ def build(
     ``histogram``: (group, broker, check-backs of one transaction, transactions, of them ever UNKNOW,
     5.x check-sent lines of those transactions); group None: check-sent lines whose transaction
     appears on no other line of that broker.
+    ``late``: per (group, broker), transactions checked back before any end record of their own
+    (``LATE_RULE``); ``late_again``: of them, those answered COMMIT/ROLLBACK more than once.
+    ``half_messages``: per broker, the half messages it took in over the logs, where its check
+    service logs its progress (RocketMQ 5: ``half_messages``).
     """
     kinds: dict[str, dict[str, defaultdict[str, int]]] = defaultdict(
         lambda: defaultdict(_empty_counts)
@@ -139,6 +163,7 @@ def build(
             e["caused"] += caused
             e["disc"] += disc
 
+    misconfigured = _misconfigured(ended, hist, thresholds)
     groups: dict[str, Any] = {}
     for grp in sorted(kinds):
         groups[grp] = _with_brokers(
@@ -153,6 +178,10 @@ def build(
             tz,
             thresholds,
             ended,
+            late or {},
+            half_messages or {},
+            misconfigured,
+            late_again or {},
         )
     flagged = sorted(
         (g for g, v in groups.items() if v["flagged"]), key=lambda g: _rank(groups[g], g)
@@ -169,6 +198,8 @@ def build(
         for b in sorted(broker_lines)
     }
     findings = broker_findings(groups, thresholds)
+    for b, info in brokers.items():
+        info["half_messages"] = (half_messages or {}).get(b)
     for b, info in brokers.items():
         info["finding"] = next((f["reason"] for f in findings if f["broker"] == b), None)
     return {
@@ -193,6 +224,51 @@ def build(
     }
 
 
+def half_messages(
+    progress: dict[str, tuple[int, int, int]], checks_sent: dict[str, int]
+) -> dict[str, int]:
+    """Per broker, the half messages it took in over the logs (RocketMQ 5).
+
+    ``progress``: per broker, the check service's passes seen and the least and greatest
+    ``msgOffset`` of the half queue they logged; ``checks_sent``: the broker's check-sent lines.
+    Every half message takes one offset, and so does every half message the check service puts
+    back before it sends a check-back, so the offsets' progress minus the check-backs sent is
+    the transactions begun (real 5.3.3 logs: 522 = 274 + 248, 143 = 80 + 63). A broker with fewer
+    than two passes, or a progress the check-backs do not explain, has none.
+    """
+    out: dict[str, int] = {}
+    for b, (passes, lo, hi) in progress.items():
+        n = hi - lo - checks_sent.get(b, 0)
+        if passes >= 2 and n > 0:
+            out[b] = n
+    return out
+
+
+def _ended_checked_trips(n: int, checked: int, t: Thresholds) -> bool:
+    """A broker checked enough ended transactions to be a finding (``broker_findings``)."""
+    if t.max_ended_checked is None or n <= t.max_ended_checked:
+        return False
+    return n > t.max_ended_checked_share * checked
+
+
+def _misconfigured(
+    ended: dict[tuple[str, str], dict[str, Any]] | None,
+    hist: dict[tuple[str, str], dict[int, int]],
+    t: Thresholds,
+) -> frozenset[str]:
+    """Brokers that get a finding: a transaction they checked before any end record of its own
+    may have ended (a COMMIT at send is not logged), so ``LATE_RULE`` does not judge there."""
+    if ended is None:
+        return frozenset()
+    n: dict[str, int] = defaultdict(int)
+    checked: dict[str, int] = defaultdict(int)
+    for (_g, b), e in ended.items():
+        n[b] += e["at_send"] + e["again"]
+    for (_g, b), h in hist.items():
+        checked[b] += sum(h.values())
+    return frozenset(b for b in n if _ended_checked_trips(n[b], checked[b], t))
+
+
 def _empty_after_end() -> dict[str, Any]:
     return {"own_hist": {}, "at_send": 0, "again": 0, "caused": 0, "disc": 0}
 
@@ -207,8 +283,10 @@ def broker_findings(groups: dict[str, Any], t: Thresholds) -> list[dict[str, Any
     if t.max_ended_checked is None:
         return []
     per: dict[str, dict[str, Any]] = {}
+    checked: dict[str, int] = defaultdict(int)
     for name, g in groups.items():
         for b, e in g["brokers"].items():
+            checked[b] += e["checked_transactions"]
             n = e["ended_checked_at_send"] + e["ended_checked_again"]
             if not n and not e["broker_caused_discards"]:
                 continue
@@ -233,7 +311,7 @@ def broker_findings(groups: dict[str, Any], t: Thresholds) -> list[dict[str, Any
     out = []
     for b in sorted(per):
         f = per[b]
-        if f["transactions"] <= t.max_ended_checked:
+        if not _ended_checked_trips(f["transactions"], checked[b], t):
             continue
         f["setting"] = "transactionTimeOut < transactionOpBatchInterval"
         f["reason"] = (
@@ -297,6 +375,11 @@ BROKER_FIELDS = (
     "check_send_failed",
     "undelivered_checks",
     "unknown_per_minute",
+    "checked_before_end",
+    "checked_transactions",
+    "undecided",
+    "undecided_share_of_broker",
+    "half_messages",
     "ended_checked_at_send",
     "ended_checked_again",
     "broker_caused_checks",
@@ -320,8 +403,19 @@ def _with_brokers(
     tz: timezone,
     t: Thresholds,
     ended: dict[tuple[str, str], dict[str, Any]] | None = None,
+    late: dict[tuple[str, str], int] | None = None,
+    half_messages: dict[str, int] | None = None,
+    misconfigured: frozenset[str] = frozenset(),
+    late_again: dict[tuple[str, str], int] | None = None,
 ) -> dict[str, Any]:
     """The group over all brokers, plus the same figures and rules per broker."""
+    late = late or {}
+    again = late_again or {}
+
+    def judged(b: str) -> int:  # LATE_RULE: on a broker with a finding, only the late-again
+        return again.get((grp, b), 0) if b in misconfigured else late.get((grp, b), 0)
+
+    half = half_messages or {}
     total: defaultdict[str, int] = defaultdict(int)
     span: list[str] | None = None
     ghist: dict[int, int] = defaultdict(int)
@@ -344,7 +438,20 @@ def _with_brokers(
                 g_ended[k] += ae[k]
             for own, ntx in ae["own_hist"].items():
                 g_ended["own_hist"][own] = g_ended["own_hist"].get(own, 0) + ntx
-        e = _group(c, s, {}, h, unknown_tx.get((grp, b), 0), window, tz, t, ended=ae)
+        e = _group(
+            c,
+            s,
+            {},
+            h,
+            unknown_tx.get((grp, b), 0),
+            window,
+            tz,
+            t,
+            ended=ae,
+            late=late.get((grp, b), 0),
+            judged_late=judged(b),
+            half_messages=half.get(b),
+        )
         no_channel += e["no_channel"]
         e["formats"] = dict(sorted(formats.get(b, {}).items()))
         each[b] = {k: e[k] for k in BROKER_FIELDS}
@@ -364,6 +471,11 @@ def _with_brokers(
         t,
         no_channel=no_channel,
         ended=None if ended is None else g_ended,
+        late=sum(late.get((grp, b), 0) for b in per_broker),
+        judged_late=sum(judged(b) for b in per_broker),
+        half_messages=sum(half[b] for b in per_broker if b in half)
+        if all(b in half for b in per_broker)
+        else None,
     )
     g["formats"] = dict(sorted(fmts.items()))
     g["brokers"] = each
@@ -396,10 +508,19 @@ def _group(
     t: Thresholds,
     no_channel: int | None = None,
     ended: dict[str, Any] | None = None,
+    late: int = 0,
+    judged_late: int | None = None,
+    half_messages: int | None = None,
 ) -> dict[str, Any]:
     commits_visible = any(c[k] for k in P.DEBUG_KINDS)
     unknown, rollback = c[P.FIRST_UNKNOWN], c[P.FIRST_ROLLBACK]
     commit = c[P.FIRST_COMMIT] if commits_visible else None
+    if judged_late is None:
+        judged_late = late
+    # UNKNOW transactions: first-phase answers, or (5.x gRPC clients send nothing for an UNKNOW
+    # at send) transactions answered UNKNOW at a check or checked back before any end record of
+    # their own (LATE_RULE; not on a broker that checks ended transactions: broker_findings)
+    undecided = max(unknown, unknown_tx, judged_late)
     transactions = unknown + rollback + commit if commit is not None else None
     checks = sum(c[k] for k in P.CHECK_KINDS)
     checked = sum(hist.values())
@@ -441,9 +562,9 @@ def _group(
         "first_seen": first,
         "last_seen": last,
         "active_minutes": round(active, 2),
-        # UNKNOW transactions: first-phase answers, or (5.x gRPC clients send nothing for an
-        # UNKNOW at send) transactions answered UNKNOW at a check
-        "unknown_per_minute": (max(unknown, unknown_tx) / active) if active else 0.0,
+        "checked_before_end": late,
+        "half_messages": half_messages,
+        "unknown_per_minute": (undecided / active) if active else 0.0,
         "addresses": {a: _addr_entry(addrs[a]) for a in sorted(addrs)},
     }
     # checks and discards of transactions that had already ended are the broker's doing
@@ -458,6 +579,10 @@ def _group(
         sum(k * n for k, n in own.items()) / own_checked if own_checked else None
     )
     g["own_max_checks_per_transaction"] = max(own) if own else 0
+    g["undecided"] = undecided
+    g["undecided_share_of_broker"] = (
+        undecided / half_messages if commit is None and half_messages else None
+    )
     g["reasons"] = evaluate(g, t)
     g["flagged"] = bool(g["reasons"])
     return g
