@@ -87,6 +87,13 @@ KEEP_SESSION = "txmsg_health: keep the session"
     "they had ended (transactionTimeOut < transactionOpBatchInterval); negative turns it off.",
 )
 @click.option(
+    "--max-ended-checked-share",
+    type=float,
+    default=_D.max_ended_checked_share,
+    show_default=True,
+    help="...and above this share of the transactions the broker checked back.",
+)
+@click.option(
     "--parquet-uri", default=None, help="Write the Parquet table to this URI instead of --out."
 )
 @click.option(
@@ -126,6 +133,7 @@ def health(
     max_checks_per_transaction: float,
     max_undelivered_checks: int,
     max_ended_checked: int,
+    max_ended_checked_share: float,
     parquet_uri: str | None,
     broker_regex: str | None,
     no_dashboard: bool,
@@ -158,6 +166,7 @@ def health(
                 if max_undelivered_checks < 0
                 else max_undelivered_checks,
                 max_ended_checked=None if max_ended_checked < 0 else max_ended_checked,
+                max_ended_checked_share=max_ended_checked_share,
             ),
             dashboard=not no_dashboard,
             parquet_uri=parquet_uri,

@@ -480,10 +480,11 @@ def spark_failure(exc: BaseException) -> str | None:
             "driver also runs the tasks), or spark-submit --driver-memory 4g; on a cluster "
             "raise spark.executor.memory too"
         )
-    if "maxResultSize" in text:
+    if "maxResultSize" in text or "TaskResultLost" in text:
+        # a result over the cap is dropped; which of the two messages comes first is a race
         return (
-            "the results sent to the driver exceed spark.driver.maxResultSize: raise it with "
-            "--conf spark.driver.maxResultSize=1g"
+            "the results sent to the driver exceed spark.driver.maxResultSize (or were dropped "
+            "for it): raise it with --conf spark.driver.maxResultSize=1g"
         )
     return None
 

@@ -178,3 +178,50 @@ def test_job_module_help_is_the_commands(capsys: pytest.CaptureFixture[str]) -> 
     expected = CliRunner().invoke(health, ["--help"], prog_name="txmsg_health.job").output
     assert own.split() == expected.split()  # the same text, wrapped to either terminal's width
     assert "--master" in own
+
+
+def test_a_spark_failure_a_setting_fixes_is_one_line_naming_it() -> None:
+    """An out-of-memory JVM (its error, or the refused connection once it has exited) and an
+    oversize result each end in one line naming the setting to raise; other errors pass through."""
+    oom = job.spark_failure(
+        RuntimeError("An error occurred ... java.lang.OutOfMemoryError: Java heap space")
+    )
+    assert oom is not None
+    assert "spark.driver.memory" in oom
+    assert "\n" not in oom
+    gone = job.spark_failure(ConnectionRefusedError(111, "Connection refused"))
+    assert gone is not None
+    assert "exited" in gone
+    big = job.spark_failure(
+        RuntimeError(
+            "Total size of serialized results of 2 tasks (16.8 MiB) is bigger than spark.driver.maxResultSize (16.0 MiB)"
+        )
+    )
+    assert big is not None
+    assert "spark.driver.maxResultSize" in big
+    assert job.spark_failure(ValueError("something else")) is None
+
+
+def test_an_oversize_result_ends_in_one_line(tmp_path: Path, real_logs: Path) -> None:
+    """A real Spark failure through the command line: results capped below what the job needs
+    give the one line and exit 1, no traceback."""
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("txmsg")),
+            "health",
+            str(real_logs / "debug"),
+            "--out",
+            str(out),
+            "--no-dashboard",
+            "--conf",
+            "spark.driver.maxResultSize=2k",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert "spark.driver.maxResultSize" in last

@@ -104,7 +104,9 @@ def main() -> None:
         producers[topic] = p
     plans = {t: plan(t) for t in producers}
     schedule = sorted(
-        (i * DURATION_S / COUNT[topic], topic, i) for topic in producers for i in range(COUNT[topic])
+        (i * DURATION_S / COUNT[topic], topic, i)
+        for topic in producers
+        for i in range(COUNT[topic])
     )
     started = time.time()
     for at, topic, i in schedule:
@@ -177,7 +179,13 @@ def main() -> None:
         }
     with open(out, "w") as f:
         json.dump(truth, f, indent=1, sort_keys=True)
-    print("duration", round(sent - started, 1), "s sending,", round(time.time() - started, 1), "s in all")
+    print(
+        "duration",
+        round(sent - started, 1),
+        "s sending,",
+        round(time.time() - started, 1),
+        "s in all",
+    )
     for topic, t in truth["topics"].items():
         print(topic, {k: v for k, v in t.items() if k != "by_msg_id"})
 
