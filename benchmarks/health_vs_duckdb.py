@@ -1,6 +1,7 @@
 """The Spark health job vs the same analysis in DuckDB, on one generated broker log.
 
     python -m benchmarks.health_vs_duckdb [--lines 10000000] [--master local[*]] [--runs 2]
+    python -m benchmarks.health_vs_duckdb --scaling
 
 Why this comparison: on one machine Spark is the most expensive way to scan a log
 (``docs/rocketmq-facts.md``), so the job is measured against what a user
@@ -260,6 +261,87 @@ def _timed_process(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def _tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and every process below it (the driver JVM included)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(d))
+        rss[int(d)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def _measured(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MB of the whole process tree (sampled every 0.2 s)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    while p.poll() is None:
+        peak = max(peak, _tree_rss(p.pid))
+        time.sleep(0.2)
+    seconds = time.perf_counter() - t0
+    out, err = p.communicate()
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-3000:]}")
+    print(f"  {out.strip()[-160:]}", flush=True)
+    return seconds, peak / 2**20
+
+
+def scaling(data_dir: str, seed: int) -> int:
+    """Issue 35's scaling run: the job's cost per million lines and its peak memory at 2 M,
+    10 M and 50 M lines, each a fresh process at Spark's defaults (driver 1 GB, local[*]).
+
+    ``lines_*_s`` are the job's own seconds (``summary.json``: from reading the input to the last
+    output, the JVM's start-up excluded, which is the same ~5 s whatever the input); the whole
+    process is printed beside them. Peak memory is the process tree's: Python and the driver JVM.
+    """
+    two, _ = ensure_log(data_dir, 2_000_000, seed)
+    ten, _ = ensure_log(data_dir, 10_000_000, seed)
+    fifty = os.path.join(data_dir, f"brokers_50000000_{seed}")
+    for i in range(5):  # five brokers, each the 10 M-line log (hard links: no extra disk)
+        d = os.path.join(fifty, f"broker-{'abcde'[i]}")
+        os.makedirs(d, exist_ok=True)
+        target = os.path.join(d, "transaction.log")
+        if not os.path.exists(target):
+            os.link(ten, target)
+    runs = {"2m": (two, 2), "10m": (ten, 10), "50m": (fifty, 50)}
+    secs: dict[str, float] = {}
+    rss: dict[str, float] = {}
+    for name, (path, _millions) in runs.items():
+        out = tempfile.mkdtemp(prefix=f"health-scale-{name}-")
+        cmd = [sys.executable, "-m", "txmsg_health.job", path, "--out", out, "--no-dashboard"]
+        process_s, rss[name] = _measured(cmd)
+        with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+            secs[name] = float(json.load(f)["seconds"])  # the job, after the JVM's start-up
+        print(
+            f"{name}: job {secs[name]:.1f}s, whole process {process_s:.1f}s, "
+            f"peak {rss[name]:.0f} MB",
+            flush=True,
+        )
+    per_m = {k: secs[k] / m for k, (_, m) in runs.items()}
+    spread = max(per_m.values()) / min(per_m.values())
+    rss_spread = max(rss.values()) / min(rss.values())
+    print(
+        f"RESULT health_scaling lines_2m_s={secs['2m']:.1f} lines_10m_s={secs['10m']:.1f} "
+        f"lines_50m_s={secs['50m']:.1f} rss_2m_mb={rss['2m']:.0f} rss_10m_mb={rss['10m']:.0f} "
+        f"rss_50m_mb={rss['50m']:.0f} s_per_m_spread={spread:.2f} rss_spread={rss_spread:.2f}",
+        flush=True,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="health_vs_duckdb", description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=10_000_000)
@@ -268,10 +350,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--runs", type=int, default=2, help="best of N for the in-process timings")
     ap.add_argument("--duckdb-only", metavar="PATH", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--scaling",
+        action="store_true",
+        help="instead: the job as a whole process on 2 M, 10 M and 50 M lines (the last five "
+        "brokers' logs of 10 M lines each), default Spark settings: seconds and peak memory",
+    )
     a = ap.parse_args(argv)
     if a.duckdb_only:  # the DuckDB whole-process measurement runs this in a fresh interpreter
         run_duckdb(a.duckdb_only)
         return 0
+    if a.scaling:
+        return scaling(a.data_dir, a.seed)
 
     path, man = ensure_log(a.data_dir, a.lines, a.seed)
     size_gb = os.path.getsize(path) / 1e9

@@ -265,3 +265,46 @@ def test_grpc_check_backs_are_answered_before_advance_returns(txmsg_grpc_broker,
         report = txmsg_grpc_broker.advance(40)
         assert (report.check_backs, report.unanswered, checked) == (1, (), [1])
         assert txmsg_grpc_broker.advance(60).check_backs == 0  # rolled back: never again
+
+
+def test_a_5x_check_pass_logs_how_far_it_got(txmsg_broker_factory):
+    """5.3.3 writes ``After check, MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC, ...] msgOffset=N``
+    after each pass (4.9.8 does not). ``msgOffset`` moves one per half message and one per half
+    message put back for a check-back, so its progress minus the check-backs sent is the
+    transactions begun: what the health job counts a 5.x broker's transactions by (real 5.3.3
+    logs: 522 - 248 = 274). Here: 5 transactions, checked until the maximum (the test timings'
+    op batch outlasts transactionTimeOut, so the committed ones are checked too, as on a real 5.x
+    broker so configured: the count does not matter, the identity does)."""
+    broker = txmsg_broker_factory(
+        broker_version="5.3.3", log_format=5, check_max=3, manual_clock=True
+    )
+    marker = "After check, MessageQueue [topic=RMQ_SYS_TRANS_HALF_TOPIC"
+
+    def after_lines() -> list[str]:
+        log = read_log(broker.log_dir, "transaction.log")
+        return [ln for ln in log.splitlines() if marker in ln]
+
+    for _ in range(120):  # a first pass over the empty queue, as on a broker started earlier
+        if after_lines():
+            break
+        broker.advance(1)
+    topic = unique("ClockAfter")
+    create_topic(broker.namesrv_addr, topic)
+    with Clients(broker.namesrv_addr) as clients:
+        producer = clients.transaction_producer(unique("ClockPG"), lambda m: U)
+        for key, state in (("C1", C), ("C2", C), ("R1", R), ("U1", U), ("U2", U)):
+            producer.send_message_in_transaction(tx_message(topic, key), lambda m, a, s=state: s)
+        clients.heartbeat(producer)
+        sent = 0
+        for _ in range(240):  # one second at a time until both are discarded
+            sent += broker.advance(1).check_backs
+            if read_log(broker.log_dir).count("checked too many times") >= 5:
+                break
+        broker.advance(60)  # a pass after the last re-put
+    after = after_lines()
+    offsets = [int(ln.split(" msgOffset=")[1].split(" ", 1)[0]) for ln in after]
+    checks = read_log(broker.log_dir).count("Check transaction. real_topic=")
+    assert checks == sent > 0
+    assert offsets[0] == 0
+    assert offsets == sorted(offsets)
+    assert offsets[-1] - offsets[0] - checks == 5
