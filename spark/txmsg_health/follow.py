@@ -222,9 +222,32 @@ class Follower:
                 "(spark/) is not; delete the whole directory to start over"
             )
         os.makedirs(self.state_dir, exist_ok=True)
+        self._check_state_columns()
         self.tailer = Tailer(self.roots, self.ckpt)
         self.stopping = False
         self.batches = 0
+
+    def _check_state_columns(self) -> None:
+        """Refuse a state written by an earlier version of the job (other columns): merging a
+        batch into it would fail inside the live query with a Spark traceback."""
+        version = self._meta()["version"]
+        if not version:
+            return
+        import pyarrow.dataset as ds  # noqa: PLC0415 - the spark extra
+
+        try:
+            have = set(
+                ds.dataset(os.path.join(self.state_dir, version), format="parquet").schema.names
+            )
+        except (OSError, ValueError):  # pyarrow.ArrowInvalid is a ValueError
+            have = set()
+        missing = sorted({*R.KEYS, *R.MERGES} - have)
+        if missing:
+            raise HealthInputError(
+                f"{self.ckpt}: its state was written by an earlier txmsg health (no "
+                f"{', '.join(missing[:4])}{'...' if len(missing) > 4 else ''}); delete the "
+                "checkpoint directory to start over from the logs"
+            )
 
     def _meta(self) -> dict[str, Any]:
         if not os.path.exists(self.meta_path):

@@ -468,7 +468,8 @@ def spark_failure(exc: BaseException) -> str | None:
     connection once the JVM has exited), which names neither the cause nor the fix.
     """
     text = f"{type(exc).__name__}: {exc}"
-    gone = isinstance(exc, ConnectionError) or "Py4JNetworkError" in text
+    # the Py4J gateway refused: the JVM behind it has exited
+    gone = isinstance(exc, ConnectionRefusedError) or "Py4JNetworkError" in text
     if "OutOfMemoryError" in text or gone:
         what = (
             "the Spark JVM ran out of memory"

@@ -609,7 +609,8 @@ def stage4() -> list[Column]:
         F.when(good, _c("ts")).alias("ts"),
         F.when(kind.isin(*MSG_KINDS), _c("msg")).alias("msg"),
         F.when(good, _c("v")).alias("v"),
-        F.when(kind == HALF_PROGRESS, _c("msg").cast(LongType())).alias("off"),
+        # try_cast: a malformed or huge offset gives NULL, not an error (ANSI casts raise)
+        F.when(kind == HALF_PROGRESS, _c("msg").try_cast(LongType())).alias("off"),
         # the file, not the broker: one hash key per row here, the broker name is derived from
         # the few distinct paths after the aggregation (no regex per line)
         F.input_file_name().alias("file"),

@@ -86,7 +86,7 @@ def aggregate(lines: DataFrame, broker: Column) -> DataFrame:
     tx = msg.isNotNull()
     stamp = F.when(
         tx & ts.isNotNull(),
-        F.translate(F.col("win"), "- :", "").cast(LongType()) * STAMP_SCALE + ts,
+        F.translate(F.col("win"), "- :", "").try_cast(LongType()) * STAMP_SCALE + ts,
     )
 
     def count_of(*kinds: str) -> Column:
@@ -191,7 +191,7 @@ def result(agg: DataFrame) -> DataFrame:
     # ... and answered COMMIT/ROLLBACK more than once: on a broker that checks ended transactions
     # (summary.LATE_RULE) the sign that the producer, not the broker, was late
     late2 = late & (c_("k") >= 2)
-    win_digits = F.translate(c_("win"), "- :", "").cast(LongType()) * STAMP_SCALE
+    win_digits = F.translate(c_("win"), "- :", "").try_cast(LongType()) * STAMP_SCALE
 
     def on_tx(col: Column) -> Column:
         return F.when(tx, col.cast(LongType()))

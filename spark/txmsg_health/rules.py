@@ -63,17 +63,18 @@ def evaluate(g: dict[str, Any], t: Thresholds) -> list[str]:
                 f"unknown_share: {share:.1%} of {first} transactions were UNKNOW at send "
                 f"(limit {t.max_unknown_share:.1%})"
             )
-    elif g.get("undecided_share_of_broker") is not None:
-        half, broker_share = g["half_messages"], g["undecided_share_of_broker"]
-        if half >= t.min_transactions and broker_share > t.max_unknown_share:
-            reasons.append(
-                f"unknown_share: {g['undecided']} of the {half} transactions its brokers took in "
-                f"({broker_share:.1%}) were UNKNOW at send or checked back before they ended; "
-                "first-phase answers are not logged on RocketMQ 5, so the brokers' half messages "
-                f"are the base: a lower bound where groups share a broker "
-                f"(limit {t.max_unknown_share:.1%})"
-            )
     else:
+        broker_share = g.get("undecided_share_of_broker")
+        if broker_share is not None:
+            half = g["half_messages"]
+            if half >= t.min_transactions and broker_share > t.max_unknown_share:
+                reasons.append(
+                    f"unknown_share: {g['undecided']} of the {half} transactions its brokers took "
+                    f"in ({broker_share:.1%}) were UNKNOW at send or checked back before they "
+                    "ended; first-phase answers are not logged on RocketMQ 5, so the brokers' half "
+                    "messages are the base: a lower bound where groups share a broker "
+                    f"(limit {t.max_unknown_share:.1%})"
+                )
         rate = g.get("unknown_per_minute") or 0.0
         if rate > t.max_unknown_per_minute:
             reasons.append(

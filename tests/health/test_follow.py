@@ -207,3 +207,33 @@ def test_tailer_stages_complete_lines_once_through_rotation_and_a_lost_offsets_f
         [b"line 1", b"line 2", b"line 3", b"line 4", b"new 1"]
     )
     assert sorted(t.sources().values()) == [str(live), str(live)]
+
+
+def test_a_checkpoint_of_an_earlier_version_is_refused_with_what_to_do(
+    spark: object, tmp_path: Path
+) -> None:
+    """A state written before issue 35 (line rows only, no transaction columns) cannot take a
+    merge: the follower refuses it at start, in one sentence, instead of failing in the query."""
+    import pyarrow as pa  # noqa: PLC0415 - the spark extra
+    import pyarrow.parquet as pq  # noqa: PLC0415 - the spark extra
+
+    logs = tmp_path / "logs" / "broker-a"
+    logs.mkdir(parents=True)
+    (logs / "transaction.log").write_text("")
+    ckpt = tmp_path / "ckpt"
+    old = ckpt / "state" / "v00000003"
+    old.mkdir(parents=True)
+    (ckpt / "spark").mkdir()
+    columns = ("kind", "grp", "addr", "win", "msg", "v", "file", "n", "tmin", "tmax")
+    pq.write_table(
+        pa.table({c: pa.array([], pa.string()) for c in columns}), old / "part-0.parquet"
+    )
+    (ckpt / "state.json").write_text(
+        json.dumps({"batch": 3, "version": "v00000003", "flagged": {}})
+    )
+    cfg = follow.FollowConfig(
+        job.JobConfig(inputs=[str(tmp_path / "logs")], out=str(tmp_path / "out")),
+        checkpoint=str(ckpt),
+    )
+    with pytest.raises(follow.HealthInputError, match="delete the checkpoint directory"):
+        follow.Follower(spark, cfg)  # type: ignore[arg-type]

@@ -65,7 +65,9 @@ TOPICS = {STUCK: "h5-stuck-topic", HEALTHY: "h5-healthy-topic"}
 """Fixed names (each run has a broker of its own): the key of a group in the gRPC logs."""
 STUCK_SENDS = 4
 HEALTHY_ROWS = {
-    **{f"c{i}": S.COMMIT for i in range(10)},
+    # 2 UNKNOW in 24 (8 %): under the 10 % share a 5.x broker's half messages now give the job
+    # (summary.LATE_RULE; 2 in 14 was 14 %, an UNKNOW-heavy group by that measure)
+    **{f"c{i}": S.COMMIT for i in range(20)},
     "r0": S.ROLLBACK,
     "r1": S.ROLLBACK,
     "u0": S.UNKNOW,
