@@ -160,3 +160,23 @@ def test_stamps_order_like_time_within_a_window_length(window: str) -> None:
         int("".join(c for c in k if c.isdigit())) * R.STAMP_SCALE + s for k in keys for s in secs
     ]
     assert stamps == sorted(stamps)
+
+
+def test_a_line_with_a_mangled_timestamp_is_counted_not_fatal(spark: Any, tmp_path: Path) -> None:
+    """A line shaped like a timestamp but not one (anonymised, corrupted) that carries a
+    transaction mark: its window key is not digits, and an ANSI cast of it would end the job; it
+    is counted, the rest of the log analysed."""
+    good = (
+        "2026-11-22 18:12:04 WARN EndTransactionThread_1 - The producer[10.0.0.5:53211] end "
+        "transaction in sending message,  and it's pending status.RequestHeader: "
+        "EndTransactionRequestHeader{producerGroup='pg_a', tranStateTableOffset=1, "
+        "commitLogOffset=2, commitOrRollback=0, fromTransactionCheck=false, msgId='AB01', "
+        "transactionId='AB01'} Remark: null"
+    )
+    mangled = "XXXX" + good[4:].replace("AB01", "AB02")
+    d = tmp_path / "broker-a"
+    d.mkdir()
+    (d / "transaction.log").write_text(f"{good}\n{mangled}\n")
+    s = job.run(spark, job.JobConfig(inputs=[str(d)], out=str(tmp_path / "out"))).summary
+    assert s["lines"]["total"] == 2
+    assert s["groups"]["pg_a"]["unknown"] >= 1
