@@ -42,7 +42,7 @@ def test_the_result_does_not_grow_with_transactions(
     a few rows per group and broker, whatever the number of transactions."""
     logs, _ = generated
     agg = _aggregate(spark, [str(logs)])
-    transactions = agg.where("msg IS NOT NULL").count()
+    transactions = agg.where("mh IS NOT NULL").count()
     totals, windows, tx = arrow_outputs.split(R.result(agg).toArrow())
     per_group_broker = len({(r["gh"], r["txb"]) for r in tx.to_pylist()})
     assert transactions > 20 * tx.num_rows, (transactions, tx.num_rows)
