@@ -37,15 +37,14 @@ if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from txmsg_health import arrow_outputs as A
-from txmsg_health import brokers, loopback, output, startup, summary
+from txmsg_health import brokers, loopback, output, startup, summary, windows_out
 from txmsg_health import patterns as P
 from txmsg_health import reduce as R
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
-from txmsg_health.windows_out import SORT_KEYS, local_path, rows_in, write_local
+from txmsg_health.windows_out import rows_in
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
@@ -400,7 +399,7 @@ def _outputs(
     result["parquet"] = _parquet(cfg)
     t = time.perf_counter()
     os.makedirs(cfg.out, exist_ok=True)
-    window_table = _write_windows(
+    window_table = windows_out.write(
         agg.sparkSession, A.windows(win, cfg.window, cfg.tz), _parquet(cfg)
     )
     timings["windows"] = time.perf_counter() - t
@@ -409,16 +408,6 @@ def _outputs(
     timings["series"] = time.perf_counter() - t
     result["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return result, series
-
-
-def _write_windows(spark: SparkSession, table: pa.Table, uri: str) -> pa.Table:
-    """Write the window table where the driver can (pyarrow), else with Spark's writer; sorted."""
-    destination = local_path(spark, uri)
-    if destination is not None:
-        return write_local(table, destination)
-    table = table.sort_by([(k, "ascending") for k in SORT_KEYS])
-    spark.createDataFrame(table).coalesce(1).write.mode("overwrite").parquet(uri)
-    return table
 
 
 def _empty_input(cfg: JobConfig) -> HealthInputError:

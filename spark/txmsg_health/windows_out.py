@@ -7,7 +7,8 @@ fresh process, where it loads and warms up the writer, the output committer and 
 Arrow and writing it with pyarrow; docs/health.md, round 4). So where the driver can write the
 destination itself (local mode, a local path, Hadoop's default file system local too) the table
 comes to the driver as Arrow and pyarrow writes it; anywhere else (``hdfs://``, ``s3a://``, a
-cluster whose executors write where the driver cannot) Spark's writer does, as before. Both
+cluster whose executors write where the driver cannot) Spark's writer does, from the same
+Arrow table the driver already holds (``write``). Both
 leave the same layout: a directory with one sorted part file and ``_SUCCESS``.
 """
 
@@ -16,13 +17,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 SORT_KEYS = ("group", "broker", "window_start")
 
@@ -42,45 +42,16 @@ def local_path(spark: SparkSession, uri: str) -> str | None:
     return os.path.abspath(uri) if str(default_fs).startswith("file:") else None
 
 
-class WindowsWriter:
-    """Writes the window table once and answers the dashboard's query from what it wrote."""
-
-    def __init__(self, wt: DataFrame, uri: str) -> None:
-        self._wt = wt
-        self._uri = uri
-        self._local = local_path(wt.sparkSession, uri)
-        self._table: pa.Table | None = None
-        if self._local is None:
-            self._wt = wt.persist()  # read again for the dashboard's rows
-
-    def write(self) -> float:
-        """Write the table; returns the seconds taken (the job's ``windows`` timing)."""
-        t = time.perf_counter()
-        if self._local is None:
-            # a global orderBy would cost an extra sampling job
-            (
-                self._wt.coalesce(1)
-                .sortWithinPartitions(*SORT_KEYS)
-                .write.mode("overwrite")
-                .parquet(self._uri)
-            )
-        else:
-            self._table = write_local(self._wt.toArrow(), self._local)
-        return time.perf_counter() - t
-
-    def rows_of(self, groups: list[str]) -> list[dict[str, Any]]:
-        """The rows of ``groups`` (call after ``write``), as dicts."""
-        if not groups:
-            return []
-        if self._table is not None:
-            return rows_in(self._table, groups)
-        from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
-
-        return [r.asDict() for r in self._wt.where(F.col("group").isin(*groups)).collect()]
-
-    def close(self) -> None:
-        if self._local is None:
-            self._wt.unpersist()
+def write(spark: SparkSession, table: pa.Table, uri: str) -> pa.Table:
+    """Write the window table to ``uri``, sorted: pyarrow where the driver can write it
+    (``local_path``), else Spark's writer; returns the table sorted as written."""
+    destination = local_path(spark, uri)
+    if destination is not None:
+        return write_local(table, destination)
+    table = table.sort_by([(k, "ascending") for k in SORT_KEYS])
+    # one part file, as the driver's writer leaves; the rows keep the table's order
+    spark.createDataFrame(table).coalesce(1).write.mode("overwrite").parquet(uri)
+    return table
 
 
 def write_local(table: pa.Table, path: str) -> pa.Table:

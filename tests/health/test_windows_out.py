@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from txmsg_health import windows_out
-from txmsg_health.windows_out import WindowsWriter, local_path
+from txmsg_health.windows_out import local_path, rows_in
 
 UTC = dt.UTC
 
@@ -25,13 +25,9 @@ def _table(spark: Any) -> Any:
     )
 
 
-def _write(spark: Any, uri: str) -> tuple[float, list[dict[str, Any]]]:
-    w = WindowsWriter(_table(spark), uri)
-    try:
-        seconds = w.write()
-        return seconds, w.rows_of(["g1"])
-    finally:
-        w.close()
+def _write(spark: Any, uri: str) -> tuple[None, list[dict[str, Any]]]:
+    written = windows_out.write(spark, _table(spark).toArrow(), uri)
+    return None, rows_in(written, ["g1"])
 
 
 def test_local_destinations_are_written_by_the_driver(spark: Any, tmp_path: Path) -> None:
