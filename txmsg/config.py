@@ -35,19 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from txmsg.defaults import MAX_CHECK_CONCURRENCY
 from txmsg.errors import ConfigError
-from txmsg.executor import (
-    REMOVED_SETTINGS,
-    ExecutorConfig,
-    RejectionPolicy,
-    RemovedSettingError,
-    parse_rejection,
-    refuse_removed,
-    removed_setting_message,
-)
+from txmsg.executor import ExecutorConfig, RejectionPolicy, parse_rejection
 from txmsg.settings import BackendSettings, Settings, raw_errors, settings_models
 
 ConsumeFrom = Literal["first", "last"]
@@ -76,11 +68,6 @@ class ListenerSettings(_Section):
     """Check-backs of the group that run at once = executor threads = client instances."""
     queue_capacity: int | None = Field(default=None, ge=0)
     rejection: RejectionPolicy | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed_keys(cls, data: Any) -> Any:
-        return refuse_removed(data)
 
     @field_validator("rejection", mode="before")
     @classmethod
@@ -124,11 +111,6 @@ class TxMsgConfig(_Section):
     listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
     consumers: dict[str, ConsumerSettings] = Field(default_factory=dict)
     sqlalchemy: SqlAlchemySettings = Field(default_factory=SqlAlchemySettings)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed_keys(cls, data: Any) -> Any:
-        return refuse_removed(data)  # max_instances_per_group
 
     def __init__(self, /, **data: Any) -> None:
         super().__init__(**data)
@@ -276,10 +258,6 @@ def _env_overrides(
         if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV:
             continue
         path = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
-        if path[0] in REMOVED_SETTINGS:
-            raise ConfigError(
-                f"environment variable {name}: {removed_setting_message(path[0])}", key=name
-            )
         if path[0] not in fields:
             close = difflib.get_close_matches(path[0].upper(), flat_names, n=1, cutoff=0.85)
             if close:
@@ -315,13 +293,6 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 def _error_from(exc: ValidationError, sources: ConfigSources | None) -> ConfigError:
     sources = sources or ConfigSources()
-    for err in exc.errors():  # a setting txmsg 1.0 removed: say what replaces it
-        removed = (err.get("ctx") or {}).get("error")
-        if isinstance(removed, RemovedSettingError):
-            key = ".".join([*(str(p) for p in err["loc"]), removed.names[0]])
-            origin = sources.keys.get(key)
-            where = f" (from {origin})" if origin else ""
-            return ConfigError(f"config key {key!r}{where}: {removed}", key=key)
     first = exc.errors()[0]
     key = ".".join(str(p) for p in first["loc"])
     origin = sources.keys.get(key)

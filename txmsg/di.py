@@ -30,24 +30,21 @@ The groups bound are those the app has when the injector is built: declare liste
 (``@app.transactional_listener``), ``app.add_producer`` and ``app.include(registry)`` first.
 Producers are looked up when injected, so the injector may be built before ``app.start()``;
 resolve services after it (before, injection raises :class:`~txmsg.NotStartedError`; for a group
-the app does not have, :class:`~txmsg.UnknownGroupError`).  A plain group injected under a
-``TransactionalProducer`` key (as the docs did when the two names were one class) still gets
-its plain producer, with a ``DeprecationWarning``: declare it as ``Producer``.
+the app does not have, or a plain group under a ``TransactionalProducer`` key,
+:class:`~txmsg.UnknownGroupError`).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import injector
 
 from txmsg.aio.producer import AsyncProducer
 from txmsg.app import TxMsg
 from txmsg.config import TxMsgConfig
-from txmsg.errors import UnknownGroupError
 from txmsg.producer import Producer, TransactionalProducer
 
 
@@ -107,28 +104,4 @@ def _group_provider(app: TxMsg, group: str) -> injector.CallableProvider[Produce
 def _transactional_provider(
     app: TxMsg, group: str | None
 ) -> injector.CallableProvider[TransactionalProducer]:
-    return injector.CallableProvider(lambda: _transactional_or_plain(app, group))
-
-
-def _transactional_or_plain(app: TxMsg, group: str | None) -> TransactionalProducer:
-    """``app.transactional_producer(group)``; for a plain group, its plain producer with a
-    DeprecationWarning.
-
-    ``TransactionalProducer`` used to be another name of ``Producer`` and the docs bound plain
-    groups under it, so a service declared that way keeps receiving its producer (and
-    sending plain messages) while the warning asks for ``Annotated[Producer, ...]``.
-    """
-    try:
-        return app.transactional_producer(group)
-    except UnknownGroupError:
-        producer = app.producer(group)  # an unknown group still raises UnknownGroupError
-        if isinstance(producer, TransactionalProducer):
-            return producer
-        warnings.warn(
-            f"producer group {producer.group!r} is a plain producer group, injected under the "
-            "key TransactionalProducer; declare it as Annotated[Producer, ProducerGroup("
-            f"{producer.group!r})] (TransactionalProducer is the type of listener groups)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return cast("TransactionalProducer", producer)
+    return injector.CallableProvider(lambda: app.transactional_producer(group))

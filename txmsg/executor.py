@@ -28,55 +28,18 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Final, Self
+from typing import Any, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from txmsg.defaults import CHECK_CONCURRENCY, MAX_CHECK_CONCURRENCY, QUEUE_CAPACITY
 from txmsg.errors import RejectedError
 from txmsg.settings import Settings
 
 log = logging.getLogger("txmsg.executor")
-
-_USE_CONCURRENCY = (
-    "use `concurrency` instead: the number of check-backs of the group that run at once, which "
-    "is also the number of executor threads and of client instances (e.g. concurrency=16)"
-)
-REMOVED_SETTINGS: Final[Mapping[str, str]] = {
-    "core_pool_size": _USE_CONCURRENCY,
-    "max_pool_size": _USE_CONCURRENCY,
-    "keep_alive": "remove it: the pool has exactly `concurrency` threads and none retire",
-    "max_instances_per_group": (
-        "remove it: a group opens exactly `concurrency` client instances; set the listener's "
-        "`concurrency` (decorator `executor=` or [listeners.<group>] concurrency)"
-    ),
-}
-"""Settings txmsg 1.0 removed, with what to write instead (used by ``ExecutorConfig`` and config)."""
-
-
-def removed_setting_message(name: str) -> str:
-    """The error text for a removed setting ``name`` (a key of :data:`REMOVED_SETTINGS`)."""
-    return f"{name} was removed in txmsg 1.0; {REMOVED_SETTINGS[name]}"
-
-
-class RemovedSettingError(ValueError):
-    """A removed setting was passed; pydantic wraps it, configuration loading reads ``names``."""
-
-    def __init__(self, names: list[str]) -> None:
-        super().__init__("; ".join(removed_setting_message(name) for name in names))
-        self.names = tuple(names)
-
-
-def refuse_removed(data: Any) -> Any:
-    """Model ``before`` validator body: raise :class:`RemovedSettingError` for removed keys."""
-    if isinstance(data, Mapping):
-        removed = [name for name in REMOVED_SETTINGS if name in data]
-        if removed:
-            raise RemovedSettingError(removed)
-    return data
 
 
 class RejectionPolicy(enum.Enum):
@@ -89,18 +52,10 @@ class RejectionPolicy(enum.Enum):
 
 
 def parse_rejection(value: object) -> object:
-    """Accept "CALLER_RUNS"/"caller-runs"; refuse the removed ``unknow`` policy with the fix."""
+    """Accept "CALLER_RUNS"/"caller-runs" for "caller_runs"."""
     if not isinstance(value, str):
         return value
-    text = value.strip().lower().replace("-", "_")
-    if text in ("unknow", "unknown"):
-        # pydantic turns a ValueError into the ConfigError the user sees
-        raise ValueError(
-            f"rejection={value!r} was removed in txmsg 1.0; use 'abort' (a check-back the pool "
-            "cannot take is answered UNKNOW and the broker asks again; an async send raises "
-            "RejectedError) or 'caller_runs' (the default: run it in the submitting thread)"
-        )
-    return text
+    return value.strip().lower().replace("-", "_")
 
 
 class ExecutorConfig(Settings):
@@ -115,11 +70,6 @@ class ExecutorConfig(Settings):
     """Tasks (in practice async sends) that may wait for a thread before ``rejection`` applies."""
     rejection: RejectionPolicy = RejectionPolicy.CALLER_RUNS
     """What happens to a task when every thread is busy and the queue is full."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed_fields(cls, data: Any) -> Any:
-        return refuse_removed(data)
 
     @field_validator("rejection", mode="before")
     @classmethod

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from txmsg.aio.callables import is_async
 from txmsg.aio.loop import LoopBridge, warn_blocking_send
@@ -54,7 +54,6 @@ from txmsg.errors import (
     RejectedError,
     SendError,
     TxMsgError,
-    UnknownGroupError,
 )
 from txmsg.executor import ExecutorConfig, ExecutorStats, TxExecutor
 from txmsg.listener import ListenerSpec
@@ -650,18 +649,6 @@ class Producer:
         kind = "transactional" if self.transactional else "plain"
         return f"<{type(self).__name__} group={self.group!r} {kind} closed={self._closed}>"
 
-    if not TYPE_CHECKING:  # for callers without a type checker; the type has no such methods
-
-        def __getattr__(self, name: str) -> Any:
-            """Code written when every producer had ``send_in_transaction`` keeps getting
-            what it got then on a plain group: a method that raises UnknownGroupError saying
-            what to declare (type checkers see no such method, and flag the call)."""
-            if name in _TRANSACTIONAL_ONLY:
-                return functools.partial(_not_transactional, self.group)
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
-            )
-
 
 def _leave_to_check_back(sending: Future[HalfMessage]) -> None:
     """A half message whose sender stopped waiting (its task was cancelled): end it as UNKNOW
@@ -1049,16 +1036,3 @@ def _run_all(calls: list[Callable[[], object]]) -> None:
             error = error or exc
     if error is not None:
         raise error
-
-
-_TRANSACTIONAL_ONLY = frozenset({"send_in_transaction", "send_in_transaction_async"})
-
-
-def _not_transactional(group: str, *args: Any, **kwargs: Any) -> Any:
-    """``send_in_transaction`` (or its async twin) called on the plain producer of ``group``."""
-    raise UnknownGroupError(
-        f"producer group {group!r} has no transactional listener, so it cannot send in a "
-        f"transaction; declare one with @app.transactional_listener(group={group!r}) (plain "
-        "sends need none: producer.send(...))",
-        group=group,
-    )

@@ -94,64 +94,6 @@ def test_unknown_nested_key_is_named(tmp_path: Path) -> None:
         load_config(path, env={})
 
 
-@pytest.mark.parametrize(
-    ("text", "key", "hint"),
-    [
-        (
-            "[listeners.pay]\ncore_pool_size = 8\n",
-            "listeners.pay.core_pool_size",
-            "use `concurrency`",
-        ),
-        (
-            "[listeners.pay]\nmax_pool_size = 16\n",
-            "listeners.pay.max_pool_size",
-            "use `concurrency`",
-        ),
-        ("[listeners.pay]\nkeep_alive = 60\n", "listeners.pay.keep_alive", "none retire"),
-        (
-            "max_instances_per_group = 4\n",
-            "max_instances_per_group",
-            "exactly `concurrency` client instances",
-        ),
-    ],
-)
-def test_removed_keys_in_the_file_say_what_replaces_them(
-    tmp_path: Path, text: str, key: str, hint: str
-) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(text)
-    with pytest.raises(
-        ConfigError, match=rf"'{key}' \(from file .*c.toml\): .*was removed in txmsg 1.0.*{hint}"
-    ) as info:
-        load_config(path, env={})
-    assert info.value.key == key
-
-
-def test_removed_keys_in_the_environment_say_what_replaces_them() -> None:
-    with pytest.raises(
-        ConfigError,
-        match=r"'listeners.pay.core_pool_size' \(from TXMSG_LISTENERS__PAY__CORE_POOL_SIZE\).*concurrency",
-    ):
-        load_config(env={"TXMSG_LISTENERS__PAY__CORE_POOL_SIZE": "8"})
-    with pytest.raises(
-        ConfigError, match=r"TXMSG_MAX_INSTANCES_PER_GROUP: max_instances_per_group was removed"
-    ):
-        load_config(env={"TXMSG_MAX_INSTANCES_PER_GROUP": "8"})
-    with pytest.raises(ValueError, match=r"max_instances_per_group was removed"):
-        TxMsgConfig(max_instances_per_group=8)  # type: ignore[call-arg]
-
-
-@pytest.mark.parametrize("spelling", ["unknow", "unknown"])
-def test_the_removed_unknow_policy_names_the_replacements(tmp_path: Path, spelling: str) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(f'[listeners.pay]\nrejection = "{spelling}"\n')
-    with pytest.raises(
-        ConfigError,
-        match=rf"'listeners.pay.rejection'.*'{spelling}' was removed.*'abort'.*'caller_runs'",
-    ):
-        load_config(path, env={})
-
-
 def test_bad_value_names_key_and_source(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError,

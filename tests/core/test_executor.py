@@ -204,25 +204,6 @@ def test_defaults_say_what_they_do() -> None:
     assert {p.value for p in RejectionPolicy} == {"abort", "caller_runs"}
 
 
-@pytest.mark.parametrize(
-    ("removed", "hint"),
-    [
-        ({"core_pool_size": 8}, r"core_pool_size was removed.*use `concurrency`"),
-        ({"max_pool_size": 16}, r"max_pool_size was removed.*use `concurrency`"),
-        ({"keep_alive": 60.0}, r"keep_alive was removed.*`concurrency` threads and none retire"),
-        (
-            {"max_instances_per_group": 4},
-            r"max_instances_per_group was removed.*exactly `concurrency` client instances",
-        ),
-        ({"rejection": "unknow"}, r"'unknow' was removed.*'abort'.*'caller_runs'"),
-        ({"rejection": "UNKNOWN"}, r"'UNKNOWN' was removed.*'abort'.*'caller_runs'"),
-    ],
-)
-def test_removed_settings_say_what_to_use_instead(removed: dict[str, object], hint: str) -> None:
-    with pytest.raises(ConfigError, match=hint):
-        ExecutorConfig(**removed)  # type: ignore[arg-type]
-
-
 def test_config_validation() -> None:
     with pytest.raises(ConfigError, match="concurrency"):
         ExecutorConfig(concurrency=0)

@@ -50,12 +50,6 @@ def test_a_plain_group_has_a_plain_producer(app: TxMsg) -> None:
     assert not isinstance(producer, TransactionalProducer)
     assert not producer.transactional
     assert "send_in_transaction" not in dir(producer)  # the type has none: mypy flags the call
-    # code written when every producer had one still gets the error that says what to declare
-    for call in (producer.send_in_transaction, producer.send_in_transaction_async):  # type: ignore[attr-defined]
-        with pytest.raises(UnknownGroupError, match=r"transactional_listener\(group='notify'\)"):
-            call("events", b"x")
-    with pytest.raises(AttributeError, match="send_in_transactoin"):
-        producer.send_in_transactoin  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(UnknownGroupError, match=r"plain producer group.*app\.producer\('notify'\)"):
         app.transactional_producer("notify")
 
@@ -87,13 +81,8 @@ def test_the_di_keys_of_both_types(app: TxMsg) -> None:
     assert inj.get(Annotated[TransactionalProducer, ProducerGroup("order-tx")]) is orders  # type: ignore[arg-type]
     assert inj.get(producer_for("notify")) is app.producer("notify")
     assert inj.get(TransactionalProducer) is orders
-    # a plain group under the transactional key, as the docs did when both names were one
-    # class: still injected, with a warning naming the right key
-    with pytest.warns(
-        DeprecationWarning, match=r"Annotated\[Producer, ProducerGroup\('notify'\)\]"
-    ):
-        notify = inj.get(Annotated[TransactionalProducer, ProducerGroup("notify")])  # type: ignore[arg-type]
-    assert notify is app.producer("notify")
+    with pytest.raises(UnknownGroupError, match=r"plain producer group.*app\.producer\('notify'\)"):
+        inj.get(Annotated[TransactionalProducer, ProducerGroup("notify")])  # type: ignore[arg-type]
     with pytest.raises(UnknownGroupError, match="ghost"):
         injector.Injector([TxMsgModule(app, groups=["ghost"])]).get(
             Annotated[TransactionalProducer, ProducerGroup("ghost")]  # type: ignore[arg-type]
