@@ -146,7 +146,7 @@ def test_commit_at_the_last_check_is_delivered_and_discarded(txmsg_broker_factor
     (docs/rocketmq-facts.md)."""
     # 5.3.3: an op batch written within the wait below (pending ops are lost at a stop, as in Java)
     batch = {"transaction_op_batch_interval_ms": 500} if version == "5.3.3" else {}
-    broker = txmsg_broker_factory(broker_version=version, check_max=3, **batch)
+    broker = txmsg_broker_factory(broker_version=version, check_max=3, manual_clock=True, **batch)
     topic = unique("TxLastCheck")
     create_topic(broker.namesrv_addr, topic)
     answers = [U, U, C]
@@ -165,12 +165,17 @@ def test_commit_at_the_last_check_is_delivered_and_discarded(txmsg_broker_factor
         for n in range(TAIL):
             producer.send_message_in_transaction(message(topic, f"TAIL{n}"), lambda m, a: U)
         clients.heartbeat(producer)
+        # passes 1 s apart (manual clock): three checks of LAST, the commit at the third, every
+        # answer applied before advance returns; a fourth pass discards what is left
+        assert broker.advance(4.5).unanswered == ()
         wait_until(
             lambda: [r.keys for r in delivered] == ["LAST"],
             timeout=30,
             message=lambda: f"the commit at the third check; {len(checks)} checks",
         )
-        time.sleep(2.5)  # two more check intervals: no further check, nothing delivered again
+        # two more check intervals: no further check (of LAST or anything: all were discarded);
+        # nothing delivered again (the topic's store holds LAST once: read below)
+        assert broker.advance(2).check_backs == 0
         assert len(checks) == 3
         assert [(r.keys, r.msg_id) for r in delivered] == [("LAST", sent.msg_id)]
     broker.stop()
@@ -197,6 +202,7 @@ def test_commit_at_the_last_check_is_delivered_and_discarded(txmsg_broker_factor
 TAIL = 200
 
 
+@MANUAL
 def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
     """N producers of one group (distinct instance names): the broker spreads checks over all of them."""
     topic = unique("TxRR")
@@ -227,13 +233,13 @@ def test_check_backs_round_robin_over_all_producer_instances(txmsg_broker):
             producers[0].send_message_in_transaction(message(topic, f"u{n}"), lambda m, a: U)
 
         total = instances * per_instance
-        wait_until(
-            lambda: sum(seen.values()) >= total,
-            timeout=20,
-            message=lambda: f"{total} checks; checks seen {dict(seen)}",
-        )
+        # transactionTimeOut plus at most one interval (manual clock): a pass checks all nine
+        # back, each answer applied before advance returns
+        assert txmsg_broker.advance(2.5).unanswered == ()
+        assert sum(seen.values()) == total, f"{total} checks; checks seen {dict(seen)}"
         wait_until(lambda: len(received) >= instances + total, timeout=10)
-        time.sleep(1.5)
+        # two more passes: every transaction is committed, nothing is checked again
+        assert txmsg_broker.advance(2).check_backs == 0
         assert dict(seen) == {i: per_instance for i in range(instances)}
         assert Counter(r.keys for r in received) == Counter(
             [f"warm{i}" for i in range(instances)] + [f"u{n}" for n in range(total)]
@@ -344,13 +350,16 @@ def test_pending_transactions_survive_restart(txmsg_broker):
         assert checks["after"] == 0
 
 
+@MANUAL
 def test_no_channel_is_logged_and_message_still_discarded(txmsg_broker):
     topic = unique("TxGone")
     group = unique("TxGonePG")
     with Clients(txmsg_broker.namesrv_addr) as clients:
         producer = clients.transaction_producer(group, lambda m: C)
         producer.send_message_in_transaction(message(topic, "orphan"), lambda m, a: U)
-    # producer shut down: no channel for the group any more
+    # producer shut down: no channel for the group any more.  Three failed checks (1 s apart on
+    # the manual clock, after transactionTimeOut plus at most one interval), then the discard
+    txmsg_broker.advance(5.5)
     wait_until(
         lambda: (
             f"Check transaction failed, channel is null. groupId={group}"
@@ -366,9 +375,14 @@ def test_no_channel_is_logged_and_message_still_discarded(txmsg_broker):
     )
 
 
+@pytest.mark.wall_clock
 def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_factory):
     """The real-broker pitfall, reproduced: a serial checker slower than the check interval gets each
-    transaction checked again (re-put copies) and every COMMIT answer commits a copy → duplicates."""
+    transaction checked again (re-put copies) and every COMMIT answer commits a copy → duplicates.
+
+    Wall clock by intent: the point is librocketmq's serial check-back thread racing the broker's
+    real interval (a manual clock's advance waits for every answer before the next pass, so a
+    slow checker could never fall behind on it)."""
     broker = txmsg_broker_factory(check_interval_ms=500, transaction_timeout_ms=500, check_max=3)
     topic, group = unique("TxSlow"), unique("TxSlowPG")
     create_topic(broker.namesrv_addr, topic)  # consumers start before the first send
@@ -393,8 +407,16 @@ def test_slow_single_checker_gets_duplicate_checks_and_deliveries(txmsg_broker_f
                 f"repeated checks and deliveries; checks {dict(calls)}, deliveries {[r.keys for r in received]}"
             ),
         )
-        assert clients.in_flight.wait_idle(20)
-        time.sleep(1.5)  # let the last answers land before shutdown
+        # every transaction delivered, one of them twice: what the assertions below read
+        wait_until(
+            lambda: (
+                {r.keys for r in received} == {"s0", "s1", "s2"}
+                and max(Counter(r.keys for r in received).values()) > 1
+            ),
+            timeout=30,
+            message=lambda: f"s0, s1, s2 and a duplicate; got {[r.keys for r in received]}",
+        )
+        assert clients.in_flight.wait_idle(20)  # no check callback runs at the shutdown
     per_key = Counter(r.keys for r in received)
     assert set(per_key) == {"s0", "s1", "s2"}
     duplicated = [k for k, n in per_key.items() if n > 1]
@@ -437,6 +459,7 @@ def test_producer_channels_come_from_heartbeats_unless_asked_to_learn_from_sends
         assert line not in read_log(broker.log_dir, "broker.log")
 
 
+@MANUAL
 def test_a_group_known_only_by_its_sends_gets_no_check_backs(txmsg_broker):
     """Issue 12, at the client level: the topic does not exist, the producer's start-up heartbeat
     found no broker (librocketmq knows brokers only from routes), and its first send - through
@@ -450,6 +473,9 @@ def test_a_group_known_only_by_its_sends_gets_no_check_backs(txmsg_broker):
         producer = clients.transaction_producer(group, lambda m: checks.append(m.keys) or C)
         time.sleep(0.2)  # past the start-up heartbeat (10 ms after start), which found no broker
         producer.send_message_in_transaction(message(topic, "lost"), lambda m, a: U)
+        # three failed checks and the discard (manual clock), long before the producer's next
+        # heartbeat (librocketmq's 30 s timer, wall time) could give the broker a channel
+        txmsg_broker.advance(5.5)
         wait_until(
             lambda: "has been checked too many times" in read_log(txmsg_broker.log_dir),
             timeout=20,
