@@ -10,7 +10,6 @@ COMMIT answers are absorbed by the idempotent consumer.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from sqlalchemy.orm import Session
 from txmsg_broker.testing import wait_until
 
+from tests.clockwork import advance_until, stored
 from txmsg.message import Message
 from txmsg.sqla import RecordBackedListener, RecordState, get_record
 from txmsg.states import LocalTransactionState as S
@@ -52,9 +52,9 @@ def sqlite_db(tmp_path: Path) -> Iterator[Db]:
 def test_rolled_back_never_delivered_committed_absorbed(
     txmsg_broker_factory: Any, sqlite_db: Db, tmp_path: Path
 ) -> None:
-    broker = txmsg_broker_factory(
-        broker_version="5.3.3", check_max=5
-    )  # op batch 3000 > timeout 1000
+    # op batch 3000 > timeout 1000; on the manual clock (issue 36): passes and batches run when
+    # the test advances it
+    broker = txmsg_broker_factory(broker_version="5.3.3", check_max=5, manual_clock=True)
     listener = Pay(sqlite_db.sessions)
     with record_rig(backend_mod, broker.namesrv_addr, sqlite_db, listener, tmp_path) as rig:
         keys = {arg: rig.send(arg)[1] for arg in [f"ok{n}" for n in range(ROUNDS)]}
@@ -62,16 +62,26 @@ def test_rolled_back_never_delivered_committed_absorbed(
         ok_keys = {keys[f"ok{n}"] for n in range(ROUNDS)}
         fail_keys = {keys[f"fail{n}"] for n in range(ROUNDS)}
         # the broker checks back transactions that had ended (their op records wait in the batch)
-        wait_until(
-            lambda: rig.checked(fail_keys), timeout=30, message="a rolled-back one checked back"
+        advance_until(
+            broker, lambda: rig.checked(fail_keys), message="a rolled-back one checked back"
         )
-        wait_until(lambda: rig.checked(ok_keys), timeout=30, message="a committed one checked back")
+        advance_until(broker, lambda: rig.checked(ok_keys), message="a committed one checked back")
         wait_until(
             lambda: rig.consumer.duplicates >= 1,
             timeout=30,
             message=lambda: f"a COMMIT answer redelivered; checks {rig.checks}",
         )
-        time.sleep(6)  # two op batches and several check passes more: nothing else may arrive
+        # two op batches and several check passes more: nothing else may be checked or stored
+        # after them, and the consumer has taken everything the topic stores
+        broker.advance(6)
+        wait_until(
+            lambda: (
+                rig.consumer.applied + rig.consumer.duplicates
+                >= stored(broker.broker_addr, rig.topic)
+            ),
+            timeout=30,
+            message="every stored message consumed",
+        )
         for key in fail_keys:
             assert set(rig.answers(key)) <= {S.ROLLBACK}, (key, rig.answers(key))
         for key in ok_keys:
