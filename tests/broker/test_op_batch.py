@@ -10,7 +10,6 @@ real 5.3.3 did is in docs/rocketmq-facts.md.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -132,7 +131,15 @@ def _run_commit_and_rollback(broker, answer_all_commit: bool) -> tuple[Counter[s
                 producer.send_message_in_transaction(msg, lambda m, a, s=state: s)
         clients.heartbeat(producer)  # after the first send (see Clients.heartbeat)
         wait_until(lambda: {r.keys for r in delivered} >= {"C0", "C1", "C2"}, timeout=15)
-        time.sleep(8)  # transactionTimeOut 1 s, passes every 1-2 s, batches every 3 s: all settled
+        # transactionTimeOut 1 s, passes every 1-2 s, batches every 3 s (the broker's manual
+        # clock): all settled, every check answered and applied, before advance returns
+        assert broker.advance(8).unanswered == ()
+        # and the consumer has what the topic stores: nothing more can be delivered
+        wait_until(
+            lambda: len(delivered) >= _stored(broker, topic),
+            timeout=15,
+            message=lambda: f"every stored message delivered; delivered {len(delivered)}",
+        )
 
         def settled() -> bool:  # every COMMIT answer of a check has been delivered by now
             with lock:
@@ -156,7 +163,9 @@ def test_5x_broker_checks_finished_transactions_when_the_timeout_is_below_the_ba
     txmsg_broker_factory,
 ) -> None:
     """As the real 5.3.3 did with transactionTimeOut 2000 < transactionOpBatchInterval 3000."""
-    broker = txmsg_broker_factory(broker_version="5.3.3", check_max=5, log_format=5)
+    broker = txmsg_broker_factory(
+        broker_version="5.3.3", check_max=5, log_format=5, manual_clock=True
+    )
     checks, delivered = _run_commit_and_rollback(broker, answer_all_commit=True)
     # the first op batch after a start comes 3-6 s after the first commit, the timeout is 1 s
     assert sum(checks[f"R{n}"] for n in range(3)) >= 1, checks
@@ -177,7 +186,7 @@ def test_4x_broker_and_a_short_batch_check_no_finished_transaction(txmsg_broker_
         {"broker_version": "4.9.8"},
         {"broker_version": "5.3.3", "transaction_op_batch_interval_ms": 100},
     ):
-        broker = txmsg_broker_factory(**settings)
+        broker = txmsg_broker_factory(**settings, manual_clock=True)
         checks, delivered = _run_commit_and_rollback(broker, answer_all_commit=True)
         assert checks == Counter(), settings
         assert delivered == Counter({"C0": 1, "C1": 1, "C2": 1}), settings
