@@ -13,19 +13,21 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from txmsg_broker.testing import Clients, read_log, unique, wait_until
+
+from tests.clockwork import stored
 
 SCRIPT = Path(__file__).with_name("outcome_script.py")
 EXPECTED_CHECKS = {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2, "U_FOREVER": 3}
 DELIVERED = {"COMMIT", "U_COMMIT", "UU_COMMIT"}
 CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-#: ``txmsg broker``'s ready line: the name server's and the gRPC endpoint's ports
+#: ``txmsg broker``'s ready line: the name server's port, the broker's address, the gRPC port
 READY = re.compile(
-    r"accepting connections: namesrv 127\.0\.0\.1:(\d+) .*? grpc 127\.0\.0\.1:(\d+) "
+    r"accepting connections: namesrv 127\.0\.0\.1:(\d+) broker (\S+) grpc 127\.0\.0\.1:(\d+) "
 )
 
 
@@ -46,7 +48,12 @@ def run_table(endpoint: str, topic: str, interval_s: float) -> dict[str, dict[st
 
 
 def assert_table(
-    result: dict[str, dict[str, object]], delivered, clients: Clients, topic: str, log_dir
+    result: dict[str, dict[str, object]],
+    delivered,
+    clients: Clients,
+    topic: str,
+    log_dir,
+    broker_addr: str,
 ) -> None:
     # the broker creates the discard topic at its first discard (as Java does): subscribe then
     discarded = clients.consumer_when_routed(unique("Tx5DiscardCG"), CHECK_MAX_TIME_TOPIC)
@@ -60,7 +67,13 @@ def assert_table(
         timeout=10,
         message="commits to be delivered",
     )
-    time.sleep(1.0)
+    # the script waited two check intervals past the last expected check: everything the broker
+    # will store is stored; once the consumer has all of it, nothing more can be delivered
+    wait_until(
+        lambda: len(delivered) >= stored(broker_addr, topic),
+        timeout=10,
+        message=lambda: f"every stored message delivered; delivered {len(delivered)}",
+    )
     assert result["checks"] == EXPECTED_CHECKS
     counts = Counter(r.keys for r in delivered)
     assert counts == Counter(DELIVERED), (
@@ -86,6 +99,7 @@ def assert_table(
     assert "end transaction in sending message, rollback" in log
 
 
+@pytest.mark.wall_clock  # the script times its own waits (it runs against real proxies too)
 def test_outcome_table_with_the_official_5x_client(txmsg_broker_factory):
     # a well-set 5.x broker: its op batches (5.1+ transactionOpBatchInterval) are written well within
     # transactionTimeOut; with the 3000 ms default the broker also checks the finished COMMIT and
@@ -114,9 +128,10 @@ def test_outcome_table_with_the_official_5x_client(txmsg_broker_factory):
     with Clients(broker.namesrv_addr) as clients:
         delivered = clients.consumer(unique("Tx5CG"), topic)
         result = run_table(broker.grpc_endpoint, topic, 1.0)
-        assert_table(result, delivered, clients, topic, broker.log_dir)
+        assert_table(result, delivered, clients, topic, broker.log_dir, broker.broker_addr)
 
 
+@pytest.mark.wall_clock  # issue 13's command lines verbatim: the broker's real timers
 def test_issue_bar_command_lines(tmp_path):
     """The bar of issue 13, verbatim: the broker and the topic by their commands, then the table.
 
@@ -166,7 +181,7 @@ def test_issue_bar_command_lines(tmp_path):
             message="the broker's ready line",
         )
         assert broker.poll() is None, (tmp_path / "console.log").read_text()
-        p, g = ready.group(1), ready.group(2)
+        p, b, g = ready.group(1), ready.group(2), ready.group(3)
         topic = unique("Tx5Bar")
         created = subprocess.run(
             [
@@ -187,7 +202,7 @@ def test_issue_bar_command_lines(tmp_path):
         with Clients(f"127.0.0.1:{p}") as clients:
             delivered = clients.consumer(unique("Tx5BarCG"), topic)
             result = run_table(f"127.0.0.1:{g}", topic, 2.0)
-            assert_table(result, delivered, clients, topic, logs)
+            assert_table(result, delivered, clients, topic, logs, b)
     finally:
         broker.terminate()
         broker.wait(20)
