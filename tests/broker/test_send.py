@@ -197,4 +197,5 @@ def test_raw_send_validates_header_fields_and_keeps_serving(txmsg_broker):
     txmsg_broker.stop()
     rows = stored(txmsg_broker.data_dir, topic)
     assert [(m.body, m.queue_offset) for m in rows] == [(b"body", 0), (b"v1", 1)]
-    assert rows[0].properties == {"UNIQ_KEY": "ABC", "KEYS": "k"}
+    # CLUSTER: a real broker puts its cluster name on every message it stores (tests/broker/test_discard.py)
+    assert rows[0].properties == {"UNIQ_KEY": "ABC", "KEYS": "k", "CLUSTER": "DefaultCluster"}

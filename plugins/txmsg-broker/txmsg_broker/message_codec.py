@@ -51,6 +51,8 @@ PROPERTY_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_CLUSTER = "CLUSTER"
+#: 5.x ``TransactionalMessageUtil.TRANSACTION_ID``: the half message's ``UNIQ_KEY`` again
+PROPERTY_TRANSACTION_ID = "__transactionId__"
 
 #            total magic crc qid flag qoff  phys  sys born  bornhost   store storehost recon prep
 _FIXED = struct.Struct(">iIiiiqqiq4siq4siiq")

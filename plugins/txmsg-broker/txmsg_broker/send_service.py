@@ -27,6 +27,7 @@ from .codec import (
 )
 from .message_codec import (
     MAX_PROPERTIES_BYTES,
+    PROPERTY_CLUSTER,
     PROPERTY_TRAN_MSG,
     MessageDecodeError,
     StoredMessage,
@@ -67,6 +68,31 @@ V2_NAMES = {
     "m": "batch",
     "n": "brokerName",
 }
+#: 4.9.8/5.3.3 ``BrokerConfig.regionId`` and ``traceOn`` defaults
+REGION_ID = "DefaultRegion"
+TRACE_ON = "true"
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+
+
+def stamp_send_properties(broker: Broker, props: dict[str, str]) -> dict[str, str]:
+    """The properties a real broker adds to every message it stores from a send (in place).
+
+    Why: they stay on the stored message and on every copy the broker makes of it (half message,
+    check-back copies, the discarded copy in ``TRANS_CHECK_MAX_TIME_TOPIC``), where a consumer of
+    that topic reads them; docs/rocketmq-facts.md has what real 4.9.8 and 5.3.3 stored.  Both
+    versions put ``CLUSTER`` (``SendMessageProcessor``: the broker's cluster name); 5.3.3 also
+    ``MSG_REGION`` and ``TRACE_ON`` (``AbstractSendMessageProcessor.buildMsgContext``, run for
+    every send there, in 4.9.8 only when a send hook is registered, which a default broker has not).
+    A 5.x proxy hides all three from gRPC consumers (``MessageConst.STRING_HASH_SET``).
+    """
+    if broker.config.broker_version == "5.3.3":
+        props[PROPERTY_MSG_REGION] = REGION_ID
+        props[PROPERTY_TRACE_SWITCH] = TRACE_ON
+    props[PROPERTY_CLUSTER] = broker.config.cluster_name
+    return props
+
+
 #: topics clients may not write to directly
 PROTECTED_TOPICS = {HALF_TOPIC, OP_HALF_TOPIC, SCHEDULE_TOPIC, DEFAULT_TOPIC}
 
@@ -265,7 +291,7 @@ def install(broker: Broker) -> None:
             queue_id=queue_id,
             body=body,
             flag=flag,
-            properties=props,
+            properties=stamp_send_properties(broker, props),
             born_timestamp=born,
             born_host=conn.remote_addr,
             sys_flag=sys_flag,

@@ -65,6 +65,8 @@ SYSTEM_PROPERTIES = frozenset(
         "RETRY_TOPIC",
         "ORIGIN_MESSAGE_ID",
         "CLUSTER",
+        "MSG_REGION",
+        "TRACE_ON",
     }
 )
 

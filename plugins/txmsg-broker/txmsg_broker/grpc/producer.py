@@ -17,7 +17,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from ..message_codec import PROPERTY_PGROUP, PROPERTY_UNIQ_KEY, StoredMessage
-from ..send_service import PROTECTED_TOPICS
+from ..send_service import PROTECTED_TOPICS, stamp_send_properties
 from ..topics import HALF_TOPIC, PERM_WRITE, SYSTEM_TOPICS, TopicConfig, validate_topic_name
 from ..transaction_service import COMMIT, ROLLBACK, UNKNOWN, end_transaction_header
 from ..txlog import ThreadNames
@@ -220,6 +220,9 @@ class ProducerRpcs:
         stored: list[StoredMessage] = []
         for msg in msgs:
             msg.queue_id = queue_id
+            # a 5.x proxy hands the message to its broker's SendMessageProcessor (local mode as
+            # remote): the broker's own properties are added there, as for a remoting send
+            stamp_send_properties(self.broker, msg.properties)
             if transactional:
                 half = self.broker.transactions.prepare(msg, defer_sync=True)
                 self.sessions.transactions[(topic, msg.properties[PROPERTY_UNIQ_KEY])] = (
