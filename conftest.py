@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -28,14 +29,40 @@ PREFIX_GROUPS = {
     # ~10 s to start), and the CLI tests start JVMs of their own; two JVMs at once on 2 cores
     # slow each other down several times over
     "tests/health/": "spark",
-    # the short chaos runs: 11 processes each, kill -9'd or cut off for 2-3 minutes.  The two on
-    # the rocketmq backend take turns (~2 x 2 min), the rocketmq5 run (~3 min, loaded or not) runs
-    # beside them: at most two at once, and together they no longer make the run's tail (all three
-    # in one group did: 7 min of a 7 min run).  Each worker has a database of its own
+    # the chaos runs, wall clock by intent (kill -9 and cut-off schedules of 1-3 minutes, 11
+    # processes each): two lanes of ~5-6 minutes, so at most two run at once (all five at once
+    # overloaded the 2 cores at the start of the run), and each lane is well inside the run's
+    # length.  The two on the rocketmq backend take turns (as before), the rocketmq5 run and the
+    # outbox kill -9 runs take the other lane.  Each worker has a database of its own
     # (_per_worker_database), so their fixed schemas never meet.
     "tests/chaos/test_chaos_run.py::test_short_chaos_run_keeps_every_service_consistent[rocketmq]": "chaos-remoting",
     "tests/chaos/test_chaos_network.py::": "chaos-remoting",
+    "tests/chaos/test_chaos_outbox.py::test_outbox_stream_survives_network_faults": "chaos-remoting",
+    "tests/chaos/test_chaos_run.py::test_short_chaos_run_keeps_every_service_consistent[rocketmq5]": "chaos-grpc",
+    "tests/chaos/test_chaos_outbox.py::test_outbox_stream_survives_kill_9": "chaos-grpc",
 }
+
+#: the xdist group of every other ``wall_clock`` test (real time is the point: the real client's
+#: own timers, kill -9 scenarios, a checker racing the broker's real interval): one at a time, so
+#: no two of them load the machine together, and dispatched first with the other lanes
+WALL_CLOCK_GROUP = "wall-clock"
+
+#: node id prefixes marked ``wall_clock`` here, for files this conftest's owners do not edit (the
+#: chaos runs); everywhere else the test itself carries the mark
+WALL_CLOCK_PREFIXES = (
+    "tests/chaos/test_chaos_run.py::",
+    "tests/chaos/test_chaos_network.py::",
+    "tests/chaos/test_chaos_outbox.py::",
+)
+
+#: measured seconds (setup + call + teardown) per node id, for the dispatch order (:func:`_rank`):
+#: the longest work goes out first, so no long test starts late and becomes the run's tail.  A
+#: test not listed counts :data:`DEFAULT_SECONDS` (``slow``: :data:`SLOW_SECONDS`).  Refresh it
+#: from a full run: ``TXMSG_TEST_DURATIONS=build/test-durations.json`` (scripts/test.sh sets it)
+#: writes every test's time there; copy that file here.
+DURATIONS_FILE = os.path.join(os.path.dirname(__file__), "tests", "durations.json")
+DEFAULT_SECONDS = 0.5
+SLOW_SECONDS = 60.0
 
 #: session-scoped fixtures too heavy to start once per worker: the tests that use one run on one
 #: worker (xdist group = the fixture's name), which starts it once
@@ -97,6 +124,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if "TXMSG_INFLIGHT_DIR" not in os.environ:
         os.environ["TXMSG_INFLIGHT_DIR"] = tempfile.mkdtemp(prefix="txmsg-inflight-")
     worker = _worker()
+    record = os.environ.get("TXMSG_TEST_DURATIONS", "").strip()
+    if record and worker is None:  # the controller sees every report (or the only process)
+        config.pluginmanager.register(_DurationRecorder(record), "txmsg-duration-recorder")
     if worker is not None:
         config.stash[_DATABASE] = _per_worker_database(worker)
         config.pluginmanager.register(_GroupSuffix(), "txmsg-xdist-group-suffix")
@@ -145,12 +175,15 @@ def _group_of(item: pytest.Item) -> str | None:
     """The xdist group an item needs, or None (any worker, alone).
 
     * its node id in :data:`PREFIX_GROUPS` → that group;
+    * marked ``wall_clock`` → :data:`WALL_CLOCK_GROUP`;
     * a heavy session fixture (:data:`HEAVY_SESSION_FIXTURES`) → its name: one worker starts it;
     * a module-scoped fixture (a broker, a wheel build, ...) → the test's file: it is made once.
     """
     for prefix, group in PREFIX_GROUPS.items():
         if item.nodeid.startswith(prefix):
             return group
+    if item.get_closest_marker("wall_clock") is not None:
+        return WALL_CLOCK_GROUP
     info = getattr(item, "_fixtureinfo", None)
     if info is None:  # a doctest or another non-function item
         return None
@@ -163,20 +196,61 @@ def _group_of(item: pytest.Item) -> str | None:
     return None
 
 
-def _rank(item: pytest.Item) -> int:
-    """Dispatch order (:class:`_LongFirst` keeps it): the shared heavy groups (Spark, chaos),
-    then ``slow`` tests (and the groups that hold one), then the rest in collection order."""
-    mark = item.get_closest_marker("xdist_group")
-    if mark is not None and mark.args and mark.args[0] in PREFIX_GROUPS.values():
-        return 0
-    return 1 if item.get_closest_marker("slow") is not None else 2
+def _lanes() -> set[str]:
+    """The groups that are lanes: dispatched before everything else."""
+    return {*PREFIX_GROUPS.values(), WALL_CLOCK_GROUP}
+
+
+def _expected_seconds(item: pytest.Item, durations: dict[str, float]) -> float:
+    known = durations.get(item.nodeid)
+    if known is not None:
+        return known
+    return SLOW_SECONDS if item.get_closest_marker("slow") is not None else DEFAULT_SECONDS
+
+
+def _load_durations() -> dict[str, float]:
+    try:
+        with open(DURATIONS_FILE, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def _rank(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Dispatch order (:class:`_LongFirst` keeps it): the lanes (Spark, chaos, wall clock) first,
+    then every other unit (a group, or a test alone) longest first by :data:`DURATIONS_FILE`
+    (longest processing time first: the classic rule that keeps the last worker to finish close
+    to the others); ties in collection order.  A group's members stay in collection order."""
+    durations = _load_durations()
+    lanes = _lanes()
+    unit_of: dict[int, str] = {}
+    seconds: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        mark = item.get_closest_marker("xdist_group")
+        unit = str(mark.args[0]) if mark is not None and mark.args else f"\0{item.nodeid}"
+        unit_of[id(item)] = unit
+        seconds[unit] = seconds.get(unit, 0.0) + _expected_seconds(item, durations)
+        first.setdefault(unit, index)
+
+    def key(pair: tuple[int, pytest.Item]) -> tuple[int, float, int, int]:
+        index, item = pair
+        unit = unit_of[id(item)]
+        return (0 if unit in lanes else 1, -seconds[unit], first[unit], index)
+
+    return [item for _, item in sorted(enumerate(items), key=key)]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist: give every item the group it needs (an explicit ``xdist_group`` mark wins),
-    and put the long ones first (:func:`_rank`): a long test that started last would be the
-    run's tail.  Every worker collects, and sorts, the same way."""
+    """Mark the chaos runs ``wall_clock`` (:data:`WALL_CLOCK_PREFIXES`); under xdist also give
+    every item the group it needs (an explicit ``xdist_group`` mark wins), and put the long ones
+    first (:func:`_rank`): a long test that started last would be the run's tail.  Every worker
+    collects, and sorts, the same way."""
+    for item in items:
+        if item.nodeid.startswith(WALL_CLOCK_PREFIXES):
+            item.add_marker(pytest.mark.wall_clock)
     if _worker() is None:
         return
     for item in items:
@@ -184,7 +258,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = _group_of(item)
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=_rank)
+    items[:] = _rank(items)
+
+
+class _DurationRecorder:
+    """Writes every test's seconds (setup + call + teardown) as JSON to the path in
+    ``TXMSG_TEST_DURATIONS`` at the end of the run (the controller, or a serial run), in the form
+    of :data:`DURATIONS_FILE`: tests of 1 s and more, rounded to 0.1 s.  A file already there is
+    updated (a partial run refreshes its own tests and keeps the others' times)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        nodeid = report.nodeid
+        if "@" in nodeid.rpartition("]")[2]:  # xdist's "@group" suffix
+            nodeid = nodeid.rpartition("@")[0]
+        self.seconds[nodeid] = self.seconds.get(nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                kept: dict[str, float] = json.load(f)
+        except (FileNotFoundError, ValueError):
+            kept = {}
+        for nodeid, seconds in self.seconds.items():
+            kept.pop(nodeid, None)
+            if seconds >= 1.0:
+                kept[nodeid] = round(seconds, 1)
+        directory = os.path.dirname(self.path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        with open(self.path, "w", encoding="utf-8") as f:
+            json.dump(kept, f, indent=0, sort_keys=True)
+            f.write("\n")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

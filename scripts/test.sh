@@ -21,6 +21,9 @@ fi
 # The docs site (mkdocs.yml: the guide in docs/, the API reference from the docstrings); any
 # warning - a broken link, a docstring griffe cannot parse - fails the run.
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir build/site || exit 1
+# every test's seconds, for tests/durations.json (the dispatch order, conftest.py): copy the file
+# there after a full run on the reference machine
+export TXMSG_TEST_DURATIONS=${TXMSG_TEST_DURATIONS:-$PWD/build/test-durations.json}
 .venv/bin/python -m pytest "$@"
 rc=$?
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
