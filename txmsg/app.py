@@ -69,6 +69,7 @@ from txmsg.registry import (
 if TYPE_CHECKING:
     from txmsg.aio.producer import AsyncProducer
     from txmsg.orderly import ParkedEvent
+    from txmsg.rescue import DiscardedEvent, Rescuer
     from txmsg.sqla.engine import SessionFactory
     from txmsg.sqla.outbox import Outbox, OutboxDeadEvent, RetryPolicy
 
@@ -78,6 +79,7 @@ BACKEND_GROUP = "txmsg.backends"
 
 H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
 D = TypeVar("D", bound="Callable[[OutboxDeadEvent], Any]")
+X = TypeVar("X", bound="Callable[[DiscardedEvent], Any]")
 
 
 def backend_entry_points() -> list[importlib.metadata.EntryPoint]:
@@ -204,6 +206,8 @@ class TxMsg:
         self._stops: list[Callable[[float], None]] = []
         self._outboxes: dict[str, Outbox] = {}
         self._outbox_dead_hooks: list[Callable[[OutboxDeadEvent], Any]] = []
+        self._discarded_hooks: list[Callable[[DiscardedEvent], Any]] = []
+        self._rescuers: dict[str, Rescuer] = {}
         self._lock = threading.RLock()
         self._state = "new"  # new -> started -> closed
         self._bridge: LoopBridge | None = None  # the event loop async listeners run on
@@ -338,6 +342,34 @@ class TxMsg:
         self._outbox_dead_hooks.append(fn)
         return fn
 
+    def on_transaction_discarded(self, fn: X) -> X:
+        """Decorator: ``fn(event)`` is called with a :class:`txmsg.rescue.DiscardedEvent` each
+        time this app's rescuer gives up on a half message the broker discarded after its last
+        check-back (``check_local`` still had no answer after ``rescue_attempts``; after the
+        ERROR line and the dead row): page someone, count a metric.  Runs on the rescue
+        consumer's thread; an exception is logged and ignored.  Returns ``fn`` unchanged.
+        See ``docs/guide/discards.md``."""
+        self._setup("add an on_transaction_discarded hook")
+        if not callable(fn) or is_async(fn):
+            raise ListenerDefinitionError(
+                "@on_transaction_discarded decorates a plain function fn(event) (a "
+                f"txmsg.rescue.DiscardedEvent; not async def), not {fn!r}"
+            )
+        self._discarded_hooks.append(fn)
+        return fn
+
+    @property
+    def transaction_discarded_hooks(self) -> tuple[Callable[[DiscardedEvent], Any], ...]:
+        """Hooks registered with :meth:`on_transaction_discarded`, in registration order."""
+        return tuple(self._discarded_hooks)
+
+    @property
+    def rescuers(self) -> dict[str, Rescuer]:
+        """A copy: producer group -> its running :class:`~txmsg.rescue.Rescuer` (empty before
+        start; a group without one: ``rescue_discarded=False``, or the backend cannot reach the
+        discard topic, logged at start)."""
+        return dict(self._rescuers)
+
     @property
     def outboxes(self) -> dict[str, Outbox]:
         """A copy: outbox group -> :class:`~txmsg.sqla.outbox.Outbox`."""
@@ -471,6 +503,7 @@ class TxMsg:
                 except BaseException:
                     self._close_all(self.config.close_timeout)
                     self._producers.clear()
+                    self._rescuers.clear()
                     self._instances.clear()  # closed; a retry creates fresh ones
                     if self._owns_backend:
                         self._backend = None  # closed; a retry loads a fresh one
@@ -564,6 +597,27 @@ class TxMsg:
             if outbox.relay_in_process:  # stopped with the consumers, before the producers
                 outbox.start_relay(self._producers[group], hooks=self.outbox_dead_hooks)
                 self._stops.append(outbox.stop_relay)
+        self._start_rescues(backend)
+
+    def _start_rescues(self, backend: Backend) -> None:
+        """A rescue consumer per transactional group (``rescue_discarded``, on by default):
+        :mod:`txmsg.rescue`.  Stopped with the consumers, before the producers it sends with."""
+        from txmsg.rescue import start_rescue  # noqa: PLC0415 - only for apps with listeners
+
+        for group, spec in sorted(self.registry.listeners.items()):
+            producer = self._producers[group]
+            if not spec.rescue_discarded or not isinstance(producer, TransactionalProducer):
+                continue
+            rescue = start_rescue(
+                backend,
+                producer,
+                self._instances[group],
+                attempts=spec.rescue_attempts,
+                hooks=self.transaction_discarded_hooks,
+            )
+            if rescue is not None:
+                self._rescuers[group] = rescue.rescuer
+                self._stops.append(rescue.stop)
 
     def _needs_loop(self) -> bool:
         """Whether a declared listener, handler or hook is ``async def``."""

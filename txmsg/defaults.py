@@ -41,3 +41,13 @@ ASYNC_SEND_THREADS: Final = 64
 """Threads of an app's send pool, where the sends of ``app.async_producer(group)`` wait for the
 broker (and a transactional send for its ``execute_local``): how many awaited sends can be in
 flight at once before further ones queue (``TxMsg(async_send_threads=...)``)."""
+
+RESCUE_DISCARDED: Final = True
+"""Whether a transactional listener's group rescues the half messages the broker discarded after
+``transactionCheckMax`` unanswered check-backs (:mod:`txmsg.rescue`)."""
+RESCUE_ATTEMPTS: Final = 16
+"""Rounds the rescuer spends on one discarded half message whose ``check_local`` keeps answering
+UNKNOW before it gives up (a dead row and ``@app.on_transaction_discarded``).  Each round puts it
+back into the broker's check cycle for one more horizon (``transactionCheckMax`` x
+``transactionCheckInterval``: 15 min with the production defaults), so 16 rounds give a service
+about 4 h after the first discard to answer."""

@@ -102,3 +102,9 @@ class BackendUnavailableError(TxMsgError, RuntimeError):
 class TransactionFencedError(TxMsgError, RuntimeError):
     """A check-back already settled this transaction (ROLLBACK after its in-flight timeout), so the
     local transaction must not commit.  Raised inside the local transaction, which rolls back."""
+
+
+class SystemTopicUnavailableError(BackendUnavailableError):
+    """The backend cannot consume a broker system topic (``TRANS_CHECK_MAX_TIME_TOPIC``, where
+    the broker moves the half messages it gave up checking).  A RocketMQ 5 proxy refuses every
+    system topic over gRPC; the message names the remoting route that reaches it instead."""

@@ -57,6 +57,12 @@ class ListenerSpec:
     topics: tuple[str, ...] = ()
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     execute_exception_state: LocalTransactionState | None = None
+    rescue_discarded: bool = defaults.RESCUE_DISCARDED
+    """Whether the app rescues this group's half messages the broker discarded
+    (:mod:`txmsg.rescue`)."""
+    rescue_attempts: int = defaults.RESCUE_ATTEMPTS
+    """Rounds of ``check_local`` (each one more check horizon of the broker) per discarded half
+    message before it is given up (a dead row)."""
 
     @property
     def on_exception(self) -> LocalTransactionState:
@@ -129,11 +135,17 @@ def build_spec(
     topics: Sequence[str] = (),
     executor: ExecutorConfig | Mapping[str, Any] | None = None,
     execute_exception_state: LocalTransactionState | None = None,
+    rescue_discarded: bool = defaults.RESCUE_DISCARDED,
+    rescue_attempts: int = defaults.RESCUE_ATTEMPTS,
 ) -> ListenerSpec:
     """Validate ``target`` (a class, or an instance of one) and return its spec.
 
     Names are checked against RocketMQ's rule here; the app adds its backend's rules when the
     spec reaches it (:mod:`txmsg.names`).
+
+    ``rescue_discarded=False`` turns off the rescue of half messages the broker discarded after
+    its last check-back (:mod:`txmsg.rescue`, on by default); ``rescue_attempts`` bounds how
+    often the rescuer asks ``check_local`` about one of them before it gives up.
     """
     cls = target if isinstance(target, type) else type(target)
     owner = cls.__qualname__
@@ -173,12 +185,26 @@ def build_spec(
             f"got {execute_exception_state!r}; committing after a failure would publish a "
             "message for work that did not happen"
         )
+    if not isinstance(rescue_discarded, bool):
+        raise ListenerDefinitionError(
+            f"{owner}: rescue_discarded must be True or False, got {rescue_discarded!r}"
+        )
+    if isinstance(rescue_attempts, bool) or not isinstance(rescue_attempts, int):
+        raise ListenerDefinitionError(
+            f"{owner}: rescue_attempts must be an int >= 1, got {rescue_attempts!r}"
+        )
+    if rescue_attempts < 1:
+        raise ListenerDefinitionError(
+            f"{owner}: rescue_attempts must be an int >= 1, got {rescue_attempts!r}"
+        )
     return ListenerSpec(
         group=group,
         target=target,
         topics=checked_topics,
         executor=executor or ExecutorConfig(),
         execute_exception_state=state,
+        rescue_discarded=rescue_discarded,
+        rescue_attempts=rescue_attempts,
     )
 
 

@@ -26,6 +26,12 @@ DEDUP_KEY = "TXMSG_DEDUP_KEY"
 crash gets a new ``UNIQ_KEY`` from the client.  Idempotent consumers de-duplicate on it first
 (:func:`txmsg.sqla.idempotent.message_key`)."""
 
+RESCUED_FROM = "TXMSG_RESCUED_FROM"
+"""Message property of a half message the rescue of discarded half messages sent again
+(:mod:`txmsg.rescue`): the transaction key of the original, which the broker discarded.  Such a
+message's :attr:`Message.transaction_key` is that key, so ``check_local`` and the records answer
+for the original transaction, and consumers see the key they would have seen."""
+
 DELAY_LEVELS: tuple[int, ...] = (
     1,
     5,
@@ -76,7 +82,10 @@ class Message:
 
     @property
     def transaction_key(self) -> str | None:
-        return self.properties.get(UNIQ_KEY) or self.message_id
+        """``UNIQ_KEY``; for a rescued copy of a discarded half message, the original's
+        (:data:`RESCUED_FROM`)."""
+        props = self.properties
+        return props.get(RESCUED_FROM) or props.get(UNIQ_KEY) or self.message_id
 
     def text(self, encoding: str = "utf-8") -> str:
         return self.body.decode(encoding)

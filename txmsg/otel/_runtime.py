@@ -74,10 +74,12 @@ class Otel:
         self.sent = Tally()
         self.consumed = Tally()
         self.checks = Tally()
+        self.discards = Tally()
         for name, tally, description in (
             (names.SENT_MESSAGES, self.sent, "Messages handed to the broker"),
             (names.CONSUMED_MESSAGES, self.consumed, "Deliveries handed to listeners"),
             (names.CHECKS, self.checks, "Check-backs answered"),
+            (names.DISCARDS, self.discards, "Discarded half messages, by the rescuer's outcome"),
         ):
             meter.create_observable_counter(
                 name, callbacks=[tally.observe], unit=unit[name], description=description

@@ -605,3 +605,22 @@ def add_event(name: str, attributes: Mapping[str, Any], *, failed: str | None = 
                 span.set_status(o.Status(o.ERROR, failed))
     except Exception:  # telemetry must never raise into the core
         log.warning("could not add a span event", exc_info=True)
+
+
+def discard_counted(group: str, outcome: str, amount: int = 1) -> None:
+    """Count a discarded half message of ``group`` in ``txmsg.discards`` with
+    what the rescuer did (:data:`txmsg.otel.names.DISCARD_OUTCOMES`); ``amount=0`` makes the
+    series exist before the first discard, so a dashboard shows 0 rather than no data."""
+    o = otel()
+    if o is None:
+        return
+    try:
+        attributes = {
+            names.SYSTEM: names.ROCKETMQ,
+            names.PRODUCER_GROUP: group,
+            names.DISCARD_OUTCOME: outcome,
+        }
+        o.discards.add((group, outcome), attributes, amount)
+    except Exception:  # telemetry must never change what the rescuer does
+        log.warning("could not count a discarded half message", exc_info=True)
+

@@ -42,6 +42,11 @@ OUTBOX_UNSENT: Final = "txmsg.outbox.unsent"
 """Gauge {row}: outbox rows not sent yet (outboxes whose relay runs in this process)."""
 OUTBOX_OLDEST_AGE: Final = "txmsg.outbox.oldest_unsent_age"
 """Gauge s: age of the oldest unsent outbox row (0 when none)."""
+DISCARDS: Final = "txmsg.discards"
+"""Counter {message}: half messages of the group the broker discarded after its last check-back,
+as the rescuer (:mod:`txmsg.rescue`) handled them, by ``txmsg.discard.outcome``: ``rescued``
+(committed: sent to its topic), ``rolled_back``, ``retried`` (no answer yet: asked again later,
+once per attempt), ``dead`` (given up: a dead row and ``on_transaction_discarded``)."""
 
 INSTRUMENTS: Final[dict[str, tuple[str, str]]] = {
     SENT_MESSAGES: ("counter", "{message}"),
@@ -57,6 +62,7 @@ INSTRUMENTS: Final[dict[str, tuple[str, str]]] = {
     PARKED_KEYS: ("gauge", "{key}"),
     OUTBOX_UNSENT: ("gauge", "{row}"),
     OUTBOX_OLDEST_AGE: ("gauge", "s"),
+    DISCARDS: ("counter", "{message}"),
 }
 """Every instrument: name -> (kind, unit).  The kinds are what Prometheus sees (an observable
 counter is a counter)."""
@@ -86,6 +92,8 @@ CHECK_RESULT: Final = "txmsg.check.result"
 RECONSUME_TIMES: Final = "txmsg.reconsume_times"
 SHARDING_KEY: Final = "txmsg.sharding_key"
 ATTEMPT: Final = "txmsg.attempt"
+DISCARD_OUTCOME: Final = "txmsg.discard.outcome"
+DISCARD_OUTCOMES: Final = ("rescued", "rolled_back", "retried", "dead")
 
 ROCKETMQ: Final = "rocketmq"
 

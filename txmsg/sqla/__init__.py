@@ -18,6 +18,7 @@ Isolation: SQLite in WAL mode with ``BEGIN IMMEDIATE`` writers, PostgreSQL at RE
 """
 
 from txmsg.errors import TransactionFencedError
+from txmsg.sqla import discarded as _discarded_models  # noqa: F401 - its table, likewise
 from txmsg.sqla.check import BORN_PROPERTY, RecordCheck, born_properties, message_born_at
 from txmsg.sqla.engine import (
     SessionFactory,

@@ -41,6 +41,7 @@ import time
 from txmsg.backend import ConsumeHandler
 from txmsg.errors import ConfigError
 from txmsg.message import SHARDING_KEY, Message, OutgoingMessage
+from txmsg.rescue import DISCARD_TOPIC
 
 from . import messages
 from ._errors import BackendUnavailableError
@@ -131,6 +132,7 @@ class PushConsumer:
         self.credentials = credentials
         self.group = group
         self.topic = topic
+        self._extra = messages.DISCARD_PROPS if topic == DISCARD_TOPIC else ()
         self.max_reconsume = max_reconsume
         self.orderly = orderly
         self._suspended: dict[tuple[int | None, int | None, str | None], float] = {}
@@ -204,7 +206,9 @@ class PushConsumer:
         if not self.gate.enter_callback():
             return E_RECONSUME_LATER  # native shutdown under way: return to C++ at once
         try:
-            message = messages.read(self.native, c_message, origin=False, queue=True)
+            message = messages.read(
+                self.native, c_message, origin=False, queue=True, extra=self._extra
+            )
             if self.orderly:
                 return self._orderly(message)
             ok = self._handler(message) is True

@@ -133,11 +133,25 @@ def local_view(native: Native, handle: Any, sent: OutgoingMessage, group: str) -
     )
 
 
-def read(native: Native, handle: Any, *, origin: bool, queue: bool = False) -> Message:
+DISCARD_PROPS = ("REAL_TOPIC", "REAL_QID", "TRANSACTION_CHECK_TIMES", "TRAN_PREPARED_QUEUE_OFFSET")
+"""What a discarded half message (``TRANS_CHECK_MAX_TIME_TOPIC``) carries beyond the standard
+properties: its real topic and queue, how often it was checked (txmsg.rescue reads them)."""
+
+
+def read(
+    native: Native,
+    handle: Any,
+    *,
+    origin: bool,
+    queue: bool = False,
+    extra: tuple[str, ...] = (),
+) -> Message:
     """Read a message handle into a :class:`Message` (``origin``: a ``CMessage*`` we created).
 
     ``queue``: also read the queue id and offset (a consumed ``CMessageExt*``; check-backs leave
-    them out, their queue is the broker's internal half-message queue)."""
+    them out, their queue is the broker's internal half-message queue).  ``extra``: broker
+    properties to read too (the C API reads properties by name only), e.g. :data:`DISCARD_PROPS`
+    for the consumer of the discard topic."""
     dll = native.dll
     if origin:
         get_topic, get_tags = dll.GetOriginMessageTopic, dll.GetOriginMessageTags
@@ -153,7 +167,7 @@ def read(native: Native, handle: Any, *, origin: bool, queue: bool = False) -> M
         return value if value else None
 
     properties: dict[str, str] = {}
-    for name in _SYSTEM_PROPS:
+    for name in (*_SYSTEM_PROPS, *extra):
         value = prop(name)
         if value is not None:
             properties[name] = value

@@ -19,6 +19,11 @@ Differences from the ``rocketmq`` backend, and why:
   are sent one by one (``capabilities`` below).
 * Orderly listeners (:mod:`.fifo`) need a FIFO consumer group (``consumeMessageOrderly``) on a
   FIFO topic; ``subscribe(orderly=True)`` refuses to start otherwise.
+* System topics (:mod:`.remoting`): a 5.x proxy refuses every one over gRPC (``GrpcValidator.
+  validateTopic``: "cannot access system topic"), so the rescue of discarded half messages
+  (``TRANS_CHECK_MAX_TIME_TOPIC``) goes through the name server, with the ``rocketmq`` backend's
+  client, when ``name_server`` is configured; else ``subscribe`` raises
+  :class:`~txmsg.errors.SystemTopicUnavailableError` and the app runs on without the rescue.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from .consumer import LoopConsumer
 from .fifo import FifoConsumer
 from .names import name_rule
 from .plain import PlainSender
+from .remoting import SystemTopicRoute, is_system_topic
 from .sender import Rocketmq5Sender
 from .settings import RocketMQ5Settings
 
@@ -90,6 +96,8 @@ class RocketMQ5Backend:
         self._topic_owner: dict[str, str] = {}
         self._consumers: dict[str, Any] = {}
         self._closed = False
+        self.system_topics = SystemTopicRoute(config, settings.name_server)
+        """Where system topics are read: remoting, when a name server is known."""
 
     def client_configuration(self) -> Any:
         """A fresh ``ClientConfiguration`` (the client keeps per-instance state in it)."""
@@ -174,6 +182,16 @@ class RocketMQ5Backend:
         treat the group as a FIFO group).  ``consume_from`` has no 5.x equivalent: a new group
         starts where the proxy decides (a 5.x proxy: the queue's end)."""
         self._ensure_open()
+        if is_system_topic(topic):  # the proxy refuses it: remoting, or SystemTopicUnavailableError
+            return self.system_topics.subscribe(
+                topic,
+                group,
+                handler,
+                tags=tags,
+                concurrency=concurrency,
+                max_reconsume=max_reconsume,
+                consume_from=consume_from,
+            )
         check_subscription_arguments(topic, group, owner="RocketMQ 5 backend", rules=_RULES)
         with self._lock:
             if group in self._consumers:
@@ -235,6 +253,7 @@ class RocketMQ5Backend:
             sender.close(timeout)
         for plain_sender in plain:
             plain_sender.close(timeout)
+        self.system_topics.close(timeout)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

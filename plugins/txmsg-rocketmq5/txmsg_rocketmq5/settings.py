@@ -43,6 +43,21 @@ class RocketMQ5Settings(BackendSettings):
     access_key: str | None = None
     """Credentials of the proxy's ACL; with ``secret_key``."""
     secret_key: str | None = None
+    name_server: str | None = None
+    """The name server of the cluster behind the proxy (remoting, ``host:port[;host:port]``);
+    None: not known.  A 5.x proxy serves no system topic over gRPC, so the rescue of discarded
+    half messages (:mod:`txmsg.rescue`) reads ``TRANS_CHECK_MAX_TIME_TOPIC`` and sends the
+    rescued messages through it, with the ``rocketmq`` backend's client (``txmsg[rocketmq]``);
+    ``txmsg doctor`` reads the brokers' transaction settings through it too."""
+
+    @field_validator("name_server")
+    @classmethod
+    def _valid_name_server(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return check_addresses(
+            value, what="name server", form="host:port[;host:port] of RocketMQ name servers"
+        )
 
     @field_validator("endpoints")
     @classmethod
