@@ -25,13 +25,11 @@ import contextlib
 import contextvars
 import functools
 import logging
-import math
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from txmsg.aio.callables import is_async
 from txmsg.aio.loop import LoopBridge, warn_blocking_send
@@ -58,8 +56,6 @@ from txmsg.errors import (
 from txmsg.executor import ExecutorConfig, ExecutorStats, TxExecutor
 from txmsg.listener import ListenerSpec
 from txmsg.message import (
-    DELAY_LEVELS,
-    SHARDING_KEY,
     Message,
     OutgoingMessage,
     SendResult,
@@ -68,6 +64,16 @@ from txmsg.message import (
 from txmsg.names import NameRule, check_name, rocketmq_rule
 from txmsg.otel import gauges, hooks
 from txmsg.safety import run_execute_local, run_execute_local_async
+from txmsg.sending import (
+    DELAY_LEVELS_TEXT,
+    BatchOptions,
+    DelayOptions,
+    OrderedOptions,
+    SendOptions,
+    TransactionOptions,
+    check_keywords,
+    keys_text,
+)
 from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.producer")
@@ -80,10 +86,6 @@ SKEW_MIN_SENDS = 100
 
 _NO_EXECUTOR = ExecutorStats(threads=0, active=0, queued=0, completed=0, rejected=0, caller_ran=0)
 _NO_CHECKS = DispatchStats(checks=0, deduplicated=0, rejected=0, timed_out=0, in_flight=0)
-_LEVELS_TEXT = ", ".join(
-    f"{n}={s // 60}m" if s >= 60 and s < 3600 else f"{n}={s // 3600}h" if s >= 3600 else f"{n}={s}s"
-    for n, s in enumerate(DELAY_LEVELS, start=1)
-)
 
 
 @dataclass(frozen=True)
@@ -122,20 +124,6 @@ class ProducerStats:
     """Busiest queue / mean over the queues used, for the most uneven topic: 1.0 is even, 2.0
     means one queue takes twice its share (a hot sharding key).  Queues never used are not
     seen: compare ``len(topic_queues[topic])`` with the topic's queue count too."""
-
-
-def _keys_text(keys: str | Sequence[str] | None) -> str | None:
-    if keys is None or isinstance(keys, str):
-        return keys
-    return " ".join(str(k) for k in keys)  # RocketMQ's KEY_SEPARATOR
-
-
-def _check_sharding_key(topic: str, sharding_key: Any) -> None:
-    if not isinstance(sharding_key, str) or not sharding_key:
-        raise InvalidMessageError(
-            f"topic={topic}: sharding_key must be a non-empty string (the business entity whose "
-            f"messages must stay in order, e.g. an order id), got {sharding_key!r}"
-        )
 
 
 def _skew(counts: Mapping[int, int]) -> float:
@@ -220,28 +208,11 @@ class Producer:
         return producer
 
     # ---- plain sends ----------------------------------------------------------------------------
-    def send(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
-    ) -> SendResult:
+    def send(self, topic: str, payload: Any, **options: Unpack[DelayOptions]) -> SendResult:
         """Send ``payload`` to ``topic`` and wait for the broker's answer (no transaction).
 
-        Parameters:
-            keys: message keys (a string or several), searchable in the broker's tools.
-            tags: the message's tag, what consumers filter on.
-            properties: user properties (values become strings).
-            delay_level: RocketMQ delay level 1..18 (:data:`txmsg.message.DELAY_LEVELS`:
-                1s 5s 10s 30s 1m 2m ... 10m 20m 30m 1h 2h): consumers see it that much later.
-            deliver_at: deliver at this time: an aware ``datetime`` or epoch seconds (needs a
-                backend with ``Capabilities.delivery_timestamps``, RocketMQ 5; not with
-                ``delay_level``).  A time in the past delivers at once.
+        The options (``keys``, ``tags``, ``properties``, ``delay_level``, ``deliver_at``) are
+        :class:`txmsg.sending.DelayOptions`.
 
         Raises:
             InvalidNameError: the topic name is refused.
@@ -251,19 +222,10 @@ class Producer:
             SendError: the broker did not accept the message.
         """
         warn_blocking_send(self.group, "send")
-        message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
-        return self._send_now(message)
+        return self._send_now(self._plain("send", topic, payload, options, DelayOptions))
 
     def send_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
+        self, topic: str, payload: Any, **options: Unpack[DelayOptions]
     ) -> Future[SendResult]:
         """:meth:`send` without waiting: the future ends with the broker's answer or the error
         (:class:`~txmsg.SendError`).  The future completes on the client's callback thread: keep
@@ -271,38 +233,20 @@ class Producer:
 
         Raises (at once, nothing sent): as :meth:`send`, except ``SendError``.
         """
-        message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
-        return self._send_later(message)
+        return self._send_later(self._plain("send_async", topic, payload, options, DelayOptions))
 
-    def send_oneway(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
-    ) -> None:
+    def send_oneway(self, topic: str, payload: Any, **options: Unpack[DelayOptions]) -> None:
         """Send without any answer: the fastest send, and nothing tells whether the broker
         stored the message (logs, metrics).  A backend without ``Capabilities.oneway`` sends
         asynchronously and ignores the answer.  Options and errors as :meth:`send`."""
-        message = self._plain(topic, payload, keys, tags, properties, delay_level, deliver_at)
+        message = self._plain("send_oneway", topic, payload, options, DelayOptions)
         sender = self.open_sender()
         with hooks.sending(self.group, message) as telemetry, self._failures(message):
             sender.send_oneway(telemetry.message)
         self._count("plain_sent")
 
     def send_orderly(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
+        self, topic: str, payload: Any, **options: Unpack[OrderedOptions]
     ) -> SendResult:
         """Send so that every message with the same ``sharding_key`` goes to the same queue
         (RocketMQ 5: the same FIFO message group), in the order of the sends.
@@ -312,39 +256,28 @@ class Producer:
         delayed.  Order holds between sends that finished one after the other; two threads
         sending for one key at once are in no defined order.
 
+        The options are :class:`txmsg.sending.OrderedOptions` (``sharding_key``, ``keys``,
+        ``tags``, ``properties``).
+
         Raises:
-            InvalidMessageError: ``sharding_key`` is empty or not a string, or as :meth:`send`.
+            InvalidMessageError: ``sharding_key`` is blank, too long or not a string
+                (:func:`txmsg.sending.check_sharding_key`), or as :meth:`send`.
             ProducerClosedError, SendError: as :meth:`send`.
         """
         warn_blocking_send(self.group, "send_orderly")
-        _check_sharding_key(topic, sharding_key)
-        message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
-        return self._send_now(message)
+        return self._send_now(self._plain("send_orderly", topic, payload, options, OrderedOptions))
 
     def send_orderly_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
+        self, topic: str, payload: Any, **options: Unpack[OrderedOptions]
     ) -> Future[SendResult]:
         """:meth:`send_orderly` without waiting.  Two async sends of one key in flight at once
         may be stored in either order: to keep a key's order, send its next message after the
         previous future finished (or use :meth:`send_orderly`)."""
-        _check_sharding_key(topic, sharding_key)
-        message = self._plain(topic, payload, keys, tags, properties, None, None, sharding_key)
-        return self._send_later(message)
+        method = "send_orderly_async"
+        return self._send_later(self._plain(method, topic, payload, options, OrderedOptions))
 
     def send_batch(
-        self,
-        topic: str,
-        payloads: Iterable[Any],
-        *,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
+        self, topic: str, payloads: Iterable[Any], **options: Unpack[BatchOptions]
     ) -> SendResult:
         """Send several payloads to one topic together; ``tags`` and ``keys`` apply to each.
 
@@ -358,11 +291,12 @@ class Producer:
             InvalidNameError, ProducerClosedError, SendError: as :meth:`send`.
         """
         warn_blocking_send(self.group, "send_batch")
+        check_keywords("send_batch", options, BatchOptions)
         self._check_open()
         check_name("topic", topic, owner=f"group {self.group}: send_batch", rules=self.name_rules)
+        tags, keys = options.get("tags"), keys_text(options.get("keys"))
         messages = [
-            OutgoingMessage(topic=topic, body=to_body(p), tags=tags, keys=_keys_text(keys))
-            for p in payloads
+            OutgoingMessage(topic=topic, body=to_body(p), tags=tags, keys=keys) for p in payloads
         ]
         if not messages:
             raise InvalidMessageError(
@@ -378,86 +312,35 @@ class Producer:
 
     # ---- plain-send plumbing --------------------------------------------------------------------
     def _plain(
-        self,
-        topic: str,
-        payload: Any,
-        keys: str | Sequence[str] | None,
-        tags: str | None,
-        properties: Mapping[str, Any] | None,
-        delay_level: int | None,
-        deliver_at: datetime | float | None,
-        sharding_key: str | None = None,
+        self, method: str, topic: str, payload: Any, options: Mapping[str, Any], kind: type[Any]
     ) -> OutgoingMessage:
-        """Validate a plain send and build its message (nothing is opened or sent yet)."""
+        """Validate a plain send of ``method`` (its options of the TypedDict ``kind``) and build
+        its message (nothing is opened or sent yet)."""
+        check_keywords(method, options, kind)
         self._check_open()
         owner = f"group={self.group} topic={topic}"
         check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
-        if sharding_key is not None:
-            _check_sharding_key(topic, sharding_key)
-        if sharding_key is not None and (delay_level is not None or deliver_at is not None):
+        sending = SendOptions.of(owner, options, ordered=kind is OrderedOptions)
+        caps = self.capabilities
+        if sending.delay_level is not None and not (caps.delay_levels or caps.delivery_timestamps):
             raise InvalidMessageError(
-                f"{owner}: an ordered message cannot be delayed (it would overtake or block its "
-                "key's later messages); send it with send() or without a delay"
+                f"{owner}: this backend cannot delay messages; send without delay_level"
             )
-        if delay_level is not None and deliver_at is not None:
-            raise InvalidMessageError(f"{owner}: give delay_level or deliver_at, not both")
-        if delay_level is not None:
-            self._check_delay_level(owner, delay_level)
-        deliver_at_ms = None if deliver_at is None else self._deliver_at_ms(owner, deliver_at)
-        props = {str(k): str(v) for k, v in (properties or {}).items()}
-        if SHARDING_KEY in props:
+        if sending.deliver_at_ms is not None and not caps.delivery_timestamps:
             raise InvalidMessageError(
-                f"{owner}: property {SHARDING_KEY} is set by txmsg; use "
-                "send_orderly(..., sharding_key=...) for ordered messages"
+                f"{owner}: this backend cannot deliver at a given time (RocketMQ 4 has no timer "
+                f"messages); use delay_level=1..18 instead ({DELAY_LEVELS_TEXT})"
             )
         return OutgoingMessage(
             topic=topic,
             body=to_body(payload),
-            tags=tags,
-            keys=_keys_text(keys),
-            properties=props,
-            sharding_key=sharding_key,
-            delay_level=delay_level,
-            deliver_at_ms=deliver_at_ms,
+            tags=sending.tags,
+            keys=sending.keys,
+            properties=sending.properties,
+            sharding_key=sending.sharding_key,
+            delay_level=sending.delay_level,
+            deliver_at_ms=sending.deliver_at_ms,
         )
-
-    def _check_delay_level(self, owner: str, level: Any) -> None:
-        if isinstance(level, bool) or not isinstance(level, int) or not 1 <= level <= 18:
-            raise InvalidMessageError(
-                f"{owner}: delay_level must be an int 1..18 ({_LEVELS_TEXT}), got {level!r}"
-            )
-        caps = self.capabilities
-        if not caps.delay_levels and not caps.delivery_timestamps:
-            raise InvalidMessageError(
-                f"{owner}: this backend cannot delay messages; send without delay_level"
-            )
-
-    def _deliver_at_ms(self, owner: str, deliver_at: Any) -> int:
-        if isinstance(deliver_at, datetime):
-            if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
-                raise InvalidMessageError(
-                    f"{owner}: deliver_at must be an aware datetime (e.g. "
-                    "datetime.now(timezone.utc) + timedelta(minutes=5)), got a naive one"
-                )
-            seconds = deliver_at.timestamp()
-        elif isinstance(deliver_at, int | float) and not isinstance(deliver_at, bool):
-            seconds = float(deliver_at)
-            if not math.isfinite(seconds) or seconds < 0:
-                raise InvalidMessageError(
-                    f"{owner}: deliver_at in epoch seconds must be a finite number >= 0, "
-                    f"got {deliver_at!r}"
-                )
-        else:
-            raise InvalidMessageError(
-                f"{owner}: deliver_at must be an aware datetime or epoch seconds, "
-                f"got {type(deliver_at).__name__}"
-            )
-        if not self.capabilities.delivery_timestamps:
-            raise InvalidMessageError(
-                f"{owner}: this backend cannot deliver at a given time (RocketMQ 4 has no timer "
-                f"messages); use delay_level=1..18 instead ({_LEVELS_TEXT})"
-            )
-        return round(seconds * 1000)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -753,18 +636,13 @@ class TransactionalProducer(Producer):
 
     # ---- transactional sends --------------------------------------------------------------------
     def send_in_transaction(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
+        self, topic: str, payload: Any, **options: Unpack[TransactionOptions]
     ) -> TransactionSendResult:
         """Send ``payload`` to ``topic`` as a half message, run ``execute_local(message, arg)``
         in this thread, and end the transaction with its answer.
+
+        The options (``arg``, ``keys``, ``tags``, ``properties``, ``check_immunity_seconds``)
+        are :class:`txmsg.sending.TransactionOptions`.
 
         ``result.local_state`` is the answer after exception mapping (None when the local
         transaction did not run because the half send failed).
@@ -779,6 +657,7 @@ class TransactionalProducer(Producer):
                 ``async def`` (it could never run: the loop waits for this call); nothing sent.
                 Use ``await app.async_producer(group).send_in_transaction(...)``.
         """
+        check_keywords("send_in_transaction", options, TransactionOptions)
         bridge = self.bridge
         if bridge is not None and bridge.in_loop_thread() and is_async(self.listener.execute_local):
             raise LifecycleError(
@@ -788,27 +667,13 @@ class TransactionalProducer(Producer):
                 ".send_in_transaction(...)`"
             )
         warn_blocking_send(self.group, "send_in_transaction")
-        return self.transact(
-            topic,
-            payload,
-            arg=arg,
-            keys=keys,
-            tags=tags,
-            properties=properties,
-            check_immunity_seconds=check_immunity_seconds,
-            bridge=bridge,
-        )
+        return self.transact(topic, payload, options, bridge)
 
     def transact(
         self,
         topic: str,
         payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
+        options: TransactionOptions,
         bridge: LoopBridge | None = None,
     ) -> TransactionSendResult:
         """:meth:`send_in_transaction` with the event loop an ``async def execute_local`` runs
@@ -816,7 +681,8 @@ class TransactionalProducer(Producer):
         producer share.  The caller must not be on ``bridge``'s loop."""
         sender, spec = self.sender, self.spec
         self._check_open()
-        message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
+        message = self._outgoing(topic, payload, options)
+        arg = options.get("arg")
         decided: list[LocalTransactionState] = []
         listener = self.listener
 
@@ -875,12 +741,7 @@ class TransactionalProducer(Producer):
         self,
         topic: str,
         payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
+        options: TransactionOptions,
         bridge: LoopBridge | None = None,
     ) -> TransactionSendResult:
         """:meth:`transact` awaited on the running loop with no thread waiting: the half message
@@ -896,7 +757,7 @@ class TransactionalProducer(Producer):
             )
         sender = cast(SplitTransactionalSender, self.sender)
         self._check_open()
-        message = self._outgoing(topic, payload, keys, tags, properties, check_immunity_seconds)
+        message = self._outgoing(topic, payload, options)
         with hooks.sending(self.group, message, transactional=True) as telemetry:
             sending: Future[HalfMessage] | None = None
             try:
@@ -917,7 +778,7 @@ class TransactionalProducer(Producer):
             state = LocalTransactionState.UNKNOW
             try:
                 state = await run_execute_local_async(
-                    self.listener, half.message, arg, self.spec, bridge
+                    self.listener, half.message, options.get("arg"), self.spec, bridge
                 )
             finally:  # cancelled: UNKNOW ends nothing, and releases the sender's count
                 ending = half.end(state)
@@ -937,15 +798,7 @@ class TransactionalProducer(Producer):
         )
 
     def send_in_transaction_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
+        self, topic: str, payload: Any, **options: Unpack[TransactionOptions]
     ) -> Future[TransactionSendResult]:
         """:meth:`send_in_transaction` on the listener's executor; returns its future.
 
@@ -957,20 +810,14 @@ class TransactionalProducer(Producer):
             RejectedError: ``rejection='abort'`` and the executor is full.
             ProducerClosedError: after :meth:`close`.
         """
+        check_keywords("send_in_transaction_async", options, TransactionOptions)
         executor = self.executor
         self._check_open()
-        kwargs: dict[str, Any] = {
-            "arg": arg,
-            "keys": keys,
-            "tags": tags,
-            "properties": properties,
-            "check_immunity_seconds": check_immunity_seconds,
-        }
         # the caller's context (its current span: the send span's parent) goes along
         context = contextvars.copy_context()
         try:
             future: Future[TransactionSendResult] = executor.submit(
-                context.run, self.transact, topic, payload, bridge=self.bridge, **kwargs
+                context.run, self.transact, topic, payload, options, self.bridge
             )
         except RejectedError as exc:
             if executor.is_shutdown:  # closed between the check above and submit()
@@ -978,16 +825,9 @@ class TransactionalProducer(Producer):
             raise
         return future
 
-    def _outgoing(
-        self,
-        topic: str,
-        payload: Any,
-        keys: str | Sequence[str] | None,
-        tags: str | None,
-        properties: Mapping[str, Any] | None,
-        check_immunity_seconds: int | None,
-    ) -> OutgoingMessage:
+    def _outgoing(self, topic: str, payload: Any, options: TransactionOptions) -> OutgoingMessage:
         check_name("topic", topic, owner=f"group {self.group}: send", rules=self.name_rules)
+        check_immunity_seconds = options.get("check_immunity_seconds")
         if check_immunity_seconds is not None and (
             not isinstance(check_immunity_seconds, int) or check_immunity_seconds < 1
         ):
@@ -995,13 +835,14 @@ class TransactionalProducer(Producer):
                 f"check_immunity_seconds must be a positive int (seconds before the first "
                 f"check-back), got {check_immunity_seconds!r}"
             )
-        props = {str(k): str(v) for k, v in (properties or {}).items()}
+        owner = f"group={self.group} topic={topic}"
+        sending = SendOptions.of(owner, options, reserved=frozenset())
         return OutgoingMessage(
             topic=topic,
             body=to_body(payload),
-            tags=tags,
-            keys=_keys_text(keys),
-            properties=props,
+            tags=sending.tags,
+            keys=sending.keys,
+            properties=sending.properties,
             check_immunity_seconds=check_immunity_seconds,
         )
 

@@ -47,6 +47,7 @@ from txmsg import LocalTransactionState as S
 from txmsg.backend import Capabilities, ConsumeHandler, MessageSender
 from txmsg.message import SHARDING_KEY, UNIQ_KEY, OutgoingMessage
 from txmsg.producer import SKEW_MIN_SENDS
+from txmsg.sending import RowOptions
 
 from .doubles import DoubleBackend, Subscription
 
@@ -337,8 +338,8 @@ def test_send_orderly_carries_the_sharding_key_and_refuses_bad_keys(
     second = producer.send_orderly_async("events", {"step": 2}, sharding_key="order-1").result(5)
     assert first.queue_id == second.queue_id is not None
     assert [m.sharding_key for _, m in sb.plain["notify"][0].sent] == ["order-1", "order-1"]
-    for bad in ("", None, 17):
-        with pytest.raises(InvalidMessageError, match="sharding_key must be a non-empty string"):
+    for bad in ("", " ", None, 17, "k" * 256):
+        with pytest.raises(InvalidMessageError, match="sharding_key must be a non-blank string"):
             producer.send_orderly("events", "x", sharding_key=bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidMessageError, match=r"send_orderly\(\.\.\., sharding_key=\.\.\.\)"):
         producer.send("events", "x", properties={SHARDING_KEY: "order-1"})
@@ -347,8 +348,9 @@ def test_send_orderly_carries_the_sharding_key_and_refuses_bad_keys(
 
 def test_an_ordered_message_cannot_be_delayed(sapp: TxMsg) -> None:
     producer = plain_app(sapp)
+    options = {"sharding_key": "order-1", "delay_level": 2}  # no public send takes both
     with pytest.raises(InvalidMessageError, match="ordered message cannot be delayed"):
-        producer._plain("events", "x", None, None, None, 2, None, "order-1")
+        producer._plain("send", "events", "x", options, RowOptions)
 
 
 def test_topic_names_are_checked_before_sending(sapp: TxMsg, sb: SendingBackend) -> None:

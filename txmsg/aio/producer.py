@@ -32,15 +32,21 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from txmsg.aio.loop import LoopBridge
 from txmsg.errors import ProducerClosedError, UnknownGroupError
 from txmsg.message import SendResult, TransactionSendResult
 from txmsg.producer import Producer, ProducerStats, TransactionalProducer
+from txmsg.sending import (
+    BatchOptions,
+    DelayOptions,
+    OrderedOptions,
+    TransactionOptions,
+    check_keywords,
+)
 
 T = TypeVar("T")
 
@@ -90,21 +96,14 @@ class AsyncProducer:
 
     # ---- sends --------------------------------------------------------------------------------
     async def send_in_transaction(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        arg: Any = None,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        check_immunity_seconds: int | None = None,
+        self, topic: str, payload: Any, **options: Unpack[TransactionOptions]
     ) -> TransactionSendResult:
         """Send the half message, await ``execute_local(message, arg)``, end the transaction:
         :meth:`txmsg.TransactionalProducer.send_in_transaction`, awaited (module docstring).
 
         Raises: as the sync method; :class:`~txmsg.UnknownGroupError` for a plain group.
         """
+        check_keywords("send_in_transaction", options, TransactionOptions)
         producer = self.producer
         if not isinstance(producer, TransactionalProducer):
             raise UnknownGroupError(
@@ -114,104 +113,40 @@ class AsyncProducer:
                 group=self.group,
             )
         bridge = self._bridge_here()
-        options: dict[str, Any] = {
-            "arg": arg,
-            "keys": keys,
-            "tags": tags,
-            "properties": properties,
-            "check_immunity_seconds": check_immunity_seconds,
-            "bridge": bridge,
-        }
         if producer.splits_sends:  # no thread needed (module docstring)
-            return await producer.transact_async(topic, payload, **options)
-        return await self._off_loop(functools.partial(producer.transact, topic, payload, **options))
-
-    async def send(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
-    ) -> SendResult:
-        """:meth:`txmsg.Producer.send`, awaited (delays as there)."""
+            return await producer.transact_async(topic, payload, options, bridge)
         return await self._off_loop(
-            functools.partial(
-                self.producer.send,
-                topic,
-                payload,
-                keys=keys,
-                tags=tags,
-                properties=properties,
-                delay_level=delay_level,
-                deliver_at=deliver_at,
-            )
+            functools.partial(producer.transact, topic, payload, options, bridge)
         )
 
-    async def send_oneway(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
-    ) -> None:
+    async def send(self, topic: str, payload: Any, **options: Unpack[DelayOptions]) -> SendResult:
+        """:meth:`txmsg.Producer.send`, awaited (delays as there)."""
+        return await self._off_loop(
+            functools.partial(self.producer.send, topic, payload, **options)
+        )
+
+    async def send_oneway(self, topic: str, payload: Any, **options: Unpack[DelayOptions]) -> None:
         """:meth:`txmsg.Producer.send_oneway`, awaited (the client takes it; no answer)."""
         await self._off_loop(
-            functools.partial(
-                self.producer.send_oneway,
-                topic,
-                payload,
-                keys=keys,
-                tags=tags,
-                properties=properties,
-                delay_level=delay_level,
-                deliver_at=deliver_at,
-            )
+            functools.partial(self.producer.send_oneway, topic, payload, **options)
         )
 
     async def send_orderly(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
+        self, topic: str, payload: Any, **options: Unpack[OrderedOptions]
     ) -> SendResult:
         """:meth:`txmsg.Producer.send_orderly`, awaited: await each send of a key before the
         next one, so that the key's order holds."""
         return await self._off_loop(
-            functools.partial(
-                self.producer.send_orderly,
-                topic,
-                payload,
-                sharding_key=sharding_key,
-                keys=keys,
-                tags=tags,
-                properties=properties,
-            )
+            functools.partial(self.producer.send_orderly, topic, payload, **options)
         )
 
     async def send_batch(
-        self,
-        topic: str,
-        payloads: Iterable[Any],
-        *,
-        tags: str | None = None,
-        keys: str | Sequence[str] | None = None,
+        self, topic: str, payloads: Iterable[Any], **options: Unpack[BatchOptions]
     ) -> SendResult:
         """:meth:`txmsg.Producer.send_batch`, awaited."""
         items = list(payloads)  # an iterator is consumed here, on the loop, not on a thread
         return await self._off_loop(
-            functools.partial(self.producer.send_batch, topic, items, tags=tags, keys=keys)
+            functools.partial(self.producer.send_batch, topic, items, **options)
         )
 
     # ---- plumbing -----------------------------------------------------------------------------

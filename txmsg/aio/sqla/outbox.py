@@ -9,15 +9,16 @@ reads the table through the outbox's own sync ``session_factory``) sends it afte
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from txmsg.sending import RowOptions
 from txmsg.sqla.outbox import Outbox, OutboxReceipt
 
 
 async def outbox_send(
-    outbox: Outbox, session: AsyncSession, topic: str, payload: Any, **options: Any
+    outbox: Outbox, session: AsyncSession, topic: str, payload: Any, **options: Unpack[RowOptions]
 ) -> OutboxReceipt:
     """``outbox.send(session, topic, payload, **options)`` in ``session``'s transaction: the
     same options and errors (``keys``, ``tags``, ``properties``, ``sharding_key``,

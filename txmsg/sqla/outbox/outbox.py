@@ -30,10 +30,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction, scoped_session
@@ -41,6 +40,7 @@ from sqlalchemy.orm import Session, SessionTransaction, scoped_session
 from txmsg.errors import ConfigError, InvalidMessageError, LifecycleError
 from txmsg.names import NameRule, check_name, rocketmq_rule
 from txmsg.otel import gauges
+from txmsg.sending import RowOptions, check_keywords
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.policy import RetryPolicy
@@ -196,29 +196,17 @@ class Outbox:
         session: Session | scoped_session[Session],
         topic: str,
         payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        sharding_key: str | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
+        **options: Unpack[RowOptions],
     ) -> OutboxReceipt:
         """Write ``payload`` for ``topic`` into the outbox, in ``session``'s transaction.
 
         Nothing is sent now: the relay sends the row after the transaction commits, and a
-        rollback leaves nothing.  Options are those of ``Producer.send`` /
-        ``Producer.send_orderly``:
-
-        Parameters:
-            sharding_key: ordered: the key's rows are sent with ``send_orderly`` (RocketMQ 5: the
-                FIFO message group), one at a time, in the order their transactions committed.
-                A second transaction writing the same key waits here until the first one ends.
-            keys: message keys (a string or several), searchable in the broker's tools.
-            tags: the message's tag.
-            properties: user properties (``TXMSG_DEDUP_KEY`` is set by the relay).
-            delay_level: RocketMQ delay level 1..18, counted from the relay's send.
-            deliver_at: an aware ``datetime`` or epoch seconds (RocketMQ 5 backends).
+        rollback leaves nothing.  The options are :class:`txmsg.sending.RowOptions`: those of
+        ``Producer.send`` and ``sharding_key``, with which the key's rows are sent with
+        ``send_orderly`` (RocketMQ 5: the FIFO message group), one at a time, in the order their
+        transactions committed (a second transaction writing the same key waits here until the
+        first one ends).  A delay counts from the relay's send; ``TXMSG_DEDUP_KEY`` is set by
+        the relay.
 
         Returns the row's id, stable message key and ``seq``.
 
@@ -236,16 +224,12 @@ class Outbox:
                 f"SQLAlchemy Session (outbox.send(session, topic, payload)), not "
                 f"{type(session).__name__}"
             )
+        check_keywords("send", options, RowOptions)
         values = row_values(
             self.group,
             topic,
             payload,
-            keys=keys,
-            tags=tags,
-            properties=properties,
-            sharding_key=sharding_key,
-            delay_level=delay_level,
-            deliver_at=deliver_at,
+            options,
             name_rules=self.name_rules,
             max_body_bytes=self.max_body_bytes,
         )

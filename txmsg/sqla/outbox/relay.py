@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.exc import SQLAlchemyError
@@ -62,6 +62,7 @@ from sqlalchemy.orm import Session
 
 from txmsg.errors import ClosedError, ConfigError, LifecycleError, SendError
 from txmsg.message import DEDUP_KEY, SendResult
+from txmsg.sending import DelayOptions, OrderedOptions
 from txmsg.sqla.engine import is_in_memory_sqlite, read_only
 from txmsg.sqla.journal import _pid_alive, host_identity
 from txmsg.sqla.models import utcnow
@@ -122,26 +123,11 @@ class OutboxSender(Protocol):
     """What the relay needs of a producer: :class:`txmsg.Producer`'s asynchronous sends."""
 
     def send_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
+        self, topic: str, payload: Any, **options: Unpack[DelayOptions]
     ) -> Future[SendResult]: ...
 
     def send_orderly_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
+        self, topic: str, payload: Any, **options: Unpack[OrderedOptions]
     ) -> Future[SendResult]: ...
 
 

@@ -23,10 +23,9 @@ any time without breaking it (:func:`txmsg.sqla.outbox.store.purge_idle_keys`).
 
 from __future__ import annotations
 
-import math
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -49,8 +48,9 @@ from sqlalchemy.orm import Session
 
 from txmsg.convert import to_body
 from txmsg.errors import InvalidMessageError
-from txmsg.message import DEDUP_KEY, DELAY_LEVELS, SHARDING_KEY, UNIQ_KEY
+from txmsg.message import DEDUP_KEY, SHARDING_KEY, UNIQ_KEY
 from txmsg.names import NameRule, check_name
+from txmsg.sending import RowOptions, SendOptions
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxState
 
@@ -60,9 +60,7 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 RESERVED_PROPERTIES = frozenset({SHARDING_KEY, DEDUP_KEY, UNIQ_KEY})
 """Properties the outbox or the client sets; a row may not carry its own."""
 
-_MAX_NAME = 255  # the String(255) columns
-
-_LEVELS = ", ".join(f"{n}={s}s" for n, s in enumerate(DELAY_LEVELS, start=1))
+_MAX_NAME = 255  # the String(255) column of tags
 
 _MESSAGES: Table = OutboxMessage.__table__  # type: ignore[assignment]  # declared a Table
 _KEYS: Table = OutboxKey.__table__  # type: ignore[assignment]  # declared a Table
@@ -174,96 +172,36 @@ class OutboxReceipt:
     """Its place among the unsent rows of its sharding key (None without a key)."""
 
 
-def _keys_text(keys: str | Sequence[str] | None) -> str | None:
-    if keys is None or isinstance(keys, str):
-        return keys
-    return " ".join(str(k) for k in keys)  # RocketMQ's KEY_SEPARATOR
-
-
-def _deliver_at_ms(owner: str, deliver_at: Any) -> int:
-    if isinstance(deliver_at, datetime):
-        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
-            raise InvalidMessageError(
-                f"{owner}: deliver_at must be an aware datetime (e.g. "
-                "datetime.now(timezone.utc) + timedelta(minutes=5)), got a naive one"
-            )
-        return round(deliver_at.timestamp() * 1000)
-    if isinstance(deliver_at, int | float) and not isinstance(deliver_at, bool):
-        seconds = float(deliver_at)
-        if math.isfinite(seconds) and seconds >= 0:
-            return round(seconds * 1000)
-        raise InvalidMessageError(
-            f"{owner}: deliver_at in epoch seconds must be a finite number >= 0, got {deliver_at!r}"
-        )
-    raise InvalidMessageError(
-        f"{owner}: deliver_at must be an aware datetime or epoch seconds, "
-        f"got {type(deliver_at).__name__}"
-    )
-
-
 def row_values(
     outbox: str,
     topic: str,
     payload: Any,
+    options: RowOptions,
     *,
-    keys: str | Sequence[str] | None,
-    tags: str | None,
-    properties: Mapping[str, Any] | None,
-    sharding_key: str | None,
-    delay_level: int | None,
-    deliver_at: datetime | float | None,
     name_rules: tuple[NameRule, ...],
     max_body_bytes: int,
 ) -> dict[str, Any]:
     """The columns of a row for this message, or an error saying what to change.
 
     Everything refused here could never be sent, whatever the broker's state: refusing it in the
-    caller's transaction beats a dead row later.  What only the backend knows (its own size limit,
+    caller's transaction beats a dead row later.  The options are validated as a send's
+    (:meth:`txmsg.sending.SendOptions.of`); what only the backend knows (its own size limit,
     whether it can deliver at a time, the topic's type on the broker) is judged by the relay,
     which makes such a row dead at its first attempt, with the backend's reason.
 
     Raises:
         InvalidNameError: RocketMQ or the app's backend refuses the topic name.
         InvalidMessageError: the payload cannot be converted or is larger than
-            ``max_body_bytes``; an invalid sharding key, delay, property or tag.
+            ``max_body_bytes``; an invalid option, a reserved property, a tag longer than its
+            column.
     """
     owner = f"outbox {outbox}: topic={topic}"
     check_name("topic", topic, owner=f"outbox {outbox}: send", rules=name_rules)
-    if sharding_key is not None and (
-        not isinstance(sharding_key, str)
-        or not sharding_key.strip()
-        or len(sharding_key) > _MAX_NAME
-    ):
-        raise InvalidMessageError(
-            f"{owner}: sharding_key must be a non-blank string of at most {_MAX_NAME} characters "
-            f"(the business entity whose messages must stay in order, e.g. an order id), got "
-            f"{sharding_key!r}"
-        )
-    if sharding_key is not None and (delay_level is not None or deliver_at is not None):
-        raise InvalidMessageError(
-            f"{owner}: an ordered message cannot be delayed (it would overtake or block its key's "
-            "later messages); write it without sharding_key, or without a delay"
-        )
-    if delay_level is not None and deliver_at is not None:
-        raise InvalidMessageError(f"{owner}: give delay_level or deliver_at, not both")
-    if delay_level is not None and (
-        isinstance(delay_level, bool)
-        or not isinstance(delay_level, int)
-        or not 1 <= delay_level <= 18
-    ):
-        raise InvalidMessageError(
-            f"{owner}: delay_level must be an int 1..18 ({_LEVELS}), got {delay_level!r}"
-        )
+    sending = SendOptions.of(owner, options, reserved=RESERVED_PROPERTIES)
+    tags = sending.tags
     if tags is not None and (not isinstance(tags, str) or len(tags) > _MAX_NAME):
         raise InvalidMessageError(
             f"{owner}: tags must be a string of at most {_MAX_NAME} characters, got {tags!r}"
-        )
-    props = {str(k): str(v) for k, v in (properties or {}).items()}
-    reserved = sorted(RESERVED_PROPERTIES.intersection(props))
-    if reserved:
-        raise InvalidMessageError(
-            f"{owner}: properties {reserved} are set by txmsg or the client; the outbox sends "
-            f"the row's stable key as {DEDUP_KEY} and the sharding key as {SHARDING_KEY} itself"
         )
     body = to_body(payload)
     if len(body) > max_body_bytes:
@@ -278,13 +216,13 @@ def row_values(
         "message_key": uuid.uuid4().hex,
         "topic": topic,
         "tags": tags,
-        "keys": _keys_text(keys),
-        "properties": props,
+        "keys": sending.keys,
+        "properties": sending.properties,
         "body": body,
-        "sharding_key": sharding_key,
+        "sharding_key": sending.sharding_key,
         "seq": None,
-        "delay_level": delay_level,
-        "deliver_at_ms": None if deliver_at is None else _deliver_at_ms(owner, deliver_at),
+        "delay_level": sending.delay_level,
+        "deliver_at_ms": sending.deliver_at_ms,
         "state": OutboxState.PENDING.value,
         "attempts": 0,
         "next_attempt_at": now,
