@@ -55,6 +55,7 @@ from txmsg.errors import (
 from txmsg.listener import ListenerSpec, bind_spec, build_spec
 from txmsg.message import Message
 from txmsg.names import NameRule, check_name, rules_for_backend
+from txmsg.outbox_options import build_outbox_options
 from txmsg.producer import Producer, ProducerStats, TransactionalProducer
 from txmsg.registry import (
     ClassDecorator,
@@ -70,8 +71,7 @@ if TYPE_CHECKING:
     from txmsg.aio.producer import AsyncProducer
     from txmsg.orderly import ParkedEvent
     from txmsg.rescue import DiscardedEvent, Rescuer
-    from txmsg.sqla.engine import SessionFactory
-    from txmsg.sqla.outbox import Outbox, OutboxDeadEvent, RetryPolicy
+    from txmsg.sqla.outbox import Outbox, OutboxDeadEvent
 
 log = logging.getLogger("txmsg.app")
 
@@ -278,55 +278,35 @@ class TxMsg:
         self._setup("add an on_parked hook")
         return self.registry.on_parked(fn)
 
-    def add_outbox(
-        self,
-        *,
-        group: str,
-        session_factory: SessionFactory,
-        relay: bool = True,
-        retry: RetryPolicy | None = None,
-        poll_interval: float = 1.0,
-        batch_size: int = 64,
-        max_body_bytes: int | None = None,
-        lease: float = 15.0,
-    ) -> Outbox:
+    @declares_with(build_outbox_options)
+    def add_outbox(self, **options: Any) -> Outbox:
         """Declare a transactional outbox whose relay sends with producer ``group``; returns it.
 
         ``outbox.send(session, topic, payload, ...)`` writes a message in your SQLAlchemy
         transaction; the relay sends it after the commit (:mod:`txmsg.sqla.outbox`).  With
         ``relay=True`` (default) the relay runs in this process from :meth:`start` to
         :meth:`close` (the group's plain-send producer is declared for it); with ``relay=False``
-        it runs elsewhere (``txmsg outbox relay --app MODULE:app``).  The other options are
-        :class:`txmsg.sqla.outbox.Outbox`'s.
+        it runs elsewhere (``txmsg outbox relay --app MODULE:app``).  The options are
+        :class:`txmsg.sqla.outbox.Outbox`'s (:func:`txmsg.outbox_options.build_outbox_options`).
 
         Raises:
             InvalidNameError: RocketMQ or the backend refuses ``group``.
             ConfigError: an invalid option.
             ListenerDefinitionError: the app has an outbox of that group already.
         """
+        group = options.get("group")
         self._setup(f"add the outbox {group!r}")
         from txmsg.sqla.outbox import Outbox  # noqa: PLC0415 - SQLAlchemy only when used
-        from txmsg.sqla.outbox.writer import DEFAULT_MAX_BODY_BYTES  # noqa: PLC0415
 
         if group in self._outboxes:
             raise ListenerDefinitionError(
                 f"this app has an outbox of group {group!r} already; use that one (one outbox "
                 "per group: its rows and relay belong to it)"
             )
-        outbox = Outbox(
-            group=group,
-            session_factory=session_factory,
-            relay=relay,
-            retry=retry,
-            poll_interval=poll_interval,
-            batch_size=batch_size,
-            max_body_bytes=DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes,
-            lease=lease,
-            name_rules=self.name_rules,
-        )
-        if relay:
-            self.registry.add_producer(group)
-        self._outboxes[group] = outbox
+        outbox = Outbox.of(build_outbox_options(self.name_rules, **options))
+        if outbox.relay_in_process:
+            self.registry.add_producer(outbox.group)
+        self._outboxes[outbox.group] = outbox
         return outbox
 
     def on_outbox_dead(self, fn: D) -> D:

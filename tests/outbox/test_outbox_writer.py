@@ -320,6 +320,17 @@ def test_add_outbox_is_declared_once_keyword_only_before_start(db: Db) -> None:
         app.add_outbox(group="late", session_factory=db.sessions)
 
 
+def test_add_outbox_takes_every_option_of_outbox(db: Db) -> None:
+    from inspect import signature  # noqa: PLC0415 - the module imports SQLAlchemy's inspect
+
+    app = TxMsg(TxMsgConfig(), backend="rocketmq")
+    own = list(signature(app.add_outbox).parameters.values())
+    assert own == list(signature(Outbox).parameters.values())
+    outbox = app.add_outbox(group=GROUP, session_factory=db.sessions, send_timeout=2.5)
+    assert outbox.send_timeout == 2.5
+    app.close()
+
+
 def test_a_session_that_wrote_rows_wakes_the_relay_on_commit_only(db: Db) -> None:
     _, outbox = app_with_outbox(db)
     woken: list[str] = []

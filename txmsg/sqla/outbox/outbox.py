@@ -28,7 +28,6 @@ process's relay has sent since (:mod:`txmsg.sqla.outbox.ledger`).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,15 +36,16 @@ from typing import Any, Unpack
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction, scoped_session
 
-from txmsg.errors import ConfigError, InvalidMessageError, LifecycleError
-from txmsg.names import NameRule, check_name, rocketmq_rule
+from txmsg.errors import InvalidMessageError, LifecycleError
+from txmsg.names import rocketmq_rule
 from txmsg.otel import gauges
+from txmsg.outbox_options import OutboxOptions, build_outbox_options
+from txmsg.registry import declares_with
 from txmsg.sending import RowOptions, check_keywords
-from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.policy import RetryPolicy
 from txmsg.sqla.outbox.relay import DELETES_MARK, DeadHook, OutboxSender, Relay, RelayStats
-from txmsg.sqla.outbox.writer import DEFAULT_MAX_BODY_BYTES, OutboxReceipt, row_values, write_row
+from txmsg.sqla.outbox.writer import OutboxReceipt, row_values, write_row
 
 log = logging.getLogger("txmsg.outbox")
 
@@ -121,70 +121,34 @@ class Outbox:
     """An outbox of one producer group in one database.  Declare it with
     :meth:`txmsg.TxMsg.add_outbox`; the app runs its relay between ``start()`` and ``close()``.
 
-    Parameters (keyword-only, as ``add_outbox`` takes them):
-        group: the producer group the relay sends with; also the rows' ``outbox`` column, so
-            several outboxes can share a database.
-        session_factory: sessions on the database where the business tables and txmsg's tables
-            are (``txmsg.sqla.make_session_factory(engine)``); the relay uses it too.
-        relay: run the relay in this process (default).  False for processes that only write
-            (web workers): run ``txmsg outbox relay --app MODULE:app`` elsewhere.
-        retry: back-off and attempts of failed sends (:class:`RetryPolicy`).
-        poll_interval: seconds between the relay's looks for rows its process did not write.
-        batch_size: rows a relay cycle sends at once (at most one per sharding key).
-        max_body_bytes: larger bodies are refused by :meth:`send` (the broker's limit).
-        lease: SQLite only: seconds a relay's lease lasts without renewal.
-        send_timeout: seconds a cycle waits for the broker's answers before counting a send as
-            failed (the backend's own send timeout answers first, normally).
-        name_rules: the topic rules of the app's backend (the app passes them).
+    The options (keyword-only, as ``add_outbox`` takes them) are those of
+    :func:`txmsg.outbox_options.build_outbox_options`; an outbox made here checks topics by
+    RocketMQ's rules, one the app makes by its backend's too.
     """
 
-    def __init__(
-        self,
-        *,
-        group: str,
-        session_factory: SessionFactory,
-        relay: bool = True,
-        retry: RetryPolicy | None = None,
-        poll_interval: float = 1.0,
-        batch_size: int = 64,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        lease: float = 15.0,
-        send_timeout: float = 30.0,
-        name_rules: tuple[NameRule, ...] = (rocketmq_rule,),
-    ) -> None:
-        check_name("producer_group", group, owner="add_outbox", rules=name_rules)
-        if not callable(session_factory):
-            raise ConfigError(
-                f"outbox {group!r}: session_factory must return SQLAlchemy sessions "
-                f"(txmsg.sqla.make_session_factory(engine)), got {session_factory!r}"
-            )
-        for name, value, low in (
-            ("poll_interval", poll_interval, 0.01),
-            ("lease", lease, 1.0),
-            ("send_timeout", send_timeout, 0.1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"outbox {group!r}: {name} must be seconds, got {value!r}")
-            if not math.isfinite(value) or value < low:
-                raise ConfigError(f"outbox {group!r}: {name} must be >= {low} s, got {value!r}")
-        for name, count in (("batch_size", batch_size), ("max_body_bytes", max_body_bytes)):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ConfigError(f"outbox {group!r}: {name} must be an int >= 1, got {count!r}")
-        if poll_interval > lease / 3:
-            raise ConfigError(
-                f"outbox {group!r}: poll_interval ({poll_interval} s) must be at most lease / 3 "
-                f"({lease / 3:.1f} s): a SQLite relay renews its lease between polls"
-            )
-        self.group = group
-        self.session_factory = session_factory
-        self.relay_in_process = bool(relay)
-        self.retry = retry if retry is not None else RetryPolicy()
-        self.poll_interval = float(poll_interval)
-        self.batch_size = batch_size
-        self.max_body_bytes = max_body_bytes
-        self.lease = float(lease)
-        self.send_timeout = float(send_timeout)
-        self.name_rules = name_rules
+    @declares_with(build_outbox_options)
+    def __init__(self, **options: Any) -> None:
+        self._configure(build_outbox_options((rocketmq_rule,), **options))
+
+    @classmethod
+    def of(cls, options: OutboxOptions) -> Outbox:
+        """The outbox of validated ``options`` (how ``TxMsg.add_outbox`` makes one)."""
+        outbox = cls.__new__(cls)
+        outbox._configure(options)
+        return outbox
+
+    def _configure(self, options: OutboxOptions) -> None:
+        self.options = options
+        self.group = options.group
+        self.session_factory = options.session_factory
+        self.relay_in_process = options.relay
+        self.retry = options.retry if options.retry is not None else RetryPolicy()
+        self.poll_interval = options.poll_interval
+        self.batch_size = options.batch_size
+        self.max_body_bytes = options.max_body_bytes
+        self.lease = options.lease
+        self.send_timeout = options.send_timeout
+        self.name_rules = options.name_rules
         self._relay: Relay | None = None
         self._watching: list[int] = []
         self._lock = threading.Lock()

@@ -54,9 +54,6 @@ from txmsg.sending import RowOptions, SendOptions
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxState
 
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-"""A RocketMQ broker's default ``maxMessageSize`` (4 MiB)."""
-
 RESERVED_PROPERTIES = frozenset({SHARDING_KEY, DEDUP_KEY, UNIQ_KEY})
 """Properties the outbox or the client sets; a row may not carry its own."""
 
