@@ -112,9 +112,10 @@ def scene(txmsg_broker: Any, make_app: Callable[..., TxMsg], tmp_path: Path) -> 
     scene.stop_children()
 
 
-def kill_in_flight(scene: Scene) -> Child:
+def kill_in_flight(scene: Scene) -> tuple[Child, int]:
     """Send ``k/1``, let the first consumer hold it in its callback until the broker's offset is
-    past it (hazard #10's window, asserted), SIGKILL that consumer and start a new one."""
+    past it (hazard #10's window, asserted), SIGKILL that consumer and start a new one: the new
+    consumer and ``k/1``'s queue offset."""
     first, offset, note = scene.hold_first()
     assert int(note) == offset
     held_at = time.monotonic()
@@ -136,16 +137,27 @@ def kill_in_flight(scene: Scene) -> Child:
     # The dead client's queue lock would keep the queue from the new consumer for up to 60 s;
     # the test frees it at once (the journal's recovery does not depend on that wait).
     scene.unlock_queue_of(dead)
-    return scene.start()
+    return scene.start(), offset
+
+
+def wait_all_consumed(scene: Scene, last: int) -> None:
+    """Wait until the broker holds the group's offset past ``last``, the queue's last message:
+    the new consumer took and acknowledged everything, the broker has nothing to hand out again
+    (what a 1 s sleep for "a late duplicate would show now" hoped for, as an event)."""
+    wait_until(
+        lambda: scene.committed() > last,
+        timeout=30,
+        message=lambda: f"the group's offset past {last} (now {scene.committed()})",
+    )
 
 
 def test_the_next_message_of_the_key_comes_after_the_lost_one(scene: Scene) -> None:
-    second = kill_in_flight(scene)
+    second, _ = kill_in_flight(scene)
     killed = time.monotonic()
-    scene.send(2)
+    last = scene.send(2)
     scene.wait_applied(2, second, timeout=45)
     print(f"{KEY}/2 applied {time.monotonic() - killed:.1f} s after the kill")
-    time.sleep(1.0)  # a late duplicate would show now
+    wait_all_consumed(scene, last)
     assert scene.applied() == [(KEY, 1), (KEY, 2)], "k/1 lost, applied out of order or twice"
     second.finish()
     assert scene.applied() == [(KEY, 1), (KEY, 2)]
@@ -153,11 +165,11 @@ def test_the_next_message_of_the_key_comes_after_the_lost_one(scene: Scene) -> N
 
 
 def test_the_lost_message_is_applied_when_nothing_follows_it(scene: Scene) -> None:
-    second = kill_in_flight(scene)
+    second, last = kill_in_flight(scene)
     killed = time.monotonic()
     scene.wait_applied(1, second, timeout=30)
     print(f"applied {time.monotonic() - killed:.1f} s after the kill")
-    time.sleep(1.0)  # a late duplicate would show now
+    wait_all_consumed(scene, last)
     assert scene.applied() == [(KEY, 1)], "k/1 applied twice"
     second.finish()
     assert scene.applied() == [(KEY, 1)]
