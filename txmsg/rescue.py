@@ -261,8 +261,13 @@ class Rescuer:
         attempts: int,
         store: DeadStore,
         hooks: Sequence[Callable[[DiscardedEvent], Any]] = (),
+        topic_groups: Sequence[str] = (),
     ) -> None:
         self.producer = producer
+        self.topic_groups = tuple(topic_groups)
+        """Topics whose name is this group's ``PGROUP`` too: a RocketMQ 5 proxy stores a gRPC
+        producer's half messages with the topic as their producer group (``SendMessageActivity``:
+        "use topicName as producerGroup for transactional checker"), namespaced or not."""
         self.group = producer.group
         self.attempts = attempts
         self.store = store
@@ -305,8 +310,19 @@ class Rescuer:
             )
             return False
 
+    def owns(self, producer_group: str | None) -> bool:
+        """Whether a discarded message of ``producer_group`` (its ``PGROUP``) is this group's."""
+        if producer_group is None:
+            return False
+        if producer_group == self.group:
+            return True
+        return any(
+            producer_group == topic or producer_group.endswith(f"%{topic}")
+            for topic in self.topic_groups
+        )
+
     def _handle(self, delivered: Message) -> bool:
-        if delivered.properties.get(PRODUCER_GROUP_PROPERTY) != self.group:
+        if not self.owns(delivered.properties.get(PRODUCER_GROUP_PROPERTY)):
             self._count("foreign")
             return True
         half = half_message(delivered)
@@ -459,12 +475,16 @@ def start_rescue(
     A backend whose own clients cannot reach the discard topic may consume it through another
     route (``rocketmq5``: remoting, as a 5.x proxy refuses system topics over gRPC), or raise
     :class:`~txmsg.errors.SystemTopicUnavailableError` saying what would make it reachable."""
+    from txmsg.backend import capabilities_of  # noqa: PLC0415 - the backend module is heavier
+
     group = producer.group
+    by_topic = not capabilities_of(backend).shared_topics  # a 5.x proxy: PGROUP is the topic
     rescuer = Rescuer(
         producer,
         attempts=attempts,
         store=store if store is not None else store_for(listener),
         hooks=hooks,
+        topic_groups=producer.spec.topics if by_topic else (),
     )
     try:
         stop = backend.subscribe(

@@ -3,7 +3,9 @@
 Each check is ``(label, detail, ok)``: the 5.x client is installed and its ``rocketmq`` package is
 the one that imports (``rocketmq-client-python`` 2.0.0 installs a ``rocketmq/__init__.py`` of its
 own; with that one on top the 5.x client cannot import itself), and every configured endpoint
-answers gRPC.  librocketmq and ``rocketmq-client-python`` are not needed and not checked.
+answers gRPC.  librocketmq and ``rocketmq-client-python`` are not needed and not checked, except
+for the rescue of discarded half messages: a row says whether it runs (a ``name_server`` and the
+``rocketmq`` backend's client), since a 5.x proxy serves the discard topic to no gRPC client.
 Imports run in a child interpreter so a broken combination leaves nothing half-imported here.
 
 The broker's transaction settings cannot be read over gRPC (the proxy's ``MessagingService`` has no call
@@ -22,6 +24,7 @@ import subprocess
 import sys
 from typing import Any
 
+from .remoting import SystemTopicRoute
 from .settings import RocketMQ5Settings
 
 Check = tuple[str, str, bool]
@@ -99,7 +102,19 @@ def report(config: Any = None) -> list[Check]:
     addresses = [a.strip() for a in endpoints.split(";") if a.strip()]
     checks.extend(_endpoint(address, tls) for address in addresses)
     checks.extend(_broker_settings(config))
+    checks.append(rescue_row(settings.name_server))
     return checks
+
+
+def rescue_row(name_server: str | None) -> Check:
+    """Whether half messages the broker discards after its last check-back are rescued
+    (:mod:`txmsg.rescue`): only through a name server, as the proxy refuses the discard topic
+    over gRPC (:mod:`.remoting`).  Advisory: the app runs without the rescue."""
+    label = "discarded half messages rescued"
+    problem = SystemTopicRoute(None, name_server).problem()
+    if problem is None:
+        return (label, f"yes: TRANS_CHECK_MAX_TIME_TOPIC read via name server {name_server}", True)
+    return (label, f"NO: {problem}", False)
 
 
 def _broker_settings(config: Any) -> list[Check]:

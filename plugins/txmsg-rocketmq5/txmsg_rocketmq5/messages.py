@@ -14,10 +14,18 @@ from txmsg.errors import InvalidMessageError
 from txmsg.message import UNIQ_KEY, Message, OutgoingMessage
 
 KEY_SEPARATOR = " "  # RocketMQ's MessageConst.KEY_SEPARATOR (txmsg joins keys with it)
+PROPS_LIST = "TXMSG_PROPS"
+"""The names of a half message's user properties, as the ``rocketmq`` backend writes them
+(``txmsg_rocketmq.messages.PROPS_LIST``): librocketmq reads properties by name only, and a half
+message the broker discards is read by librocketmq (:mod:`.remoting`), so a 5.x half message
+lists its user properties too.  Dropped again when a 5.x client reads a message."""
 
 
-def to_client(message: OutgoingMessage, client_message_cls: Any) -> Any:
-    """A 5.x ``Message`` for ``message`` (the client assigns the message id when sending).
+def to_client(
+    message: OutgoingMessage, client_message_cls: Any, *, list_properties: bool = False
+) -> Any:
+    """A 5.x ``Message`` for ``message`` (the client assigns the message id when sending);
+    ``list_properties``: add :data:`PROPS_LIST` (half messages).
 
     Raises:
         InvalidMessageError: an empty body, which RocketMQ 5 refuses (the client raises
@@ -38,6 +46,8 @@ def to_client(message: OutgoingMessage, client_message_cls: Any) -> Any:
             out.keys = key  # the client's setter adds one key per assignment
         for name, value in message.properties.items():
             out.add_property(str(name), str(value))
+        if list_properties and message.properties:
+            out.add_property(PROPS_LIST, ",".join(str(name) for name in message.properties))
     except Exception as exc:  # the client's IllegalArgumentException: blank tag/key/property
         raise InvalidMessageError(
             f"topic {message.topic!r}: the RocketMQ 5 client refuses this message: {exc}. Tags, "
@@ -62,6 +72,7 @@ def from_client(message: Any) -> Message:
     """A txmsg ``Message`` for a 5.x client message (check-backs, deliveries)."""
     message_id = str(message.message_id or "")
     props = {str(k): str(v) for k, v in (message.properties or {}).items()}
+    props.pop(PROPS_LIST, None)
     if message_id:
         props[UNIQ_KEY] = message_id
     keys = sorted(str(k) for k in (message.keys or ()))

@@ -115,7 +115,7 @@ class Rocketmq5Sender:
     def _send(
         self, message: OutgoingMessage, local_executor: LocalExecutor
     ) -> tuple[str, str, str, int | None]:
-        outgoing = messages.to_client(message, ClientMessage)
+        outgoing = messages.to_client(message, ClientMessage, list_properties=True)
         new_topic = message.topic not in self.topics
         try:
             transaction = self.producer.begin_transaction()
@@ -163,7 +163,9 @@ class Rocketmq5Sender:
         check-back (nothing is ended).  A topic whose route the client has not fetched yet (not
         declared on the listener and not sent to before) is sent from a thread of its own: the
         route fetch waits up to the request timeout, which must not happen on an event loop."""
-        outgoing = messages.to_client(message, ClientMessage)  # InvalidMessageError as is
+        outgoing = messages.to_client(
+            message, ClientMessage, list_properties=True
+        )  # InvalidMessageError as is
         self._begin_send()
         result: Future[HalfMessage] = Future()
 
