@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from txmsg_broker.codec import GET_MAX_OFFSET, SUCCESS
+from txmsg_broker.codec import GET_MAX_OFFSET, QUERY_CONSUMER_OFFSET, SUCCESS
 from txmsg_broker.rawclient import call
 
 
@@ -24,6 +24,22 @@ def stored(broker_addr: str, topic: str, queues: int = 4) -> int:
         answer = call(broker_addr, GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
         assert answer.code == SUCCESS, answer.remark
         total += int(answer.ext("offset"))
+    return total
+
+
+def consumed(broker_addr: str, group: str, topic: str, queues: int = 4) -> int:
+    """The consume offsets ``group`` has committed for ``topic`` on the broker, summed over its
+    queues (0 for a queue without one).  librocketmq commits a push consumer's offsets every 5 s
+    and at its shutdown: read it after the consumer stopped, or wait for it."""
+    total = 0
+    for queue_id in range(queues):
+        answer = call(
+            broker_addr,
+            QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": group, "topic": topic, "queueId": queue_id},
+        )
+        if answer.code == SUCCESS:
+            total += int(answer.ext("offset"))
     return total
 
 

@@ -17,6 +17,7 @@ import pytest
 from rmq_helpers import Calls, create_topic, unique, wait_until
 from txmsg_rocketmq import pool as pool_module
 
+from tests.clockwork import consumed, stored
 from txmsg.executor import ExecutorConfig
 from txmsg.listener import ListenerSpec
 from txmsg.message import Message, OutgoingMessage
@@ -150,7 +151,8 @@ def test_close_waits_for_check_callbacks_in_flight(backend: Any, txmsg_broker: A
 
     def check(message: Message) -> S:
         started.set()
-        time.sleep(1.0)
+        # in flight until close has begun (an event, not a 1 s sleep): close must wait for it
+        wait_until(lambda: pool._closed, timeout=20, message="pool.close() to begin")
         finished.append(time.monotonic())
         return S.COMMIT
 
@@ -209,9 +211,14 @@ def test_consumer_handler_result_maps_to_ack_or_redelivery(backend: Any, txmsg_b
     for body in (b"ok", b"flaky"):
         pool.send_in_transaction(OutgoingMessage(topic=topic, body=body), lambda m: S.COMMIT)
     wait_until(lambda: deliveries.get(b"flaky", 0) >= 3 and b"ok" in deliveries, timeout=60)
-    time.sleep(1.0)
-    stop()
+    stop()  # waits for the consume threads; the client commits its offsets as it shuts down
     assert deliveries == {b"ok": 1, b"flaky": 3}
+    # nothing more could arrive (what a 1 s sleep hoped for): both False answers and no other were
+    # sent back for redelivery, and True acknowledged - the group's offsets are past both messages
+    # and both redeliveries
+    assert stored(txmsg_broker.broker_addr, f"%RETRY%{group}") == 2
+    assert consumed(txmsg_broker.broker_addr, group, topic) == 2
+    assert consumed(txmsg_broker.broker_addr, group, f"%RETRY%{group}") == 2
 
 
 def test_consumer_moves_a_message_to_the_dlq_after_max_reconsume(
