@@ -16,6 +16,7 @@ from benchmarks.chaos import tracking
 from benchmarks.chaos.faults import FAULT_CHOICES
 from benchmarks.chaos.run import (
     BACKENDS,
+    RESCUER,
     ChaosResult,
     ChaosRun,
     RunOptions,
@@ -75,6 +76,14 @@ def _pair(value: str) -> tuple[float, float]:
 @click.option("--pause", help="seconds before a killed process restarts, LOW,HIGH")
 @click.option("--fail-rate", default=0.1, show_default=True, type=click.FloatRange(0, 1))
 @click.option("--slow-rate", default=0.1, show_default=True, type=click.FloatRange(0, 1))
+@click.option(
+    "--stuck-every",
+    default=20,
+    show_default=True,
+    type=click.IntRange(0),
+    help="every N-th order of a paying thread runs its local transaction longer than the broker's "
+    "check horizon (discarded, then committed: only the rescuer delivers it); 0 = none",
+)
 @click.option(
     "--database-url",
     envvar="TXMSG_CHAOS_DATABASE_URL",
@@ -158,6 +167,13 @@ def _pair(value: str) -> tuple[float, float]:
     type=click.IntRange(4),
     help="override the mode's number of network strikes (at least 4: each fault once)",
 )
+@click.option(
+    "--check-max",
+    type=click.IntRange(1),
+    help="the embedded broker's transactionCheckMax: check-backs before it discards a half "
+    "message (default 3: a horizon of about 5 s, as 15 x 60 s is in production; 120 keeps every "
+    "strike inside the horizon); not with --name-server, whose brokers keep their own",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--settle-timeout", default=240.0, show_default=True, type=float)
 @click.option("-v", "--verbose", is_flag=True, help="log every strike and settle poll")
@@ -170,6 +186,7 @@ def chaos_command(
     pause: str | None,
     fail_rate: float,
     slow_rate: float,
+    stuck_every: int,
     database_url: str | None,
     workdir: Path | None,
     brokers: int,
@@ -182,6 +199,7 @@ def chaos_command(
     relays: int,
     warmup: float,
     network_strikes: int | None,
+    check_max: int | None,
     seed: int,
     settle_timeout: float,
     verbose: bool,
@@ -197,6 +215,11 @@ def chaos_command(
     )
     if problem:
         raise click.UsageError(problem)
+    if check_max is not None and name_server is not None:
+        raise click.UsageError(
+            "--check-max sets the embedded broker's transactionCheckMax; the brokers of "
+            "--name-server keep their own (set transactionCheckMax in their broker.conf)"
+        )
     m_strikes, m_interval, m_pause, m_producers, m_consumers = MODES[mode]
     workdir = workdir or Path(tempfile.mkdtemp(prefix="txmsg-chaos-"))
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", str(workdir / "rocketmq-client"))
@@ -206,6 +229,7 @@ def chaos_command(
         consumers_per_service=consumers or m_consumers,
         fail_rate=fail_rate,
         slow_rate=slow_rate,
+        stuck_every=stuck_every,
         seed=seed,
         streams=streams,
         outbox_writers=writers,
@@ -224,6 +248,7 @@ def chaos_command(
         warmup=warmup,
         name_server=name_server,
         endpoints=endpoints,
+        **({"check_max": check_max} if check_max is not None else {}),
     )
     console = Console()
     console.print(
@@ -234,7 +259,7 @@ def chaos_command(
         + (
             f"external cluster {name_server} (no broker kills), "
             if name_server
-            else f"{options.brokers} broker(s), "
+            else f"{options.brokers} broker(s) with transactionCheckMax={options.check_max}, "
         )
         + (f"{settings.producers} producers, " if "orders" in streams else "")
         + (f"{writers} outbox writers, {relays} relay processes, " if "outbox" in streams else "")
@@ -380,6 +405,7 @@ def table(result: ChaosResult) -> Table:
         ("  of which committed in the end", len(stop.in_doubt & final.paid)),
         ("in doubt after settling (records IN_FLIGHT)", final.in_flight_records),
         ("settle time (s)", f"{result.settle_seconds:.0f}"),
+        *discard_rows(result),
     ]
     services = ("points", "logistics", "cart")
     rows.extend(
@@ -416,6 +442,26 @@ def table(result: ChaosResult) -> Table:
     return out
 
 
+def discard_rows(result: ChaosResult) -> list[tuple[str, object]]:
+    """The check horizon's figures (issue 39): discards per broker, the rescuer's outcomes."""
+    figures = result.discards
+    rows: list[tuple[str, object]] = [
+        (
+            "half messages discarded after the last check-back (per broker)",
+            f"{figures.discards} ({figures.per_broker()})",
+        ),
+        ("  transactions among them", len(figures.keys)),
+        (
+            "  rescued by txmsg: re-sent / rolled back"
+            + ("" if RESCUER else " (this txmsg has no rescuer)"),
+            f"{figures.count('rescued')} / {figures.count('rolled_back')}",
+        ),
+        ("  not rescued", len(figures.unrescued)),
+    ]
+    rows.extend((f"  unreadable: {problem}", "") for problem in figures.unreadable)
+    return rows
+
+
 def result_line(result: ChaosResult) -> str:
     final = result.final
     paid = len(final.paid)
@@ -427,5 +473,6 @@ def result_line(result: ChaosResult) -> str:
         f"rolled_back={final.attempted - paid} in_doubt_at_stop={len(result.at_monkey_stop.in_doubt)} "
         f"duplicates={sum(final.duplicates.values())} events={final.stream.applied_count} "
         f"event_orders={len(final.stream.applied)} violations={len(result.violations)} "
-        f"ratio={ratio:.3f}"
+        f"ratio={ratio:.3f} discards={result.discards.discards} "
+        f"discarded_tx={len(result.discards.keys)} rescues={result.discards.rescues}"
     )

@@ -43,12 +43,20 @@ class ChaosSettings(BaseModel):
     slow_rate: float = Field(default=0.1, ge=0, le=1)
     """Orders whose local transaction takes ``slow_seconds`` (longer than ``answer_within``)."""
     slow_seconds: tuple[float, float] = (0.8, 2.5)
+    stuck_every: int = Field(default=20, ge=0)
+    """Every ``stuck_every``-th order of a paying thread (0: none) has a local transaction that
+    takes ``stuck_seconds``: longer than the broker's check horizon (``benchmarks.chaos.run.
+    BROKER_SETTINGS``: about 5 s), so the broker checks it back UNKNOW ``check_max`` times and
+    discards it, then it commits: only txmsg's rescuer (issue 39) delivers it."""
+    stuck_seconds: tuple[float, float] = (6.5, 8.0)
     answer_within: float = Field(default=0.5, gt=0)
     """The listener answers UNKNOW after this long; the check-back then reads the record."""
     grace_period: float = Field(default=3.0, ge=0)
-    in_flight_timeout: float = Field(default=6.0, gt=0)
+    in_flight_timeout: float = Field(default=10.0, gt=0)
     """An IN_FLIGHT record untouched this long belongs to a dead producer: fenced and rolled back.
-    Longer than the slowest local transaction, shorter than the broker's check horizon."""
+    Longer than the slowest local transaction (the stuck ones too), so none is fenced while it
+    runs; longer than the broker's check horizon too, so a dead producer's transactions are
+    discarded first and settled by the rescuer's ``check_local`` (issue 39)."""
     seed: int = 0
     streams: tuple[str, ...] = ("orders",)
     """What the run drives (:data:`STREAMS`)."""

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.faults import FAULTS
+from benchmarks.chaos.run import RESCUER
+from tests.chaos.test_chaos_run import NO_RESCUER, assert_discards
 
 
 @pytest.mark.slow
@@ -31,6 +33,7 @@ def test_short_chaos_run_with_network_faults_keeps_every_service_consistent(
         "network",
         "--workdir",
         str(tmp_path / "chaos"),
+        *([] if RESCUER else NO_RESCUER),
     ]
     pg = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
     if pg:
@@ -47,6 +50,7 @@ def test_short_chaos_run_with_network_faults_keeps_every_service_consistent(
     assert int(fields["kills"]) == 0  # network faults only
     assert int(fields["committed"]) > 0
     assert float(fields["ratio"]) == 1.0
+    assert_discards(fields)  # partitions longer than the check horizon discard too
     per_fault = dict(re.findall(r"^RESULT chaos-fault (\S+) strikes=(\d+)", output, re.M))
     assert set(per_fault) == {"none", *FAULTS}, output[-3000:]
     assert all(int(per_fault[kind]) >= 1 for kind in FAULTS)

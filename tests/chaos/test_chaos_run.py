@@ -7,6 +7,14 @@ It runs the real command in a subprocess, exactly as ``txmsg chaos --mode short`
 PostgreSQL when the test command provides one (``TXMSG_TEST_PG_URL``), else on SQLite; once per
 backend (issue 14.6): ``rocketmq`` over remoting and ``rocketmq5`` over the broker's gRPC endpoint,
 with the same checker.
+
+Since issue 39 the broker has a real check horizon (3 check-backs, about 5 s) and every 20th order
+runs its local transaction longer than that: the broker discards those half messages (and those
+of strikes that keep every producer down), and txmsg's rescuer must deliver the committed ones.
+The run reports ``discards`` (copies in ``TRANS_CHECK_MAX_TIME_TOPIC``), ``discarded_tx`` (the
+transactions among them) and ``rescues`` (those the rescuer re-sent or resolved as rolled back).
+A txmsg without the rescuer would lose the committed ones: there the run keeps the old long
+horizon and no stuck transactions, and nothing is discarded.
 """
 
 from __future__ import annotations
@@ -18,6 +26,20 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks.chaos.run import RESCUER
+
+#: the old horizon, for a txmsg without the rescuer: 120 check-backs outlive every strike
+NO_RESCUER = ["--check-max", "120", "--stuck-every", "0"]
+
+
+def assert_discards(fields: dict[str, str]) -> None:
+    """With the rescuer: something was discarded, and every discarded transaction rescued."""
+    if RESCUER:
+        assert int(fields["discards"]) >= int(fields["discarded_tx"]) > 0
+        assert int(fields["rescues"]) == int(fields["discarded_tx"])
+    else:
+        assert int(fields["discards"]) == int(fields["rescues"]) == 0
 
 
 @pytest.mark.slow
@@ -34,6 +56,7 @@ def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend:
         str(tmp_path / "chaos"),
         "--backend",
         backend,
+        *([] if RESCUER else NO_RESCUER),
     ]
     pg = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
     if pg:
@@ -54,5 +77,6 @@ def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend:
     assert float(fields["ratio"]) == 1.0
     assert int(fields["events"]) > 0
     assert int(fields["event_orders"]) > 0
+    assert_discards(fields)
     # 1 broker + 2 producers + 2 x (points, logistics, cart, tracking)
     assert re.search(r"subset sizes covered\s*│\s*1\.\.11 \(11 distinct\)", output), output[-3000:]

@@ -1,0 +1,85 @@
+"""The chaos run's discard figures (issue 39.4, :mod:`benchmarks.chaos.discards`): what the
+brokers moved to ``TRANS_CHECK_MAX_TIME_TOPIC`` and what the rescuer did with it, read from the
+broker and from the services' logs (both survive ``kill -9``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rocketmq.client import Message, TransactionStatus
+from txmsg_broker.testing import Clients, create_topic, unique
+
+from benchmarks.chaos.discards import DiscardFigures, read, rescue_outcomes
+
+KEY_A = "7F0000010AFD5025D2C3917905230000"
+KEY_B = "0102FC00000001596E0B1D56D700000000"  # a 5.x client's message id
+KEY_C = "7F0000010AFD5025D2C39179052D0001"
+
+# the rescuer's lines as a chaos child process logs them (format of benchmarks.chaos.roles)
+RESCUED = (
+    "2026-11-29 06:01:02,345 4242 txmsg.rescue WARNING group order-tx: the broker had discarded "
+    f"committed half message {KEY_A} after its last check-back; rescued: sent to order-paid as "
+    "7F0000010AFD5025D2C3917905230099"
+)
+ROLLED_BACK = (
+    "2026-11-29 06:01:03,000 4242 txmsg.rescue INFO group order-tx: discarded half message "
+    f"{KEY_B} (topic order-paid) was rolled back: nothing to send"
+)
+RETRIED = (
+    "2026-11-29 06:01:04,000 4242 txmsg.rescue WARNING group order-tx: discarded half message "
+    f"{KEY_C} (topic order-paid): check_local answered UNKNOW (attempt 1 of 16); the broker "
+    "delivers it again after its retry delay"
+)
+
+
+def test_rescue_outcomes_count_each_discarded_transaction_once() -> None:
+    lines = [RESCUED, ROLLED_BACK, RETRIED, RESCUED]  # KEY_A handled again after a restart
+    found = rescue_outcomes(lines, {KEY_A, KEY_B, KEY_C})
+    assert found == {KEY_A: "rescued", KEY_B: "rolled_back"}  # KEY_C only retried so far
+    # a key the brokers did not discard (the re-sent copy's id) is not a rescue
+    assert rescue_outcomes([RESCUED], {KEY_B}) == {}
+
+
+def test_figures_add_up() -> None:
+    figures = DiscardFigures(
+        copies={"broker-b": 1, "broker-a": 3},
+        keys={KEY_A, KEY_B, KEY_C},
+        outcomes={KEY_A: "rescued", KEY_B: "rolled_back"},
+    )
+    assert (figures.discards, figures.rescues) == (4, 2)
+    assert (figures.count("rescued"), figures.count("rolled_back")) == (1, 1)
+    assert figures.unrescued == {KEY_C}
+    assert figures.per_broker() == "broker-a 3, broker-b 1"
+
+
+@pytest.mark.txmsg_manual_clock(check_max=3, transaction_timeout_ms=2000, check_interval_ms=2000)
+def test_read_finds_the_broker_discards_and_the_rescue_lines(
+    txmsg_broker_factory, tmp_path: Path
+) -> None:
+    broker = txmsg_broker_factory()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert read(broker.namesrv_addr, logs).discards == 0  # no discard topic yet: nothing
+    topic = unique("ChaosDiscard")
+    create_topic(broker.namesrv_addr, topic, queues=1)
+    with Clients(broker.namesrv_addr) as clients:
+        producer = clients.transaction_producer(
+            unique("ChaosDiscardPG"), lambda m: TransactionStatus.UNKNOWN
+        )
+        msg = Message(topic)
+        msg.set_keys("k")
+        msg.set_body(b"b")
+        sent = producer.send_message_in_transaction(msg, lambda m, a: TransactionStatus.UNKNOWN)
+        clients.heartbeat(producer)
+        for _ in range(12):  # three check-backs, then the discard
+            broker.advance(2)
+            if read(broker.namesrv_addr, logs).discards:
+                break
+    figures = read(broker.namesrv_addr, logs)
+    assert (figures.copies, figures.keys, figures.rescues) == ({"broker-a": 1}, {sent.msg_id}, 0)
+    (logs / "producer-0.log").write_text(RESCUED.replace(KEY_A, sent.msg_id) + "\n")
+    (logs / "points-0.log").write_text(ROLLED_BACK + "\n")  # another key: not this run's discard
+    figures = read(broker.namesrv_addr, logs)
+    assert figures.outcomes == {sent.msg_id: "rescued"}
+    assert figures.unrescued == set()
