@@ -5,7 +5,7 @@ this layer plus the real client."""
 
 from __future__ import annotations
 
-import time
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +30,22 @@ class Pay(RecordBackedListener):
     producer_group = f"rt-sqla-{uuid.uuid4().hex[:6]}"
     answer_within = 0.2
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: set once a check-back found a transaction still in flight (answered UNKNOW)
+        self.in_flight_checked = threading.Event()
+
+    def check_local(self, message: Message) -> S:
+        state = super().check_local(message)
+        if state is S.UNKNOW:
+            self.in_flight_checked.set()
+        return state
+
     def execute_in_transaction(self, session: Session, message: Message, arg: Any) -> None:
         if arg == "slow":
-            time.sleep(1.5)
+            # slower than answer_within (the send answers UNKNOW) and than the first check-back,
+            # which reads IN_FLIGHT: an event, not a 1.5 s sleep that hoped the check came first
+            assert self.in_flight_checked.wait(30), "no check-back while the transaction ran"
         credit(session, "acct", 1)
         if arg == "fail":
             raise RuntimeError("injected")
@@ -83,6 +96,6 @@ def test_record_backed_listener_over_the_real_client(
             assert record is not None, arg
             assert record.state is state, arg
         slow_answers = rig.answers(keys["slow"])
-        assert slow_answers
+        assert slow_answers[0] is S.UNKNOW  # in flight at the first check-back
         assert slow_answers[-1] is S.COMMIT
         assert rig.consumer.duplicates == 0
