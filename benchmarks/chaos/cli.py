@@ -452,9 +452,10 @@ def discard_rows(result: ChaosResult) -> list[tuple[str, object]]:
         ),
         ("  transactions among them", len(figures.keys)),
         (
-            "  rescued by txmsg: re-sent / rolled back"
+            "  rescued by txmsg: re-sent / rolled back / put back into the check cycle"
             + ("" if RESCUER else " (this txmsg has no rescuer)"),
-            f"{figures.count('rescued')} / {figures.count('rolled_back')}",
+            f"{figures.count('rescued')} / {figures.count('rolled_back')} / "
+            f"{figures.count('put_back')}",
         ),
         ("  not rescued", len(figures.unrescued)),
     ]

@@ -16,8 +16,10 @@ alike:
   stored copy (a raw PULL), so copies of one transaction discarded twice count once as a
   transaction;
 * **rescues**: the service processes' logs, where the rescuer writes one line per discarded half
-  message it handled (logger ``txmsg.rescue``, naming the transaction key = ``UNIQ_KEY``): a
-  ``rescued`` line after the re-send, a ``rolled back`` line when ``check_local`` said ROLLBACK.
+  message it handled (logger ``txmsg.rescue``, naming the transaction key): ``rescued`` after the
+  re-send (``check_local`` said COMMIT), ``rolled back`` (ROLLBACK), ``put back into the broker's
+  check cycle`` (UNKNOW: sent again as a half message carrying ``TXMSG_RESCUED_FROM``, checked
+  back by the broker; discarded again, it is back in the topic under that key).
   A process's in-memory counters (``TxMsg.rescuers``, ``txmsg.discards``) die with it.
 """
 
@@ -43,8 +45,19 @@ RESCUE_LOGGER = "txmsg.rescue"
 #: PullSysFlag.FLAG_SUBSCRIPTION: the pull names its subscription, so no consumer group must exist
 _PULL_WITH_SUBSCRIPTION = 0x4
 _PULL_GROUP = "TxmsgChaosDiscardReader"
-#: outcome words of the rescuer's lines, in the order they are looked for
-_OUTCOMES = (("rescued", "rescued"), ("rolled back", "rolled_back"))
+#: the original transaction's key on a half message the rescuer sent again (txmsg.message)
+RESCUED_FROM = "TXMSG_RESCUED_FROM"
+#: outcome words of the rescuer's lines, the most specific first (a give-up line quotes its
+#: reason): given up (a dead row), put back into the broker's check cycle after UNKNOW (its
+#: check-backs decide; a new discard comes back to the rescuer), acknowledged after ROLLBACK,
+#: re-sent after COMMIT
+_OUTCOMES = (
+    ("gave up", "dead"),
+    ("put back into the broker's check cycle", "put_back"),
+    ("rolled back", "rolled_back"),
+    ("rescued", "rescued"),
+)
+RESCUED_OUTCOMES = frozenset({"rescued", "rolled_back", "put_back"})
 
 
 @dataclass
@@ -54,9 +67,12 @@ class DiscardFigures:
     copies: dict[str, int] = field(default_factory=dict)
     """broker name -> half messages it moved to the discard topic (the topic's max offset)."""
     keys: set[str] = field(default_factory=set)
-    """``UNIQ_KEY`` of every discarded copy: the discarded transactions."""
+    """The transaction key of every discarded copy (``TXMSG_RESCUED_FROM`` of a copy the rescuer
+    had put back, else its ``UNIQ_KEY``): the discarded transactions."""
     outcomes: dict[str, str] = field(default_factory=dict)
-    """discarded transaction key -> ``rescued`` (re-sent after COMMIT) or ``rolled_back``."""
+    """discarded transaction key -> the rescuer's last outcome for it: ``rescued`` (re-sent after
+    COMMIT), ``rolled_back``, ``put_back`` (UNKNOW: into the broker's check cycle again) or
+    ``dead`` (given up)."""
     unreadable: list[str] = field(default_factory=list)
     """Brokers whose discard topic could not be read (named with the reason)."""
 
@@ -67,15 +83,18 @@ class DiscardFigures:
 
     @property
     def rescues(self) -> int:
-        """Discarded transactions the rescuer re-sent or resolved as rolled back."""
-        return len(self.outcomes)
+        """Discarded transactions the rescuer re-sent, resolved as rolled back, or put back into
+        the broker's check cycle (whose check-backs then decided: a copy discarded again would
+        be back in the topic and in the rescuer's lines)."""
+        return sum(1 for o in self.outcomes.values() if o in RESCUED_OUTCOMES)
 
     def count(self, outcome: str) -> int:
         return sum(1 for o in self.outcomes.values() if o == outcome)
 
     @property
     def unrescued(self) -> set[str]:
-        return self.keys - set(self.outcomes)
+        """Discarded transactions without a rescue outcome (not handled yet, or given up)."""
+        return {k for k in self.keys if self.outcomes.get(k) not in RESCUED_OUTCOMES}
 
     def per_broker(self) -> str:
         return ", ".join(f"{name} {n}" for name, n in sorted(self.copies.items())) or "-"
@@ -128,7 +147,7 @@ def _keys(broker_addr: str, upto: int) -> set[str]:
         messages = decode_messages(response.body) if response.code == SUCCESS else []
         if not messages:
             break
-        keys.update(m.uniq_key for m in messages)
+        keys.update(m.properties.get(RESCUED_FROM) or m.uniq_key for m in messages)
         offset = int(response.ext_fields.get("nextBeginOffset", offset + len(messages)))
     return keys
 

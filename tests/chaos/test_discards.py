@@ -15,6 +15,7 @@ from benchmarks.chaos.discards import DiscardFigures, read, rescue_outcomes
 KEY_A = "7F0000010AFD5025D2C3917905230000"
 KEY_B = "0102FC00000001596E0B1D56D700000000"  # a 5.x client's message id
 KEY_C = "7F0000010AFD5025D2C39179052D0001"
+KEY_D = "7F0000010AFD5025D2C39179052D0002"
 
 # the rescuer's lines as a chaos child process logs them (format of benchmarks.chaos.roles)
 RESCUED = (
@@ -26,31 +27,42 @@ ROLLED_BACK = (
     "2026-11-29 06:01:03,000 4242 txmsg.rescue INFO group order-tx: discarded half message "
     f"{KEY_B} (topic order-paid) was rolled back: nothing to send"
 )
-RETRIED = (
+PUT_BACK = (
     "2026-11-29 06:01:04,000 4242 txmsg.rescue WARNING group order-tx: discarded half message "
-    f"{KEY_C} (topic order-paid): check_local answered UNKNOW (attempt 1 of 16); the broker "
-    "delivers it again after its retry delay"
+    f"{KEY_C} (topic order-paid): check_local answered UNKNOW (round 1 of 16); put back into "
+    "the broker's check cycle, its check-backs decide"
+)
+SEND_FAILED = (
+    "2026-11-29 06:01:05,000 4242 txmsg.rescue WARNING group order-tx: could not send discarded "
+    f"half message {KEY_C} to order-paid again (SendError: timeout); the broker delivers the "
+    "discarded copy again later"
+)
+GAVE_UP = (
+    "2026-11-29 06:01:06,000 4242 txmsg.rescue ERROR group order-tx: gave up discarded half "
+    f"message {KEY_C} (topic order-paid, keys k): check_local gave no answer"
 )
 
 
 def test_rescue_outcomes_count_each_discarded_transaction_once() -> None:
-    lines = [RESCUED, ROLLED_BACK, RETRIED, RESCUED]  # KEY_A handled again after a restart
+    lines = [RESCUED, ROLLED_BACK, SEND_FAILED, RESCUED]  # KEY_A handled again after a restart
     found = rescue_outcomes(lines, {KEY_A, KEY_B, KEY_C})
-    assert found == {KEY_A: "rescued", KEY_B: "rolled_back"}  # KEY_C only retried so far
+    assert found == {KEY_A: "rescued", KEY_B: "rolled_back"}  # KEY_C's send failed: no outcome
+    assert rescue_outcomes([PUT_BACK], {KEY_C}) == {KEY_C: "put_back"}
+    assert rescue_outcomes([PUT_BACK, GAVE_UP], {KEY_C}) == {KEY_C: "dead"}  # the last one wins
     # a key the brokers did not discard (the re-sent copy's id) is not a rescue
     assert rescue_outcomes([RESCUED], {KEY_B}) == {}
 
 
 def test_figures_add_up() -> None:
     figures = DiscardFigures(
-        copies={"broker-b": 1, "broker-a": 3},
-        keys={KEY_A, KEY_B, KEY_C},
-        outcomes={KEY_A: "rescued", KEY_B: "rolled_back"},
+        copies={"broker-b": 2, "broker-a": 3},
+        keys={KEY_A, KEY_B, KEY_C, KEY_D},
+        outcomes={KEY_A: "rescued", KEY_B: "rolled_back", KEY_C: "put_back", KEY_D: "dead"},
     )
-    assert (figures.discards, figures.rescues) == (4, 2)
-    assert (figures.count("rescued"), figures.count("rolled_back")) == (1, 1)
-    assert figures.unrescued == {KEY_C}
-    assert figures.per_broker() == "broker-a 3, broker-b 1"
+    assert (figures.discards, figures.rescues) == (5, 3)
+    assert [figures.count(o) for o in ("rescued", "rolled_back", "put_back")] == [1, 1, 1]
+    assert figures.unrescued == {KEY_D}
+    assert figures.per_broker() == "broker-a 3, broker-b 2"
 
 
 @pytest.mark.txmsg_manual_clock(check_max=3, transaction_timeout_ms=2000, check_interval_ms=2000)
