@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, inspect
 
 from txmsg.aio.callables import is_async
+from txmsg.aio.sqla.idempotent import AsyncIdempotentConsumer
 from txmsg.errors import ConfigError, ListenerDefinitionError
 from txmsg.message import Message
 from txmsg.otel import gauges, names
@@ -474,10 +475,12 @@ class OrderlyHandler:
         if journal is None or ticket is None:
             self._call(message)
             return
+        remove = partial(journal.remove, ticket=ticket)
         if isinstance(handler, IdempotentConsumer):
-            applied = handler.apply(
-                message, in_same_transaction=partial(journal.remove, ticket=ticket)
-            )
+            applied = handler.apply(message, in_same_transaction=remove)
+        elif isinstance(handler, AsyncIdempotentConsumer) and self.bridge is not None:
+            apply = partial(handler.apply, in_same_transaction=remove)
+            applied = self.bridge.run(apply, message, name=self.spec.name)
         else:
             self._call(message)
             applied = False

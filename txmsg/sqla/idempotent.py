@@ -22,6 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -48,15 +49,37 @@ class DuplicateMessage(Exception):
     """Internal signal: the dedup insert hit an existing row."""
 
 
-class IdempotentConsumer:
-    """The consumer :func:`wrap_idempotent` returns: ``consumer(message)``; counters readable."""
+def record_consumed(session: Session, group: str, message: Message, key: str, topic: str) -> None:
+    """Insert the dedup row of ``message`` in ``session``'s transaction (under a savepoint, so
+    a duplicate leaves the transaction usable).
+
+    Raises:
+        DuplicateMessage: the row exists: the message was applied before.
+    """
+    try:
+        with session.begin_nested():
+            session.execute(
+                insert(ConsumedMessage).values(
+                    consumer_group=group,
+                    message_key=key,
+                    topic=message.topic or topic,
+                    message_id=message.message_id,
+                    consumed_at=utcnow(),
+                )
+            )
+    except IntegrityError as exc:
+        raise DuplicateMessage(key) from exc
+
+
+class IdempotentHandler:
+    """What the sync and the ``async def`` idempotent consumers share: the dedup key, the
+    counters and the duplicate's log line; their SQL is :func:`record_consumed` and
+    :func:`count_duplicate`, which the async consumer awaits through ``run_sync``."""
+
+    fn: Callable[..., Any]
 
     def __init__(
-        self,
-        fn: Handler,
-        session_factory: SessionFactory,
-        group: str,
-        topic: str,
+        self, fn: Callable[..., Any], session_factory: Any, group: str, topic: str
     ) -> None:
         if not group:
             raise ListenerDefinitionError(
@@ -67,13 +90,66 @@ class IdempotentConsumer:
         self.session_factory = session_factory
         self.group = group
         self.topic = topic
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # counters: the consuming threads (or loop) and readers
         self.applied = 0
         self.duplicates = 0
         self.__name__ = getattr(fn, "__name__", "idempotent_consumer")
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
+
+    def key(self, message: Message) -> str:
+        """The message's dedup key (:func:`message_key`).
+
+        Raises:
+            InvalidMessageError: the message has none.
+        """
+        key = message_key(message)
+        if not key:
+            raise InvalidMessageError(
+                f"group={self.group}: message without UNIQ_KEY or message id cannot be "
+                "de-duplicated; send it with the txmsg producer or the RocketMQ client"
+            )
+        return key
+
+    def _applied(self) -> None:
+        with self._lock:
+            self.applied += 1
+
+    def _absorbed(self, message: Message, key: str) -> str:
+        """Count and log a duplicate; its topic (for :func:`count_duplicate`)."""
+        with self._lock:
+            self.duplicates += 1
+        topic = message.topic or self.topic
+        log.info(
+            "group=%s topic=%s key=%s msgId=%s reconsume=%d: duplicate delivery absorbed "
+            "(already applied)",
+            self.group,
+            topic,
+            key,
+            message.message_id,
+            message.reconsume_times,
+        )
+        return topic
+
+    def _not_counted(self, key: str) -> None:
+        log.exception("group=%s key=%s: could not count the duplicate", self.group, key)
+
+
+class IdempotentConsumer(IdempotentHandler):
+    """The consumer :func:`wrap_idempotent` returns: ``consumer(message)``; counters readable."""
+
+    fn: Handler
+    session_factory: SessionFactory
+
+    def __init__(
+        self,
+        fn: Handler,
+        session_factory: SessionFactory,
+        group: str,
+        topic: str,
+    ) -> None:
+        super().__init__(fn, session_factory, group, topic)
 
     def __call__(self, message: Message) -> None:
         self.apply(message)
@@ -90,53 +166,23 @@ class IdempotentConsumer:
         only when the message is applied: replaying a parked message deletes its parked row
         there, so the effects and the row's removal commit together (:mod:`txmsg.sqla.parking`).
         """
-        key = message_key(message)
-        if not key:
-            raise InvalidMessageError(
-                f"group={self.group}: message without UNIQ_KEY or message id cannot be "
-                "de-duplicated; send it with the txmsg producer or the RocketMQ client"
-            )
+        key = self.key(message)
         try:
             with self.session_factory() as session, session.begin():
-                try:
-                    with session.begin_nested():
-                        session.execute(
-                            insert(ConsumedMessage).values(
-                                consumer_group=self.group,
-                                message_key=key,
-                                topic=message.topic or self.topic,
-                                message_id=message.message_id,
-                                consumed_at=utcnow(),
-                            )
-                        )
-                except IntegrityError as exc:
-                    raise DuplicateMessage(key) from exc
+                record_consumed(session, self.group, message, key, self.topic)
                 self.fn(message, session)
                 if in_same_transaction is not None:
                     in_same_transaction(session)
         except DuplicateMessage:
-            self._absorb(message, key)
+            topic = self._absorbed(message, key)
+            try:
+                with self.session_factory() as session:
+                    count_duplicate(session, self.group, topic)
+            except Exception:  # noqa: BLE001 - logged with its traceback
+                self._not_counted(key)
             return False
-        with self._lock:
-            self.applied += 1
+        self._applied()
         return True
-
-    def _absorb(self, message: Message, key: str) -> None:
-        with self._lock:
-            self.duplicates += 1
-        log.info(
-            "group=%s topic=%s key=%s msgId=%s reconsume=%d: duplicate delivery absorbed "
-            "(already applied)",
-            self.group,
-            message.topic or self.topic,
-            key,
-            message.message_id,
-            message.reconsume_times,
-        )
-        try:
-            _count_duplicate(self.session_factory, self.group, message.topic or self.topic)
-        except Exception:
-            log.exception("group=%s key=%s: could not count the duplicate", self.group, key)
 
 
 def wrap_idempotent(
@@ -157,10 +203,12 @@ def wrap_idempotent(
     return IdempotentConsumer(fn, session_factory, group, topic)
 
 
-def _count_duplicate(session_factory: SessionFactory, group: str, topic: str) -> None:
+def count_duplicate(session: Session, group: str, topic: str) -> None:
+    """Add one to the duplicates of ``group``/``topic`` in ``txmsg_consume_stat``, in
+    transactions of its own on ``session`` (none may be open)."""
     for _ in range(3):
         now = utcnow()
-        with session_factory() as session, session.begin():
+        with session.begin():
             result = session.execute(
                 update(ConsumeStat)
                 .where(ConsumeStat.consumer_group == group, ConsumeStat.topic == topic)
@@ -170,7 +218,7 @@ def _count_duplicate(session_factory: SessionFactory, group: str, topic: str) ->
             if getattr(result, "rowcount", 0) == 1:
                 return
         try:
-            with session_factory() as session, session.begin():
+            with session.begin():
                 session.execute(
                     insert(ConsumeStat).values(
                         consumer_group=group, topic=topic, duplicates=1, updated_at=now

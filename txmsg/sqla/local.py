@@ -54,8 +54,129 @@ _ANSWER_FOR_RECORD = {
 }
 
 
-class _RequestedRollback(Exception):
-    """Raised inside the session block to roll back when ``work`` returned ROLLBACK."""
+class RequestedRollback(Exception):
+    """Raised inside the session block to roll back when the business change returned
+    ROLLBACK (:func:`roll_back_if_asked`)."""
+
+
+# ---- the steps of a local transaction, shared by the sync and the asyncio listeners ---------------
+# Each takes a sync session (factory); the asyncio listener awaits the very same functions through
+# run_sync (txmsg.aio.sqla.listener), so both write the same records by the same SQL.
+
+
+def begin_local(
+    session_factory: SessionFactory, message: Message, key: str, *, group: str
+) -> LocalTransactionState | None:
+    """Write the IN_FLIGHT marker; None when written, else the answer from the record that
+    exists already (the business change must not run again).  Raises when it cannot be
+    written (:func:`marker_failed` answers then)."""
+    existing = begin_in_flight(
+        session_factory, key, group=group, topic=message.topic, keys=message.keys
+    )
+    if existing is None:
+        return None
+    answer = _ANSWER_FOR_RECORD[existing.state]
+    log.warning(
+        "group=%s key=%s: a record already exists (%s); not running the local transaction "
+        "again, answering %s",
+        group,
+        key,
+        existing.state.value,
+        answer.name,
+    )
+    return answer
+
+
+def marker_failed(group: str, key: str, on_error: LocalTransactionState) -> LocalTransactionState:
+    """The answer (``on_error``) when the IN_FLIGHT marker could not be written; logs why."""
+    log.exception(
+        "group=%s key=%s: could not write the in-flight record; not running the local transaction",
+        group,
+        key,
+    )
+    return on_error
+
+
+def roll_back_if_asked(result: object) -> None:
+    """Raise :class:`RequestedRollback` when the business change returned ROLLBACK."""
+    if LocalTransactionState.coerce(result) is LocalTransactionState.ROLLBACK:
+        raise RequestedRollback()
+
+
+def commit_record(
+    session: Session, message: Message, key: str, *, group: str, in_flight_marker: bool
+) -> None:
+    """Mark the record COMMITTED in the business change's transaction (fenced: raises
+    :class:`TransactionFencedError` when a check gave it up)."""
+    mark_committed(
+        session,
+        key,
+        group=group,
+        topic=message.topic,
+        keys=message.keys,
+        in_flight_marker=in_flight_marker,
+    )
+
+
+def failure_answer(
+    exc: Exception, *, group: str, key: str, on_error: LocalTransactionState
+) -> tuple[LocalTransactionState, Exception | None]:
+    """What a failed business transaction wants to answer, and the error to log with it (None
+    when nothing failed: a requested rollback, or a fenced commit)."""
+    if isinstance(exc, RequestedRollback):
+        return LocalTransactionState.ROLLBACK, None
+    if isinstance(exc, TransactionFencedError):
+        log.warning("group=%s key=%s: %s", group, key, exc)
+        return LocalTransactionState.ROLLBACK, None
+    return on_error, exc
+
+
+def settle_failure(
+    session_factory: SessionFactory,
+    message: Message,
+    key: str,
+    wanted: LocalTransactionState,
+    exc: BaseException | None,
+    *,
+    group: str,
+) -> LocalTransactionState:
+    """Settle the record as ROLLED_BACK and answer from what the record then says.
+
+    A failing COMMIT may still have committed (connection lost after the server committed);
+    the record tells: COMMITTED means the business change is there, so the answer is COMMIT.
+    """
+    if exc is not None:
+        log.warning(
+            "group=%s key=%s: local transaction failed (%s: %s); database rolled back, "
+            "answering %s",
+            group,
+            key,
+            type(exc).__name__,
+            exc,
+            wanted.name,
+            exc_info=exc,
+        )
+    try:
+        record = settle_rolled_back(
+            session_factory, key, group=group, topic=message.topic, keys=message.keys
+        )
+    except Exception:
+        log.exception(
+            "group=%s key=%s: could not mark the record rolled back; answering UNKNOW so a "
+            "check-back decides from the record later",
+            group,
+            key,
+        )
+        return LocalTransactionState.UNKNOW
+    if record.state is RecordState.COMMITTED:
+        log.warning(
+            "group=%s key=%s: the commit reported an error but the record is COMMITTED; "
+            "answering COMMIT",
+            group,
+            key,
+        )
+        return LocalTransactionState.COMMIT
+    return wanted
 
 
 class SqlAlchemyLocalTransaction:
@@ -143,101 +264,26 @@ class SqlAlchemyLocalTransaction:
 
     def _begin(self, message: Message, key: str) -> LocalTransactionState | None:
         """Write the IN_FLIGHT marker; an answer when the business part must not run."""
-        topic, keys = message.topic, message.keys
-        if self.in_flight_marker:
-            try:
-                existing = begin_in_flight(
-                    self.session_factory, key, group=self.group, topic=topic, keys=keys
-                )
-            except Exception:
-                log.exception(
-                    "group=%s key=%s: could not write the in-flight record; not running the "
-                    "local transaction",
-                    self.group,
-                    key,
-                )
-                return self.on_error
-            if existing is not None:
-                answer = _ANSWER_FOR_RECORD[existing.state]
-                log.warning(
-                    "group=%s key=%s: a record already exists (%s); not running the local "
-                    "transaction again, answering %s",
-                    self.group,
-                    key,
-                    existing.state.value,
-                    answer.name,
-                )
-                return answer
-        return None
+        if not self.in_flight_marker:
+            return None
+        try:
+            return begin_local(self.session_factory, message, key, group=self.group)
+        except Exception:  # noqa: BLE001 - logged with its traceback
+            return marker_failed(self.group, key, self.on_error)
 
     def _business(self, message: Message, key: str, work: Work) -> LocalTransactionState:
-        topic, keys = message.topic, message.keys
         try:
             with self.session_factory() as session, session.begin():
-                result = work(session)
-                if LocalTransactionState.coerce(result) is LocalTransactionState.ROLLBACK:
-                    raise _RequestedRollback()
-                mark_committed(
-                    session,
-                    key,
-                    group=self.group,
-                    topic=topic,
-                    keys=keys,
-                    in_flight_marker=self.in_flight_marker,
+                roll_back_if_asked(work(session))
+                commit_record(
+                    session, message, key, group=self.group, in_flight_marker=self.in_flight_marker
                 )
             return LocalTransactionState.COMMIT
-        except _RequestedRollback:
-            return self._after_failure(message, key, LocalTransactionState.ROLLBACK, None)
-        except TransactionFencedError as exc:
-            log.warning("group=%s key=%s: %s", self.group, key, exc)
-            return self._after_failure(message, key, LocalTransactionState.ROLLBACK, None)
         except Exception as exc:  # noqa: BLE001 - any business failure rolls back; logged there
-            return self._after_failure(message, key, self.on_error, exc)
-
-    def _after_failure(
-        self,
-        message: Message,
-        key: str,
-        wanted: LocalTransactionState,
-        exc: BaseException | None,
-    ) -> LocalTransactionState:
-        """Settle the record as ROLLED_BACK and answer from what the record then says.
-
-        A failing COMMIT may still have committed (connection lost after the server committed);
-        the record tells: COMMITTED means the business change is there, so the answer is COMMIT.
-        """
-        if exc is not None:
-            log.warning(
-                "group=%s key=%s: local transaction failed (%s: %s); database rolled back, "
-                "answering %s",
-                self.group,
-                key,
-                type(exc).__name__,
-                exc,
-                wanted.name,
-                exc_info=exc,
+            wanted, error = failure_answer(exc, group=self.group, key=key, on_error=self.on_error)
+            return settle_failure(
+                self.session_factory, message, key, wanted, error, group=self.group
             )
-        try:
-            record = settle_rolled_back(
-                self.session_factory, key, group=self.group, topic=message.topic, keys=message.keys
-            )
-        except Exception:
-            log.exception(
-                "group=%s key=%s: could not mark the record rolled back; answering UNKNOW so a "
-                "check-back decides from the record later",
-                self.group,
-                key,
-            )
-            return LocalTransactionState.UNKNOW
-        if record.state is RecordState.COMMITTED:
-            log.warning(
-                "group=%s key=%s: the commit reported an error but the record is COMMITTED; "
-                "answering COMMIT",
-                self.group,
-                key,
-            )
-            return LocalTransactionState.COMMIT
-        return wanted
 
 
 def listener_group(listener: object) -> str:

@@ -26,19 +26,22 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import sessionmaker
 
-from txmsg.errors import ListenerDefinitionError, TransactionFencedError
+from txmsg.errors import ListenerDefinitionError
 from txmsg.listener import bound_spec
 from txmsg.message import Message
 from txmsg.sqla.check import RecordCheck
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.local import (
-    _ANSWER_FOR_RECORD,
-    SqlAlchemyLocalTransaction,
+    begin_local,
+    commit_record,
+    failure_answer,
     listener_group,
+    marker_failed,
+    roll_back_if_asked,
+    settle_failure,
 )
-from txmsg.sqla.records import begin_in_flight, mark_committed
 from txmsg.states import LocalTransactionState
 
 log = logging.getLogger("txmsg.transaction")
@@ -69,11 +72,6 @@ async def run_on_connection(engine: AsyncEngine, fn: Callable[[SessionFactory], 
         return await connection.run_sync(
             lambda sync_connection: fn(sessionmaker(bind=sync_connection, expire_on_commit=False))
         )
-
-
-class _RequestedRollback(Exception):
-    """Raised inside the session block to roll back when the business change returned
-    ROLLBACK."""
 
 
 class AsyncRecordBackedListener:
@@ -120,8 +118,9 @@ class AsyncRecordBackedListener:
     # -- the listener protocol ------------------------------------------------------------------
     async def execute_local(self, message: Message, arg: Any) -> LocalTransactionState:
         """The IN_FLIGHT marker, then the business change and the COMMITTED record in one
-        transaction (module docstring); never raises."""
-        key, group = message.transaction_key, self.group
+        transaction (module docstring); never raises.  Each step is the sync listener's
+        (:mod:`txmsg.sqla.local`), awaited."""
+        key, group, on_error = message.transaction_key, self.group, self.execute_exception_state
         if not key:
             log.error(
                 "group=%s topic=%s: message has no UNIQ_KEY/transaction key, so no record can "
@@ -132,57 +131,26 @@ class AsyncRecordBackedListener:
             return LocalTransactionState.ROLLBACK
         if self.in_flight_marker:
             try:
-                existing = await run_on_connection(
-                    self.engine,
-                    lambda f: begin_in_flight(
-                        f, key, group=group, topic=message.topic, keys=message.keys
-                    ),
+                early = await run_on_connection(
+                    self.engine, lambda f: begin_local(f, message, key, group=group)
                 )
-            except Exception:
-                log.exception(
-                    "group=%s key=%s: could not write the in-flight record; not running the "
-                    "local transaction",
-                    group,
-                    key,
-                )
-                return self.execute_exception_state
-            if existing is not None:
-                answer = _ANSWER_FOR_RECORD[existing.state]
-                log.warning(
-                    "group=%s key=%s: a record already exists (%s); not running the local "
-                    "transaction again, answering %s",
-                    group,
-                    key,
-                    existing.state.value,
-                    answer.name,
-                )
-                return answer
-        marker = self.in_flight_marker
-
-        def committed(session: Session) -> None:
-            mark_committed(
-                session,
-                key,
-                group=group,
-                topic=message.topic,
-                keys=message.keys,
-                in_flight_marker=marker,
-            )
-
+            except Exception:  # noqa: BLE001 - logged with its traceback
+                return marker_failed(group, key, on_error)
+            if early is not None:
+                return early
         try:
             async with self.session_factory() as session, session.begin():
-                result = await self.execute_in_transaction(session, message, arg)
-                if LocalTransactionState.coerce(result) is LocalTransactionState.ROLLBACK:
-                    raise _RequestedRollback()
-                await session.run_sync(committed)
+                roll_back_if_asked(await self.execute_in_transaction(session, message, arg))
+                await session.run_sync(
+                    commit_record, message, key, group=group, in_flight_marker=self.in_flight_marker
+                )
             return LocalTransactionState.COMMIT
-        except _RequestedRollback:
-            return await self._after_failure(message, key, LocalTransactionState.ROLLBACK, None)
-        except TransactionFencedError as exc:
-            log.warning("group=%s key=%s: %s", group, key, exc)
-            return await self._after_failure(message, key, LocalTransactionState.ROLLBACK, None)
         except Exception as exc:  # noqa: BLE001 - any business failure rolls back; logged there
-            return await self._after_failure(message, key, self.execute_exception_state, exc)
+            wanted, error = failure_answer(exc, group=group, key=key, on_error=on_error)
+            return await run_on_connection(
+                self.engine,
+                lambda f: settle_failure(f, message, key, wanted, error, group=group),
+            )
 
     async def check_local(self, message: Message) -> LocalTransactionState:
         """Answer from the record (:class:`txmsg.sqla.check.RecordCheck`'s rules)."""
@@ -193,23 +161,6 @@ class AsyncRecordBackedListener:
                 message
             ),
         )
-
-    async def _after_failure(
-        self,
-        message: Message,
-        key: str,
-        wanted: LocalTransactionState,
-        exc: BaseException | None,
-    ) -> LocalTransactionState:
-        """Settle the record ROLLED_BACK and answer from it (the sync layer's rule: a commit
-        that reported an error but left a COMMITTED record answers COMMIT)."""
-        group, on_error = self.group, self.execute_exception_state
-
-        def settle(factory: SessionFactory) -> LocalTransactionState:
-            local = SqlAlchemyLocalTransaction(factory, group=group, on_error=on_error)
-            return local._after_failure(message, key, wanted, exc)
-
-        return await run_on_connection(self.engine, settle)
 
     # -- plumbing -------------------------------------------------------------------------------
     @property
