@@ -10,6 +10,7 @@ from typing import Any
 
 from txmsg_broker.testing import create_topic, unique
 
+from tests.clockwork import stored
 from txmsg import Message, TxMsg
 from txmsg.aio.sqla import create_async_engine, make_async_session_factory, outbox_send
 from txmsg.sqla import create_engine, create_tables, make_session_factory
@@ -51,7 +52,12 @@ def test_outbox_send_commits_with_the_async_transaction(
                 pass
             while not got:
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(1.0)  # a rolled-back row, had it been written, would follow
+            # a rolled-back row, had it been written, would follow (an event, not a 1 s sleep):
+            # the relay polls twice more, nothing unsent; the topic's store is read below
+            relay = outbox.stats().relay
+            assert relay is not None
+            while not _idle_since(outbox, relay.cycles + 2):
+                await asyncio.sleep(0.05)
         await engine.dispose()
 
     try:
@@ -59,3 +65,10 @@ def test_outbox_send_commits_with_the_async_transaction(
     finally:
         sync_engine.dispose()
     assert got == [b"kept"]
+    assert stored(broker.broker_addr, topic) == 1  # the relay sent nothing else
+
+
+def _idle_since(outbox: Any, cycles: int) -> bool:
+    """The outbox's relay has run ``cycles`` poll cycles and leaves nothing unsent."""
+    stats = outbox.stats()
+    return stats.relay is not None and stats.relay.cycles >= cycles and stats.unsent == 0
