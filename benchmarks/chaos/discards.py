@@ -123,9 +123,9 @@ def _max_offset(broker_addr: str) -> int:
     return int(response.ext_fields.get("offset", "0")) if response.code == SUCCESS else 0
 
 
-def _keys(broker_addr: str, upto: int) -> set[str]:
+def _keys(broker_addr: str, start: int, upto: int) -> set[str]:
     keys: set[str] = set()
-    offset = 0
+    offset = start
     while offset < upto:
         response = call(
             broker_addr,
@@ -152,8 +152,18 @@ def _keys(broker_addr: str, upto: int) -> set[str]:
     return keys
 
 
-def read(name_server: str, logs: Path) -> DiscardFigures:
-    """The figures of a run: the brokers' discard topics, then the rescuer's lines in ``logs``."""
+def baseline(name_server: str) -> dict[str, int]:
+    """broker name -> its discard topic's max offset now: what a run against an external cluster
+    must not count (that topic keeps the discards of every earlier run); empty when unreadable."""
+    try:
+        return {name: _max_offset(addr) for name, addr in masters(name_server).items()}
+    except (OSError, RuntimeError, ValueError):
+        return {}
+
+
+def read(name_server: str, logs: Path, since: dict[str, int] | None = None) -> DiscardFigures:
+    """The figures of a run: the brokers' discard topics (past ``since``, see :func:`baseline`),
+    then the rescuer's lines in ``logs``."""
     figures = DiscardFigures()
     try:
         brokers = masters(name_server)
@@ -161,10 +171,11 @@ def read(name_server: str, logs: Path) -> DiscardFigures:
         figures.unreadable.append(f"name server {name_server}: {exc}")
         return figures
     for name, addr in brokers.items():
+        start = (since or {}).get(name, 0)
         try:
-            copies = _max_offset(addr)
-            figures.copies[name] = copies
-            figures.keys |= _keys(addr, copies)
+            upto = _max_offset(addr)
+            figures.copies[name] = max(0, upto - start)
+            figures.keys |= _keys(addr, start, upto)
         except (OSError, ValueError) as exc:
             figures.unreadable.append(f"{name} ({addr}): {exc}")
     figures.outcomes = rescue_outcomes(_lines(logs), figures.keys)

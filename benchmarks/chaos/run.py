@@ -22,6 +22,7 @@ from txmsg_samples.order.events import TOPIC
 from benchmarks.chaos import check, faults, outbox_stream, tracking
 from benchmarks.chaos.databases import close_all, open_all, prepare
 from benchmarks.chaos.discards import DiscardFigures
+from benchmarks.chaos.discards import baseline as discard_baseline
 from benchmarks.chaos.discards import read as read_discards
 from benchmarks.chaos.faults import FaultFigures, NetworkFaults, NetworkReport
 from benchmarks.chaos.monkey import Monkey, MonkeyReport
@@ -163,6 +164,8 @@ class ChaosRun:
         self.consumers: list[ServiceProcess] = []
         self.outbox_procs: list[ServiceProcess] = []
         """The outbox stream's writers, relay processes and ledger consumers."""
+        self.discards_before: dict[str, int] = {}
+        """Each broker's discard topic max offset at the start (:func:`discard_baseline`)."""
         self.network = (
             NetworkFaults(
                 strikes=options.network_strikes, gap=options.network_gap, seed=settings.seed
@@ -189,6 +192,8 @@ class ChaosRun:
             }
         )
         settings_file = str(self.settings.save())
+        # an external cluster's discard topic holds earlier runs' discards: count from here
+        self.discards_before = discard_baseline(self.settings.name_server)
         # 8 queues: enough for every consumer instance of a service to own some
         create_transaction_topic(self.settings.name_server, TOPIC, queues=8)
         create_fifo_topic(self.settings.name_server, tracking.TOPIC, queues=8)
@@ -458,7 +463,7 @@ class ChaosRun:
         discard learns the topic's route only at librocketmq's next route refresh, 30 s)."""
         deadline = time.monotonic() + max(0.0, self.options.settle_timeout - settle_seconds)
         while True:
-            figures = read_discards(self.settings.name_server, logs)
+            figures = read_discards(self.settings.name_server, logs, self.discards_before)
             if not (RESCUER and figures.unrescued) or time.monotonic() >= deadline:
                 return figures
             log.info(

@@ -10,7 +10,7 @@ import pytest
 from rocketmq.client import Message, TransactionStatus
 from txmsg_broker.testing import Clients, create_topic, unique
 
-from benchmarks.chaos.discards import DiscardFigures, read, rescue_outcomes
+from benchmarks.chaos.discards import DiscardFigures, baseline, read, rescue_outcomes
 
 KEY_A = "7F0000010AFD5025D2C3917905230000"
 KEY_B = "0102FC00000001596E0B1D56D700000000"  # a 5.x client's message id
@@ -95,3 +95,8 @@ def test_read_finds_the_broker_discards_and_the_rescue_lines(
     figures = read(broker.namesrv_addr, logs)
     assert figures.outcomes == {sent.msg_id: "rescued"}
     assert figures.unrescued == set()
+    # a run against an external cluster counts only what was discarded after its start
+    since = baseline(broker.namesrv_addr)
+    assert since == {"broker-a": 1}
+    later = read(broker.namesrv_addr, logs, since)
+    assert (later.copies, later.keys, later.rescues) == ({"broker-a": 0}, set(), 0)
