@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,8 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from txmsg_broker.codec import GET_MAX_OFFSET, SUCCESS
+from txmsg_broker.rawclient import call
 from txmsg_broker.testing import create_topic, wait_until
 
 from txmsg import TxMsg, TxMsgConfig
@@ -99,7 +100,7 @@ def test_order_paid_over_http_earns_points_once(
     loyalty_app = loyalty.build(config, points_sessions)
 
     try:
-        _pay_over_http(api, loyalty_app, points_sessions)
+        _pay_over_http(api, loyalty_app, points_sessions, broker.broker_addr)
     finally:
         # each engine's pooled aiosqlite connections (their loops are gone now): closed here, or
         # garbage collection warns about them during whatever test runs next
@@ -108,7 +109,10 @@ def test_order_paid_over_http_earns_points_once(
 
 
 def _pay_over_http(
-    api: FastAPI, loyalty_app: TxMsg, points_sessions: async_sessionmaker[AsyncSession]
+    api: FastAPI,
+    loyalty_app: TxMsg,
+    points_sessions: async_sessionmaker[AsyncSession],
+    broker_addr: str,
 ) -> None:
     with loyalty_app, Server(api) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         created = http.post("/orders", json={"item": "tea", "amount_cents": 1250})
@@ -138,5 +142,17 @@ def _pay_over_http(
             return future.result(30)
 
         wait_until(lambda: points() == [(order["id"], 12)], timeout=120, message="points")
-        time.sleep(1)  # a duplicate delivery, had there been one, would have landed by now
+        # once: the broker stores one paid event (the refused second pay sent none), so no
+        # second one can land later (what a 1 s sleep hoped to show)
+        assert _stored(broker_addr, orders.TOPIC) == 1
         assert points() == [(order["id"], 12)]
+
+
+def _stored(broker_addr: str, topic: str) -> int:
+    """Messages the broker stores in ``topic``: its queues' max offsets (GET_MAX_OFFSET)."""
+    total = 0
+    for queue_id in range(4):
+        answer = call(broker_addr, GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+        assert answer.code == SUCCESS, answer.remark
+        total += int(answer.ext("offset"))
+    return total
