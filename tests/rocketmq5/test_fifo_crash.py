@@ -35,10 +35,15 @@ from typing import Any
 import pytest
 from crash_kit import KEY, Child, CrashScene, key_sender
 from sqlalchemy import create_engine, text
-from txmsg_broker.testing import create_group, create_topic, unique
+from txmsg_broker.testing import create_group, create_topic, unique, wait_until
 
+from tests.clockwork import consumed, stored
 from txmsg import SendResult, TxMsg
 from txmsg.sqla import create_tables
+
+#: real time is the point: the broker hands ``k/1`` again when the gRPC invisible time of the dead
+#: consumer's receive runs out, wall time by design (also on a manual clock)
+pytestmark = pytest.mark.wall_clock
 
 CHILD = Path(__file__).with_name("fifo_crash_child.py")
 INVISIBLE_S = int(os.environ.get("FIFO_CRASH_INVISIBLE_S", "10"))
@@ -139,6 +144,21 @@ def assert_redelivered(scene: Scene, held_at: float) -> None:
     print(f"{KEY}/1 applied {applied_at - held_at:.1f} s after the dead consumer got it")
 
 
+def wait_all_acked(scene: Scene) -> None:
+    """Wait until the group's progress on the queue (the first offset not yet acked: the pop
+    path's consumer offset) reaches the queue's end: every message acked, none left for the
+    broker to hand out again once an invisible time runs out.  What a 1 s sleep for "a late
+    duplicate would show now" hoped for, as an event."""
+    wait_until(
+        lambda: (
+            consumed(scene.broker.broker_addr, scene.group, scene.topic, queues=1)
+            >= stored(scene.broker.broker_addr, scene.topic, queues=1)
+        ),
+        timeout=30,
+        message="every message of the queue acked",
+    )
+
+
 def stop_and_check_journal(scene: Scene, child: Child) -> None:
     child.finish()
     assert scene.journal() == (0, 0), "the rocketmq5 backend wrote to the in-flight journal"
@@ -150,11 +170,11 @@ def test_the_killed_message_is_handed_again_then_the_next_follows(scene: Scene) 
     second, held_at = kill_in_flight(scene)
     scene.wait_applied(1, second, timeout=INVISIBLE_S + 30)
     assert_redelivered(scene, held_at)
-    time.sleep(1.0)  # a late duplicate would show now
+    wait_all_acked(scene)  # nothing the broker could hand again: no late duplicate
     assert scene.applied() == [(KEY, 1)], "k/1 applied twice"
     scene.send(2)
     scene.wait_applied(2, second, timeout=30)
-    time.sleep(1.0)
+    wait_all_acked(scene)
     assert scene.applied() == [(KEY, 1), (KEY, 2)], "applied out of order or twice"
     stop_and_check_journal(scene, second)
     assert scene.applied() == [(KEY, 1), (KEY, 2)]
@@ -168,7 +188,7 @@ def test_the_next_message_sent_meanwhile_waits_for_the_killed_one(scene: Scene) 
     second, held_at = kill_in_flight(scene)
     scene.send(2)
     scene.wait_applied(2, second, timeout=INVISIBLE_S + 30)
-    time.sleep(1.0)  # a late duplicate would show now
+    wait_all_acked(scene)  # nothing the broker could hand again: no late duplicate
     assert scene.applied() == [(KEY, 1), (KEY, 2)], "k/1 lost, applied out of order or twice"
     assert_redelivered(scene, held_at)
     stop_and_check_journal(scene, second)
