@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from txmsg_health import arrow_outputs as A
-from txmsg_health import brokers, loopback, output, startup, summary, windows_out
+from txmsg_health import brokers, loopback, output, sizing, startup, summary, windows_out
 from txmsg_health import patterns as P
 from txmsg_health import reduce as R
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
@@ -133,12 +133,10 @@ def session_settings(
     builder's setting beats what spark-submit put in the JVM's configuration), so on a cluster
     the cluster's values stay. Only ``REQUIRED_SETTINGS`` are given whatever is configured.
 
-    ``maxPartitionBytes`` is large and ``minPartitionNum`` two per core on purpose: Spark then
-    cuts the input into 2 x cores equal splits (bytes / minPartitionNum) instead of 1 GB pieces
-    plus a remainder that one core reads alone (10 M lines, 2.48 GB on 2 cores: 1 + 1 + 0.48 GB).
-    In local mode the shuffle has one partition per core: every output is derived from a small
-    aggregate, and each extra partition is one more task in every later job, and adaptive query
-    execution is off (nothing to coalesce or re-plan in partitions this small).
+    In local mode each run sizes its input splits and its shuffle to the input (``sizing``: about
+    128 MB of log per task, equal splits in full waves, one shuffle partition per split) for the
+    keys the user did not set (``sizing.SIZED`` lists them); adaptive query execution is off
+    (the sizes are chosen already; re-planning after each stage only costs time).
 
     JVM options (``JVM_OPTIONS``, the class archive with ``fast_start``) only for a driver JVM
     that this session launches (``launches_jvm``) in local mode: a cluster's JVMs are tuned by
@@ -153,8 +151,7 @@ def session_settings(
     defaults = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.files.maxPartitionBytes": str(1 << 30),
-        "spark.sql.shuffle.partitions": str(cores if local else 8),
+        sizing.SHUFFLE_PARTITIONS: str(cores if local else 8),
         # PySpark otherwise records the Python call site of every Column call in the JVM (for
         # error messages): ~10 py4j round trips per call, 4x the calls for building the per-line
         # stages (patterns.pipeline) and the output queries, paid again by every fresh process
@@ -162,9 +159,13 @@ def session_settings(
     }
     if local:  # a cluster keeps Spark's own (its default parallelism, adaptive execution)
         defaults["spark.sql.files.minPartitionNum"] = str(2 * cores)
-        # every shuffle here has one partition per core and a small input after the first;
-        # re-planning after each stage only costs time (interleaved runs, one session: 50 000
-        # lines median 1.3 s vs 2.6 s, 2 M lines 1-4 % faster in each of four pairs)
+        sized = [
+            k for k in (sizing.MAX_PARTITION_BYTES, sizing.SHUFFLE_PARTITIONS) if k not in kept
+        ]
+        if sized:
+            defaults[sizing.SIZED] = ",".join(sized)
+        # each run sizes its shuffle already (sizing) and every shuffle after the first is
+        # small: re-planning after each stage only costs time (docs/health.md)
         defaults["spark.sql.adaptive.enabled"] = "false"
         if (
             launches_jvm and DRIVER_JAVA_OPTIONS not in kept
@@ -281,8 +282,12 @@ def _local_cores(master: str | None) -> tuple[bool, int]:
 
 
 def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
-    """One row per input line: kind, group, address, window key, msgId (only where needed)."""
+    """One row per input line: kind, group, address, window key, msgId (only where needed).
+
+    Sizes the run's splits and shuffle to the files first (``sizing.apply``; local mode only).
+    """
     df = spark.read.option("recursiveFileLookup", "true").option("lineSep", "\n").text(paths)
+    sizing.apply(spark, df)
     for stage in _pipeline(spark, window):
         df = df.select(*stage)
     return df

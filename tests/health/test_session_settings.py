@@ -17,7 +17,7 @@ import pyspark
 import pytest
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
-from txmsg_health import job, loopback
+from txmsg_health import job, loopback, sizing
 
 DRIVER = "spark.driver.extraJavaOptions"
 EXECUTOR = "spark.executor.extraJavaOptions"
@@ -233,6 +233,7 @@ def test_defaults_yield_to_spark_submit_conf(
     )
     job.build_session(master)
     assert not {SHUFFLE, UI, "spark.sql.files.maxPartitionBytes"} & builder.options.keys()
+    assert sizing.SIZED not in builder.options  # both sizing keys are the user's: none sized
     assert builder.options["spark.python.sql.dataFrameDebugging.enabled"] == "false"
     assert builder.options[TZ] == "UTC"
 
@@ -250,7 +251,13 @@ def test_one_rule_for_every_default(master: str) -> None:
     for key in defaults:
         s = job.session_settings(master, user_set={key})
         assert key not in s
-        assert s == {**{k: v for k, v in defaults.items() if k != key}, TZ: "UTC"}
+        # sizing.SIZED lists the sizing keys the job owns: a user's one leaves that list too
+        sized = [k for k in defaults.get(sizing.SIZED, "").split(",") if k and k != key]
+        others = {k: v for k, v in defaults.items() if k not in (key, sizing.SIZED)}
+        expected = {**others, **({sizing.SIZED: ",".join(sized)} if sized else {})}
+        if key == sizing.SIZED:
+            expected.pop(sizing.SIZED, None)
+        assert s == {**expected, TZ: "UTC"}
         assert job.session_settings(master, {key: "mine"}, user_set={key})[key] == "mine"
     assert job.session_settings(master, user_set=set(defaults)) == {TZ: "UTC"}
     assert job.REQUIRED_SETTINGS == {TZ: "UTC"}

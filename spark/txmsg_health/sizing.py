@@ -1,0 +1,64 @@
+"""Input splits and shuffle partitions sized to each run's input, in local mode.
+
+Why: a task's memory should not grow with the input. With a fixed number of partitions (one per
+core), a 50 M-line input puts 25 times the transactions of a 2 M-line one into each hash map of
+the aggregation, which then spills to disk and holds the heap at its limit; the peak memory of the
+process and the cost per line both grow with the input. Sized per run, every map task reads about
+``SPLIT_BYTES`` of log and every reduce task aggregates the transactions of about that much, at
+any input size. Figures: docs/health.md ("Memory that does not grow with the input").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+SPLIT_BYTES = 128 << 20
+"""About how much log one task reads (Spark's own ``maxPartitionBytes`` default)."""
+
+MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SIZED = "spark.txmsg.health.sized"
+"""The session's list (comma-separated) of the keys above that the job sizes per run: set by
+``job.session_settings`` in local mode for each key the user did not set."""
+
+
+def plan(total_bytes: int, cores: int) -> dict[str, str]:
+    """The two settings for an input of ``total_bytes`` on ``cores`` cores.
+
+    The number of splits is a multiple of the cores and the splits are equal, so the last wave of
+    tasks is full (10 M lines, 2.48 GB on 2 cores: 20 splits of 124 MB, not 19 of 128 MB and one of
+    50 MB that one core reads alone). The shuffle gets one partition per split: the first shuffle
+    carries about one row per transaction, so each reduce task aggregates what one split holds.
+    """
+    cores = max(1, cores)
+    splits = cores * max(1, math.ceil(total_bytes / (cores * SPLIT_BYTES)))
+    split = max(1, math.ceil(total_bytes / splits))
+    return {MAX_PARTITION_BYTES: str(split), SHUFFLE_PARTITIONS: str(splits)}
+
+
+def sized_keys(spark: SparkSession) -> list[str]:
+    """The keys this session lets the job size per run (none on a cluster or where user-set)."""
+    return [k for k in (spark.conf.get(SIZED, "") or "").split(",") if k]
+
+
+def apply(spark: SparkSession, raw: DataFrame) -> dict[str, str]:
+    """Size the run over ``raw`` (the files as read, before any projection); returns what it set.
+
+    The total comes from the file listing Spark already made (the relation's size statistic:
+    the files' bytes), so nothing is read and remote paths work the same.
+    """
+    keys = sized_keys(spark)
+    if not keys:
+        return {}
+    stats = raw._jdf.queryExecution().optimizedPlan().stats()
+    total = int(str(stats.sizeInBytes()))  # a Scala BigInt: py4j gives an int or its object
+    chosen = {
+        k: v for k, v in plan(total, spark.sparkContext.defaultParallelism).items() if k in keys
+    }
+    for k, v in chosen.items():
+        spark.conf.set(k, v)
+    return chosen

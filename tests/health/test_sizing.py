@@ -1,0 +1,61 @@
+"""Each local run sizes its input splits and its shuffle to the input (``txmsg_health.sizing``).
+
+Why it matters: with one shuffle partition per core, a 50 M-line input put 25 times the
+transactions of a 2 M-line one into each hash map of the aggregation, which spilled and held the
+heap at its limit. These tests pin the rule and that a run applies it to the session it runs in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import SparkSession
+from txmsg_health import job, sizing
+
+MB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("total", "cores", "splits"),
+    [
+        (2_478_905_512, 2, 20),  # the benchmark's 10 M-line log: 20 splits of 124 MB, not 19 + 1
+        (494_241_883, 2, 4),  # 2 M lines
+        (5 * 2_478_905_512, 2, 94),  # 50 M lines in five files
+        (12 * MB, 2, 2),  # small: one split per core
+        (0, 4, 4),
+        (300 * MB, 1, 3),
+    ],
+)
+def test_splits_are_equal_full_waves_of_about_128_mb(total: int, cores: int, splits: int) -> None:
+    p = sizing.plan(total, cores)
+    assert int(p[sizing.SHUFFLE_PARTITIONS]) == splits
+    assert splits % cores == 0
+    split = int(p[sizing.MAX_PARTITION_BYTES])
+    assert split * splits >= total > split * (splits - 1) or total == 0
+    assert split <= sizing.SPLIT_BYTES
+
+
+def test_local_sessions_size_what_the_user_left_unset() -> None:
+    local = job.session_settings("local[2]")
+    assert local[sizing.SIZED].split(",") == [sizing.MAX_PARTITION_BYTES, sizing.SHUFFLE_PARTITIONS]
+    mine = job.session_settings("local[2]", {sizing.SHUFFLE_PARTITIONS: "64"})
+    assert mine[sizing.SIZED] == sizing.MAX_PARTITION_BYTES
+    assert mine[sizing.SHUFFLE_PARTITIONS] == "64"
+    assert sizing.SIZED not in job.session_settings("spark://host:7077")  # a cluster: AQE sizes
+
+
+def test_a_run_sizes_the_session_to_its_files(spark: object, tmp_path: Path) -> None:
+    """The session fixture sets shuffle partitions itself: only the split size is the job's."""
+    assert isinstance(spark, SparkSession)
+    assert sizing.sized_keys(spark) == [sizing.MAX_PARTITION_BYTES]
+    log = tmp_path / "broker-a" / "transaction.log"
+    log.parent.mkdir()
+    log.write_bytes(b"x" * 3_000_000 + b"\n")
+    raw = spark.read.text(str(log))
+    assert sizing.apply(spark, raw) == {sizing.MAX_PARTITION_BYTES: str(3_000_001 // 2 + 1)}
+    assert spark.conf.get(sizing.MAX_PARTITION_BYTES) == str(3_000_001 // 2 + 1)
+    assert spark.conf.get(sizing.SHUFFLE_PARTITIONS) == "2"  # the fixture's, left alone
