@@ -46,10 +46,18 @@ def _drop_pg_schema(schema: str) -> None:
     admin.dispose()
 
 
-def make_db(backend: str, tmp_path: Path) -> Iterator[Db]:
-    """An empty database with the txmsg tables and the test business tables."""
+def make_db(
+    backend: str, tmp_path: Path, *, sqlite_busy_timeout_ms: int | None = None
+) -> Iterator[Db]:
+    """An empty database with the txmsg tables and the test business tables (SQLite: with the
+    given busy timeout, else txmsg's default)."""
     if backend == "sqlite":
-        engine = create_engine(f"sqlite:///{tmp_path / 'test.db'}")
+        busy = (
+            {}
+            if sqlite_busy_timeout_ms is None
+            else {"sqlite_busy_timeout_ms": sqlite_busy_timeout_ms}
+        )
+        engine = create_engine(f"sqlite:///{tmp_path / 'test.db'}", **busy)
         schema = None
     else:
         schema = f"t_{uuid.uuid4().hex[:12]}"
