@@ -52,12 +52,10 @@ def make_db(
     """An empty database with the txmsg tables and the test business tables (SQLite: with the
     given busy timeout, else txmsg's default)."""
     if backend == "sqlite":
-        busy = (
-            {}
-            if sqlite_busy_timeout_ms is None
-            else {"sqlite_busy_timeout_ms": sqlite_busy_timeout_ms}
+        engine = create_engine(
+            f"sqlite:///{tmp_path / 'test.db'}",
+            sqlite_busy_timeout_ms=sqlite_busy_timeout_ms or 30_000,  # txmsg's default
         )
-        engine = create_engine(f"sqlite:///{tmp_path / 'test.db'}", **busy)
         schema = None
     else:
         schema = f"t_{uuid.uuid4().hex[:12]}"

@@ -12,7 +12,7 @@ import contextlib
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -545,7 +545,7 @@ def test_an_idempotent_long_running_listener_deletes_its_row_with_its_effects(
         _idempotent_long_running_listener(next(dbs))
 
 
-def _short_busy_timeout(db: Db, tmp_path: Path) -> Iterator[Db]:
+def _short_busy_timeout(db: Db, tmp_path: Path) -> Generator[Db, None, None]:
     """``db``, or on SQLite a fresh database whose writers wait 0.5 s for the write lock.  SQLite
     has one write lock and the idempotent listener's own transaction holds it: promote() (its own
     connection) waits the busy timeout and fails, writing nothing, once per attempt - 2 x the
