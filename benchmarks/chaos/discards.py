@@ -92,6 +92,11 @@ class DiscardFigures:
         return sum(1 for o in self.outcomes.values() if o == outcome)
 
     @property
+    def pending(self) -> set[str]:
+        """Discarded transactions the rescuer has not handled yet (no outcome at all)."""
+        return self.keys - set(self.outcomes)
+
+    @property
     def unrescued(self) -> set[str]:
         """Discarded transactions without a rescue outcome (not handled yet, or given up)."""
         return {k for k in self.keys if self.outcomes.get(k) not in RESCUED_OUTCOMES}

@@ -464,7 +464,7 @@ class ChaosRun:
         deadline = time.monotonic() + max(0.0, self.options.settle_timeout - settle_seconds)
         while True:
             figures = read_discards(self.settings.name_server, logs, self.discards_before)
-            if not (RESCUER and figures.unrescued) or time.monotonic() >= deadline:
+            if not (RESCUER and figures.pending) or time.monotonic() >= deadline:
                 return figures
             log.info(
                 "waiting for rescues: %d of %d discarded transactions resolved",

@@ -62,6 +62,7 @@ def test_figures_add_up() -> None:
     assert (figures.discards, figures.rescues) == (5, 3)
     assert [figures.count(o) for o in ("rescued", "rolled_back", "put_back")] == [1, 1, 1]
     assert figures.unrescued == {KEY_D}
+    assert figures.pending == set()  # the dead one was handled: nothing to wait for
     assert figures.per_broker() == "broker-a 3, broker-b 2"
 
 
