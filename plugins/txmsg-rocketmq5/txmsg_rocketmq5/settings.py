@@ -18,6 +18,8 @@ ENDPOINTS_FORM = (
     "host:port[;host:port] of RocketMQ 5 gRPC endpoints (proxies), e.g. 127.0.0.1:8081 or "
     "proxy1:8081;proxy2:8081, port 1..65535"
 )
+NAME_SERVER_FORM = "host:port[;host:port] (e.g. 127.0.0.1:9876 or ns1:9876;ns2:9876), port 1..65535"
+"""The ``rocketmq`` backend's form of ``name_server`` (the same key, the same words)."""
 NAMESPACE_PATTERN = r"^[%|a-zA-Z0-9_-]{0,64}$"
 DEFAULT_ENDPOINTS = "127.0.0.1:8081"
 
@@ -55,9 +57,7 @@ class RocketMQ5Settings(BackendSettings):
     def _valid_name_server(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        return check_addresses(
-            value, what="name server", form="host:port[;host:port] of RocketMQ name servers"
-        )
+        return check_addresses(value, what="name server", form=NAME_SERVER_FORM)
 
     @field_validator("endpoints")
     @classmethod
