@@ -12,8 +12,8 @@ import pytest
 from outbox_kit import Order, ScriptedSender, outbox_rows, scripted_producer
 from txmsg_broker.testing import wait_until
 
+import txmsg.sqla.outbox.claims as claims_module
 import txmsg.sqla.outbox.ledger as ledger_module
-import txmsg.sqla.outbox.relay as relay_module
 from conftest import Db
 from txmsg.sqla import create_engine, make_session_factory
 from txmsg.sqla.outbox import Outbox
@@ -33,8 +33,8 @@ def bodies_left(db: Db) -> list[bytes]:
 @pytest.fixture
 def quiet_relay(monkeypatch: pytest.MonkeyPatch) -> None:
     """The relay never deletes its sent rows itself (only writers and its close do)."""
-    monkeypatch.setattr(relay_module, "SELF_DELETE_AFTER", 3600.0)
-    monkeypatch.setattr(relay_module, "SELF_DELETE_AT", 10**9)
+    monkeypatch.setattr(claims_module, "SELF_DELETE_AFTER", 3600.0)
+    monkeypatch.setattr(claims_module, "SELF_DELETE_AT", 10**9)
 
 
 def started(db: Db, sender: ScriptedSender) -> Outbox:
@@ -94,8 +94,9 @@ def test_a_rolled_back_writer_leaves_the_sent_rows_to_the_next_one(
         assert bodies_left(sqlite) == [b"a1"]  # its deletion went with the rollback
         relay = outbox.relay
         assert relay is not None
-        assert relay._ledger is not None
-        assert relay._ledger.has_free()
+        assert relay.claims is not None
+        assert relay.claims.ledger is not None
+        assert relay.claims.ledger.has_free()
         write(outbox, sqlite, "b", "b1")
         assert bodies_left(sqlite) == [b"b1"]
         wait_until(lambda: len(sender.sent) == 2, timeout=30, message="b1 sent")
@@ -182,7 +183,7 @@ def test_a_savepoint_neither_wakes_nor_completes_and_a_closed_session_hands_back
     outbox = started(sqlite, sender)
     relay = outbox.relay
     assert relay is not None
-    ledger = relay._ledger
+    ledger = relay.claims.ledger if relay.claims is not None else None
     assert ledger is not None
     try:
         write(outbox, sqlite, "a", "a1")

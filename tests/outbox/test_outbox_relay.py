@@ -34,6 +34,7 @@ from txmsg.sqla.outbox import (
     Relay,
     RetryPolicy,
 )
+from txmsg.sqla.outbox.claims import LeasedRows
 
 GROUP = "relay-outbox"
 
@@ -379,19 +380,21 @@ def test_sqlite_a_dead_relays_lease_is_taken_over_at_once(sqlite: Db) -> None:
                 outbox=GROUP, owner=f"{relay.host}:999999999:gone", lease_until=far, since=utcnow()
             )
         )
-    assert relay._hold_lease()  # the holder's process does not exist: taken over
+    claims = relay.claims
+    assert isinstance(claims, LeasedRows)
+    assert relay._ready(claims)  # the holder's process does not exist: taken over
     with sqlite.sessions() as session, session.begin():
         lease = session.get(OutboxRelayLease, GROUP)
         assert lease is not None
         lease.owner = "other-host:1:alive"
-    relay._renewed = -1e18
-    assert not relay._hold_lease()  # a live holder elsewhere: stand by until its lease ends
+    claims.renewed = -1e18
+    assert not relay._ready(claims)  # a live holder elsewhere: stand by until its lease ends
     assert relay.state == "standby"
     with sqlite.sessions() as session, session.begin():
         lease = session.get(OutboxRelayLease, GROUP)
         assert lease is not None
         lease.lease_until = utcnow() - timedelta(seconds=1)
-    assert relay._hold_lease()
+    assert relay._ready(claims)
 
 
 @pytest.fixture

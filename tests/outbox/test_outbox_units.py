@@ -4,6 +4,7 @@ row's back-off ends (no database, no broker)."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,72 @@ def test_the_relay_pauses_after_a_cycle_in_proportion_to_the_rows_it_took() -> N
     assert [linger_after(n) for n in range(LINGER_FULL + 1)] == sorted(
         linger_after(n) for n in range(LINGER_FULL + 1)
     )
+
+
+def test_the_sqlite_driver_insert_stores_what_sqlalchemys_own_insert_stores(tmp_path: Any) -> None:
+    """writer._DriverInsert (SQLite's INSERT as the driver's SQL with the columns' bind
+    processors) against SQLAlchemy's compiled INSERT of the same row: the same SQL, and the same
+    stored values for every column type of the table (text, integers, JSON, bytes, UTC datetimes,
+    NULLs), with and without a sharding key."""
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from sqlalchemy import bindparam, insert  # noqa: PLC0415
+
+    from txmsg.sqla import create_engine, create_tables  # noqa: PLC0415
+    from txmsg.sqla.outbox import writer  # noqa: PLC0415
+
+    engine = create_engine(f"sqlite:///{tmp_path}/pin.db")
+    create_tables(engine)
+    table = writer._MESSAGES
+    columns = [c.name for c in table.c if c.name not in ("id", "message_key")]
+    when = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+    def row(key: str, sharding_key: str | None) -> dict[str, Any]:
+        return {
+            "outbox": "pin",
+            "message_key": key,
+            "topic": "order-events",
+            "tags": "paid",
+            "keys": "order-1 order-2",
+            "properties": {"tenant": "ä", "n": "1"},
+            "body": bytes(range(256)),
+            "sharding_key": sharding_key,
+            "seq": None,
+            "delay_level": 3,
+            "deliver_at_ms": 1_893_553_445_678,
+            "state": "PENDING",
+            "attempts": 2,
+            "next_attempt_at": when,
+            "last_error": "SendError: x",
+            "created_at": when - timedelta(seconds=1),
+            "dead_at": when + timedelta(hours=1),
+        }
+
+    stored: dict[str, list[tuple[Any, ...]]] = {}
+    for way in ("driver", "core"):
+        with engine.begin() as connection:
+            connection.exec_driver_sql("DELETE FROM txmsg_outbox_message")
+            for key, sharding_key in ((f"{way}-1", None), (f"{way}-2", "k"), (f"{way}-3", "k")):
+                values = row(key, sharding_key)
+                if way == "driver":
+                    writer._driver_insert(connection.dialect).insert(connection, values)
+                elif sharding_key is None:
+                    connection.execute(insert(table), values)
+                else:
+                    keyed = {k: v for k, v in values.items() if k != "seq"}
+                    keyed |= {"seq_outbox": "pin", "seq_key": sharding_key}
+                    connection.execute(writer._INSERT_KEYED_ROW, keyed)
+            raw = connection.exec_driver_sql(  # the stored values, no result processing
+                f"SELECT {', '.join(columns)} FROM txmsg_outbox_message ORDER BY id"  # noqa: S608
+            )
+            stored[way] = [tuple(r) for r in raw]
+    assert stored["driver"] == stored["core"]
+    assert [r[columns.index("seq")] for r in stored["driver"]] == [None, 1, 2]
+    compiled = writer._driver_insert(engine.dialect)
+    assert compiled.sql == str(
+        insert(table)
+        .values({c.name: bindparam(c.name) for c in table.c if c.name not in ("id", "seq")})
+        .returning(table.c.id, table.c.seq)
+        .compile(dialect=engine.dialect)
+    )
+    engine.dispose()

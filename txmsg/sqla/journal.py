@@ -47,11 +47,8 @@ databases that lose committed rows.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,6 +63,7 @@ from sqlalchemy.orm import Session
 
 from txmsg.message import Message
 from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.liveness import holder_gone, host_identity, new_owner
 from txmsg.sqla.models import OrderlyInflight, utcnow
 from txmsg.sqla.parking import (
     _insert_once,
@@ -140,29 +138,6 @@ class Entry:
     """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
     ticket: Ticket | None = None
     """What :meth:`InflightJournal.admit` hands the handler (None: hand the message again)."""
-
-
-def host_identity() -> str:
-    """This process's "host" for the liveness check: the host name plus, on Linux, the pid
-    namespace.  Why the namespace: containers that share the host's name (host networking) but
-    not its pids would otherwise take each other's live consumers for dead ones."""
-    name = socket.gethostname()
-    try:
-        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
-    except OSError:
-        return name
-    digits = "".join(ch for ch in namespace if ch.isdigit())
-    return f"{name}#{digits}" if digits else name
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # somebody else's process: alive
-        return True
-    return True
 
 
 _TABLE: Table = OrderlyInflight.__table__  # type: ignore[assignment]  # declared a Table
@@ -240,7 +215,7 @@ class InflightJournal:
         self.sweep_interval = sweep_interval
         self.promote_after = promote_after
         self.host = host_identity()
-        self.owner = f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.owner = new_owner(self.host)
         bind = getattr(session_factory, "kw", {}).get("bind")
         base = spool_directory or default_directory(bind if isinstance(bind, Engine) else None)
         self.spool_directory = group_directory(base, self.host, group)
@@ -483,11 +458,7 @@ class InflightJournal:
                 if row_id in self._running:
                     return False
             return lease_until < now
-        if lease_until < now:
-            return True
-        host, _, rest = owner.partition(":")
-        pid = rest.partition(":")[0]
-        return host == self.host and pid.isdigit() and not _pid_alive(int(pid))
+        return holder_gone(owner, lease_until, now, host=self.host)
 
     # ---- the consumer's path --------------------------------------------------------------------
     def enter(self, message: Message) -> Entry:

@@ -6,7 +6,9 @@ transaction; :class:`Relay` sends them after the commit.  Modules, one job each:
 * :mod:`~txmsg.sqla.outbox.models` - the tables (created by :func:`txmsg.sqla.create_tables`);
 * :mod:`~txmsg.sqla.outbox.writer` - validating and numbering a row in the caller's transaction;
 * :mod:`~txmsg.sqla.outbox.store` - the relay's and the operator's queries;
-* :mod:`~txmsg.sqla.outbox.relay` - the relay thread;
+* :mod:`~txmsg.sqla.outbox.relay` - the relay thread and its cycle;
+* :mod:`~txmsg.sqla.outbox.claims` - how a relay claims rows in PostgreSQL (row locks) or SQLite
+  (a lease);
 * :mod:`~txmsg.sqla.outbox.ledger` - SQLite: sent rows the next writer's transaction deletes;
 * :mod:`~txmsg.sqla.outbox.policy` - back-off and which errors are final;
 * :mod:`~txmsg.sqla.outbox.wheel` - the time wheel of rows in back-off.

@@ -8,7 +8,7 @@ it) waiting.  A writer holds the lock anyway from its first write to its commit,
 :meth:`txmsg.sqla.outbox.Outbox.send` deletes the rows this process's relay reported sent in the
 same transaction (one ``DELETE`` for all of them): the relay's steady state has no write
 transaction at all.  When no writer comes (the relay's own process, a quiet service), the relay
-deletes them itself a moment later (:data:`txmsg.sqla.outbox.relay.SELF_DELETE_AFTER`).
+deletes them itself a moment later (:data:`txmsg.sqla.outbox.claims.SELF_DELETE_AFTER`).
 
 Until a deletion commits, the relay's reads leave the rows out by their ``message_key``
 (:func:`txmsg.sqla.outbox.store.due_chains`), so nothing is sent twice.  Keys, not ids: SQLite

@@ -43,8 +43,9 @@ from txmsg.outbox_options import OutboxOptions, build_outbox_options
 from txmsg.registry import declares_with
 from txmsg.sending import RowOptions, check_keywords
 from txmsg.sqla.outbox import store
+from txmsg.sqla.outbox.claims import DELETES_MARK
 from txmsg.sqla.outbox.policy import RetryPolicy
-from txmsg.sqla.outbox.relay import DELETES_MARK, DeadHook, OutboxSender, Relay, RelayStats
+from txmsg.sqla.outbox.relay import DeadHook, OutboxSender, Relay, RelayStats
 from txmsg.sqla.outbox.writer import OutboxReceipt, row_values, write_row
 
 log = logging.getLogger("txmsg.outbox")
@@ -231,7 +232,7 @@ class Outbox:
 
     def _backlogs(self) -> list[store.Backlog]:
         relay = self._relay
-        # the keys before the read (see Relay._cycle): sent rows deleted meanwhile are gone
+        # the keys before the read (see LeasedRows.cycle): sent rows deleted meanwhile are gone
         sent = relay.sent_not_deleted() if relay is not None else []
         return store.backlogs(self.session_factory, self.group, sent=sent)
 

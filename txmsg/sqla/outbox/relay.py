@@ -16,17 +16,13 @@ takes the answers as they come, then deletes the sent rows (SQLite: see below) a
 failures.
 
 Several relays on PostgreSQL share the rows: a cycle's first rows are taken ``FOR UPDATE SKIP
-LOCKED`` and stay locked while they are sent, in the same transaction that deletes them (the
-next rows of their keys are not first while they are there, so no other relay takes them
-either), so a row is sent by one relay at a time; a killed relay's locks go with its connection and its rows are sent
-again by another.  On SQLite (no row locks; one writer at a time) one relay per outbox and
-database sends: it holds a lease row, renewed every ``lease / 3`` seconds; another relay waits
-(*standby*) and takes over when the holder closes, dies (a process of this host that no longer
-exists) or stops renewing.  The SQLite relay reads in a transaction that takes no lock and
-never holds the database's write lock while the broker answers; the rows it sent are deleted by
-the next transaction of a writer of its process that holds the lock anyway
-(:mod:`txmsg.sqla.outbox.ledger`), or by the relay itself when no writer comes within
-:data:`SELF_DELETE_AFTER`.
+LOCKED`` and stay locked while they are sent, in the transaction that deletes them, so a row is
+sent by one relay at a time.  On SQLite (no row locks; one writer at a time) one relay per outbox
+and database sends, holding a lease row renewed every ``lease / 3`` seconds; another stands by
+and takes over when the holder closes, dies (a process of this host that no longer exists) or
+stops renewing; the rows it sent are deleted by the next writer's transaction
+(:mod:`txmsg.sqla.outbox.ledger`).  The cycle is the same for both; what differs is the small
+strategy of :mod:`txmsg.sqla.outbox.claims`.
 
 Failures: a row the backend refused for good (:func:`txmsg.sqla.outbox.policy.is_permanent`) is
 dead at once; any other failure is retried after the :class:`~txmsg.sqla.outbox.policy.RetryPolicy`
@@ -44,30 +40,27 @@ committed leaves the row, and it is sent again.  Every copy carries the row's st
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
-from sqlalchemy import Connection, Engine, inspect
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine, inspect
 from sqlalchemy.orm import Session
 
 from txmsg.errors import ClosedError, ConfigError, LifecycleError, SendError
 from txmsg.message import DEDUP_KEY, SendResult
 from txmsg.sending import DelayOptions, OrderedOptions
-from txmsg.sqla.engine import is_in_memory_sqlite, read_only
-from txmsg.sqla.journal import _pid_alive, host_identity
+from txmsg.sqla.engine import is_in_memory_sqlite
+from txmsg.sqla.liveness import host_identity, new_owner
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox import store
-from txmsg.sqla.outbox.ledger import SentLedger
+from txmsg.sqla.outbox.claims import Claims, Marks, Outcome, Row, claims_for
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease
 from txmsg.sqla.outbox.policy import describe, is_permanent
 from txmsg.sqla.outbox.wheel import TimeWheel
@@ -76,9 +69,6 @@ if TYPE_CHECKING:
     from txmsg.sqla.outbox.outbox import Outbox
 
 log = logging.getLogger("txmsg.outbox")
-
-DELETES_MARK = "txmsg_outbox_deletes"
-"""``session.info`` key: the ledger claims whose deletion the session's commit completes."""
 
 MAX_PAUSE = 30.0
 """Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
@@ -99,15 +89,6 @@ relay was nearly idle.  Scaled, the pause adapts itself: at a low rate cycles ca
 rows and pause well under a millisecond; as the rate grows, cycles find more rows, pause longer
 and gather more (from ~1 600 rows/s on, 16 or more rows per cycle and the full 10 ms), so the
 batching that protects the writers holds where it is needed."""
-SELF_DELETE_AFTER = 0.5
-"""SQLite: seconds a sent row waits for a writer's transaction to delete it (see
-:mod:`txmsg.sqla.outbox.ledger`) before the relay deletes it itself: a busy service deletes
-its relay's rows at no cost, a quiet one (or the relay's own process) a moment later.  Not
-shorter: a writer stalled for a moment (a checkpoint's fsync, a loaded machine) would meet the
-relay's delete transaction holding the write lock, and sleep in SQLite's busy handler."""
-SELF_DELETE_AT = 1024
-"""SQLite: sent rows waiting for deletion at which the relay deletes them itself at once (its
-reads pass their keys along)."""
 PURGE_EVERY = 600.0
 """Seconds between two purges of idle key lock rows."""
 KEY_IDLE = timedelta(hours=1)
@@ -170,62 +151,23 @@ class RelayStats:
 
 
 @dataclass(frozen=True)
-class _Row:
-    """What a cycle needs of a row, read in its transaction."""
+class _Cycle:
+    """What a cycle tells the relay's loop."""
 
-    id: int
-    message_key: str
-    topic: str
-    tags: str | None
-    keys: str | None
-    properties: dict[str, str]
-    body: bytes
-    sharding_key: str | None
-    delay_level: int | None
-    deliver_at_ms: int | None
-    attempts: int
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> _Row:
-        """From a row of :func:`store.due_to_send` (a mapping of its columns)."""
-        return cls(
-            id=row["id"],
-            message_key=row["message_key"],
-            topic=row["topic"],
-            tags=row["tags"],
-            keys=row["keys"],
-            properties=dict(row["properties"] or {}),
-            body=row["body"],
-            sharding_key=row["sharding_key"],
-            delay_level=row["delay_level"],
-            deliver_at_ms=row["deliver_at_ms"],
-            attempts=row["attempts"],
-        )
-
-
-@dataclass
-class _Outcome:
-    row: _Row
-    result: SendResult | None = None
-    error: BaseException | None = None
-    skipped: bool = False
-    """Not sent because the producer is closing: the row stays as it was."""
-
-
-@dataclass
-class _Marks:
-    """What a cycle wrote, acted on once it committed."""
-
-    sent: int = 0
-    retry: list[tuple[int, float]] = field(default_factory=list)
-    """(row id, seconds of back-off)."""
-    dead: list[OutboxDeadEvent] = field(default_factory=list)
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)
+    taken: int = 0
+    """Rows the cycle took (0: nothing was due)."""
+    more: bool = False
+    """Probably more due now (the cycle took all it could)."""
+    broker_down: bool | None = None
+    """Every send failed, none for good (None: nothing was sent)."""
 
 
 class Relay:
     """The relay of one outbox in this process (see the module docstring).
+
+    One cycle for every database; what differs between them (row locks, or a lease and a
+    ledger of sent rows) is the strategy of :mod:`txmsg.sqla.outbox.claims`, chosen when the
+    relay first looks at its database (:attr:`claims`).
 
     Made by :meth:`txmsg.sqla.outbox.Outbox.start_relay` (the app calls it at ``start()``; the
     ``txmsg outbox relay`` command in a process of its own).
@@ -241,24 +183,18 @@ class Relay:
         self.outbox = outbox
         self.sender = sender
         self.hooks = tuple(hooks)
-        self.owner = f"{host_identity()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        self.host = self.owner.partition(":")[0]
+        self.host = host_identity()
+        self.owner = new_owner(self.host)
+        self.claims: Claims | None = None
+        """How this relay claims rows in its database (None until it has looked at it)."""
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._wheel = TimeWheel()
         self._thread: threading.Thread | None = None
-        self._lockable: bool | None = None
         self._state = "new"
-        self._holder: str | None = None  # SQLite: who holds the lease when we stand by
-        self._renewed = -1.0e18
         self._purged = time.monotonic()
-        self._pause_streak = 0
-        self._more = False
         self._counts = {"sent": 0, "failed": 0, "dead": 0, "cycles": 0}
-        self._engine: Engine | None = None
-        self._ledger: SentLedger | None = None
-        """SQLite, while the relay's thread runs: its sent rows whose deletion is pending."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Relay:
@@ -274,10 +210,8 @@ class Relay:
             raise LifecycleError(f"the relay of outbox {self.outbox.group!r} is closed")
         if self._thread is not None:
             return self
-        self._check_database()
+        self._database().start()
         self._state = "running"
-        if not self._lockable:
-            self._ledger = SentLedger()
         self._thread = threading.Thread(
             target=self._run, name=f"txmsg-outbox-{self.outbox.group}", daemon=True
         )
@@ -285,11 +219,13 @@ class Relay:
         log.info("outbox=%s: relay %s started", self.outbox.group, self.owner)
         return self
 
-    def _check_database(self) -> None:
+    def _database(self) -> Claims:
+        """The strategy of the outbox's database, after checking it (once)."""
+        if self.claims is not None:
+            return self.claims
         with self.outbox.session_factory() as session:
             bind = session.get_bind()
             engine: Engine = bind if isinstance(bind, Engine) else bind.engine
-            dialect = engine.dialect.name
             tables = [
                 OutboxMessage.__tablename__,
                 OutboxKey.__tablename__,
@@ -303,14 +239,14 @@ class Relay:
                 "database; create them with txmsg.sqla.create_tables(engine) (or add "
                 "txmsg.sqla.metadata to your Alembic target_metadata and migrate)"
             )
-        if dialect == "sqlite" and is_in_memory_sqlite(engine):
+        if engine.dialect.name == "sqlite" and is_in_memory_sqlite(engine):
             raise ConfigError(
                 f"outbox {self.outbox.group!r}: its database is an in-memory SQLite one, which "
                 "the relay's thread cannot share with your transactions; use a file "
                 "(sqlite:///var/app.db) or PostgreSQL"
             )
-        self._lockable = dialect != "sqlite"
-        self._engine = engine
+        self.claims = claims_for(self.outbox, engine, owner=self.owner, host=self.host)
+        return self.claims
 
     def wake(self) -> None:
         """Run a cycle now (called after a commit that wrote rows of this outbox)."""
@@ -334,9 +270,10 @@ class Relay:
                     timeout,
                 )
                 return
-        if self._lockable is False:
+        claims = self.claims
+        if claims is not None:
             try:
-                self._delete_sent(everything=True)
+                claims.tidy(everything=True)
             except Exception:
                 log.warning(
                     "outbox=%s: could not delete the rows sent last; the next relay sends them "
@@ -345,7 +282,7 @@ class Relay:
                     exc_info=True,
                 )
             try:
-                store.release_lease(self.outbox.session_factory, self.outbox.group, self.owner)
+                claims.release()
             except Exception:  # noqa: BLE001 - the lease runs out on its own
                 log.warning("outbox=%s: could not release the relay lease", self.outbox.group)
         log.info("outbox=%s: relay %s closed", self.outbox.group, self.owner)
@@ -358,7 +295,14 @@ class Relay:
     def sent_not_deleted(self) -> list[str]:
         """SQLite: message keys of the rows this relay sent whose deletion has not committed
         (the outbox's figures do not count them as unsent)."""
-        return self._ledger.keys() if self._ledger is not None else []
+        return self.claims.sent_not_deleted() if self.claims is not None else []
+
+    def delete_sent_in(self, session: Session) -> None:
+        """SQLite: delete this relay's sent rows in ``session``'s transaction, which has just
+        written an outbox row (:meth:`Outbox.send` calls it;
+        :meth:`txmsg.sqla.outbox.claims.LeasedRows.delete_sent_in`)."""
+        if self.claims is not None:
+            self.claims.delete_sent_in(session)
 
     def stats(self) -> RelayStats:
         """Figures since the relay started."""
@@ -377,8 +321,9 @@ class Relay:
 
     def drain(self) -> int:
         """Send what is due now in the calling thread, cycle after cycle, until a cycle finds
-        nothing due or sends nothing; returns how many rows were sent.  For ``txmsg outbox relay --drain`` (a
-        one-off or cron-style relay) and tests; not while this relay's thread runs.
+        nothing due or sends nothing; returns how many rows were sent.  For ``txmsg outbox
+        relay --drain`` (a one-off or cron-style relay) and tests; not while this relay's thread
+        runs.
 
         Rows in back-off (not due yet) and dead rows stay.  On SQLite the relay takes the lease
         first and gives it up at the end.
@@ -393,13 +338,10 @@ class Relay:
                 f"outbox {self.outbox.group!r}: the relay's thread is running; drain() is for a "
                 "relay without one"
             )
-        if self._lockable is None:
-            self._check_database()
-        if not self._lockable and not self._hold_lease():
-            raise LifecycleError(
-                f"outbox {self.outbox.group!r}: another relay ({self._holder}) sends this "
-                "outbox's rows in this SQLite database; stop it first, or let it do the work"
-            )
+        claims = self._database()
+        refused = claims.drain_refused()
+        if refused is not None:
+            raise LifecycleError(refused)
         before = self.stats().sent
         try:
             while True:
@@ -407,22 +349,22 @@ class Relay:
                 if not self.cycle() or self.stats().sent == sent:
                     break  # nothing due, or nothing went (the broker refuses: not in a loop)
         finally:
-            if not self._lockable:
-                store.release_lease(self.outbox.session_factory, self.outbox.group, self.owner)
-                self._renewed = -1.0e18
+            claims.release()
         return self.stats().sent - before
 
     # ---- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
         failures = 0
+        streak = 0  # cycles in a row whose sends all failed
+        claims = self._database()
         while not self._stop.is_set():
             try:
-                if not self._lockable and not self._hold_lease():
+                if not self._ready(claims):
                     self._stop.wait(min(self.outbox.poll_interval, self.outbox.lease / 3))
                     continue
                 self._wake.clear()
-                taken = self._cycle(deferred=self._ledger is not None)
-                self._delete_sent()
+                cycle = self._cycle(deferred=True)
+                claims.tidy()
                 failures = 0
                 self._purge_idle_keys()
             except Exception as exc:
@@ -438,143 +380,41 @@ class Relay:
                 )
                 self._stop.wait(pause)
                 continue
-            if self._pause_streak:
+            if cycle.broker_down is not None:
+                streak = streak + 1 if cycle.broker_down else 0
+            if streak:
                 # every send of the cycle failed: give the broker time, whatever wakes us
-                self._stop.wait(min(0.5 * 2 ** (self._pause_streak - 1), MAX_PAUSE))
+                self._stop.wait(min(0.5 * 2 ** (streak - 1), MAX_PAUSE))
                 continue
-            if self._more:
+            if cycle.more:
                 continue  # probably more due now
             ended = time.monotonic()
-            self._wake.wait(self._timeout())
-            if taken:
+            self._wake.wait(self._timeout(claims))
+            if cycle.taken:
                 # busy (the last cycle had rows): let the commits of the next moment join this
                 # cycle, so the relay's reads and deletes come in batches instead of one pair
                 # of transactions per commit - the busier, the longer (LINGER_FULL); idle, a
                 # commit is sent at once
-                self._stop.wait(max(0.0, linger_after(taken) - (time.monotonic() - ended)))
+                self._stop.wait(max(0.0, linger_after(cycle.taken) - (time.monotonic() - ended)))
             with self._lock:
                 self._wheel.due(time.monotonic())
 
-    def _timeout(self) -> float:
+    def _ready(self, claims: Claims) -> bool:
+        """Whether this relay may send now; its state follows (``standby`` while it may not)."""
+        ready = claims.ready()
+        if ready and self._state == "standby":
+            self._state = "running"
+        elif not ready and self._state != "closed":
+            self._state = "standby"
+        return ready
+
+    def _timeout(self, claims: Claims) -> float:
         timeout = self.outbox.poll_interval
         with self._lock:
             deadline = self._wheel.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - time.monotonic()))
-        oldest = self._ledger.oldest_free() if self._ledger is not None else None
-        if oldest is not None:
-            timeout = min(timeout, max(0.0, oldest + SELF_DELETE_AFTER - time.monotonic()))
-        return timeout
-
-    # ---- deleting sent rows (SQLite) ------------------------------------------------------------
-    def delete_sent_in(self, session: Session) -> None:
-        """Delete this relay's sent rows in ``session``'s transaction, which has just written an
-        outbox row and so holds SQLite's write lock (:meth:`Outbox.send` calls it; see
-        :mod:`txmsg.sqla.outbox.ledger`).  The deletion counts once the session commits.
-
-        Nothing happens unless the relay's thread runs on SQLite, the session writes to the
-        relay's own engine, and outside a savepoint (a savepoint rolled back while its
-        transaction commits would leave rows the relay thinks deleted: they would be sent
-        again, harmless but avoidable)."""
-        ledger = self._ledger
-        if ledger is None or not ledger.has_free() or session.in_nested_transaction():
-            return
-        connection = session.connection()
-        if connection.engine is not self._engine:
-            return
-        claim = ledger.claim()
-        if claim is None:
-            return
-        token, keys = claim
-        try:
-            deleted = store.delete_sent_keys(connection, self.outbox.group, keys)
-        except SQLAlchemyError:
-            # never the writer's problem: SQLite undoes the failed statement only, the
-            # transaction goes on, and the relay deletes the rows itself later
-            ledger.release(token)
-            log.debug("outbox=%s: a writer could not delete sent rows", self.outbox.group)
-            return
-        except BaseException:
-            ledger.release(token)
-            raise
-        if deleted != len(keys):
-            # not all there (deleted meanwhile?): the relay deletes what is left in its own
-            ledger.release(token)
-            return
-        session.info.setdefault(DELETES_MARK, []).append((ledger, token))
-
-    def _delete_sent(self, *, everything: bool = False) -> None:
-        """Delete sent rows no writer deleted within :data:`SELF_DELETE_AFTER` (or, with
-        ``everything``, the relay closing, all that no writer's open transaction is deleting:
-        waiting for those could wait for this very thread's own open transaction) in a
-        transaction of the relay's own."""
-        ledger = self._ledger
-        if ledger is None:
-            return
-        oldest = ledger.oldest_free()
-        if oldest is None:
-            return
-        young = time.monotonic() - oldest < SELF_DELETE_AFTER
-        if not everything and young and len(ledger) < SELF_DELETE_AT:
-            return
-        claim = ledger.claim()
-        if claim is None:
-            return
-        token, keys = claim
-        try:
-            self._delete_keys(keys)
-        except BaseException:
-            ledger.release(token)
-            raise
-        ledger.done(token)
-
-    def _delete_keys(self, keys: list[str]) -> None:
-        with self.outbox.session_factory() as session, session.begin():
-            connection: Connection = session.connection()
-            store.delete_sent_keys(connection, self.outbox.group, keys)
-
-    def _hold_lease(self) -> bool:
-        """SQLite: take or renew the lease when due; False while another relay holds it."""
-        now = time.monotonic()
-        if self._state == "running" and now - self._renewed < self.outbox.lease / 3:
-            return True
-        held, previous = store.take_lease(
-            self.outbox.session_factory,
-            self.outbox.group,
-            self.owner,
-            lease=timedelta(seconds=self.outbox.lease),
-            is_dead=self._holder_gone,
-        )
-        if not held:
-            if self._state != "standby" or (previous and previous.owner != self._holder):
-                self._holder = previous.owner if previous else None
-                log.warning(
-                    "outbox=%s: another relay (%s) sends this outbox's rows in this SQLite "
-                    "database; this one stands by and takes over when it stops",
-                    self.outbox.group,
-                    self._holder,
-                )
-            if self._state != "closed":
-                self._state = "standby"
-            return False
-        if previous is not None:
-            log.warning(
-                "outbox=%s: relay %s took over from %s (gone)",
-                self.outbox.group,
-                self.owner,
-                previous.owner,
-            )
-        self._renewed = now
-        if self._state == "standby":
-            self._state = "running"
-        return True
-
-    def _holder_gone(self, owner: str, lease_until: datetime, now: datetime) -> bool:
-        if lease_until < now:
-            return True
-        host, _, rest = owner.partition(":")
-        pid = rest.partition(":")[0]
-        return host == self.host and pid.isdigit() and not _pid_alive(int(pid))
+        return claims.wait(timeout)
 
     def _purge_idle_keys(self) -> None:
         if time.monotonic() - self._purged < PURGE_EVERY:
@@ -594,70 +434,48 @@ class Relay:
         thread not running).  On SQLite it does not check the lease: the caller holds it.  The
         rows it sent are deleted when it returns.
         """
-        return self._cycle(deferred=False)
+        return self._cycle(deferred=False).taken
 
-    def _cycle(self, *, deferred: bool) -> int:
-        """:meth:`cycle`; ``deferred`` (SQLite, the relay's thread): the sent rows go to the
-        ledger instead of being deleted here, and only failures are written."""
-        if self._lockable is None:
-            self._check_database()
+    def _cycle(self, *, deferred: bool) -> _Cycle:
+        """:meth:`cycle`; ``deferred`` (the relay's thread): the database's strategy may
+        delete the sent rows later (SQLite's ledger)."""
+        claims = self._database()
         with self._lock:
             self._counts["cycles"] += 1
-        self._more = False
-        factory = self.outbox.session_factory
         limit = self.outbox.batch_size
-        if self._lockable:
-            with factory() as session, session.begin():
-                chains = self._due(session, limit, lock=True)
-                if not chains:
-                    return 0
-                outcomes = self._send(chains)
-                marks = self._mark(session, outcomes)
-        else:
-            ledger = self._ledger if deferred else None
-            # the keys before the read: a deletion that commits meanwhile is not seen by it
-            sent = ledger.keys() if ledger is not None else None
-            with factory() as session, session.begin():
-                read_only(session)
-                chains = self._due(session, limit, lock=False, sent=sent)
-            if not chains:
-                return 0
-            outcomes = self._send(chains)
-            if ledger is not None:
-                ledger.add(o.row.message_key for o in outcomes if o.result is not None)
-                marks = _Marks(sent=sum(1 for o in outcomes if o.result is not None))
-                if any(o.error is not None for o in outcomes):
-                    with factory() as session, session.begin():
-                        failed = self._mark(session, outcomes, delete=False)
-                    marks.failed, marks.retry, marks.dead = failed.failed, failed.retry, failed.dead
-                    marks.errors = failed.errors
-            else:
-                with factory() as session, session.begin():
-                    marks = self._mark(session, outcomes)
-        rows = outcomes
+        chains, marks = claims.cycle(limit, self._due, self._send, self._mark, deferred=deferred)
+        if marks is None:
+            return _Cycle()
         self._after(marks)
-        self._more = len(chains) >= limit or any(len(c) >= PER_KEY for c in chains)
-        return len(rows)
+        return _Cycle(
+            taken=sum(len(chain) for chain in chains),
+            more=len(chains) >= limit or any(len(c) >= PER_KEY for c in chains),
+            broker_down=(
+                marks.failed > 0
+                and marks.sent == 0
+                and not any(event.permanent for event in marks.dead)
+            ),
+        )
 
     def _due(
-        self, session: Any, limit: int, *, lock: bool, sent: list[str] | None = None
-    ) -> list[list[_Row]]:
+        self, session: Session, limit: int, lock: bool, sent: list[str] | None
+    ) -> list[list[Row]]:
         found = store.due_chains(
             session, self.outbox.group, limit=limit, per_key=PER_KEY, lock=lock, sent=sent
         )
-        return [[_Row.of(r) for r in chain] for chain in found]
+        return [[Row.of(r) for r in chain] for chain in found]
 
-    def _send(self, chains: list[list[_Row]]) -> list[_Outcome]:
+    def _send(self, chains: list[list[Row]]) -> list[Outcome]:
         """Send the chains at once - a key's rows one after the other, each once the broker
         acknowledged the one before - and collect the answers.  A failed row ends its chain:
         the rows after it are not sent (they stay as they were, behind it)."""
-        outcomes: list[_Outcome] = []
-        pending: dict[Future[SendResult], tuple[_Outcome, deque[_Outcome]]] = {}
+        outcomes: list[Outcome] = []
+        pending: dict[Future[SendResult], tuple[Outcome, deque[Outcome]]] = {}
         # answers arrive here, one at a time: concurrent.futures.wait() over every pending
         # future at each answer cost the relay O(keys) per message, O(keys^2) per cycle
         answered: queue.SimpleQueue[Future[SendResult]] = queue.SimpleQueue()
         for chain in chains:
-            rows = deque(_Outcome(row) for row in chain)
+            rows = deque(Outcome(row) for row in chain)
             outcomes.extend(rows)
             self._next(rows, pending, answered)
         deadline = time.monotonic() + self.outbox.send_timeout
@@ -691,8 +509,8 @@ class Relay:
 
     def _next(
         self,
-        chain: deque[_Outcome],
-        pending: dict[Future[SendResult], tuple[_Outcome, deque[_Outcome]]],
+        chain: deque[Outcome],
+        pending: dict[Future[SendResult], tuple[Outcome, deque[Outcome]]],
         answered: queue.SimpleQueue[Future[SendResult]],
     ) -> None:
         """Start the send of the chain's next row (the rest when it cannot even start)."""
@@ -732,10 +550,10 @@ class Relay:
         for later in chain:
             later.skipped = True
 
-    def _mark(self, session: Any, outcomes: list[_Outcome], *, delete: bool = True) -> _Marks:
+    def _mark(self, session: Session, outcomes: list[Outcome], delete: bool) -> Marks:
         """Delete the sent rows (unless not ``delete``: the ledger's), record the failures (in
         the caller's transaction)."""
-        marks = _Marks()
+        marks = Marks()
         policy = self.outbox.retry
         now = utcnow()
         if delete:
@@ -778,7 +596,7 @@ class Relay:
                 marks.retry.append((row.id, delay))
         return marks
 
-    def _after(self, marks: _Marks) -> None:
+    def _after(self, marks: Marks) -> None:
         """Once the marks committed: figures, the wheel, logs, hooks."""
         now = time.monotonic()
         with self._lock:
@@ -788,12 +606,6 @@ class Relay:
             for row_id, delay in marks.retry:
                 # a tick late: the row's next_attempt_at (wall clock) has surely passed then
                 self._wheel.schedule(row_id, now + delay + self._wheel.tick)
-        broker_down = (
-            marks.failed > 0
-            and marks.sent == 0
-            and not any(event.permanent for event in marks.dead)
-        )
-        self._pause_streak = self._pause_streak + 1 if broker_down else 0
         if marks.retry:
             log.warning(
                 "outbox=%s: %d send(s) failed, retried after their back-off (first error: %s); "

@@ -3,7 +3,7 @@ discard, figures.
 
 Statements are built once (the relay runs them every cycle).  Every function takes a session
 factory or a session and never holds a transaction longer than its own statements, except
-:func:`due_rows` with ``lock=True``, whose row locks the relay keeps while it sends (see
+:func:`due_chains` with ``lock=True``, whose row locks the relay keeps while it sends (see
 :mod:`txmsg.sqla.outbox.relay`).
 """
 
@@ -71,7 +71,6 @@ _DUE = (
     .order_by(OutboxMessage.next_attempt_at, OutboxMessage.id)
     .limit(bindparam("limit"))
 )
-_DUE_LOCKED = _DUE.with_for_update(skip_locked=True, of=OutboxMessage)
 _SEND_COLUMNS = (
     _M.id,
     _M.message_key,
@@ -121,27 +120,18 @@ _DUE_SEND_UNSENT = (
 """SQLite: :data:`_DUE_SEND` as if the rows of ``:sent`` (sent, deletion pending) were gone."""
 
 
-def due_rows(
+def due_to_send(
     session: Session, outbox: str, *, limit: int, lock: bool, now: datetime | None = None
-) -> list[OutboxMessage]:
+) -> list[Any]:
     """Up to ``limit`` rows to send now: rows without a key, and the first row of each key, whose
-    time has come; oldest due first.  At most one row per sharding key.
+    time has come; oldest due first.  At most one row per sharding key.  Only the columns a send
+    needs, as plain row mappings (the relay reads them every cycle, in the writers' process:
+    no ORM objects).
 
     ``lock``: ``FOR UPDATE SKIP LOCKED`` (PostgreSQL): rows another relay is sending are skipped,
     and so is the rest of their key (a key's next row is not first while the locked one is
     there), so relays share the rows without breaking a key's order.
     """
-    statement = _DUE_LOCKED if lock else _DUE
-    params = {"outbox": outbox, "now": now or utcnow(), "limit": limit}
-    return list(session.scalars(statement, params).all())
-
-
-def due_to_send(
-    session: Session, outbox: str, *, limit: int, lock: bool, now: datetime | None = None
-) -> list[Any]:
-    """:func:`due_rows`, only the columns a send needs, as plain row mappings: the relay
-    reads them every cycle, in the process of the writers, and building ORM objects for them
-    cost the writers' commit path its share of the GIL."""
     statement = _DUE_SEND_LOCKED if lock else _DUE_SEND
     params = {"outbox": outbox, "now": now or utcnow(), "limit": limit}
     return list(session.connection().execute(statement, params).mappings().all())
@@ -331,12 +321,6 @@ def take_lease(
             return False, previous
         row.owner, row.lease_until, row.since = owner, now + lease, now
         return True, previous
-
-
-def holds_lease(session: Session, outbox: str, owner: str) -> bool:
-    """Whether ``owner`` still holds the lease (read inside the caller's write transaction)."""
-    found = session.scalar(select(OutboxRelayLease.owner).where(OutboxRelayLease.outbox == outbox))
-    return found == owner
 
 
 def release_lease(session_factory: SessionFactory, outbox: str, owner: str) -> None:
