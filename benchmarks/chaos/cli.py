@@ -16,7 +16,6 @@ from benchmarks.chaos import tracking
 from benchmarks.chaos.faults import FAULT_CHOICES
 from benchmarks.chaos.run import (
     BACKENDS,
-    RESCUER,
     ChaosResult,
     ChaosRun,
     RunOptions,
@@ -452,8 +451,7 @@ def discard_rows(result: ChaosResult) -> list[tuple[str, object]]:
         ),
         ("  transactions among them", len(figures.keys)),
         (
-            "  rescued by txmsg: re-sent / rolled back / put back into the check cycle"
-            + ("" if RESCUER else " (this txmsg has no rescuer)"),
+            "  rescued by txmsg: re-sent / rolled back / put back into the check cycle",
             f"{figures.count('rescued')} / {figures.count('rolled_back')} / "
             f"{figures.count('put_back')}",
         ),

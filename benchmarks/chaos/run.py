@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import signal
 import subprocess
@@ -464,7 +463,7 @@ class ChaosRun:
         deadline = time.monotonic() + max(0.0, self.options.settle_timeout - settle_seconds)
         while True:
             figures = read_discards(self.settings.name_server, logs, self.discards_before)
-            if not (RESCUER and figures.pending) or time.monotonic() >= deadline:
+            if not figures.pending or time.monotonic() >= deadline:
                 return figures
             log.info(
                 "waiting for rescues: %d of %d discarded transactions resolved",
@@ -473,11 +472,6 @@ class ChaosRun:
             )
             self._revive()
             time.sleep(2.0)
-
-
-RESCUER = importlib.util.find_spec("txmsg.rescue") is not None
-"""txmsg rescues discarded half messages (issue 39; on by default for every transactional
-group): the run waits for its rescues and reports them; without it, ``rescues`` stays 0."""
 
 
 def create_fifo_topic(name_server: str, topic: str, queues: int) -> None:

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.faults import FAULTS
-from benchmarks.chaos.run import RESCUER
-from tests.chaos.test_chaos_run import NO_RESCUER, assert_discards
+from tests.chaos.test_chaos_run import WARMUP, assert_discards
 
 
 @pytest.mark.slow
@@ -33,7 +32,7 @@ def test_short_chaos_run_with_network_faults_keeps_every_service_consistent(
         "network",
         "--workdir",
         str(tmp_path / "chaos"),
-        *([] if RESCUER else NO_RESCUER),
+        *WARMUP,
     ]
     pg = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
     if pg:

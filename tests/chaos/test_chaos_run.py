@@ -13,8 +13,8 @@ runs its local transaction longer than that: the broker discards those half mess
 of strikes that keep every producer down), and txmsg's rescuer must deliver the committed ones.
 The run reports ``discards`` (copies in ``TRANS_CHECK_MAX_TIME_TOPIC``), ``discarded_tx`` (the
 transactions among them) and ``rescues`` (those the rescuer re-sent or resolved as rolled back).
-A txmsg without the rescuer would lose the committed ones: there the run keeps the old long
-horizon and no stuck transactions, and nothing is discarded.
+Without the rescuer the committed ones would be lost (9 violations on a real 4.9.8 with that
+horizon, issue 39).
 """
 
 from __future__ import annotations
@@ -27,19 +27,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos.run import RESCUER
-
-#: the old horizon, for a txmsg without the rescuer: 120 check-backs outlive every strike
-NO_RESCUER = ["--check-max", "120", "--stuck-every", "0"]
+#: 5 s of payments before the first strike (the command's default is 10): the processes are READY
+#: before it starts, and the rescue of what the short horizon discards costs the settle some seconds
+WARMUP = ["--warmup", "5"]
 
 
 def assert_discards(fields: dict[str, str]) -> None:
-    """With the rescuer: something was discarded, and every discarded transaction rescued."""
-    if RESCUER:
-        assert int(fields["discards"]) >= int(fields["discarded_tx"]) > 0
-        assert int(fields["rescues"]) == int(fields["discarded_tx"])
-    else:
-        assert int(fields["discards"]) == int(fields["rescues"]) == 0
+    """The short horizon discarded something, and the rescuer handled every discarded
+    transaction (re-sent, rolled back, or put back into the check cycle)."""
+    assert int(fields["discards"]) >= int(fields["discarded_tx"]) > 0
+    assert int(fields["rescues"]) == int(fields["discarded_tx"])
 
 
 @pytest.mark.slow
@@ -56,7 +53,7 @@ def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend:
         str(tmp_path / "chaos"),
         "--backend",
         backend,
-        *([] if RESCUER else NO_RESCUER),
+        *WARMUP,
     ]
     pg = os.environ.get("TXMSG_TEST_PG_URL", "").strip()
     if pg:
