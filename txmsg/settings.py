@@ -1,10 +1,11 @@
 """Typed settings models: the base every txmsg settings model derives from, and backends' settings.
 
-Why a base: a pydantic model raises ``pydantic.ValidationError`` from its constructor, which is
-outside txmsg's error tree (:mod:`txmsg.errors`).  :class:`Settings` turns it into
-:class:`~txmsg.errors.ConfigError`, keeping pydantic's detail in the message, so
-``ExecutorConfig(concurrency=0)`` and ``TxMsgConfig(name_server="garbage")`` are caught by
-``except txmsg.TxMsgError`` like every other mistake.
+Why a base: a pydantic model raises ``pydantic.ValidationError`` from its constructor and its
+``model_validate*`` class methods, which is outside txmsg's error tree (:mod:`txmsg.errors`).
+:class:`Settings` turns it into :class:`~txmsg.errors.ConfigError`, keeping pydantic's detail in
+the message, so ``ExecutorConfig(concurrency=0)``, ``TxMsgConfig(name_server="garbage")`` and
+``TxMsgConfig.model_validate({...})`` are caught by ``except txmsg.TxMsgError`` like every other
+mistake.
 
 Why backend settings live with the backends: the core names no backend.  Each backend
 distribution declares its keys in a :class:`BackendSettings` model and registers it under the
@@ -25,7 +26,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.metadata
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -88,6 +89,41 @@ class Settings(BaseModel):
     def _config_error(cls, exc: ValidationError) -> ConfigError:
         """The error the constructor raises for ``exc`` (a model with sources overrides it)."""
         return describe(exc, cls.__name__)
+
+    # pydantic's validating class methods, converted as the constructor is
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        return cls._converted(super().model_validate, obj, options)
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        return cls._converted(super().model_validate_json, json_data, options)
+
+    @classmethod
+    def model_validate_strings(cls, obj: Any, **options: Any) -> Self:
+        return cls._converted(super().model_validate_strings, obj, options)
+
+    @classmethod
+    def _converted(
+        cls, validate: Callable[..., Self], data: Any, options: Mapping[str, Any]
+    ) -> Self:
+        if _RAW.get():  # nested in another model's validation: that one converts
+            return validate(data, **options)
+        try:
+            with raw_errors():
+                return validate(data, **options)
+        except ValidationError as exc:
+            raised = _raised_inside(exc)  # by an overridden __init__ pydantic called
+            raise (raised or cls._config_error(exc)) from None
+
+
+def _raised_inside(exc: ValidationError) -> ConfigError | None:
+    """The :class:`ConfigError` a validator (or ``__init__``) raised, which pydantic wrapped."""
+    for error in exc.errors():
+        inner = (error.get("ctx") or {}).get("error")
+        if isinstance(inner, ConfigError):
+            return inner
+    return None
 
 
 class BackendSettings(Settings):

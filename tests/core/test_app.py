@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 
 import pytest
-from pydantic import ValidationError
 from txmsg_broker.testing import wait_until
 
 import txmsg.app
 from txmsg import (
     BackendUnavailableError,
     ClosedError,
+    ConfigError,
     ExecutorConfig,
     InvalidMessageError,
     InvalidNameError,
@@ -294,7 +294,7 @@ def test_consume_from_defaults_to_first_and_is_configurable() -> None:
     with app:
         assert backend.subscriptions["points"].consume_from == "first"
         assert backend.subscriptions["audit"].consume_from == "last"
-    with pytest.raises(ValidationError, match="consume_from"):
+    with pytest.raises(ConfigError, match="consume_from"):
         TxMsgConfig.model_validate({"consumers": {"audit": {"consume_from": "middle"}}})
 
 

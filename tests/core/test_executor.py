@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from txmsg_broker.testing import wait_until
 
-from txmsg import ConfigError, ExecutorConfig, RejectedError, RejectionPolicy, TxExecutor
+from txmsg import (
+    ConfigError,
+    ExecutorConfig,
+    RejectedError,
+    RejectionPolicy,
+    TxExecutor,
+    TxMsgConfig,
+)
 from txmsg.executor import ExecutorStats
 
 
@@ -252,3 +259,13 @@ def test_matches_the_fixed_pool_model_while_every_task_blocks(
         release.set()
         ex.shutdown(timeout=10)
     assert ex.stats().completed == submits - rejected
+
+
+def test_model_validate_raises_config_error_as_the_constructor_does() -> None:
+    with pytest.raises(ConfigError, match="concurrency"):
+        ExecutorConfig.model_validate({"concurrency": 0})
+    with pytest.raises(ConfigError, match="concurrency"):
+        ExecutorConfig.model_validate_json('{"concurrency": 0}')
+    with pytest.raises(ConfigError, match=r"unknown config key 'bogus_key'"):
+        TxMsgConfig.model_validate({"bogus_key": 1})
+    assert ExecutorConfig.model_validate({"concurrency": 3}).concurrency == 3

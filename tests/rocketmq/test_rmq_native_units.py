@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 from txmsg_rocketmq import messages, native
 from txmsg_rocketmq.backend import RocketMQBackend
 from txmsg_rocketmq.callbacks import guarded, state_code
@@ -18,7 +17,7 @@ from txmsg_rocketmq.gate import Gate
 from txmsg_rocketmq.names import consumer_names_hazard, printf_hazard, refuse_printf_topic
 
 from txmsg import InvalidNameError, TxMsg, TxMsgConfig
-from txmsg.errors import BackendUnavailableError
+from txmsg.errors import BackendUnavailableError, ConfigError
 from txmsg.message import OutgoingMessage
 from txmsg.states import LocalTransactionState
 
@@ -244,7 +243,7 @@ def test_a_consumer_that_fails_to_start_is_parked_not_destroyed(lib: native.Nati
 def test_pull_threads_from_the_configuration_reach_the_client(
     lib: native.Native, tmp_path: Any
 ) -> None:
-    with pytest.raises(ValidationError, match="pull_threads"):
+    with pytest.raises(ConfigError, match="pull_threads"):
         TxMsgConfig.model_validate({"pull_threads": 0})
     config = TxMsgConfig.model_validate(
         {"name_server": "127.0.0.1:1", "pull_threads": 7, "client_log_dir": str(tmp_path)}

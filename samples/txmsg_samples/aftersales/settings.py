@@ -62,9 +62,11 @@ def load(
     for variable, key in ENV_OVERRIDES.items():
         if env.get(variable):
             raw[key] = env[variable]
-    return _validate(TxMsgConfig, raw, file, ""), _validate(
-        AfterSalesSettings, sample_raw, file, SECTION + "."
-    )
+    try:
+        config = TxMsgConfig.model_validate(raw)  # its ConfigError names the key
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}", key=exc.key) from None
+    return config, _validate(AfterSalesSettings, sample_raw, file, SECTION + ".")
 
 
 def _validate(model: Any, data: Mapping[str, Any], file: Path, prefix: str) -> Any:

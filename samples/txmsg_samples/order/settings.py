@@ -53,9 +53,11 @@ def load(
     sample_raw = raw.pop(SECTION, {})
     if env.get("TXMSG_NAME_SERVER"):
         raw["name_server"] = env["TXMSG_NAME_SERVER"]
-    return _validate(TxMsgConfig, raw, file, ""), _validate(
-        OrderSampleSettings, sample_raw, file, SECTION + "."
-    )
+    try:
+        config = TxMsgConfig.model_validate(raw)  # its ConfigError names the key
+    except ConfigError as exc:
+        raise ConfigError(f"{file}: {exc}", key=exc.key) from None
+    return config, _validate(OrderSampleSettings, sample_raw, file, SECTION + ".")
 
 
 def _validate(model: Any, data: Mapping[str, Any], file: Path, prefix: str) -> Any:
