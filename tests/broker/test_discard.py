@@ -282,6 +282,29 @@ def test_a_grpc_half_message_discarded_is_served_over_remoting_and_refused_over_
         "cannot access system topic",
     )
     assert len(route.message_queues) == 0
+    # ClientActivity validates only the group of a subscription: its settings are accepted
+    settings = pb.Settings(
+        client_type=pb.ClientType.SIMPLE_CONSUMER,
+        access_point=endpoints,
+        subscription=pb.Subscription(
+            group=pb.Resource(name=unique("DiscardSettingsCG")),
+            subscriptions=[
+                pb.SubscriptionEntry(
+                    topic=pb.Resource(name=CHECK_MAX_TIME_TOPIC),
+                    expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                )
+            ],
+        ),
+    )
+    with grpc.insecure_channel(broker.grpc_endpoint) as channel:
+        stream = svc_grpc.MessagingServiceStub(channel).Telemetry(
+            iter([svc.TelemetryCommand(settings=settings)]),
+            metadata=[("x-mq-client-id", unique("probe")), ("x-mq-language", "PYTHON")],
+            timeout=10,
+        )
+        answer = next(stream)
+        stream.cancel()
+    assert answer.status.code == pb.Code.OK, answer.status.message
     consumer = SimpleConsumer(
         config,
         unique("DiscardGrpcCG"),
