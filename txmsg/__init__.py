@@ -32,6 +32,7 @@ __all__ = [
     "ListenerSpec",
     "ConsumerSpec",
     "ParkedEvent",
+    "DiscardedEvent",
     # running
     "TxMsg",
     "Producer",
@@ -72,6 +73,7 @@ __all__ = [
     "SendError",
     "BackendUnavailableError",
     "TransactionFencedError",
+    "SystemTopicUnavailableError",
 ]
 
 from typing import TYPE_CHECKING, Any
@@ -90,6 +92,7 @@ from txmsg.errors import (
     ProducerClosedError,
     RejectedError,
     SendError,
+    SystemTopicUnavailableError,
     TransactionFencedError,
     TxMsgError,
     UnknownGroupError,
@@ -111,6 +114,7 @@ if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDE
     from txmsg.orderly import ParkedEvent
     from txmsg.producer import Producer, ProducerStats, TransactionalProducer
     from txmsg.registry import ListenerRegistry
+    from txmsg.rescue import DiscardedEvent
 
 _LAZY: dict[str, str] = {
     "AsyncProducer": "txmsg.aio.producer",
@@ -118,6 +122,7 @@ _LAZY: dict[str, str] = {
     "LoopBridge": "txmsg.aio.loop",
     "CheckDispatcher": "txmsg.dispatch",
     "ConsumerSpec": "txmsg.consumer",
+    "DiscardedEvent": "txmsg.rescue",
     "ExecutorConfig": "txmsg.executor",
     "ExecutorStats": "txmsg.executor",
     "ListenerRegistry": "txmsg.registry",
