@@ -140,7 +140,8 @@ class DiscardedEvent:
     message: Message
     """The half message as ``check_local`` saw it."""
     attempts: int
-    """``check_local`` runs spent on it."""
+    """Rounds spent on it (each one ``check_local`` run by the rescuer and, but for the last,
+    one more horizon of the broker's check-backs)."""
     reason: str
     """Why it was given up (the last answer, or the send's error)."""
     stored: bool = False
