@@ -93,7 +93,9 @@ def test_of_reads_any_object_with_the_keys_as_attributes() -> None:
     config = SimpleNamespace(name_server="10.0.0.1:9876", endpoints="p:8081", client_log_dir=None)
     assert RocketMQSettings.of(config).name_server == "10.0.0.1:9876"
     assert RocketMQSettings.of(config).client_log_dir == RocketMQSettings().client_log_dir
-    assert RocketMQ5Settings.of({"endpoints": "q:8081", "client_log_dir": "x"}).endpoints == "q:8081"
+    assert (
+        RocketMQ5Settings.of({"endpoints": "q:8081", "client_log_dir": "x"}).endpoints == "q:8081"
+    )
     # name_server is both backends' key: rocketmq5 reads the discard topic through it (issue 39)
     assert RocketMQ5Settings.of(config).name_server == "10.0.0.1:9876"
     assert RocketMQ5Settings.of({"endpoints": "q:8081"}).name_server is None

@@ -623,4 +623,3 @@ def discard_counted(group: str, outcome: str, amount: int = 1) -> None:
         o.discards.add((group, outcome), attributes, amount)
     except Exception:  # telemetry must never change what the rescuer does
         log.warning("could not count a discarded half message", exc_info=True)
-
