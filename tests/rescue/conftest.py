@@ -34,6 +34,8 @@ class Ledger:
     committed: set[str] = field(default_factory=set)
     rolled_back: set[str] = field(default_factory=set)
     down: bool = True
+    raises: bool = False
+    """While ``down``: raise from ``check_local`` instead of answering UNKNOW."""
     checked: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -41,6 +43,8 @@ class Ledger:
         key = str(message.transaction_key)
         with self.lock:
             self.checked.append(key)
+            if self.down and self.raises:
+                raise ConnectionError("the orders database is down")
             if self.down:
                 return LocalTransactionState.UNKNOW
             if key in self.committed:

@@ -105,9 +105,11 @@ def test_a_committed_discard_is_sent_once_and_a_rolled_back_one_never(
         assert cancelled.transaction_key in ledger.checked
 
 
+@pytest.mark.parametrize("failing", ["unknown", "raises"])
 def test_unknown_forever_ends_in_a_dead_row_the_hook_and_the_metric(
-    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Any
+    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Any, failing: str
 ) -> None:
+    """``check_local`` that answers UNKNOW, or raises (the same to the rescuer: no answer)."""
     import txmsg.sqla as sqla  # noqa: PLC0415 - only this test needs SQLAlchemy
     from txmsg.otel._runtime import otel  # noqa: PLC0415
     from txmsg.sqla.discarded import dead_rows  # noqa: PLC0415
@@ -121,6 +123,7 @@ def test_unknown_forever_ends_in_a_dead_row_the_hook_and_the_metric(
         )
         discard_pending(broker)
 
+    ledger.raises = failing == "raises"
     engine = sqla.create_engine(f"sqlite:///{tmp_path / 'service.db'}")
     sqla.create_tables(engine)
     sessions = sqla.make_session_factory(engine)
@@ -218,3 +221,62 @@ def test_off_means_nothing_consumes_the_discard_topic(
         with pytest.raises(queue.Empty):
             received.get(timeout=0.5)
     assert UNIQ_KEY  # the module's names are the ones the product uses
+
+
+def test_a_rescued_copy_of_a_delivered_transaction_is_absorbed_by_an_idempotent_consumer(
+    make_app: Callable[..., TxMsg], broker: Any, tmp_path: Any
+) -> None:
+    """The broker also discards re-put copies of transactions a check-back already committed
+    (docs/rocketmq-facts.md): the rescuer sends those again too, and the dedup key it carries is
+    the one the first delivery was de-duplicated by."""
+    from sqlalchemy.orm import Session  # noqa: PLC0415 - only this test needs SQLAlchemy
+
+    import txmsg.sqla as sqla  # noqa: PLC0415
+
+    topic = transaction_topic(broker, "rescue-double")
+    engine = sqla.create_engine(f"sqlite:///{tmp_path / 'points.db'}")
+    sqla.create_tables(engine)
+    sessions = sqla.make_session_factory(engine)
+    applied: list[Any] = []
+
+    def add_points(message: Message, session: Session) -> None:
+        applied.append(message.json())
+
+    ledger = Ledger(down=False)
+    app = make_app()
+    app.add_transactional_listener(listener_class(ledger), group=GROUP, topics=[topic])
+    app.add_message_listener(
+        add_points,
+        topic=topic,
+        group="rescue-double-points",
+        idempotent=True,
+        session_factory=sessions,
+    )
+    with app:
+        sent = app.transactional_producer(GROUP).send_in_transaction(
+            topic, {"order": 6}, arg="commit", keys="order-6"
+        )
+        broker.advance(60)  # its check-back commits it: delivered once
+        advance_until(broker, lambda: sqla.consumed_count(sessions) == 1)
+        # the copy the broker would have discarded after that commit, as the rescuer reads it
+        copy = Message(
+            topic="TRANS_CHECK_MAX_TIME_TOPIC",
+            body=b'{"order": 6}',
+            keys="order-6",
+            properties={
+                UNIQ_KEY: sent.transaction_key,
+                "REAL_TOPIC": topic,
+                "REAL_QID": "0",
+                "PGROUP": GROUP,
+                "TRAN_MSG": "true",
+                "TRANSACTION_CHECK_TIMES": "3",
+            },
+            message_id="DISCARDED-COPY",
+        )
+        rescuer = app.rescuers[GROUP]
+        assert rescuer(copy) is True  # check_local: COMMIT, so it is sent again
+        assert rescuer.stats().rescued == 1
+        advance_until(broker, lambda: sqla.duplicates_absorbed(sessions) == 1)
+        assert sqla.consumed_count(sessions) == 1
+        assert applied == [{"order": 6}]
+    engine.dispose()
