@@ -16,13 +16,14 @@ What a backend lacks is read from its declared :class:`~txmsg.backend.Capabiliti
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from txmsg_broker.pytest_plugin import real_cluster
-from txmsg_broker.testing import read_log
+from txmsg_broker.testing import read_log, wait_until
 
 from txmsg import TxMsg
 from txmsg.app import backend_entry_points, load_backend_factory
@@ -108,6 +109,30 @@ def timings(broker: Any) -> dict[str, Any]:
 def settle_s(broker: Any) -> float:
     """Two check intervals and a little: after it, a settled transaction has no check in flight."""
     return 2 * timings(broker)["check_interval_ms"] / 1000 + 0.3
+
+
+def two_more_passes(broker: Any) -> None:
+    """Return once two check passes that began after this call have ended: after them a settled
+    transaction has no check in flight, so "nothing else happens" can be asserted.  An event,
+    read from transaction.log (a pass begins with "Begin to check prepare message" and ends with
+    "End to check prepare message", both INFO); where the log cannot be read here (a real cluster
+    without ``--real-log-dir``), :func:`settle_s` of wall time."""
+    log = broker_log(broker)
+    if log is None:
+        threading.Event().wait(settle_s(broker))
+        return
+    begun = log.count("Begin to check prepare message")
+
+    def ended() -> int:
+        return (broker_log(broker) or "").count("End to check prepare message")
+
+    # the first ``begun`` passes end at most ``begun`` times: two more ends are two passes that
+    # began after the count
+    wait_until(
+        lambda: ended() >= begun + 2,
+        timeout=60,
+        message=lambda: f"two more check passes ({ended()} ended, {begun} had begun)",
+    )
 
 
 def broker_log(broker: Any, name: str = "transaction.log") -> str | None:

@@ -53,7 +53,7 @@ from txmsg.backend import Capabilities
 from txmsg.message import OutgoingMessage
 from txmsg.sqla import create_engine, create_tables, duplicates_absorbed, make_session_factory
 
-from .conftest import broker_log, needs, settle_s, timings
+from .conftest import broker_log, needs, timings, two_more_passes
 
 S = LocalTransactionState
 
@@ -331,7 +331,7 @@ def test_transaction_outcome_table(
             timeout=10,
             message="U_ROLLBACK checked",
         )
-        threading.Event().wait(settle_s(broker))  # two more check passes: nothing else happens
+        two_more_passes(broker)  # nothing else happens
     assert got.counts() == Counter({"COMMIT": 1, "U_COMMIT": 1, "UU_COMMIT": 1})
     counted = script.counted()
     if getattr(broker, "is_real", False) and broker.is_5x:
@@ -393,7 +393,7 @@ def test_unknown_until_discarded(
                 timeout=20,
                 message="the discarded copy in TRANS_CHECK_MAX_TIME_TOPIC",
             )
-        threading.Event().wait(settle_s(broker))
+        two_more_passes(broker)
     assert script.counted() == {"U_FOREVER": check_max}
     assert _checks_sent(broker, topic, key) in (check_max, None)
     assert got.counts() == Counter()
@@ -454,7 +454,7 @@ def test_execute_local_raising_maps_to_execute_exception_state(
         wait_until(
             lambda: script.counted().get("GARBAGE") == 1, timeout=10, message="GARBAGE checked"
         )
-        threading.Event().wait(settle_s(broker))
+        two_more_passes(broker)
     assert got.counts() == Counter({"RAISE": 1})
     assert script.counted() == {"RAISE": 1, "GARBAGE": 1}
     assert rb_script.counted() == {}
@@ -493,7 +493,7 @@ def test_check_local_raising_is_logged_and_asked_again_never_committed(
         wait_until(
             lambda: set(got.counts()) == committed, timeout=10, message="the last answers committed"
         )
-        threading.Event().wait(settle_s(broker))
+        two_more_passes(broker)
     check_max = timings(broker)["check_max"]
     assert script.counted() == {
         "RAISE_THEN_COMMIT": 2,
