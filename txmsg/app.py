@@ -32,6 +32,7 @@ import contextvars
 import importlib
 import importlib.metadata
 import logging
+import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,9 +88,6 @@ def backend_entry_points() -> list[importlib.metadata.EntryPoint]:
     return sorted(importlib.metadata.entry_points(group=BACKEND_GROUP), key=lambda ep: ep.name)
 
 
-BACKEND_EXTRAS = {"rocketmq": "rocketmq", "rocketmq5": "rocketmq5"}
-"""Backend name -> the extra of the ``txmsg`` distribution that installs it."""
-
 CHECKOUT_HINT = "(in a txmsg checkout: make setup)"
 """The secondary hint: ``make setup`` exists only in a clone of the txmsg repository."""
 
@@ -98,16 +96,45 @@ def install_hint(name: str) -> str:
     """How a pip user installs backend ``name`` (an entry-point name or ``module:attribute``).
 
     Backend errors are read by people who installed txmsg with pip and have no Makefile, so they
-    name the distribution to install: the ``txmsg`` extra of a known backend, else whatever
-    distribution provides the name.
+    name the distribution to install, from the packages' metadata (the core names no backend):
+    the ``txmsg`` extra that requires the distribution whose entry point is ``name``, or, for a
+    backend not installed, the extra of that name; else whatever distribution provides it.
     """
-    extra = BACKEND_EXTRAS.get(name)
-    if extra is not None:
-        return f"`pip install 'txmsg[{extra}]'`"
     if ":" in name:
         package = name.partition(":")[0].partition(".")[0]
         return f"install the distribution that provides {package!r}"
+    found = [ep.dist.name for ep in backend_entry_points() if ep.name == name and ep.dist]
+    distribution = found[0] if found else None
+    extra = _extra_installing(name, distribution)
+    if extra is not None:
+        return f"`pip install 'txmsg[{extra}]'`"
+    if distribution is not None:
+        return f"`pip install {distribution}`"
     return f"install the distribution that provides the backend {name!r}"
+
+
+def _extra_installing(name: str, distribution: str | None) -> str | None:
+    """The extra of txmsg's own metadata (``Requires-Dist: ...; extra == "x"``) that installs
+    ``distribution``, or when it is not installed (None) the extra called ``name``."""
+    try:
+        requires = importlib.metadata.requires("txmsg") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for line in requires:
+        requirement, _, marker = line.partition(";")
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", marker)
+        if extra is None:
+            continue
+        required = re.split(r"[\s\[<>=!~(]", requirement.strip(), maxsplit=1)[0]
+        if distribution is None and extra.group(1) == name:
+            return name
+        if distribution is not None and _canonical(required) == _canonical(distribution):
+            return extra.group(1)
+    return None
+
+
+def _canonical(distribution: str) -> str:
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def load_backend_factory(name: str) -> Callable[..., Backend]:
