@@ -321,9 +321,22 @@ class OrderlyHandler:
         :class:`_ParkBehind`, which calls this when it found the key released: on a database
         failure it keeps the message (and its journal record) and tries again, so False here
         does not hand anything back."""
-        group, session_factory = self.spec.group, self.session_factory
         key = parking.sharding_key_of(message)
-        journal = self.journal if ticket is not None else None
+        behind = self._behind_parked_key(message, ticket, key, acked)
+        if behind is not None:
+            return behind
+        tried = self._attempts(message, ticket, key)
+        if isinstance(tried, bool):
+            return True if tried else self._again(ticket, acked)
+        error, attempts = tried
+        return self._park(message, ticket, key, error, attempts, acked)
+
+    def _behind_parked_key(
+        self, message: Message, ticket: Ticket | None, key: str, acked: bool
+    ) -> bool | None:
+        """When ``key`` is parked: the message parked behind it (True), or handed again
+        (False); None when the key is not parked and the listener is to run."""
+        group = self.spec.group
         behind = self._behind if ticket is not None and not acked else None
         try:
             parked = self._is_parked(message, key)
@@ -344,7 +357,7 @@ class OrderlyHandler:
                     )
                     return self._again(ticket, acked)
             if parked:
-                if parking.park_behind(session_factory, group, message):
+                if parking.park_behind(self.session_factory, group, message):
                     log.warning(
                         "group=%s topic=%s key=%r msgId=%s: key is parked; message parked "
                         "behind it (%s)",
@@ -355,26 +368,30 @@ class OrderlyHandler:
                         replay_command(group, key),
                     )
                     otel_hooks.add_event(names.EVENT_PARKED_BEHIND, {names.SHARDING_KEY: key})
-                    if journal is not None and ticket is not None:
-                        journal.done(ticket)
+                    if self.journal is not None and ticket is not None:
+                        self.journal.done(ticket)
                     return True
                 self.parked.discard(key)  # released meanwhile (a replay): handle it here
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "check whether the key is parked", exc)
             return self._again(ticket, acked)
-        handler, retries, delay = (
-            self.spec.handler,
-            self.spec.max_orderly_retries,
-            self.spec.orderly_retry_delay,
-        )
+        return None
+
+    def _attempts(
+        self, message: Message, ticket: Ticket | None, key: str
+    ) -> bool | tuple[str, int]:
+        """The listener, up to ``max_orderly_retries`` times: True when an attempt succeeded,
+        False to hand the message again (not its fault: the journal's database, the shutdown),
+        else the last error and the attempts made (the key is to be parked)."""
+        group, retries = self.spec.group, self.spec.max_orderly_retries
         attempts = 0
         while True:
             attempts += 1
             try:
-                self._run(handler, message, ticket)
+                self._run(self.spec.handler, message, ticket)
             except _JournalFailed as failed:
                 _database_failed(group, message, key, "delete its in-flight row", failed.error)
-                return self._again(ticket, acked)
+                return False
             except Exception as exc:
                 if self._interrupted(exc):
                     log.warning(
@@ -386,7 +403,7 @@ class OrderlyHandler:
                         type(exc).__name__,
                         exc,
                     )
-                    return self._again(ticket, acked)
+                    return False
                 error = f"{type(exc).__name__}: {exc}"
                 log.warning(
                     "group=%s topic=%s key=%r msgId=%s: attempt %d/%d failed: %s",
@@ -401,9 +418,9 @@ class OrderlyHandler:
                 )
                 otel_hooks.record_exception(exc, failed=False)  # the outcome decides the status
                 if attempts >= retries:
-                    break
+                    return error, attempts
                 otel_hooks.add_event(names.EVENT_RETRY, {names.ATTEMPT: attempts})
-                time.sleep(delay)
+                time.sleep(self.spec.orderly_retry_delay)
             except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt...: not the message's fault
                 log.error(
                     "group=%s key=%r msgId=%s: interrupted (%s); handing the message again later",
@@ -412,16 +429,29 @@ class OrderlyHandler:
                     message.message_id,
                     type(exc).__name__,
                 )
-                return self._again(ticket, acked)
+                return False
             else:
                 return True
+
+    def _park(
+        self,
+        message: Message,
+        ticket: Ticket | None,
+        key: str,
+        error: str,
+        attempts: int,
+        acked: bool,
+    ) -> bool:
+        """Park ``key`` with its failed message, then log it and call the ``on_parked`` hooks;
+        False (handed again) when the database cannot take it."""
+        group = self.spec.group
         try:
             parked_at = parking.park(
-                session_factory, group, message, error=error, attempts=attempts
+                self.session_factory, group, message, error=error, attempts=attempts
             )
             self.parked.add(key)
-            if journal is not None and ticket is not None:
-                journal.done(ticket)
+            if self.journal is not None and ticket is not None:
+                self.journal.done(ticket)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             _database_failed(group, message, key, "park the key", exc)
             return self._again(ticket, acked)
