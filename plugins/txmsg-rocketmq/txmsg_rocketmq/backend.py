@@ -27,6 +27,7 @@ from txmsg.backend import (
 )
 from txmsg.errors import BackendUnavailableError, ListenerDefinitionError
 from txmsg.names import check_name, rocketmq_rule
+from txmsg.rescue import DISCARD_TOPIC
 
 from . import native as native_mod
 from .announce import Announcer
@@ -43,6 +44,9 @@ _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 _RULES = (rocketmq_rule, name_rule)
+DISCARD_PULL_THREADS = 4
+"""Pull threads of a rescue consumer (:mod:`txmsg.rescue`): the discard topic has one queue per
+broker, its retry topic one more; the default 16 per consumer would idle for every group."""
 
 
 class RocketMQBackend:
@@ -186,7 +190,11 @@ class RocketMQBackend:
             concurrency=concurrency,
             max_reconsume=max_reconsume,
             consume_from=consume_from,
-            pull_threads=self.pull_threads,
+            pull_threads=(
+                min(self.pull_threads, DISCARD_PULL_THREADS)
+                if topic == DISCARD_TOPIC
+                else self.pull_threads
+            ),
             credentials=self.settings.credentials,
             orderly=orderly,
         )
