@@ -529,12 +529,12 @@ class _ParkBehind:
     """Messages of parked keys, acknowledged once the in-flight journal holds them and written
     into the parking table by one thread, many per transaction.
 
-    Why: every message of a parked key used to pay a committed write before its queue could
-    move on (about 0.1 ms on a quiet SQLite file, several ms on a busy machine), so the queue
-    holding a poisoned key - and every other key of that queue - fell behind the others.  The
-    journal's record (the spool: survives the death of the process, not of the machine; see
-    docs/guide/ordered.md) now covers the message from its acknowledgement until its row is in
-    the table, ``linger`` seconds later or less; then :meth:`InflightJournal.done
+    Why: a committed write per message of a parked key before its queue can move on would put
+    the queue holding a poisoned key - and every other key of that queue - behind the others
+    (docs/guide/ordered.md#measured).  The journal's record (the spool: survives the death of
+    the process, not of the machine; see docs/guide/ordered.md) covers the message from its
+    acknowledgement until its row is in the table, ``linger`` seconds later or less; then
+    :meth:`InflightJournal.done
     <txmsg.sqla.journal.InflightJournal.done>` ends the record.  Killed in between, the group's
     next consumer finds the record and parks the message behind its key, in the key's order
     (or hands it to the listener, if the key was released meanwhile).

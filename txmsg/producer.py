@@ -750,7 +750,7 @@ class TransactionalProducer(Producer):
 
         A task cancelled while ``execute_local`` runs ends nothing: whether the local transaction
         committed is unknown here, so the broker's check-back (``check_local``) decides."""
-        if not self.splits_sends:  # cached: a runtime Protocol's isinstance costs ~10 µs
+        if not self.splits_sends:  # cached: a runtime Protocol's isinstance is slow
             raise LifecycleError(
                 f"group {self.group!r}: transact_async needs a backend that splits transactional "
                 "sends and an `async def execute_local`; use transact() on a thread"

@@ -197,7 +197,7 @@ class LoopBridge:
         # Runs on the loop's thread as each coroutine ends.  No lock: a thread in submit() holds
         # it across call_soon_threadsafe's pipe write (it drops the GIL there), and the loop
         # waiting for that thread to get the GIL back stalled every coroutine of the service
-        # (profiled under load, benchmarks/async_send: ~1 ms a send).  set.discard is one atomic
+        # (docs/guide/async.md#measured).  set.discard is one atomic
         # step under the GIL, as are the copies submit() and close() take under the lock.
         self._pending.discard(future)
 

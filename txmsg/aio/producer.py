@@ -22,9 +22,8 @@ non-blocking calls (:class:`txmsg.backend.SplitTransactionalSender`: the rocketm
 ``execute_local`` is ``async def``, the transactional send needs no thread at all: the half
 message and the end are awaited on the loop and ``execute_local`` runs in the awaiting task
 (:meth:`txmsg.TransactionalProducer.transact_async`).  Why: parking a pool thread for the whole
-transaction costs four hand-overs between that thread and the loop per send: without them an
-awaited send costs 17-20 % less CPU with asyncpg, about 10 % with aiosqlite
-(``benchmarks/async_send``, docs/guide/async.md).
+transaction costs four hand-overs between that thread and the loop per send
+(``benchmarks/async_send``, docs/guide/async.md#measured).
 """
 
 from __future__ import annotations

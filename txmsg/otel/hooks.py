@@ -258,9 +258,10 @@ class Sending:
 def _with_properties(message: OutgoingMessage, properties: Mapping[str, str]) -> OutgoingMessage:
     """``message`` with other user properties: ``dataclasses.replace`` without its cost.
 
-    Why: ``replace`` walks the fields and runs ``__init__`` again, about 4 us per send, to copy
-    a frozen dataclass whose fields are checked already; copying its ``__dict__`` is a fraction
-    of that.  Falls back to ``replace`` for a message without a ``__dict__``."""
+    Why: ``replace`` walks the fields and runs ``__init__`` again on every send, to copy a
+    frozen dataclass whose fields are checked already; copying its ``__dict__`` skips that
+    (docs/guide/observability.md, *What it costs*).  Falls back to ``replace`` for a message
+    without a ``__dict__``."""
     fields = getattr(message, "__dict__", None)
     if fields is None:
         return dataclasses.replace(message, properties=properties)

@@ -196,9 +196,8 @@ def is_parked(session_factory: SessionFactory, group: str, key: str) -> bool:
     message of an orderly listener).
 
     Why not a Session: this one SELECT runs for every message an orderly listener consumes, and
-    what surrounds it costs far more than the query (measured on SQLite: ~390 us per check
-    through a session, ~70 us on a pooled SQLAlchemy connection, whose BEGIN and ROLLBACK are
-    most of it, ~11 us as one autocommit SELECT on the pooled DB-API connection).  On SQLite
+    what surrounds it (a session; on a pooled SQLAlchemy connection, its BEGIN and ROLLBACK)
+    costs far more than the query (docs/guide/ordered.md#measured).  On SQLite
     txmsg's engines run the driver in autocommit (:mod:`txmsg.sqla.engine`) and a single SELECT
     in WAL mode reads the last committed state, so the plain SELECT is as correct as the
     transaction around it was.  Other databases use the pooled connection; a session factory

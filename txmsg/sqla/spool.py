@@ -2,8 +2,8 @@
 
 Why: the in-flight journal (:mod:`txmsg.sqla.journal`, librocketmq hazard #10) must hold every
 orderly message from before its listener runs until it is consumed or parked.  A database
-transaction per message (two, with the delete) cost about 1 ms on SQLite and more on
-PostgreSQL, several times what librocketmq itself spends on a message.  What the journal is
+transaction per message (two, with the delete) costs several times what librocketmq itself
+spends on a message (docs/guide/ordered.md#measured).  What the journal is
 there for is a *process* that dies in a callback (SIGKILL, OOM killer, a crash in native code),
 and for that a ``write(2)`` into a file is enough: once the call returns the record is in the
 kernel's page cache, which the death of the process does not touch.

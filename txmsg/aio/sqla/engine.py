@@ -84,9 +84,8 @@ def create_async_engine(
             # Fewer than the sync engine's 20 + 40: SQLite writes one transaction at a time, and
             # each aiosqlite connection is a thread of its own, so past a handful more
             # connections only add threads polling for the write lock, while waiting for a
-            # pooled connection costs the loop nothing (benchmarks.async_send --pool 60 vs 8, run
-            # back to back: aiosqlite's threads 281-287 us a send instead of 210-221 and 24
-            # thread switches instead of 14; 651 awaited sends a second instead of 752).
+            # pooled connection costs the loop nothing (benchmarks.async_send --pool 60 vs 8:
+            # docs/guide/async.md#measured).
             kwargs.setdefault("pool_size", ASYNC_SQLITE_POOL)
             kwargs.setdefault("max_overflow", ASYNC_SQLITE_POOL)
         connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))

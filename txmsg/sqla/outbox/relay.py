@@ -76,19 +76,20 @@ PER_KEY = 32
 """Rows of one sharding key a cycle sends, one after the other (see :func:`store.due_chains`)."""
 LINGER = 0.01
 """Longest pause (seconds) between the end of a cycle that sent rows and the next cycle.  Why:
-woken by every commit, a busy relay ran one read and one delete transaction per commit; on
-SQLite each delete takes the one write lock the writers need, and a writer that finds it taken
-sleeps in SQLite's busy handler (1 ms, then 2, 5, 10 ...), so the writers' commit rate halved.
-At most 100 cycles a second, each carrying what was committed meanwhile (up to ``batch_size``),
-costs a message at most this long, and only while the relay is busy (see :data:`LINGER_FULL`)."""
+woken by every commit, a busy relay would run one read and one delete transaction per commit;
+on SQLite each delete takes the one write lock the writers need, and a writer that finds it
+taken sleeps in SQLite's busy handler (1 ms, then 2, 5, 10 ...), cutting the writers' commit
+rate (docs/guide/outbox.md#measured).  At most 100 cycles a second, each carrying what was
+committed meanwhile (up to ``batch_size``), costs a message at most this long, and only while
+the relay is busy (see :data:`LINGER_FULL`)."""
 LINGER_FULL = 16
 """Rows of a cycle from which the relay lingers the whole :data:`LINGER`; a cycle with fewer
-lingers that share of it.  Why: a fixed 10 ms pause after every cycle that sent something made
-a service committing a few hundred messages a second wait ~8 ms per message (p50) although its
-relay was nearly idle.  Scaled, the pause adapts itself: at a low rate cycles carry one or two
-rows and pause well under a millisecond; as the rate grows, cycles find more rows, pause longer
-and gather more (from ~1 600 rows/s on, 16 or more rows per cycle and the full 10 ms), so the
-batching that protects the writers holds where it is needed."""
+lingers that share of it.  Why: a fixed pause after every cycle that sent something would make
+a service committing a few hundred messages a second wait most of it per message although its
+relay is nearly idle (docs/guide/outbox.md#measured).  Scaled, the pause adapts itself: at a
+low rate cycles carry one or two rows and pause well under a millisecond; as the rate grows,
+cycles find more rows, pause longer and gather more, so the batching that protects the writers
+holds where it is needed."""
 PURGE_EVERY = 600.0
 """Seconds between two purges of idle key lock rows."""
 KEY_IDLE = timedelta(hours=1)

@@ -177,8 +177,8 @@ def due_chains(
     """What a relay cycle sends: :func:`due_to_send`'s rows, each keyed one followed by up to
     ``per_key - 1`` next rows of its key (in ``seq`` order, as long as they are pending and due),
     as lists the relay sends one after the other, each once the broker acknowledged the one
-    before.  Why: a key's rows used to go one per cycle (two transactions and a broker round
-    trip), so one busy key was held to the cycle rate however fast the broker answered.
+    before.  Why: with one row of a key per cycle (two transactions and a broker round trip), a
+    busy key would be held to the cycle rate however fast the broker answers.
 
     Only the first row of each key is locked (``lock``, PostgreSQL): while it is there no other
     relay sees the key's next rows as due, so they are this relay's too until it commits.

@@ -89,11 +89,13 @@ class _DriverInsert:
     """The outbox INSERT as the driver's own SQL with the columns' bind processors, for SQLite.
 
     Why: the row is written in every publishing transaction, and SQLAlchemy's Core execution of
-    a cached statement (parameter processing, compiled-cache lookup, result set-up) cost about
-    40 us of the writer's thread per row, as much as SQLite's own work for the row and its three
-    indexes; ``exec_driver_sql`` keeps the engine's events (tracing, logging) and costs half.
-    The SQL is SQLAlchemy's own compilation of the INSERT, and the values go through the bind
-    processors a Core INSERT applies (``UtcDateTime`` text, JSON): the stored row is the same."""
+    a cached statement (parameter processing, compiled-cache lookup, result set-up) costs the
+    writer's thread as much as SQLite's own work for the row and its three indexes
+    (docs/guide/outbox.md#measured); ``exec_driver_sql`` keeps the engine's events (tracing,
+    logging) without that work.  The SQL is SQLAlchemy's own compilation of the INSERT, and the
+    values go through the bind processors a Core INSERT applies (``UtcDateTime`` text, JSON):
+    the stored row is the same, which tests/outbox/test_outbox_units.py pins for every column
+    type."""
 
     sql: str
     names: tuple[str, ...]
