@@ -17,7 +17,7 @@ import pytest
 from rmq_helpers import Calls, create_topic, unique, wait_until
 from txmsg_rocketmq import pool as pool_module
 
-from tests.clockwork import consumed, stored
+from tests.clockwork import advance_until, consumed, stored
 from txmsg.executor import ExecutorConfig
 from txmsg.listener import ListenerSpec
 from txmsg.message import Message, OutgoingMessage
@@ -119,6 +119,7 @@ def test_keys_are_str_and_the_transaction_key_is_uniq_key(backend: Any, txmsg_br
     assert msg_id == key
 
 
+@pytest.mark.txmsg_manual_clock(transaction_timeout_ms=1000, check_interval_ms=1000, check_max=3)
 def test_an_exception_in_a_check_never_reaches_ctypes(
     backend: Any, txmsg_broker: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -137,8 +138,9 @@ def test_an_exception_in_a_check_never_reaches_ctypes(
 
     pool = backend.create_transactional_sender(group, check, check_concurrency=1, topics=[topic])
     (key,) = _send_unknown(pool, topic, 1)
-    # Checked again after each failure: the broker got UNKNOW twice, not a garbage COMMIT.
-    wait_until(lambda: len(calls) >= 3, timeout=30)
+    # Checked again after each failure: the broker got UNKNOW twice, not a garbage COMMIT (the
+    # broker's passes on its manual clock, each answer applied before the next)
+    advance_until(txmsg_broker, lambda: len(calls) >= 3, message=lambda: f"3 checks, got {calls}")
     assert set(calls) == {key}
     assert "Exception ignored on calling ctypes callback" not in capfd.readouterr().err
 
