@@ -467,89 +467,7 @@ class Relay:
         return [[Row.of(r) for r in chain] for chain in found]
 
     def _send(self, chains: list[list[Row]]) -> list[Outcome]:
-        """Send the chains at once - a key's rows one after the other, each once the broker
-        acknowledged the one before - and collect the answers.  A failed row ends its chain:
-        the rows after it are not sent (they stay as they were, behind it)."""
-        outcomes: list[Outcome] = []
-        pending: dict[Future[SendResult], tuple[Outcome, deque[Outcome]]] = {}
-        # answers arrive here, one at a time: concurrent.futures.wait() over every pending
-        # future at each answer cost the relay O(keys) per message, O(keys^2) per cycle
-        answered: queue.SimpleQueue[Future[SendResult]] = queue.SimpleQueue()
-        for chain in chains:
-            rows = deque(Outcome(row) for row in chain)
-            outcomes.extend(rows)
-            self._next(rows, pending, answered)
-        deadline = time.monotonic() + self.outbox.send_timeout
-        while pending:
-            try:
-                future = answered.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                for outcome, rest in pending.values():
-                    outcome.error = SendError(
-                        f"no answer from the broker within {self.outbox.send_timeout:g} s"
-                    )
-                    for later in rest:
-                        later.skipped = True
-                break
-            entry = pending.pop(future, None)
-            if entry is None:
-                continue
-            outcome, rest = entry
-            try:
-                outcome.result = future.result()
-            except ClosedError:
-                outcome.skipped = True
-            except Exception as exc:  # noqa: BLE001 - recorded on the row
-                outcome.error = exc
-            if outcome.result is not None:
-                self._next(rest, pending, answered)
-            else:
-                for later in rest:
-                    later.skipped = True
-        return outcomes
-
-    def _next(
-        self,
-        chain: deque[Outcome],
-        pending: dict[Future[SendResult], tuple[Outcome, deque[Outcome]]],
-        answered: queue.SimpleQueue[Future[SendResult]],
-    ) -> None:
-        """Start the send of the chain's next row (the rest when it cannot even start)."""
-        if not chain:
-            return
-        outcome = chain.popleft()
-        row = outcome.row
-        properties = {**row.properties, DEDUP_KEY: row.message_key}
-        try:
-            if row.sharding_key is not None:
-                future = self.sender.send_orderly_async(
-                    row.topic,
-                    row.body,
-                    sharding_key=row.sharding_key,
-                    keys=row.keys,
-                    tags=row.tags,
-                    properties=properties,
-                )
-            else:
-                future = self.sender.send_async(
-                    row.topic,
-                    row.body,
-                    keys=row.keys,
-                    tags=row.tags,
-                    properties=properties,
-                    delay_level=row.delay_level,
-                    deliver_at=None if row.deliver_at_ms is None else row.deliver_at_ms / 1000,
-                )
-        except ClosedError:
-            outcome.skipped = True
-        except Exception as exc:  # noqa: BLE001 - recorded on the row
-            outcome.error = exc
-        else:
-            pending[future] = (outcome, chain)
-            future.add_done_callback(answered.put)
-            return
-        for later in chain:
-            later.skipped = True
+        return send_chains(self.sender, chains, self.outbox.send_timeout)
 
     def _mark(self, session: Session, outcomes: list[Outcome], delete: bool) -> Marks:
         """Delete the sent rows (unless not ``delete``: the ledger's), record the failures (in
@@ -646,3 +564,88 @@ class Relay:
                     event.group,
                     getattr(hook, "__qualname__", hook),
                 )
+
+
+def send_chains(sender: OutboxSender, chains: list[list[Row]], timeout: float) -> list[Outcome]:
+    """Send the chains at once - a key's rows one after the other, each once the broker
+    acknowledged the one before - and collect the answers.  A failed row ends its chain:
+    the rows after it are not sent (they stay as they were, behind it)."""
+    outcomes: list[Outcome] = []
+    pending: dict[Future[SendResult], tuple[Outcome, deque[Outcome]]] = {}
+    # answers arrive here, one at a time: concurrent.futures.wait() over every pending
+    # future at each answer cost the relay O(keys) per message, O(keys^2) per cycle
+    answered: queue.SimpleQueue[Future[SendResult]] = queue.SimpleQueue()
+    for chain in chains:
+        rows = deque(Outcome(row) for row in chain)
+        outcomes.extend(rows)
+        _next(sender, rows, pending, answered)
+    deadline = time.monotonic() + timeout
+    while pending:
+        try:
+            future = answered.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            for outcome, rest in pending.values():
+                outcome.error = SendError(f"no answer from the broker within {timeout:g} s")
+                for later in rest:
+                    later.skipped = True
+            break
+        entry = pending.pop(future, None)
+        if entry is None:
+            continue
+        outcome, rest = entry
+        try:
+            outcome.result = future.result()
+        except ClosedError:
+            outcome.skipped = True
+        except Exception as exc:  # noqa: BLE001 - recorded on the row
+            outcome.error = exc
+        if outcome.result is not None:
+            _next(sender, rest, pending, answered)
+        else:
+            for later in rest:
+                later.skipped = True
+    return outcomes
+
+
+def _next(
+    sender: OutboxSender,
+    chain: deque[Outcome],
+    pending: dict[Future[SendResult], tuple[Outcome, deque[Outcome]]],
+    answered: queue.SimpleQueue[Future[SendResult]],
+) -> None:
+    """Start the send of the chain's next row (the rest when it cannot even start)."""
+    if not chain:
+        return
+    outcome = chain.popleft()
+    row = outcome.row
+    properties = {**row.properties, DEDUP_KEY: row.message_key}
+    try:
+        if row.sharding_key is not None:
+            future = sender.send_orderly_async(
+                row.topic,
+                row.body,
+                sharding_key=row.sharding_key,
+                keys=row.keys,
+                tags=row.tags,
+                properties=properties,
+            )
+        else:
+            future = sender.send_async(
+                row.topic,
+                row.body,
+                keys=row.keys,
+                tags=row.tags,
+                properties=properties,
+                delay_level=row.delay_level,
+                deliver_at=None if row.deliver_at_ms is None else row.deliver_at_ms / 1000,
+            )
+    except ClosedError:
+        outcome.skipped = True
+    except Exception as exc:  # noqa: BLE001 - recorded on the row
+        outcome.error = exc
+    else:
+        pending[future] = (outcome, chain)
+        future.add_done_callback(answered.put)
+        return
+    for later in chain:
+        later.skipped = True
