@@ -68,3 +68,22 @@ def test_processes_use_the_backend_and_endpoint_of_the_settings(tmp_path: Path) 
     remoting = _client_config(five.model_copy(update={"backend": "rocketmq"}), "p", {})
     assert remoting.backend == "rocketmq"
     assert remoting.name_server == "127.0.0.1:9876"
+
+
+def test_check_max_is_refused_with_an_external_cluster(tmp_path: Path) -> None:
+    """``--check-max`` sets the embedded broker's transactionCheckMax; a real cluster keeps its own."""
+    workdir = tmp_path / "chaos"
+    result = CliRunner().invoke(
+        chaos_command,
+        ["--name-server", "127.0.0.1:1", "--check-max", "5", "--workdir", str(workdir)],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--check-max" in result.output
+    assert "transactionCheckMax" in result.output
+    assert not workdir.exists()
+
+
+def test_check_max_reaches_the_embedded_broker(tmp_path: Path) -> None:
+    run = ChaosRun(ChaosSettings(workdir=tmp_path), RunOptions(check_max=7))
+    assert run.broker_settings["check_max"] == 7
+    assert ChaosRun(ChaosSettings(workdir=tmp_path), RunOptions()).broker_settings["check_max"] == 3
