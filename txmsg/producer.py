@@ -331,16 +331,7 @@ class Producer:
                 f"{owner}: this backend cannot deliver at a given time (RocketMQ 4 has no timer "
                 f"messages); use delay_level=1..18 instead ({DELAY_LEVELS_TEXT})"
             )
-        return OutgoingMessage(
-            topic=topic,
-            body=to_body(payload),
-            tags=sending.tags,
-            keys=sending.keys,
-            properties=sending.properties,
-            sharding_key=sending.sharding_key,
-            delay_level=sending.delay_level,
-            deliver_at_ms=sending.deliver_at_ms,
-        )
+        return sending.message(topic, to_body(payload))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -837,13 +828,8 @@ class TransactionalProducer(Producer):
             )
         owner = f"group={self.group} topic={topic}"
         sending = SendOptions.of(owner, options, reserved=frozenset())
-        return OutgoingMessage(
-            topic=topic,
-            body=to_body(payload),
-            tags=sending.tags,
-            keys=sending.keys,
-            properties=sending.properties,
-            check_immunity_seconds=check_immunity_seconds,
+        return sending.message(
+            topic, to_body(payload), check_immunity_seconds=check_immunity_seconds
         )
 
     # ---- figures and lifecycle ------------------------------------------------------------------

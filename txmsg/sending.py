@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Required, TypedDict
 
 from txmsg.errors import InvalidMessageError
-from txmsg.message import DELAY_LEVELS, SHARDING_KEY
+from txmsg.message import DELAY_LEVELS, SHARDING_KEY, OutgoingMessage
 
 # Evaluated annotations (no ``from __future__ import annotations``): a TypedDict reads its
 # Required[...] keys from them.
@@ -232,4 +232,20 @@ class SendOptions:
             sharding_key=sharding_key,
             delay_level=delay_level,
             deliver_at_ms=None if deliver_at is None else deliver_at_ms(owner, deliver_at),
+        )
+
+    def message(
+        self, topic: str, body: bytes, *, check_immunity_seconds: int | None = None
+    ) -> OutgoingMessage:
+        """The message to send to ``topic`` with these options."""
+        return OutgoingMessage(
+            topic=topic,
+            body=body,
+            tags=self.tags,
+            keys=self.keys,
+            properties=self.properties,
+            sharding_key=self.sharding_key,
+            delay_level=self.delay_level,
+            deliver_at_ms=self.deliver_at_ms,
+            check_immunity_seconds=check_immunity_seconds,
         )

@@ -28,7 +28,45 @@ from txmsg.sqla.local import SqlAlchemyLocalTransaction, listener_group
 from txmsg.states import LocalTransactionState
 
 
-class RecordBackedListener:
+class RecordBacked:
+    """What the sync and the asyncio record-backed listeners share: the record's settings (class
+    attributes are the defaults, the constructor's arguments override them per instance), the
+    producer group and the answer to a failed business change."""
+
+    grace_period: float | timedelta = 10.0
+    in_flight_timeout: float | timedelta | None = 600.0
+    in_flight_marker: bool = True
+
+    def _settings(
+        self,
+        group: str | None,
+        grace_period: float | timedelta | None,
+        in_flight_timeout: float | timedelta | None,
+    ) -> None:
+        if group is not None:
+            self.producer_group = group
+        if grace_period is not None:
+            self.grace_period = grace_period
+        if in_flight_timeout is not None:
+            self.in_flight_timeout = in_flight_timeout
+
+    @property
+    def group(self) -> str:
+        """The producer group this instance answers for: the one of the app that started it
+        (bound to this instance, since another app may declare the class under another group),
+        else ``producer_group`` (the constructor's ``group=``)."""
+        return listener_group(self)
+
+    @property
+    def execute_exception_state(self) -> LocalTransactionState:
+        """ROLLBACK (the database transaction was rolled back), unless the app's declaration
+        said otherwise with ``execute_exception_state=``."""
+        spec = bound_spec(self)
+        chosen = spec.execute_exception_state if spec is not None else None
+        return chosen or LocalTransactionState.ROLLBACK
+
+
+class RecordBackedListener(RecordBacked):
     """Base class for record-backed transactional listeners.
 
     Class attributes are the defaults; the constructor overrides them per instance.
@@ -40,12 +78,9 @@ class RecordBackedListener:
     listener.
     """
 
-    grace_period: float | timedelta = 10.0
-    in_flight_timeout: float | timedelta | None = 600.0
     answer_within: float | None = None
     background_workers: int = 8
     """Threads that finish local transactions past ``answer_within`` (slow ones queue here)."""
-    in_flight_marker: bool = True
 
     def __init__(
         self,
@@ -58,12 +93,7 @@ class RecordBackedListener:
         background_workers: int | None = None,
     ) -> None:
         self.session_factory = session_factory
-        if group is not None:
-            self.producer_group = group
-        if grace_period is not None:
-            self.grace_period = grace_period
-        if in_flight_timeout is not None:
-            self.in_flight_timeout = in_flight_timeout
+        self._settings(group, grace_period, in_flight_timeout)
         if answer_within is not None:
             self.answer_within = answer_within
         if background_workers is not None:
@@ -90,21 +120,6 @@ class RecordBackedListener:
         return self.record_check(message)
 
     # -- plumbing -------------------------------------------------------------------------------
-    @property
-    def group(self) -> str:
-        """The producer group this instance answers for: the one of the app that started it
-        (bound to this instance, since another app may declare the class under another group),
-        else ``producer_group`` (the constructor's ``group=``)."""
-        return listener_group(self)
-
-    @property
-    def execute_exception_state(self) -> LocalTransactionState:
-        """ROLLBACK (the database transaction was rolled back), unless the app's declaration
-        said otherwise with ``execute_exception_state=``."""
-        spec = bound_spec(self)
-        chosen = spec.execute_exception_state if spec is not None else None
-        return chosen or LocalTransactionState.ROLLBACK
-
     @property
     def local_transaction(self) -> SqlAlchemyLocalTransaction:
         with self._lazy_lock:

@@ -29,15 +29,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import sessionmaker
 
 from txmsg.errors import ListenerDefinitionError
-from txmsg.listener import bound_spec
 from txmsg.message import Message
 from txmsg.sqla.check import RecordCheck
 from txmsg.sqla.engine import SessionFactory
+from txmsg.sqla.listener import RecordBacked
 from txmsg.sqla.local import (
     begin_local,
     commit_record,
     failure_answer,
-    listener_group,
     marker_failed,
     roll_back_if_asked,
     settle_failure,
@@ -74,7 +73,7 @@ async def run_on_connection(engine: AsyncEngine, fn: Callable[[SessionFactory], 
         )
 
 
-class AsyncRecordBackedListener:
+class AsyncRecordBackedListener(RecordBacked):
     """Base class for record-backed transactional listeners written with ``AsyncSession``.
 
     Class attributes are the defaults; the constructor overrides them per instance.  As for the
@@ -82,10 +81,6 @@ class AsyncRecordBackedListener:
     answers ROLLBACK (txmsg *knows* it did not happen); ``execute_exception_state=UNKNOW`` on
     the decorator overrides it.
     """
-
-    grace_period: float | timedelta = 10.0
-    in_flight_timeout: float | timedelta | None = 600.0
-    in_flight_marker: bool = True
 
     def __init__(
         self,
@@ -97,12 +92,7 @@ class AsyncRecordBackedListener:
     ) -> None:
         self.session_factory = session_factory
         self.engine = engine_of(session_factory)
-        if group is not None:
-            self.producer_group = group
-        if grace_period is not None:
-            self.grace_period = grace_period
-        if in_flight_timeout is not None:
-            self.in_flight_timeout = in_flight_timeout
+        self._settings(group, grace_period, in_flight_timeout)
 
     # -- what subclasses write ------------------------------------------------------------------
     async def execute_in_transaction(
@@ -161,17 +151,3 @@ class AsyncRecordBackedListener:
                 message
             ),
         )
-
-    # -- plumbing -------------------------------------------------------------------------------
-    @property
-    def group(self) -> str:
-        """The producer group this instance answers for (as ``RecordBackedListener.group``)."""
-        return listener_group(self)
-
-    @property
-    def execute_exception_state(self) -> LocalTransactionState:
-        """ROLLBACK (the database transaction was rolled back), unless the app's declaration
-        said otherwise with ``execute_exception_state=``."""
-        spec = bound_spec(self)
-        chosen = spec.execute_exception_state if spec is not None else None
-        return chosen or LocalTransactionState.ROLLBACK
