@@ -405,17 +405,22 @@ class Producer:
         inner.add_done_callback(done)
         return outer
 
+    def _failures(self, message: OutgoingMessage) -> contextlib.AbstractContextManager[None]:
+        """Count a failed plain send; txmsg's errors pass unchanged, others become a SendError."""
+        return self._counted("plain_failed", lambda exc: self._send_error(exc, message))
+
     @contextlib.contextmanager
-    def _failures(self, message: OutgoingMessage) -> Iterator[None]:
-        """Count a failed send; txmsg's errors pass unchanged, others become a SendError."""
+    def _counted(self, counter: str, error: Callable[[Exception], BaseException]) -> Iterator[None]:
+        """Count a failure in ``counter``; txmsg's errors pass unchanged, others become
+        ``error(exc)``."""
         try:
             yield
         except TxMsgError:
-            self._count("plain_failed")
+            self._count(counter)
             raise
         except Exception as exc:
-            self._count("plain_failed")
-            raise self._send_error(exc, message) from exc
+            self._count(counter)
+            raise error(exc) from exc
 
     def _send_error(self, exc: BaseException, message: OutgoingMessage) -> BaseException:
         """txmsg's errors pass unchanged; anything else becomes a SendError that says where."""
@@ -687,16 +692,10 @@ class TransactionalProducer(Producer):
 
         # `send <topic>` span: execute_local runs inside it (this thread), as its current span
         with hooks.sending(self.group, message, transactional=True) as telemetry:
-            try:
+            with self._half_failures(topic):
                 message_id, transaction_key, status, offset = sender.send_in_transaction(
                     telemetry.message, local_executor
                 )
-            except TxMsgError:
-                self._count("failed")
-                raise
-            except Exception as exc:
-                self._count("failed")
-                raise self._half_send_failed(topic, exc) from exc
             state = decided[-1] if decided else None
             self._count("sent")
             if state is not None:
@@ -711,10 +710,14 @@ class TransactionalProducer(Producer):
             offset=offset,
         )
 
-    def _half_send_failed(self, topic: str, exc: Exception) -> SendError:
-        return SendError(
-            f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
-            "check that the name server and broker are reachable (`txmsg doctor`)"
+    def _half_failures(self, topic: str) -> contextlib.AbstractContextManager[None]:
+        """Count a failed half send; txmsg's errors pass unchanged, others become a SendError."""
+        return self._counted(
+            "failed",
+            lambda exc: SendError(
+                f"group={self.group} topic={topic}: sending the half message failed: {exc}; "
+                "check that the name server and broker are reachable (`txmsg doctor`)"
+            ),
         )
 
     @functools.cached_property
@@ -752,20 +755,15 @@ class TransactionalProducer(Producer):
         with hooks.sending(self.group, message, transactional=True) as telemetry:
             sending: Future[HalfMessage] | None = None
             try:
-                sending = sender.send_half_async(telemetry.message)
-                half = await asyncio.wrap_future(sending)
+                with self._half_failures(topic):
+                    sending = sender.send_half_async(telemetry.message)
+                    half = await asyncio.wrap_future(sending)
             except asyncio.CancelledError:
                 if sending is not None:
                     # the half may be stored already (its answer on its way to this loop): end
                     # it as UNKNOW once it is, so the sender's count drops; the check-back decides
                     sending.add_done_callback(_leave_to_check_back)
                 raise
-            except TxMsgError:
-                self._count("failed")
-                raise
-            except Exception as exc:
-                self._count("failed")
-                raise self._half_send_failed(topic, exc) from exc
             state = LocalTransactionState.UNKNOW
             try:
                 state = await run_execute_local_async(
