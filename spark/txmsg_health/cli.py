@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from txmsg_health import arrow_outputs, brokers, job, startup
+from txmsg_health import arrow_outputs, brokers, job, rescues, startup
 from txmsg_health import follow as live
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
 from txmsg_health.rules import Thresholds
@@ -102,6 +102,13 @@ KEEP_SESSION = "txmsg_health: keep the session"
     help="Name each file's broker by this regex's group 1 in its path "
     "(default: the directory per broker, e.g. logs/broker-a/transaction.log -> broker-a).",
 )
+@click.option(
+    "--rescue-metrics",
+    multiple=True,
+    metavar="FILE|URL",
+    help="A txmsg service's metrics (a saved Prometheus scrape or its /metrics URL; repeat for "
+    "several instances): the discard finding then says what txmsg's rescuer did with them.",
+)
 @click.option("--no-dashboard", is_flag=True)
 @click.option(
     "--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark configuration."
@@ -136,6 +143,7 @@ def health(
     max_ended_checked_share: float,
     parquet_uri: str | None,
     broker_regex: str | None,
+    rescue_metrics: tuple[str, ...],
     no_dashboard: bool,
     confs: tuple[str, ...],
     follow: bool,
@@ -171,8 +179,10 @@ def health(
             dashboard=not no_dashboard,
             parquet_uri=parquet_uri,
             broker_regex=broker_regex,
+            rescue_metrics=list(rescue_metrics),
         )
         resolve(cfg.inputs)
+        rescues.read(cfg.rescue_metrics)  # unreadable: said before Spark starts
         brokers.names([], [], broker_regex)
         bad = [c for c in confs if "=" not in c]
         if bad:

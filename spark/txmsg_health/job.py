@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from txmsg_health import arrow_outputs as A
-from txmsg_health import brokers, loopback, output, sizing, startup, summary, windows_out
+from txmsg_health import brokers, loopback, output, rescues, sizing, startup, summary, windows_out
 from txmsg_health import patterns as P
 from txmsg_health import reduce as R
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
@@ -60,6 +60,7 @@ class JobConfig:
     dashboard: bool = True
     parquet_uri: str | None = None  # default: <out>/metrics_by_window.parquet
     broker_regex: str | None = None  # default: the directory per broker (txmsg_health.brokers)
+    rescue_metrics: list[str] = field(default_factory=list)  # txmsg services' scrapes (rescues)
 
 
 JVM_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
@@ -399,6 +400,7 @@ def _outputs(
         late_again=A.late(rows, "late2"),
         half_messages=summary.half_messages(*A.half_progress(tot)),
     )
+    rescues.annotate(result, rescues.read(cfg.rescue_metrics))
     timings["transactions"] = time.perf_counter() - t
     result["inputs"] = list(cfg.inputs)
     result["parquet"] = _parquet(cfg)
