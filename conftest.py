@@ -25,14 +25,10 @@ import pytest
 
 #: tests that share one worker (their xdist group), by node id prefix: a group runs one test at a time
 PREFIX_GROUPS = {
-    # the Spark health job in two lanes: the tests of the shared SparkSession (session fixture
-    # ``spark``: a JVM of ~1 GiB, ~10 s to start, and the standalone cluster the cluster tests
-    # compare with it) take the ``spark`` lane (HEAVY_SESSION_FIXTURES, matched first); the rest
-    # of tests/health/ - the command-line runs that start JVMs of their own (spark-submit, the
-    # 512 MB guard, an oversize result, loopback, the class archive) - take this one.  One lane
-    # held both and was the run's tail (~10 min of a 13 min run); two JVMs at once is what the
-    # two lanes cost
-    "tests/health/": "spark-proc",
+    # the Spark health job: one SparkSession per worker (session fixture ``spark``, a JVM of ~1 GiB,
+    # ~10 s to start), and the CLI tests start JVMs of their own; two JVMs at once on 2 cores
+    # slow each other down several times over
+    "tests/health/": "spark",
     # the chaos runs, wall clock by intent (kill -9 and cut-off schedules of 1-3 minutes, 11
     # processes each): two lanes of ~5-6 minutes, so at most two run at once (all five at once
     # overloaded the 2 cores at the start of the run), and each lane is well inside the run's
@@ -178,22 +174,22 @@ def _root_log_level_restored() -> Iterator[None]:
 def _group_of(item: pytest.Item) -> str | None:
     """The xdist group an item needs, or None (any worker, alone).
 
-    * a heavy session fixture (:data:`HEAVY_SESSION_FIXTURES`) → its name: one worker starts it;
     * its node id in :data:`PREFIX_GROUPS` → that group;
     * marked ``wall_clock`` → :data:`WALL_CLOCK_GROUP`;
+    * a heavy session fixture (:data:`HEAVY_SESSION_FIXTURES`) → its name: one worker starts it;
     * a module-scoped fixture (a broker, a wheel build, ...) → the test's file: it is made once.
     """
-    info = getattr(item, "_fixtureinfo", None)
-    for name in HEAVY_SESSION_FIXTURES:
-        if info is not None and name in info.names_closure:
-            return name
     for prefix, group in PREFIX_GROUPS.items():
         if item.nodeid.startswith(prefix):
             return group
     if item.get_closest_marker("wall_clock") is not None:
         return WALL_CLOCK_GROUP
+    info = getattr(item, "_fixtureinfo", None)
     if info is None:  # a doctest or another non-function item
         return None
+    for name in HEAVY_SESSION_FIXTURES:
+        if name in info.names_closure:
+            return name
     for defs in info.name2fixturedefs.values():
         if defs and defs[-1].scope in ("module", "package", "class"):
             return item.nodeid.split("::", 1)[0]
@@ -202,7 +198,7 @@ def _group_of(item: pytest.Item) -> str | None:
 
 def _lanes() -> set[str]:
     """The groups that are lanes: dispatched before everything else."""
-    return {*PREFIX_GROUPS.values(), *HEAVY_SESSION_FIXTURES, WALL_CLOCK_GROUP}
+    return {*PREFIX_GROUPS.values(), WALL_CLOCK_GROUP}
 
 
 def _expected_seconds(item: pytest.Item, durations: dict[str, float]) -> float:
