@@ -95,7 +95,7 @@ def test_spark_submit_runs_the_job_file(real_logs: Path, tmp_path: Path) -> None
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,
         env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -219,7 +219,7 @@ def test_an_oversize_result_ends_in_one_line(tmp_path: Path, real_logs: Path) ->
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=540,
     )
     assert p.returncode == 1, p.stderr[-2000:]
     assert "Traceback" not in p.stderr

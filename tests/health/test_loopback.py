@@ -45,7 +45,7 @@ def test_job_in_local_mode_binds_driver_to_loopback_without_the_warning(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,
         env=_clean_env(),
         cwd=tmp_path,
     )
