@@ -29,21 +29,7 @@ from txmsg import defaults
 from txmsg.backend import ConsumeHandler
 from txmsg.errors import BackendUnavailableError, SystemTopicUnavailableError
 
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
-"""``TopicValidator.SYSTEM_TOPIC_SET`` (5.3.3), with its prefix ``rmq_sys_`` below."""
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+from .names import SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS
 
 REMOTING_BACKEND = "rocketmq"
 
