@@ -277,16 +277,26 @@ class OrderlyHandler:
     def __call__(self, message: Message) -> bool:
         journal = self.journal
         group = self.spec.group
+        guard: int | None = None
+        if journal is not None:
+            try:
+                guard = journal.guard(message)  # before any database work: hazard #10
+            except Exception as exc:  # noqa: BLE001 - logged with its traceback; handed again
+                key = parking.sharding_key_of(message)
+                _database_failed(group, message, key, "write it to the in-flight spool", exc)
+                return False
         try:
             came = self._refresh(message)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
+            if journal is not None:
+                journal.unguard(guard)
             key = parking.sharding_key_of(message)
             _database_failed(group, message, key, "read the parked and journaled keys", exc)
             return False
         if journal is None:
             return self._handle(message, None)
         try:
-            entry = journal.admit(message, queue_came=came)
+            entry = journal.admit(message, queue_came=came, guard=guard)
         except Exception as exc:  # noqa: BLE001 - logged with its traceback; False = handed again
             key = parking.sharding_key_of(message)
             _database_failed(group, message, key, "write it to the in-flight journal", exc)

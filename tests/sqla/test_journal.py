@@ -428,7 +428,11 @@ def test_a_killed_process_spool_is_finished_before_the_keys_next_message(db: Db)
     assert handle(msg("m2", 6)) is True
     assert listener.handled == ["m1", "m2"]  # m0 was consumed before the kill: not again
     assert rows(db) == []
-    assert list(directory.glob("*.spool")) == []  # moved into the table, then finished
+    assert handle.journal is not None
+    assert handle.journal._spool is not None
+    own = handle.journal._spool.path  # this handler's live spool (its messages' first record)
+    # the killed process's spool: moved into the table, then finished
+    assert [path for path in directory.glob("*.spool") if path != own] == []
 
 
 def test_a_killed_process_spool_is_finished_at_start_when_nothing_follows(db: Db) -> None:
@@ -446,6 +450,76 @@ def test_a_killed_process_spool_is_finished_at_start_when_nothing_follows(db: Db
     finally:
         handle.close()
     assert rows(db) == []
+
+
+KILLED_IN_REFRESH_CHILD = """
+import os, signal, sys
+import txmsg.sqla
+from txmsg.consumer import build_consumer_spec
+from txmsg.message import Message, SHARDING_KEY, UNIQ_KEY
+from txmsg.orderly import OrderlyHandler
+from txmsg.sqla.journal import InflightJournal
+
+options = sys.argv[4]
+engine = txmsg.sqla.create_engine(
+    sys.argv[1], **({"connect_args": {"options": options}} if options else {})
+)
+sessions = txmsg.sqla.make_session_factory(engine)
+spec = build_consumer_spec(
+    lambda message: None, topic=sys.argv[3], group=sys.argv[2], orderly=True,
+    session_factory=sessions,
+)
+journal = InflightJournal(sessions, sys.argv[2])
+handle = OrderlyHandler(spec, sessions, (), journal, refresh_interval=0.0)
+
+def killed(*args, **kwargs):  # the database read before the listener, where the kill lands
+    print(journal.spool_directory, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+handle.parked.refresh = killed
+handle(Message(
+    topic=sys.argv[3], body=b"m1", properties={UNIQ_KEY: "m1", SHARDING_KEY: "order-1"},
+    message_id="msgid-m1", sharding_key="order-1", queue_id=3, queue_offset=5,
+))
+"""
+
+
+def test_a_kill_while_the_handler_reads_the_database_loses_nothing(db: Db) -> None:
+    """The message is in the spool before anything reads the database (hazard #10: the offset
+    may be past it already).  CI's outbox chaos run of 2026-11-29 lost two messages of one
+    transfer when the journal's record came only after those reads."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            KILLED_IN_REFRESH_CHILD,
+            str(db.engine.url.render_as_string(False)),
+            GROUP,
+            TOPIC,
+            connect_options(db),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr
+    assert rows(db) == []
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    assert handle(msg("m2", 6)) is True
+    assert listener.handled == ["m1", "m2"]
+    assert rows(db) == []
+
+
+def test_a_message_handed_back_before_its_listener_leaves_no_spool_entry(db: Db) -> None:
+    listener = Recorder()
+    handle = handler_for(spec_for(db, listener))
+    OrderlyInflight.__table__.drop(db.engine)  # type: ignore[attr-defined]
+    assert handle(msg("a", 0)) is False
+    assert handle.journal is not None
+    spool = handle.journal._spool
+    assert spool is not None
+    assert spool.open_entries() == 0
 
 
 def test_a_live_process_spool_is_not_taken(db: Db) -> None:

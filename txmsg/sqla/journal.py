@@ -243,7 +243,52 @@ class InflightJournal:
         """Messages moved from dead processes' spools into the table (for stats and tests)."""
 
     # ---- the fast path: the spool --------------------------------------------------------------
-    def admit(self, message: Message, *, refresh: bool = False, queue_came: bool = False) -> Entry:
+    def guard(self, message: Message) -> int:
+        """Append ``message`` to this process's spool at once, before anything else is done with
+        it; the entry's sequence number, for :meth:`admit` (which keeps it or ends it).
+
+        Why first: librocketmq 2.1.0 may have committed the queue's offset past the message as
+        soon as it was taken for this callback (hazard #10).  What runs before the listener -
+        reading the parked and journaled keys, a look at the other spools, a table row - reads
+        the database, which on a loaded machine takes long enough for a kill to land there:
+        without a record yet, the message was lost (two messages of one transfer in CI's
+        outbox chaos run of 2026-11-29).  An extra entry that ends moments later costs one
+        ``write(2)``; a process killed holding both entries of one message leaves one row."""
+        spool = self._spool
+        if spool is None:
+            with self._lock:
+                spool = self._spool = self._spool or Spool(self.spool_directory, self.owner)
+        return spool.begin(message)
+
+    def unguard(self, seq: int | None) -> None:
+        """End a :meth:`guard` entry that no ticket took (the message has another record now,
+        or is handed again later)."""
+        if seq is not None and self._spool is not None:
+            self._spool.end(seq)
+
+    def admit(
+        self,
+        message: Message,
+        *,
+        refresh: bool = False,
+        queue_came: bool = False,
+        guard: int | None = None,
+    ) -> Entry:
+        """See :meth:`_admit`; ``guard``: the message's :meth:`guard` entry, which becomes the
+        ticket's spool entry, or ends once the message has its other record (or none is
+        needed: handed again).  Ended too when this raises."""
+        try:
+            entry = self._admit(message, refresh=refresh, queue_came=queue_came, guard=guard)
+        except BaseException:
+            self.unguard(guard)
+            raise
+        if guard is not None and (entry.ticket is None or entry.ticket.seq != guard):
+            self.unguard(guard)
+        return entry
+
+    def _admit(
+        self, message: Message, *, refresh: bool, queue_came: bool, guard: int | None
+    ) -> Entry:
         """Journal ``message`` before its listener runs: in this process's spool when no row of
         its key is in the table, else through the table (:meth:`enter`, which also finds a dead
         consumer's rows to finish first).  ``refresh``: take a new snapshot of the table's keys
@@ -280,7 +325,7 @@ class InflightJournal:
             with self._lock:
                 spool = self._spool = self._spool or Spool(self.spool_directory, self.owner)
         ticket = Ticket(message, message_key, started=time.monotonic())
-        ticket.seq = spool.begin(message)
+        ticket.seq = guard if guard is not None else spool.begin(message)
         with self._lock:
             self._spooled[id(ticket)] = ticket
         return Entry(row_id=None, ticket=ticket)
