@@ -42,7 +42,7 @@ from txmsg.otel import gauges
 from txmsg.outbox_options import OutboxOptions, build_outbox_options
 from txmsg.registry import declares_with
 from txmsg.sending import RowOptions, check_keywords
-from txmsg.sqla.outbox import store
+from txmsg.sqla.outbox import notify, store
 from txmsg.sqla.outbox.claims import DELETES_MARK
 from txmsg.sqla.outbox.policy import RetryPolicy
 from txmsg.sqla.outbox.relay import DeadHook, OutboxSender, Relay, RelayStats
@@ -61,6 +61,7 @@ def _after_commit(session: Session) -> None:
     if session.in_nested_transaction():
         return  # a savepoint released: the rows are not committed yet
     info = session.info
+    notify.forget(info)
     if DELETES_MARK in info:
         for ledger, token in info.pop(DELETES_MARK):
             ledger.done(token)
@@ -75,12 +76,14 @@ def _after_rollback(session: Session) -> None:
         return  # a savepoint rolled back: the transaction's own rows and deletes stand
     info = session.info
     info.pop(WAKE_MARK, None)
+    notify.forget(info)
     _release_deletes(info)
 
 
 def _after_transaction_end(session: Session, transaction: SessionTransaction) -> None:
     # a session closed with its transaction open ends it without after_rollback
     if transaction.parent is None:
+        notify.forget(session.info)
         _release_deletes(session.info)
 
 
@@ -151,6 +154,7 @@ class Outbox:
         self.send_timeout = options.send_timeout
         self.name_rules = options.name_rules
         self._relay: Relay | None = None
+        self._channel = notify.channel_of(self.group)
         self._watching: list[int] = []
         self._lock = threading.Lock()
         _listen_once()
@@ -202,6 +206,9 @@ class Outbox:
         relay = self._relay
         if relay is not None:
             relay.delete_sent_in(session)  # SQLite: the rows it sent, under our write lock
+        if (relay is None or relay.state == "closed") and notify.notifies(session):
+            # the relay runs elsewhere: wake it at our commit (PostgreSQL; SQLite: its poll)
+            notify.notify_once(session, self._channel)
         session.info.setdefault(WAKE_MARK, set()).add(self)
         return receipt
 

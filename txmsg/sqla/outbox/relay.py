@@ -62,6 +62,7 @@ from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.claims import Claims, Marks, Outcome, Row, claims_for
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease
+from txmsg.sqla.outbox.notify import CommitListener, channel_of
 from txmsg.sqla.outbox.policy import describe, is_permanent
 from txmsg.sqla.outbox.wheel import TimeWheel
 
@@ -188,6 +189,10 @@ class Relay:
         self.owner = new_owner(self.host)
         self.claims: Claims | None = None
         """How this relay claims rows in its database (None until it has looked at it)."""
+        self.listener: CommitListener | None = None
+        """PostgreSQL, while the relay's thread runs: the connection that wakes it at other
+        processes' commits (:mod:`txmsg.sqla.outbox.notify`)."""
+        self._engine: Engine | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -212,6 +217,10 @@ class Relay:
         if self._thread is not None:
             return self
         self._database().start()
+        if self._engine is not None and self._engine.dialect.name == "postgresql":
+            self.listener = CommitListener(
+                self._engine, channel_of(self.outbox.group), self.wake, self.outbox.group
+            ).start()
         self._state = "running"
         self._thread = threading.Thread(
             target=self._run, name=f"txmsg-outbox-{self.outbox.group}", daemon=True
@@ -246,6 +255,7 @@ class Relay:
                 "the relay's thread cannot share with your transactions; use a file "
                 "(sqlite:///var/app.db) or PostgreSQL"
             )
+        self._engine = engine
         self.claims = claims_for(self.outbox, engine, owner=self.owner, host=self.host)
         return self.claims
 
@@ -261,6 +271,8 @@ class Relay:
         self._state = "closed"
         self._stop.set()
         self._wake.set()
+        if self.listener is not None:
+            self.listener.close()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
