@@ -22,6 +22,8 @@ from rocketmq import (  # noqa: E402
     TransactionResolution,
 )
 from rocketmq.grpc_protocol import (  # noqa: E402
+    AckMessageEntry,
+    AckMessageRequest,
     Code,
     EndTransactionRequest,
     ForwardMessageToDeadLetterQueueRequest,
@@ -30,6 +32,8 @@ from rocketmq.grpc_protocol import (  # noqa: E402
 from rocketmq.v5.exception import IllegalArgumentException, IllegalStateException  # noqa: E402
 
 __all__ = [
+    "AckMessageEntry",
+    "AckMessageRequest",
     "ClientConfiguration",
     "Code",
     "Credentials",

@@ -4,7 +4,8 @@ Why not the 5.x ``PushConsumer``:
 
 * **graceful close(timeout)**: its ``shutdown()`` waits for its consumption pool without a bound and
   it prefetches up to 1024 messages per queue into a local cache; our loop holds at most
-  ``concurrency`` messages, stops receiving on close and waits for handlers at most ``timeout``;
+  :data:`HELD_PER_THREAD` messages per handler thread (at least :data:`RECEIVE_MAX`), stops
+  receiving on close and waits for handlers at most ``timeout``;
 * **max_reconsume per listener**: the push consumer's retry limit is the server's (17 attempts);
   here a message whose handler failed after ``max_reconsume`` redeliveries is forwarded to
   ``%DLQ%<group>`` at once (``ForwardMessageToDeadLetterQueue``, as the push consumer does for FIFO);
@@ -20,16 +21,23 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from txmsg.backend import ConsumeHandler
 from txmsg.errors import ConfigError, SendError
 
 from . import messages
-from ._client import FilterExpression, ForwardMessageToDeadLetterQueueRequest
-from .receive import AWAIT_S, QuietSimpleConsumer, ReceiveLoop
+from ._client import (
+    AckMessageEntry,
+    AckMessageRequest,
+    Code,
+    FilterExpression,
+    ForwardMessageToDeadLetterQueueRequest,
+)
+from .receive import AWAIT_S, INVISIBLE_S, QuietSimpleConsumer, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
 
@@ -54,6 +62,21 @@ RETRY_DELAYS_S = (
     7200,
 )
 """RocketMQ's retry back-off by delivery attempt (delay levels 3..18)."""
+HELD_PER_THREAD = 4
+"""Messages held (received, handled or waiting for a handler thread) per handler thread.
+
+Why more than one: a receive asks for as many messages as there is room for, and the next
+receive starts only when this one has answered.  Holding only ``concurrency`` messages (4 by
+default) made each receive round trip bring at most the handlers free at that moment, so the
+consumer's rate was bounded by the round trip, not by the handlers: at 200 messages/s a default
+listener fell behind and commit->delivery grew to seconds (``benchmarks.delivery_latency``,
+docs/guide/outbox.md).  The FIFO consumer holds the same (:mod:`.fifo`)."""
+RECEIVE_MAX = 32
+"""The proxy's receive batch maximum, and the fewest messages held whatever the thread count."""
+EXPIRED_MARGIN_S = 5.0
+"""A held message whose handler would start less than this before its invisible time ends is not
+handled: the broker delivers it again (to this or another consumer) and handling this copy too
+would run the handler twice and fail its ack."""
 
 
 class LoopConsumer(ReceiveLoop):
@@ -79,10 +102,11 @@ class LoopConsumer(ReceiveLoop):
         self.group, self.topic = group, topic
         self.handler = handler
         self.concurrency = concurrency
+        self.capacity = max(RECEIVE_MAX, concurrency * HELD_PER_THREAD)
         self.max_reconsume = max_reconsume
-        self.consumed = self.failed = self.dead_lettered = 0
+        self.consumed = self.failed = self.dead_lettered = self.expired = 0
         self._lock = threading.Condition()
-        self._busy = 0
+        self._busy = 0  # held: received and not yet handled (running or waiting for a thread)
         self._stopping = threading.Event()
         self.client = QuietSimpleConsumer(
             configuration,
@@ -100,45 +124,109 @@ class LoopConsumer(ReceiveLoop):
 
     # ---- the loop (ReceiveLoop._run) ------------------------------------------------------------
     def _room(self) -> int:
-        return self.concurrency - self._busy
+        return min(self.capacity - self._busy, RECEIVE_MAX)
 
     def _dispatch(self, raw: Any) -> None:
         with self._lock:
             self._busy += 1
         try:
-            future = self._pool.submit(self._consume, raw)
+            future = self._pool.submit(self._consume, raw, time.monotonic())
         except RuntimeError:  # pool shut down (closing): it becomes visible again later
             self._release()
         else:  # also when cancelled by stop(): the slot is free again
-            future.add_done_callback(lambda _done: self._release())
+            future.add_done_callback(self._handled)
+
+    def _handled(self, done: Future[Future[Any] | None]) -> None:
+        """A handler returned (or was cancelled): its slot is free now, or once its ack answered."""
+        ack = None if done.cancelled() or done.exception() is not None else done.result()
+        if ack is None:
+            self._release()
+        else:
+            ack.add_done_callback(lambda _ack: self._release())
 
     def _running_handlers(self) -> int:
-        return self._busy
+        return self._busy  # stop() cancels the queued ones, so these are the running handlers
 
     def _release(self) -> None:
         with self._lock:
             self._busy -= 1
             self._lock.notify_all()
 
-    def _consume(self, raw: Any) -> None:
+    def _consume(self, raw: Any, received: float) -> Future[Any] | None:
+        """Handle ``raw``; the ack's future when it was consumed (None otherwise).
+
+        Why the ack is asynchronous: a handler thread that waited for the ack's round trip
+        handled nothing meanwhile, so ``concurrency`` threads acked at most ``concurrency``
+        messages per round trip, and a default listener (4 threads) fell behind at 200
+        messages/s on a loaded machine (``benchmarks.delivery_latency``).  The message still
+        holds its slot until the ack is answered (stop() waits for it as for a handler).
+        """
+        if time.monotonic() - received > INVISIBLE_S - EXPIRED_MARGIN_S:
+            with self._lock:
+                self.expired += 1
+            log.warning(
+                "consumer group %s: message %s waited %.0f s for a handler thread, too close to "
+                "its invisible time (%d s): not handled here, the broker delivers it again; "
+                "raise the listener's concurrency or shorten its handler",
+                self.group,
+                getattr(raw, "message_id", None),
+                time.monotonic() - received,
+                INVISIBLE_S,
+            )
+            return None
         try:
             message = messages.from_client(raw)
             ok = bool(self.handler(message))
             if ok:
-                self.client.ack(raw)
+                ack = self._ack_async(raw)
+                ack.add_done_callback(lambda done: self._acked(raw, done))
+                return ack
+            self._retry_or_dead_letter(raw, message.reconsume_times)
+        except BaseException as exc:  # noqa: BLE001 - the message comes back after its invisible time
+            self._not_acked(raw, f"{type(exc).__name__}: {exc}")
+        return None
+
+    def _ack_async(self, raw: Any) -> Future[Any]:
+        """The ack's RPC, answered on the client's I/O thread.
+
+        Why not the client's ``ack_async``: 5.1.2's returns nothing, and the ``_ack_async`` behind
+        it makes an ``asyncio.Future`` in the calling thread, which raises outside an event loop.
+        The request is the one its synchronous ``ack`` sends."""
+        config = self.client.client_configuration
+        request = AckMessageRequest()
+        request.group.name = self.group
+        request.group.resource_namespace = config.namespace
+        request.topic.name = raw.topic
+        request.topic.resource_namespace = config.namespace
+        entry = AckMessageEntry()
+        entry.message_id = raw.message_id
+        entry.receipt_handle = raw.receipt_handle
+        request.entries.append(entry)
+        future: Future[Any] = self.client.rpc_client.ack_message_async(
+            raw.endpoints, request, metadata=self.client.sign(), timeout=config.request_timeout
+        )
+        return future
+
+    def _acked(self, raw: Any, done: Future[Any]) -> None:
+        exc = done.exception()
+        if exc is None:
+            status = done.result().status
+            if int(status.code) == Code.OK:
                 with self._lock:
                     self.consumed += 1
-            else:
-                self._retry_or_dead_letter(raw, message.reconsume_times)
-        except BaseException as exc:  # noqa: BLE001 - the message comes back after its invisible time
-            log.error(
-                "consumer group %s: message %s not acknowledged (%s: %s); it is redelivered after "
-                "its invisible time",
-                self.group,
-                getattr(raw, "message_id", None),
-                type(exc).__name__,
-                exc,
-            )
+                return
+            self._not_acked(raw, f"the proxy answered {int(status.code)} {status.message}")
+            return
+        self._not_acked(raw, f"{type(exc).__name__}: {exc}")
+
+    def _not_acked(self, raw: Any, reason: str) -> None:
+        log.error(
+            "consumer group %s: message %s not acknowledged (%s); it is redelivered after "
+            "its invisible time",
+            self.group,
+            getattr(raw, "message_id", None),
+            reason,
+        )
 
     def _retry_or_dead_letter(self, raw: Any, reconsume_times: int) -> None:
         with self._lock:
