@@ -3,16 +3,16 @@
 Why: a relay in a process of its own (``txmsg outbox relay``, writers declared with
 ``relay=False``) is not woken by the writers' ``after_commit`` - that wakes only relays of the
 writer's own process - so without this it finds their rows at its next poll, ``poll_interval``
-(1 s) after the commit in the worst case.  With it, :meth:`txmsg.sqla.outbox.Outbox.send` issues
-``NOTIFY`` on the outbox's channel inside the writer's transaction (once per transaction;
+(1 s) after the commit in the worst case.  With it, :meth:`txmsg.sqla.outbox.Outbox.send` notifies the
+outbox's channel inside the writer's transaction, with the row's INSERT (once per transaction;
 PostgreSQL delivers a notification only when, and only if, its transaction commits), and each
 relay of the outbox on PostgreSQL holds a connection that ``LISTEN``\\ s on the channel and wakes
 the relay when one arrives.  A rollback notifies nobody.  The poll stays: rows of a transaction
 whose notification was lost (the listening connection was down at the moment) still go.
 
 A writer whose process runs the outbox's relay does not notify: its commit wakes that relay
-directly, and a ``NOTIFY`` costs a round trip plus PostgreSQL's commit-time notification lock
-(transactions that notify commit one at a time).  Other databases (SQLite) have no ``NOTIFY``:
+directly, and a notification costs PostgreSQL's commit-time notification lock (transactions
+that notify commit one at a time).  Other databases (SQLite) have no ``NOTIFY``:
 their relays in other processes rely on the poll.
 
 Listening needs the driver's notification API: psycopg (3) and psycopg2 are supported; with
@@ -47,32 +47,33 @@ def channel_of(group: str) -> str:
     return "txmsg_outbox_" + hashlib.sha256(group.encode()).hexdigest()[:20]
 
 
-def notifies(session: Session) -> bool:
-    """Whether writers on ``session``'s database notify (PostgreSQL)."""
-    return session.connection().dialect.name == "postgresql"
+def needed(session: Session, channel: str) -> bool:
+    """Whether the row :meth:`txmsg.sqla.outbox.Outbox.send` writes now should notify
+    ``channel``: on PostgreSQL, unless this transaction did already.
+
+    The notification rides on the row's INSERT (``RETURNING pg_notify(...)``,
+    :func:`txmsg.sqla.outbox.writer.write_row`): no round trip of its own.  Inside a savepoint
+    it is always needed (and :func:`mark` remembers nothing there): a savepoint rolled back takes
+    its notifications with it, so a mark set there could leave the transaction's rows without
+    one.  PostgreSQL folds one transaction's notifications of a channel into one anyway; the mark
+    only saves the work."""
+    if session.connection().dialect.name != "postgresql":
+        return False
+    mark = session.info.get(NOTIFIED_MARK)
+    return mark is None or mark[0] is not session.get_transaction() or channel not in mark[1]
 
 
-def notify_once(session: Session, channel: str) -> None:
-    """``NOTIFY channel`` in ``session``'s transaction, unless this transaction did already.
-
-    Inside a savepoint it always notifies (and remembers nothing): a savepoint rolled back
-    takes its notifications with it, so a mark set there could leave the transaction's rows
-    without one.  Notifications of one transaction to one channel are folded by PostgreSQL into
-    one anyway; the mark only saves the round trip."""
-    connection = session.connection()
-    nested = session.in_nested_transaction()
+def mark(session: Session, channel: str) -> None:
+    """The row just written notified ``channel`` (see :func:`needed`)."""
+    if session.in_nested_transaction():
+        return
     root = session.get_transaction()
     info = session.info
-    mark = info.get(NOTIFIED_MARK)
-    if mark is not None and mark[0] is root and channel in mark[1]:
-        return
-    connection.exec_driver_sql(f"NOTIFY {channel}")  # a fixed identifier: nothing to bind
-    if nested:
-        return
-    if mark is None or mark[0] is not root:
+    found = info.get(NOTIFIED_MARK)
+    if found is None or found[0] is not root:
         info[NOTIFIED_MARK] = (root, {channel})
     else:
-        mark[1].add(channel)
+        found[1].add(channel)
 
 
 def forget(info: dict[Any, Any]) -> None:

@@ -202,13 +202,15 @@ class Outbox:
             name_rules=self.name_rules,
             max_body_bytes=self.max_body_bytes,
         )
-        receipt = write_row(session, values)
         relay = self._relay
+        channel = None
+        if (relay is None or relay.state == "closed") and notify.needed(session, self._channel):
+            channel = self._channel  # the relay runs elsewhere: wake it at our commit (PG)
+        receipt = write_row(session, values, notify=channel)
+        if channel is not None:
+            notify.mark(session, channel)
         if relay is not None:
             relay.delete_sent_in(session)  # SQLite: the rows it sent, under our write lock
-        if (relay is None or relay.state == "closed") and notify.notifies(session):
-            # the relay runs elsewhere: wake it at our commit (PostgreSQL; SQLite: its poll)
-            notify.notify_once(session, self._channel)
         session.info.setdefault(WAKE_MARK, set()).add(self)
         return receipt
 

@@ -37,6 +37,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    literal,
     literal_column,
     select,
     update,
@@ -74,6 +75,11 @@ _NEXT_SEQ = (
     .scalar_subquery()
 )
 _INSERT_KEYED_ROW = insert(_MESSAGES).values(seq=_NEXT_SEQ).returning(_M.id, _M.seq)
+_NOTIFY = func.pg_notify(bindparam("notify_channel"), literal("")).is_(None)
+"""PostgreSQL: the relays' wake-up, delivered when the writer's transaction commits
+(:mod:`txmsg.sqla.outbox.notify`), evaluated in the row's INSERT: no round trip of its own."""
+_INSERT_ROW_NOTIFY = insert(_MESSAGES).returning(_M.id, _NOTIFY)
+_INSERT_KEYED_ROW_NOTIFY = insert(_MESSAGES).values(seq=_NEXT_SEQ).returning(_M.id, _M.seq, _NOTIFY)
 """A keyed row numbered in the INSERT itself: one statement, so on SQLite the number is taken
 under the write lock the INSERT holds (see :func:`write_row`)."""
 _TOUCH_KEY = (
@@ -259,9 +265,12 @@ def lock_key(session: Session, outbox: str, key: str, now: datetime) -> None:
         session.execute(_TOUCH_KEY, touch)
 
 
-def write_row(session: Session, values: dict[str, Any]) -> OutboxReceipt:
+def write_row(
+    session: Session, values: dict[str, Any], *, notify: str | None = None
+) -> OutboxReceipt:
     """Insert the row ``values`` (from :func:`row_values`) in the session's transaction, numbered
-    under its key's lock when it has a sharding key.
+    under its key's lock when it has a sharding key; on PostgreSQL, ``notify`` names a channel
+    the INSERT notifies (:mod:`txmsg.sqla.outbox.notify`; other databases ignore it).
 
     The commit path of every publishing transaction, so it costs as few statements as the order
     allows: the row's ``seq`` is computed inside its INSERT (``COALESCE(MAX(seq), 0) + 1``; on
@@ -279,10 +288,16 @@ def write_row(session: Session, values: dict[str, Any]) -> OutboxReceipt:
         row_id, seq = _driver_insert(connection.dialect).insert(connection, values)
         values["seq"] = None if seq is None else int(seq)
         return OutboxReceipt(id=row_id, message_key=values["message_key"], seq=values["seq"])
-    if key is None:
-        row_id = connection.execute(_INSERT_ROW, values).scalar_one()
-        return OutboxReceipt(id=int(row_id), message_key=values["message_key"], seq=None)
     dialect = connection.dialect.name
+    if dialect != "postgresql":
+        notify = None
+    if key is None:
+        if notify is None:
+            row_id = connection.execute(_INSERT_ROW, values).scalar_one()
+        else:
+            notifying = {**values, "notify_channel": notify}
+            row_id = connection.execute(_INSERT_ROW_NOTIFY, notifying).one()[0]
+        return OutboxReceipt(id=int(row_id), message_key=values["message_key"], seq=None)
     if dialect != "sqlite":
         lock_key(session, values["outbox"], key, values["created_at"])
     if dialect not in ("sqlite", "postgresql"):  # e.g. MySQL: no subquery of the INSERT's table
@@ -292,6 +307,10 @@ def write_row(session: Session, values: dict[str, Any]) -> OutboxReceipt:
         return OutboxReceipt(id=int(row_id), message_key=values["message_key"], seq=values["seq"])
     params = {k: v for k, v in values.items() if k != "seq"}
     params["seq_outbox"], params["seq_key"] = values["outbox"], key
-    row_id, seq = connection.execute(_INSERT_KEYED_ROW, params).one()
+    if notify is None:
+        row_id, seq = connection.execute(_INSERT_KEYED_ROW, params).one()
+    else:
+        params["notify_channel"] = notify
+        row_id, seq, _ = connection.execute(_INSERT_KEYED_ROW_NOTIFY, params).one()
     values["seq"] = int(seq)
     return OutboxReceipt(id=int(row_id), message_key=values["message_key"], seq=int(seq))
