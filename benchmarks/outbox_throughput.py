@@ -328,6 +328,8 @@ class Bench:
     def __init__(self, broker: BrokerProcess, workdir: Path, keys: int) -> None:
         self.namesrv = broker.namesrv_addr
         self.broker = broker.broker_addr
+        assert broker.proc is not None  # noqa: S101 - started
+        self.broker_pid = broker.proc.pid
         self.workdir = workdir
         self.keys = keys
         self.apps: list[TxMsg] = []
@@ -464,15 +466,35 @@ def writer_ratio(
     )
 
 
-def drain(bench: Bench, db: Database, relays: int, backlog: int) -> float:
-    """Rows/s ``relays`` relay processes drain a backlog of ``backlog`` rows at (see the module
-    docstring)."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Drain:
+    rate: float
+    """Rows/s from the first row stored to the last."""
+    relay_us: float
+    """CPU of the relay process(es) per row."""
+    broker_us: float
+    """CPU of the broker process per row."""
+    seconds: float
+    """From the first row stored to the last."""
+
+
+def drain(bench: Bench, db: Database, relays: int, backlog: int) -> Drain:
+    """How fast ``relays`` relay processes drain a backlog of ``backlog`` rows (see the module
+    docstring), and the CPU they and the broker spend per row meanwhile."""
     group = unique("bench_drain")
     topic = bench.topic()
     procs = [RelayProcess(bench, db, group) for _ in range(relays)]
+    pids = [p.proc.pid for p in procs] + [bench.broker_pid]
     try:
         for proc in procs:
             proc.wait_ready()
+        cpu0 = [cpu_seconds(pid) for pid in pids]
         writer = Outbox(group=group, session_factory=db.sessions)
         with db.sessions() as session, session.begin():
             for n in range(backlog):
@@ -484,11 +506,18 @@ def drain(bench: Bench, db: Database, relays: int, backlog: int) -> float:
             interval=0.05,
             message="the relay process(es) to send the backlog",
         )
+        cpu = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu0, strict=True)]
     finally:
         for proc in procs:
             proc.stop()
     first, last = first_and_last(bench.broker, topic)
-    return (backlog - 1) / max((last - first) / 1000, 0.001)
+    seconds = max((last - first) / 1000, 0.001)
+    return Drain(
+        rate=(backlog - 1) / seconds,
+        relay_us=sum(cpu[:-1]) / backlog * 1e6,
+        broker_us=cpu[-1] / backlog * 1e6,
+        seconds=seconds,
+    )
 
 
 def sustained(bench: Bench, db: Database, outbox: Outbox, topic: str, seconds: float) -> float:
@@ -655,20 +684,30 @@ def measure(bench: Bench, db: Database, args: argparse.Namespace, out: dict[str,
     peak = max(peaks)
     out[f"peak_tps_{name}"] = peak
     one = drain(bench, db, 1, args.backlog)
-    out[f"drain_msgs_{name}"] = one
-    out[f"drain_ratio_{name}"] = one / peak
+    out[f"drain_msgs_{name}"] = one.rate
+    out[f"drain_ratio_{name}"] = one.rate / peak
+    out[f"drain_relay_cpu_us_{name}"] = one.relay_us
+    out[f"drain_broker_cpu_us_{name}"] = one.broker_us
     print(
-        f"drain ({name}): one relay process sent {args.backlog} rows at {one:.0f} msgs/s; the "
-        f"writer's peak {peak:.0f} tx/s: drain_ratio = {one / peak:.3f} (goal >= 1.2)",
+        f"drain ({name}): one relay process sent {args.backlog} rows at {one.rate:.0f} msgs/s; "
+        f"the writer's peak {peak:.0f} tx/s: drain_ratio = {one.rate / peak:.3f} (goal >= 1.2); "
+        f"{one.relay_us:.0f} us of the relay's CPU and {one.broker_us:.0f} us of the broker's "
+        f"per row ({one.relay_us * one.rate / 1e6:.2f} and {one.broker_us * one.rate / 1e6:.2f} "
+        "cores while draining)",
         flush=True,
     )
     if name == "pg":
         two = drain(bench, db, 2, args.backlog)
-        out["drain2_msgs_pg"] = two
-        out["drain2_ratio"] = two / one
+        out["drain2_msgs_pg"] = two.rate
+        out["drain2_ratio"] = two.rate / one.rate
+        out["drain2_relay_cpu_us"] = two.relay_us
+        out["drain2_broker_cpu_us"] = two.broker_us
         print(
-            f"drain (pg): two relay processes {two:.0f} msgs/s: drain2_ratio = {two / one:.3f} "
-            "(goal >= 1.6)",
+            f"drain (pg): two relay processes {two.rate:.0f} msgs/s: drain2_ratio = "
+            f"{two.rate / one.rate:.3f} (goal >= 1.6); {two.relay_us:.0f} us of the relays' CPU "
+            f"and {two.broker_us:.0f} us of the broker's per row "
+            f"({two.relay_us * two.rate / 1e6:.2f} and {two.broker_us * two.rate / 1e6:.2f} "
+            "cores while draining)",
             flush=True,
         )
     p99_ms, p50_ms, rate = in_process_latency(bench, db, args.latency_seconds, args.latency_rounds)
