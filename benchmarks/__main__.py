@@ -99,6 +99,13 @@ BENCHES: tuple[Bench, ...] = (
         (),
     ),
     Bench(
+        "delivery_latency",
+        "outbox commit -> first delivery p99 <= 100 ms on the embedded broker, rocketmq and "
+        "rocketmq5, plain and ordered (ratio = 100 ms / worst p99)",
+        ("--seconds", "2"),
+        ("--seconds", "5", "--rounds", "3"),
+    ),
+    Bench(
         "async_send",
         "awaited transactional sends on one loop / sync API on N threads >= 1.0 at N = 64, "
         "loop lag p99 <= 5 ms, async check-backs bound >= 0.9",

@@ -59,7 +59,7 @@ from txmsg_broker.app import BrokerProcess
 from txmsg_broker.testing import create_group, create_topic, unique
 
 from benchmarks._orders import BenchOrder, OrderBase
-from benchmarks._rmq_bench import ensure_client_log_dir, reached
+from benchmarks._rmq_bench import ensure_client_log_dir, process_cpu, reached
 from txmsg import Message, Producer, TxMsg, TxMsgConfig
 from txmsg.message import DEDUP_KEY, SendResult
 from txmsg.sqla import create_engine, create_tables, make_session_factory
@@ -323,6 +323,12 @@ class Service:
             engine.dispose()
 
 
+def broker_cpu(broker: BrokerProcess) -> float:
+    """CPU seconds of the broker's process so far (0.0 where unknown)."""
+    proc = broker.proc
+    return process_cpu(proc.pid) if proc is not None else 0.0
+
+
 def run_backend(
     backend: str,
     broker: BrokerProcess,
@@ -340,8 +346,11 @@ def run_backend(
             print(f"  {backend} {kind}: warm in {time.monotonic() - began:.1f} s", flush=True)
             figures = out.setdefault(kind, Figures())
             for number in range(1, args.rounds + 1):
+                cpu0, broker0 = time.process_time(), broker_cpu(broker)
                 keys = service.paced(kind, args.rate, args.seconds)
                 reached(functools.partial(service.delivered.has_all, keys), 60.0)
+                cpu = (time.process_time() - cpu0) / max(len(keys), 1) * 1e6
+                broker_us = (broker_cpu(broker) - broker0) / max(len(keys), 1) * 1e6
                 got = Figures()
                 service.figures(keys, got)
                 service.figures(keys, figures)
@@ -358,7 +367,8 @@ def run_backend(
                     f"{percentile(got.delivered, 0.99):.1f} ms max "
                     f"{max(got.delivered, default=float('nan')):.1f} ms; commit->stored p50 "
                     f"{percentile(got.stored, 0.5):.1f} ms p99 "
-                    f"{percentile(got.stored, 0.99):.1f} ms",
+                    f"{percentile(got.stored, 0.99):.1f} ms; CPU per message {cpu:.0f} us here "
+                    f"(writer, relay, clients, listeners), {broker_us:.0f} us in the broker",
                     flush=True,
                 )
     finally:
