@@ -41,6 +41,7 @@ __all__ = [
     "CheckDispatcher",
     # asyncio
     "AsyncProducer",
+    "AsyncTransactionalProducer",
     "LoopBridge",
     "LoopBlockingWarning",
     # executor
@@ -101,7 +102,7 @@ from txmsg.states import LocalTransactionState
 
 if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDEs
     from txmsg.aio.loop import LoopBlockingWarning, LoopBridge
-    from txmsg.aio.producer import AsyncProducer
+    from txmsg.aio.producer import AsyncProducer, AsyncTransactionalProducer
     from txmsg.app import TxMsg
     from txmsg.config import TxMsgConfig, load_config
     from txmsg.consumer import ConsumerSpec
@@ -118,6 +119,7 @@ if TYPE_CHECKING:  # what `from txmsg import X` gives, for type checkers and IDE
 
 _LAZY: dict[str, str] = {
     "AsyncProducer": "txmsg.aio.producer",
+    "AsyncTransactionalProducer": "txmsg.aio.producer",
     "LoopBlockingWarning": "txmsg.aio.loop",
     "LoopBridge": "txmsg.aio.loop",
     "CheckDispatcher": "txmsg.dispatch",

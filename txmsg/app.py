@@ -36,7 +36,7 @@ import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from txmsg import defaults
 from txmsg.aio.callables import is_async
@@ -69,7 +69,7 @@ from txmsg.registry import (
 )
 
 if TYPE_CHECKING:
-    from txmsg.aio.producer import AsyncProducer
+    from txmsg.aio.producer import AsyncProducer, AsyncTransactionalProducer
     from txmsg.orderly import ParkedEvent
     from txmsg.rescue import DiscardedEvent, Rescuer
     from txmsg.sqla.outbox import Outbox, OutboxDeadEvent
@@ -718,16 +718,39 @@ class TxMsg:
 
     def async_producer(self, group: str | None = None) -> AsyncProducer:
         """The awaitable producer of ``group`` (:class:`~txmsg.aio.producer.AsyncProducer`):
-        the same sends as :meth:`producer` / :meth:`transactional_producer`, as coroutines that
-        never block the loop.  ``None`` picks the group as :meth:`producer` does.
+        the sends of :meth:`producer`, as coroutines that never block the loop.  ``None`` picks
+        the group as :meth:`producer` does.  A listener group's is an
+        :class:`~txmsg.aio.producer.AsyncTransactionalProducer`;
+        :meth:`async_transactional_producer` returns it with that type.
 
         Raises:
             NotStartedError / ClosedError: outside start() .. close().
             UnknownGroupError: no producer of that group.
         """
-        from txmsg.aio.producer import AsyncProducer  # noqa: PLC0415 - asyncio users only
+        return self._async_of(self.producer(group))
 
-        producer = self.producer(group)
+    def async_transactional_producer(self, group: str | None = None) -> AsyncTransactionalProducer:
+        """The awaitable producer of transactional listener group ``group``
+        (:class:`~txmsg.aio.producer.AsyncTransactionalProducer`): the sends of
+        :meth:`transactional_producer`, awaited.  ``None`` picks the group as
+        :meth:`transactional_producer` does.
+
+        Raises:
+            NotStartedError / ClosedError: outside start() .. close().
+            UnknownGroupError: ``group`` is a plain producer group or unknown.
+        """
+        # _async_of makes an AsyncTransactionalProducer of every TransactionalProducer
+        return cast(
+            "AsyncTransactionalProducer", self._async_of(self.transactional_producer(group))
+        )
+
+    def _async_of(self, producer: Producer) -> AsyncProducer:
+        """The one awaitable producer of ``producer``'s group, of its kind."""
+        from txmsg.aio.producer import (  # noqa: PLC0415 - asyncio users only
+            AsyncProducer,
+            AsyncTransactionalProducer,
+        )
+
         with self._lock:
             found = self._async_producers.get(producer.group)
             if found is None:
@@ -735,7 +758,12 @@ class TxMsg:
                     self._send_pool = ThreadPoolExecutor(
                         self._async_send_threads, thread_name_prefix="txmsg-async-send"
                     )
-                found = AsyncProducer(producer, self._send_pool, bridge=self._bridge)
+                if isinstance(producer, TransactionalProducer):
+                    found = AsyncTransactionalProducer(
+                        producer, self._send_pool, bridge=self._bridge
+                    )
+                else:
+                    found = AsyncProducer(producer, self._send_pool, bridge=self._bridge)
                 self._async_producers[producer.group] = found
             return found
 

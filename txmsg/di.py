@@ -18,13 +18,16 @@
     app.start()
 
 :class:`TxMsgModule` binds, for every listener group and every plain producer group
-(``app.add_producer``) ``g`` of the app (and any extra ``groups``), three keys:
+(``app.add_producer``) ``g`` of the app (and any extra ``groups``), four keys:
 ``Annotated[Producer, ProducerGroup(g)]`` (``app.producer(g)``; ``producer_for(g)`` is that key,
 for ``injector.get(producer_for("fee-tx"))``) and ``Annotated[TransactionalProducer,
 ProducerGroup(g)]`` (``app.transactional_producer(g)``: the same object, typed to send in
-transactions); and ``Annotated[AsyncProducer, ProducerGroup(g)]``, its awaitable producer
-(``app.async_producer(g)``, :mod:`txmsg.aio.producer`).  Unannotated, ``Producer`` is ``app.producer()`` and ``TransactionalProducer``
-``app.transactional_producer()``.  Type checkers accept the aliases as types.
+transactions); and their awaitable twins ``Annotated[AsyncProducer, ProducerGroup(g)]``
+(``app.async_producer(g)``; ``async_producer_for(g)``) and ``Annotated[AsyncTransactionalProducer,
+ProducerGroup(g)]`` (``app.async_transactional_producer(g)``), :mod:`txmsg.aio.producer`.
+Unannotated, each type is its ``app`` method with no group (``Producer`` is ``app.producer()``,
+``TransactionalProducer`` ``app.transactional_producer()``, and so on).  Type checkers accept
+the aliases as types.
 
 The groups bound are those the app has when the injector is built: declare listeners
 (``@app.transactional_listener``), ``app.add_producer`` and ``app.include(registry)`` first.
@@ -42,7 +45,7 @@ from typing import Annotated, Any
 
 import injector
 
-from txmsg.aio.producer import AsyncProducer
+from txmsg.aio.producer import AsyncProducer, AsyncTransactionalProducer
 from txmsg.app import TxMsg
 from txmsg.config import TxMsgConfig
 from txmsg.producer import Producer, TransactionalProducer
@@ -62,8 +65,8 @@ def producer_for(group: str) -> Any:
 
 
 class TxMsgModule(injector.Module):
-    """Binds the app, its config, its default producers and three keys per producer group (the
-    plain type, the transactional one and the awaitable one)."""
+    """Binds the app, its config, its default producers and four keys per producer group (the
+    plain type, the transactional one and their awaitable twins)."""
 
     def __init__(self, app: TxMsg, groups: Iterable[str] = ()) -> None:
         self.app = app
@@ -76,11 +79,15 @@ class TxMsgModule(injector.Module):
         binder.bind(Producer, to=injector.CallableProvider(lambda: app.producer()))
         binder.bind(TransactionalProducer, to=_transactional_provider(app, None))
         binder.bind(AsyncProducer, to=injector.CallableProvider(lambda: app.async_producer()))
+        binder.bind(AsyncTransactionalProducer, to=_async_transactional_provider(app, None))
         groups = set(app.registry.listeners) | set(app.registry.producer_groups) | set(self.groups)
         for group in sorted(groups):
             binder.bind(producer_for(group), to=_group_provider(app, group))
             binder.bind(_transactional_key(group), to=_transactional_provider(app, group))
             binder.bind(async_producer_for(group), to=_async_provider(app, group))
+            binder.bind(
+                _async_transactional_key(group), to=_async_transactional_provider(app, group)
+            )
 
 
 def async_producer_for(group: str) -> Any:
@@ -91,6 +98,16 @@ def async_producer_for(group: str) -> Any:
 
 def _async_provider(app: TxMsg, group: str) -> injector.CallableProvider[AsyncProducer]:
     return injector.CallableProvider(lambda: app.async_producer(group))
+
+
+def _async_transactional_provider(
+    app: TxMsg, group: str | None
+) -> injector.CallableProvider[AsyncTransactionalProducer]:
+    return injector.CallableProvider(lambda: app.async_transactional_producer(group))
+
+
+def _async_transactional_key(group: str) -> Any:
+    return Annotated[AsyncTransactionalProducer, ProducerGroup(group)]
 
 
 def _transactional_key(group: str) -> Any:

@@ -4,11 +4,13 @@
 
     from typing import Annotated
     from fastapi import Depends, FastAPI
-    from txmsg.fastapi import lifespan, async_producer
+    from txmsg.fastapi import lifespan, async_transactional_producer
 
     app = TxMsg(load_config())
     api = FastAPI(lifespan=lifespan(app))
-    OrderProducer = Annotated[AsyncProducer, Depends(async_producer("order-tx"))]
+    OrderProducer = Annotated[
+        AsyncTransactionalProducer, Depends(async_transactional_producer("order-tx"))
+    ]
 
     @api.post("/orders/{order_id}/pay")
     async def pay(order_id: str, producer: OrderProducer):
@@ -28,7 +30,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from txmsg.aio.producer import AsyncProducer
+from txmsg.aio.producer import AsyncProducer, AsyncTransactionalProducer
 from txmsg.app import TxMsg
 from txmsg.errors import LifecycleError
 
@@ -81,4 +83,18 @@ def async_producer(group: str | None = None) -> Callable[[Request], AsyncProduce
         return txmsg_app(request).async_producer(group)
 
     dependency.__name__ = f"async_producer_{group or 'default'}"
+    return dependency
+
+
+def async_transactional_producer(
+    group: str | None = None,
+) -> Callable[[Request], AsyncTransactionalProducer]:
+    """Dependency factory: ``Depends(async_transactional_producer("order-tx"))`` gives the
+    listener group's :class:`~txmsg.aio.producer.AsyncTransactionalProducer` (``None``: the group
+    ``app.transactional_producer()`` picks)."""
+
+    def dependency(request: Request) -> AsyncTransactionalProducer:
+        return txmsg_app(request).async_transactional_producer(group)
+
+    dependency.__name__ = f"async_transactional_producer_{group or 'default'}"
     return dependency

@@ -651,7 +651,7 @@ class TransactionalProducer(Producer):
             SendError: the broker or the backend refused the half message.
             LifecycleError: called on the app's event loop thread while ``execute_local`` is
                 ``async def`` (it could never run: the loop waits for this call); nothing sent.
-                Use ``await app.async_producer(group).send_in_transaction(...)``.
+                Use ``await app.async_transactional_producer(group).send_in_transaction(...)``.
         """
         check_keywords("send_in_transaction", options, TransactionOptions)
         bridge = self.bridge
@@ -659,13 +659,13 @@ class TransactionalProducer(Producer):
             raise LifecycleError(
                 f"group={self.group}: send_in_transaction() was called on the app's event loop "
                 "and execute_local is `async def`: it would wait for the loop it blocks, forever; "
-                f"nothing was sent. Use `await app.async_producer({self.group!r})"
+                f"nothing was sent. Use `await app.async_transactional_producer({self.group!r})"
                 ".send_in_transaction(...)`"
             )
         warn_blocking_send(self.group, "send_in_transaction")
-        return self.transact(topic, payload, options, bridge)
+        return self._transact(topic, payload, options, bridge)
 
-    def transact(
+    def _transact(
         self,
         topic: str,
         payload: Any,
@@ -722,7 +722,7 @@ class TransactionalProducer(Producer):
 
     @functools.cached_property
     def splits_sends(self) -> bool:
-        """True when an awaited send can run on the loop itself (:meth:`transact_async`): the
+        """True when an awaited send can run on the loop itself (:meth:`_transact_on_loop`): the
         backend splits its transactional send and ``execute_local`` is ``async def``."""
         sender = self.sender
         return (
@@ -731,14 +731,14 @@ class TransactionalProducer(Producer):
             and is_async(getattr(self.listener, "execute_local", None))
         )
 
-    async def transact_async(
+    async def _transact_on_loop(
         self,
         topic: str,
         payload: Any,
         options: TransactionOptions,
         bridge: LoopBridge | None = None,
     ) -> TransactionSendResult:
-        """:meth:`transact` awaited on the running loop with no thread waiting: the half message
+        """:meth:`_transact` awaited on the running loop with no thread waiting: the half message
         is awaited, ``async def execute_local`` runs in the caller's task, the end is awaited.
         Only when :attr:`splits_sends` (a :class:`~txmsg.backend.SplitTransactionalSender`).
 
@@ -746,8 +746,8 @@ class TransactionalProducer(Producer):
         committed is unknown here, so the broker's check-back (``check_local``) decides."""
         if not self.splits_sends:  # cached: a runtime Protocol's isinstance is slow
             raise LifecycleError(
-                f"group {self.group!r}: transact_async needs a backend that splits transactional "
-                "sends and an `async def execute_local`; use transact() on a thread"
+                f"group {self.group!r}: _transact_on_loop needs a backend that splits transactional "
+                "sends and an `async def execute_local`; use _transact() on a thread"
             )
         sender = cast(SplitTransactionalSender, self.sender)
         self._check_open()
@@ -806,7 +806,7 @@ class TransactionalProducer(Producer):
         context = contextvars.copy_context()
         try:
             future: Future[TransactionSendResult] = executor.submit(
-                context.run, self.transact, topic, payload, options, self.bridge
+                context.run, self._transact, topic, payload, options, self.bridge
             )
         except RejectedError as exc:
             if executor.is_shutdown:  # closed between the check above and submit()

@@ -123,7 +123,7 @@ _CANCELLED = (concurrent.futures.CancelledError, asyncio.CancelledError)
 def _execute_local_cancelled(spec: SpecLike, message: Message) -> LocalTransactionState:
     """UNKNOW for an ``execute_local`` cancelled before it returned, whatever ``on_exception``
     says: it may have committed an instant before, so ROLLBACK could lose a message the database
-    kept.  The check-back decides, as on the awaited path (``transact_async``)."""
+    kept.  The check-back decides, as on the awaited path (``_transact_on_loop``)."""
     log.warning(
         "group=%s key=%s topic=%s: execute_local was cancelled before it returned (the app "
         "closed while it ran, past the close timeout); whether the local transaction committed "

@@ -80,7 +80,7 @@ def test_async_with_app_runs_async_listeners_on_the_running_loop(
 
     async def main() -> tuple[list[Any], int]:
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             results = await asyncio.gather(
                 producer.send_in_transaction(topic, {"n": 1}, arg=S.COMMIT, keys="commit"),
                 producer.send_in_transaction(topic, {"n": 2}, arg=S.ROLLBACK, keys="rollback"),
@@ -173,8 +173,9 @@ def test_async_producer_plain_sends_never_block_the_loop(
             batch = await producer.send_batch(topic, ["b1", "b2"], keys="k-batch")
             assert batch.send_status == "SEND_OK"
             await producer.send_oneway(topic, "oneway", keys="k-oneway")
+            assert not hasattr(producer, "send_in_transaction")
             with pytest.raises(LookupError, match="no transactional listener"):
-                await producer.send_in_transaction(topic, "x")
+                app.async_transactional_producer(group)
             while len(got.messages) < 4:
                 await asyncio.sleep(0.05)
             stop.set()
@@ -215,7 +216,9 @@ def test_blocking_calls_on_the_loop_are_refused_or_warned(
 
     async def main() -> None:
         async with app:
-            with pytest.raises(LifecycleError, match=r"async_producer\(.*send_in_transaction"):
+            with pytest.raises(
+                LifecycleError, match=r"async_transactional_producer\(.*send_in_transaction"
+            ):
                 app.transactional_producer(group).send_in_transaction(topic, "x", keys="never")
             with pytest.warns(LoopBlockingWarning, match="async_producer"):
                 app.producer(plain).send(plain_topic, "blocking", keys="blocked-loop")
@@ -223,7 +226,7 @@ def test_blocking_calls_on_the_loop_are_refused_or_warned(
                 app.close()
             assert app.started
             with caplog.at_level(logging.WARNING, logger="txmsg.aio"):
-                result = await app.async_producer(group).send_in_transaction(
+                result = await app.async_transactional_producer(group).send_in_transaction(
                     topic, "slow", keys="slow"
                 )
             assert result.local_state is S.COMMIT
@@ -254,7 +257,7 @@ def test_plain_start_on_a_running_loop_warns_and_names_async_with(
         try:
             assert app.bridge is not None
             assert app.bridge.owns_loop  # the listeners run on txmsg-loop, not on this loop
-            result = await app.async_producer(group).send_in_transaction(
+            result = await app.async_transactional_producer(group).send_in_transaction(
                 topic, "x", arg=S.COMMIT, keys="k"
             )
             assert result.local_state is S.COMMIT
@@ -341,7 +344,7 @@ def test_async_checks_bounded_by_concurrency_and_drained_on_close(
 
     async def main() -> int:
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             await asyncio.gather(*(producer.send_in_transaction(topic, str(i)) for i in range(6)))
             await started.wait()
             while most < 2 and len(finished) < 6:

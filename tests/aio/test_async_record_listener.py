@@ -79,7 +79,7 @@ def test_async_record_backed_listener_answers_from_its_records(
             await conn.run_sync(Base.metadata.create_all)
             await conn.run_sync(metadata.create_all)
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             results = [
                 await producer.send_in_transaction(topic, "paid", arg="o1"),
                 await producer.send_in_transaction(topic, "boom", arg="boom"),

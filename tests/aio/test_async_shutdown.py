@@ -113,7 +113,7 @@ def test_aclose_is_bounded_when_an_awaited_sends_execute_local_never_returns(
 
     async def main() -> S | None:
         await app.astart()
-        producer = app.async_producer(group)
+        producer = app.async_transactional_producer(group)
         send = asyncio.create_task(producer.send_in_transaction(topic, "x"))
         await listener.entered.wait()
         # generous: without the fix the close waits for the send pool forever
@@ -252,7 +252,7 @@ def test_close_is_bounded_for_sends_awaited_on_a_loop_the_app_does_not_run_on(
 
     def service() -> None:
         async def main() -> S | None:
-            result = await app.async_producer(group).send_in_transaction(topic, "x")
+            result = await app.async_transactional_producer(group).send_in_transaction(topic, "x")
             return result.local_state
 
         states.append(asyncio.run(main()))

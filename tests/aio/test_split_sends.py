@@ -66,7 +66,9 @@ def test_execute_local_runs_in_the_awaiting_task_where_the_client_allows(
     async def main() -> tuple[Any, asyncio.Task[Any] | None]:
         async with app:
             REQUEST.set("request-1")
-            result = await app.async_producer(group).send_in_transaction(topic, {"n": 1}, keys="k1")
+            result = await app.async_transactional_producer(group).send_in_transaction(
+                topic, {"n": 1}, keys="k1"
+            )
             return result, asyncio.current_task()
 
     result, caller = asyncio.run(asyncio.wait_for(main(), 120))
@@ -96,7 +98,7 @@ def test_a_send_cancelled_inside_execute_local_is_left_to_the_check_back(
 
     async def main() -> None:
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             send = asyncio.ensure_future(producer.send_in_transaction(topic, {"n": 1}, keys="c1"))
             await listener.entered.wait()
             send.cancel()
@@ -128,7 +130,9 @@ def test_execute_local_raising_leaves_the_transaction_to_the_check_back(
 
     async def main() -> Any:
         async with app:
-            result = await app.async_producer(group).send_in_transaction(topic, {"n": 1}, keys="e1")
+            result = await app.async_transactional_producer(group).send_in_transaction(
+                topic, {"n": 1}, keys="e1"
+            )
             while consumed != ["e1"]:
                 await asyncio.sleep(0.05)
             return result
@@ -154,7 +158,7 @@ def test_a_failed_half_message_raises_send_error_and_runs_nothing(
 
     async def main() -> Any:
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             if backend_name == "rocketmq":
                 return await producer.send_in_transaction(missing, {"n": 1}, keys="f1")
             with pytest.raises(SendError, match="doctor"):
@@ -184,7 +188,9 @@ def test_a_client_without_the_split_steps_takes_the_pool_path(
             sender: Any = app.producer(group).sender  # type: ignore[attr-defined]
             if backend_name == "rocketmq5":
                 sender.producer.__dict__["splits_sends"] = False  # the cached answer
-            result = await app.async_producer(group).send_in_transaction(topic, {"n": 1}, keys="p1")
+            result = await app.async_transactional_producer(group).send_in_transaction(
+                topic, {"n": 1}, keys="p1"
+            )
             return result, asyncio.current_task()
 
     result, caller = asyncio.run(asyncio.wait_for(main(), 120))
@@ -207,7 +213,7 @@ def test_sends_cancelled_at_any_moment_leave_nothing_in_flight(
 
     async def main() -> int:
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             for n in range(20):
                 send = asyncio.ensure_future(
                     producer.send_in_transaction(topic, {"n": n}, keys=f"x{n}")
@@ -241,7 +247,7 @@ def test_an_empty_body_is_refused_as_invalid_before_anything_is_sent(
 
     async def main() -> None:
         async with app:
-            producer = app.async_producer(group)
+            producer = app.async_transactional_producer(group)
             if backend_name == "rocketmq":
                 with pytest.raises(SendError, match="body is empty"):
                     await producer.send_in_transaction(topic, b"", keys="b1")

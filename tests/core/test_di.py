@@ -118,3 +118,14 @@ def test_async_producers_are_injected(wired: tuple[TxMsg, injector.Injector]) ->
     assert inj.get(async_producer_for("fee-tx")) is fees
     assert inj.get(AsyncProducer) is app.async_producer()
     assert app.async_producer().group == "order-tx"
+
+
+def test_async_transactional_producers_are_injected(wired: tuple[TxMsg, injector.Injector]) -> None:
+    """Issue 37 item 4: the awaitable side has the sync side's two types, each with its keys."""
+    from txmsg import AsyncTransactionalProducer  # noqa: PLC0415
+
+    app, inj = wired
+    app.start()
+    fees = inj.get(Annotated[AsyncTransactionalProducer, ProducerGroup("fee-tx")])  # type: ignore[arg-type]
+    assert fees is app.async_transactional_producer("fee-tx") is app.async_producer("fee-tx")
+    assert inj.get(AsyncTransactionalProducer) is app.async_transactional_producer()

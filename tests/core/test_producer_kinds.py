@@ -68,6 +68,21 @@ def test_transactional_producer_is_a_producer_and_exported() -> None:
     assert "send_in_transaction" not in vars(Producer)
 
 
+def test_the_awaitable_producers_have_the_same_two_types(app: TxMsg) -> None:
+    """Issue 37 item 4: no mode switched at run time; a plain group's awaitable producer has no
+    ``send_in_transaction``, and the lookup of a transactional one says why."""
+    assert issubclass(txmsg.AsyncTransactionalProducer, txmsg.AsyncProducer)
+    assert "send_in_transaction" not in vars(txmsg.AsyncProducer)
+    plain = app.async_producer("notify")
+    assert type(plain) is txmsg.AsyncProducer
+    assert not plain.transactional
+    orders = app.async_transactional_producer("order-tx")
+    assert orders is app.async_producer("order-tx")
+    assert orders.transactional
+    with pytest.raises(UnknownGroupError, match=r"plain producer group.*app\.producer\('notify'\)"):
+        app.async_transactional_producer("notify")
+
+
 def test_the_di_keys_of_both_types(app: TxMsg) -> None:
     from typing import Annotated  # noqa: PLC0415
 

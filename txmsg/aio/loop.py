@@ -54,7 +54,15 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
 class LoopBlockingWarning(RuntimeWarning):
     """A blocking send (``producer.send_in_transaction``, ``send`` ...) was called on a running
     event loop: every other coroutine of the service waits for the broker round trip.  The fix
-    is the awaitable producer, ``await app.async_producer(group).send_in_transaction(...)``."""
+    is the awaitable producer, ``await app.async_producer(group).send(...)``, or
+    ``await app.async_transactional_producer(group).send_in_transaction(...)``."""
+
+
+def _awaitable(method: str) -> str:
+    """The app method whose producer awaits ``method``."""
+    if method.startswith("send_in_transaction"):
+        return "async_transactional_producer"
+    return "async_producer"
 
 
 def warn_blocking_send(group: str, method: str) -> None:
@@ -64,7 +72,7 @@ def warn_blocking_send(group: str, method: str) -> None:
         return
     warnings.warn(
         f"producer group {group!r}: {method}() blocks this event loop for the broker round "
-        f"trip (every other request waits); use `await app.async_producer({group!r})."
+        f"trip (every other request waits); use `await app.{_awaitable(method)}({group!r})."
         f"{method}(...)` in coroutines",
         LoopBlockingWarning,
         stacklevel=3,
@@ -189,7 +197,8 @@ class LoopBridge:
             raise LifecycleError(
                 f"{name} is `async def` and was called from its own event loop's thread through "
                 "a blocking call, which would wait for itself forever; from a coroutine use the "
-                "awaitable API (`await app.async_producer(group).send_in_transaction(...)`)"
+                "awaitable API (`await app.async_transactional_producer(group)"
+                ".send_in_transaction(...)`)"
             )
         return self.submit(fn(*args), name=name).result()
 

@@ -1,10 +1,16 @@
-"""``AsyncProducer``: the producer's sends as coroutines that never block the event loop.
+"""``AsyncProducer`` and ``AsyncTransactionalProducer``: the producers' sends as coroutines that
+never block the event loop.
 
 ::
 
     async with app:
-        producer = app.async_producer("order-tx")
+        producer = app.async_transactional_producer("order-tx")
         result = await producer.send_in_transaction("orders", order, arg=order_id)
+        await app.async_producer("notify").send("events", {"id": 1})
+
+The two types are the sync side's two (:class:`~txmsg.Producer`,
+:class:`~txmsg.TransactionalProducer`): a group with a transactional listener gets an
+``AsyncTransactionalProducer``, a plain group (``app.add_producer``) an ``AsyncProducer``.
 
 The backends' clients are blocking (librocketmq waits for the broker; the 5.x client's
 transactional send calls the local executor in the sending thread), and rewriting them is not
@@ -21,7 +27,7 @@ Where the backend's client sends the half message and ends the transaction as se
 non-blocking calls (:class:`txmsg.backend.SplitTransactionalSender`: the rocketmq5 backend) and
 ``execute_local`` is ``async def``, the transactional send needs no thread at all: the half
 message and the end are awaited on the loop and ``execute_local`` runs in the awaiting task
-(:meth:`txmsg.TransactionalProducer.transact_async`).  Why: parking a pool thread for the whole
+(``TransactionalProducer._transact_on_loop``).  Why: parking a pool thread for the whole
 transaction costs four hand-overs between that thread and the loop per send
 (``benchmarks/async_send``, docs/guide/async.md#measured).
 """
@@ -36,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, Unpack
 
 from txmsg.aio.loop import LoopBridge
-from txmsg.errors import ProducerClosedError, UnknownGroupError
+from txmsg.errors import ProducerClosedError
 from txmsg.message import SendResult, TransactionSendResult
 from txmsg.producer import Producer, ProducerStats, TransactionalProducer
 from txmsg.sending import (
@@ -51,13 +57,14 @@ T = TypeVar("T")
 
 
 class AsyncProducer:
-    """Awaitable sends of one producer group (``app.async_producer(group)``).
+    """Awaitable plain sends of one producer group (``app.async_producer(group)``).
 
-    The same sends as :class:`~txmsg.Producer` and :class:`~txmsg.TransactionalProducer`, with
-    the same options, errors and statistics (it drives that producer): :meth:`send`,
-    :meth:`send_oneway`, :meth:`send_orderly`, :meth:`send_batch`, and for a group with a
-    transactional listener :meth:`send_in_transaction`.  The ``*_async`` methods of the sync
-    producer have no twin here: ``asyncio.create_task(producer.send(...))`` is that.
+    The same sends as :class:`~txmsg.Producer`, with the same options, errors and statistics
+    (it drives that producer): :meth:`send`, :meth:`send_oneway`, :meth:`send_orderly`,
+    :meth:`send_batch`.  The ``*_async`` methods of the sync producer (they return a
+    ``concurrent.futures.Future``) have no twin here: ``asyncio.create_task(producer.send(...))``
+    is that.  A group with a transactional listener gets an
+    :class:`AsyncTransactionalProducer`, which also sends in transactions.
 
     Parameters:
         producer: the group's producer (started by the app).
@@ -86,38 +93,14 @@ class AsyncProducer:
 
     @property
     def transactional(self) -> bool:
-        """True when the group has a transactional listener (``send_in_transaction`` works)."""
-        return isinstance(self.producer, TransactionalProducer)
+        """False: a plain group (:class:`AsyncTransactionalProducer` says True)."""
+        return False
 
     def stats(self) -> ProducerStats:
         """The group's figures (shared with the sync producer)."""
         return self.producer.stats()
 
     # ---- sends --------------------------------------------------------------------------------
-    async def send_in_transaction(
-        self, topic: str, payload: Any, **options: Unpack[TransactionOptions]
-    ) -> TransactionSendResult:
-        """Send the half message, await ``execute_local(message, arg)``, end the transaction:
-        :meth:`txmsg.TransactionalProducer.send_in_transaction`, awaited (module docstring).
-
-        Raises: as the sync method; :class:`~txmsg.UnknownGroupError` for a plain group.
-        """
-        check_keywords("send_in_transaction", options, TransactionOptions)
-        producer = self.producer
-        if not isinstance(producer, TransactionalProducer):
-            raise UnknownGroupError(
-                f"producer group {self.group!r} has no transactional listener, so it cannot "
-                f"send in a transaction; declare one with @app.transactional_listener("
-                f"group={self.group!r}) (plain sends need none: await producer.send(...))",
-                group=self.group,
-            )
-        bridge = self._bridge_here()
-        if producer.splits_sends:  # no thread needed (module docstring)
-            return await producer.transact_async(topic, payload, options, bridge)
-        return await self._off_loop(
-            functools.partial(producer.transact, topic, payload, options, bridge)
-        )
-
     async def send(self, topic: str, payload: Any, **options: Unpack[DelayOptions]) -> SendResult:
         """:meth:`txmsg.Producer.send`, awaited (delays as there)."""
         return await self._off_loop(
@@ -181,4 +164,44 @@ class AsyncProducer:
 
     def __repr__(self) -> str:
         kind = "transactional" if self.transactional else "plain"
-        return f"<AsyncProducer group={self.group!r} {kind} closed={self.producer.closed}>"
+        return f"<{type(self).__name__} group={self.group!r} {kind} closed={self.producer.closed}>"
+
+
+class AsyncTransactionalProducer(AsyncProducer):
+    """An :class:`AsyncProducer` whose group has a transactional listener
+    (``app.async_transactional_producer(group)``): it also sends in transactions
+    (:meth:`send_in_transaction`), as :class:`~txmsg.TransactionalProducer` does.
+    """
+
+    producer: TransactionalProducer
+
+    def __init__(
+        self,
+        producer: TransactionalProducer,
+        pool: ThreadPoolExecutor,
+        *,
+        bridge: LoopBridge | None = None,
+    ) -> None:
+        super().__init__(producer, pool, bridge=bridge)
+
+    @property
+    def transactional(self) -> bool:
+        """True: the group has a transactional listener."""
+        return True
+
+    async def send_in_transaction(
+        self, topic: str, payload: Any, **options: Unpack[TransactionOptions]
+    ) -> TransactionSendResult:
+        """Send the half message, await ``execute_local(message, arg)``, end the transaction:
+        :meth:`txmsg.TransactionalProducer.send_in_transaction`, awaited (module docstring).
+
+        Raises: as the sync method.
+        """
+        check_keywords("send_in_transaction", options, TransactionOptions)
+        producer = self.producer
+        bridge = self._bridge_here()
+        if producer.splits_sends:  # no thread needed (module docstring)
+            return await producer._transact_on_loop(topic, payload, options, bridge)
+        return await self._off_loop(
+            functools.partial(producer._transact, topic, payload, options, bridge)
+        )

@@ -14,15 +14,15 @@ from fastapi import Depends, FastAPI, HTTPException
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from txmsg import AsyncProducer, LocalTransactionState, Message, TxMsg, TxMsgConfig
+from txmsg import AsyncTransactionalProducer, LocalTransactionState, Message, TxMsg, TxMsgConfig
 from txmsg.aio.sqla import AsyncRecordBackedListener
-from txmsg.fastapi import async_producer, lifespan
+from txmsg.fastapi import async_transactional_producer, lifespan
 from txmsg_samples.fastapi_order.models import Order
 
 GROUP = "fastapi-order-tx"
 TOPIC = "fastapi-order-paid"
 
-OrderProducer = Annotated[AsyncProducer, Depends(async_producer(GROUP))]
+OrderProducer = Annotated[AsyncTransactionalProducer, Depends(async_transactional_producer(GROUP))]
 """What a handler declares to get the awaitable producer of the order group."""
 
 
