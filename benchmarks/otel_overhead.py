@@ -1,45 +1,60 @@
-"""What OpenTelemetry costs txmsg: transactional sends and check-backs with the SDK recording
-every span and metric, divided by the same without an SDK.
+"""What OpenTelemetry costs txmsg, in the set-ups services run (issue 38.4): transactional sends
+and check-backs with the SDK configured for production, always on, and the API alone, each divided
+by the same with txmsg's telemetry absent.
 
-    python -m benchmarks.otel_overhead [--backend rocketmq|rocketmq5] [--rounds 8] [--seconds 2]
+    python -m benchmarks.otel_overhead [--backend rocketmq|rocketmq5] [--rounds 6] [--seconds 2]
                                        [--check-rounds 3] [--threads 4] [--transactions 200]
-                                       [--n 16] [--sleep 0.05]
+                                       [--n 16] [--sleep 0.05] [--simple]
                                        [--database-url postgresql+psycopg://...]
 
 One embedded broker (child process; transactionTimeOut 0.2 s, check interval 3 s, as
 ``benchmarks.check_scaling``).  The global tracer and meter providers can be set once per process,
-so each side is a child process of its own: **on** sets the SDK up first (a ``TracerProvider``
-with the default sampler, always on, and a ``SimpleSpanProcessor`` into an
-``InMemorySpanExporter``; a ``MeterProvider`` with an ``InMemoryMetricReader``), **off** leaves the
-API without an SDK (what an application that installs ``txmsg[otel]`` but configures nothing
-gets).  Both children run for the whole benchmark and take turns, one measuring while the other
-waits, with the machinery of the existing benchmarks:
+so each side is a child process of its own:
+
+* **none**: txmsg without OpenTelemetry (its loader answers "not installed", as without
+  ``opentelemetry-api``): the baseline every ratio divides by;
+* **api**: the API installed, no SDK configured (what ``pip install 'txmsg[otel]'`` alone gives);
+* **sampled**: the production set-up: a ``TracerProvider`` with
+  ``ParentBased(TraceIdRatioBased(0.1))`` and a ``BatchSpanProcessor``, a ``MeterProvider`` with a
+  ``PeriodicExportingMetricReader`` (every 5 s); the exporters take what they get and keep nothing
+  (an OTLP exporter sends it; the network is not what is measured);
+* **on**: the same with the default sampler, always on: every send and check-back recorded;
+* **simple** (with ``--simple``): what this benchmark measured until 2026-11-29: always on, a
+  ``SimpleSpanProcessor`` (each span exported on the sending thread), the in-memory metric reader.
+
+All children run for the whole benchmark and take turns, one measuring while the others wait
+(the first side rotating from round to round), with the machinery of the existing benchmarks:
 
 * **send**: ``send_in_transaction`` throughput, ``--threads`` threads for ``--seconds``
   (:func:`benchmarks.send_overhead.measure`), on a group with the default ``ExecutorConfig``
   whose ``execute_local`` does what a transactional send is for: it writes the business row (one
   ORM ``INSERT`` of an order row in its own transaction through ``txmsg.sqla``: a SQLite file,
-  WAL, ``BEGIN IMMEDIATE``, or the ``--database-url`` database) and answers COMMIT (the workload
-  of ``benchmarks.outbox_throughput``'s ``vs_half``);
+  WAL, ``BEGIN IMMEDIATE``, or the ``--database-url`` database) and answers COMMIT;
 * **noop**: the same with an ``execute_local`` that answers COMMIT and does nothing: a send that
-  is nothing but the client's own work, where telemetry weighs the most (what this benchmark
-  measured alone before; kept and printed so the worst case stays visible);
+  is nothing but the client's own work, where telemetry weighs the most (printed, no goal);
 * **check**: the check-back bound ratio of :func:`benchmarks.check_scaling.run_txmsg`
   (``--transactions`` UNKNOW transactions checked back on ``--n`` executor threads, ``check_local``
-  taking ``--sleep`` s, the burst aligned with one broker check pass): check-backs/s over the
-  best whole rounds of ``n`` checks allow.
+  taking ``--sleep`` s, the burst aligned with one broker check pass) of none, sampled and on.
 
 Each child warms both senders up (50 sends each) before the first measurement.  A send ratio is
-the median of ``--rounds`` on/off pairs of measurements taken back to back (alternating which side
-goes first), a check ratio the median of ``--check-rounds`` pairs: pairs a few seconds apart see
-nearly the same load on the shared machine, which drifts by more than the difference measured.
-Each measurement also reports the CPU time its process spent per send (all threads, the client's
-native ones included): ``send_cpu_ratio`` = off/on CPU per send, what the throughput ratio tends
-to when sending is CPU-bound, and steadier.  The on child checks at the end that its exporter got
-the spans (a run that recorded nothing would measure nothing); it drops them between
-measurements, as :class:`_Counted` explains.
-Final line: ``RESULT otel_overhead send_ratio=<x> check_ratio=<y> send_cpu_ratio=<z>
-send_noop_ratio=<a> send_noop_cpu_ratio=<b> ratio=<min of x, y>`` (goal >= 0.95 for x and y).
+the median over the rounds of side/none, both measured in the same round seconds apart (the
+machine's load drifts by more than the difference measured); each measurement also reports the
+CPU time its process spent per send (all threads, the client's native ones included):
+``send_added_us`` is what the production set-up adds to a writing send's CPU (sampled - none,
+median of the rounds), ``*_cpu_ratio*`` none/side CPU per send, what the throughput ratio tends to
+when sending is CPU-bound, and steadier.  The SDK children check at the end that their exporter
+got spans (a run that recorded nothing would measure nothing).
+
+Final line::
+
+    RESULT otel_overhead send_ratio_sampled=<x> send_ratio=<on> send_ratio_api=<api>
+        check_ratio=<sampled> check_ratio_on=<on> send_added_us=<us> send_added_us_on=<us>
+        send_added_us_api=<us> send_cpu_ratio_sampled=... send_cpu_ratio=... send_cpu_ratio_api=...
+        [send_ratio_simple=...] send_noop_ratio_sampled=... send_noop_ratio=...
+        send_noop_ratio_api=... noop_added_us=<us> ratio=<min of send_ratio_sampled, check_ratio>
+
+Goals (issue 38.4): ``send_ratio_sampled`` >= 0.95, ``send_ratio`` (always on, batch) >= 0.85,
+``check_ratio`` >= 0.95, ``send_ratio_api`` >= 0.99.
 """
 
 from __future__ import annotations
@@ -71,6 +86,9 @@ from txmsg.producer import TransactionalProducer
 from txmsg.sqla import create_engine, make_session_factory
 
 CHECK_INTERVAL_MS = 3000
+METRICS_INTERVAL_MS = 5000
+"""The periodic metric reader's interval (the SDK's default is 60 s: a run would see none)."""
+MODES = ("none", "api", "sampled", "on", "simple")
 TRANSACTION_TIMEOUT_MS = 200
 
 
@@ -135,23 +153,77 @@ def _sender(
     return send, lambda: producer.close(timeout=30)
 
 
-def _install_sdk() -> Any:
-    """The SDK as the global providers, recording everything in memory; returns the exporter."""
-    from opentelemetry import metrics, trace  # noqa: PLC0415 - only in an `on` child
+def _install_sdk(mode: str) -> tuple[Any, Any]:
+    """The child's telemetry as ``mode`` says (the module docstring); returns the span
+    exporter (None without an SDK) and the tracer provider (to flush at the end)."""
+    if mode == "none":  # txmsg as if opentelemetry-api were not installed
+        from txmsg.otel import _runtime  # noqa: PLC0415
+
+        _runtime._tried = True  # what otel() finds without the package
+        _runtime._loaded = None
+        return None, None
+    if mode == "api":
+        return None, None
+    from opentelemetry import metrics, trace  # noqa: PLC0415 - only in an SDK child
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+    from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
+        InMemoryMetricReader,
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
     from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: PLC0415
-        InMemorySpanExporter,
+    from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+        BatchSpanProcessor,
+        SimpleSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+    from opentelemetry.sdk.trace.sampling import (  # noqa: PLC0415
+        ALWAYS_ON,
+        ParentBased,
+        TraceIdRatioBased,
     )
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    class Metrics(MetricExporter):
+        """Takes each periodic export and drops it (as an OTLP exporter would, sent)."""
+
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            return None
+
+    class CountingSpans(SpanExporter):
+        """Counts the spans it gets and keeps none (a service's exporter hands them on and lets
+        them go; the in-memory one keeps them for the life of the process)."""
+
+        def __init__(self) -> None:
+            self.spans = 0
+            self.checks = 0
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.spans += len(spans)
+            self.checks += sum(s.name.startswith("check ") for s in spans)
+            return SpanExportResult.SUCCESS
+
+    exporter = CountingSpans()
+    sampler = ParentBased(TraceIdRatioBased(0.1)) if mode == "sampled" else ALWAYS_ON
+    provider = TracerProvider(sampler=sampler)
+    if mode == "simple":  # what this benchmark measured before 2026-11-29: every span exported
+        provider.add_span_processor(SimpleSpanProcessor(exporter))  # synchronously
+        reader: Any = InMemoryMetricReader()
+    else:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        reader = PeriodicExportingMetricReader(
+            Metrics(), export_interval_millis=METRICS_INTERVAL_MS
+        )
     trace.set_tracer_provider(provider)
-    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
-    return exporter
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return exporter, provider
 
 
 def _reply(out: dict[str, Any]) -> None:
@@ -163,7 +235,7 @@ def child(args: argparse.Namespace) -> int:
     answers ``CHILD {"ready": true}``, then measures what each line of its stdin asks
     (``send <send|noop> <seconds>``, ``check``) and answers ``CHILD {json}``; ``done`` ends it
     (its last answer counts the spans its exporter got)."""
-    counted = _Counted(_install_sdk() if args.child == "on" else None)
+    exporter, provider = _install_sdk(args.child)
     from benchmarks import check_scaling, send_overhead  # noqa: PLC0415 - after the SDK
 
     logging.basicConfig(level=logging.WARNING)
@@ -203,7 +275,6 @@ def child(args: argparse.Namespace) -> int:
                         send(i)
                 _reply({"ready": True})
                 for line in sys.stdin:
-                    counted.take()  # between measurements, outside what is timed
                     command = line.split()
                     if command[0] == "send":
                         send = senders[command[1]][0]
@@ -225,32 +296,15 @@ def child(args: argparse.Namespace) -> int:
         if consumers is not backend:
             consumers.close(timeout=60)
         backend.close(timeout=60)
-    counted.take()
-    _reply({"spans": counted.spans, "check_spans": counted.checks})
+    if provider is not None:
+        provider.force_flush()
+    _reply(
+        {
+            "spans": exporter.spans if exporter else 0,
+            "check_spans": exporter.checks if exporter else 0,
+        }
+    )
     return 0
-
-
-class _Counted:
-    """What the in-memory exporter got, counted and dropped after each measurement.
-
-    Why dropped: the in-memory exporter keeps every span for the life of the process, which no
-    exporter of a service does (a batch processor hands them on and lets them go); tens of
-    thousands of spans kept alive over a whole run make every full garbage collection of the on
-    side slower and slower, a cost of the benchmark's length rather than of telemetry.  Each
-    measurement still exports every span into the list synchronously."""
-
-    def __init__(self, exporter: Any) -> None:
-        self.exporter = exporter
-        self.spans = 0
-        self.checks = 0
-
-    def take(self) -> None:
-        if self.exporter is None:
-            return
-        spans = self.exporter.get_finished_spans()
-        self.exporter.clear()
-        self.spans += len(spans)
-        self.checks += sum(s.name.startswith("check ") for s in spans)
 
 
 class Child:
@@ -361,10 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("rocketmq", "rocketmq5"), default="rocketmq")
     parser.add_argument(
-        "--rounds", type=int, default=8, help="off/on pairs of each send measurement"
+        "--rounds", type=int, default=6, help="rounds of each send measurement (every side once)"
     )
     parser.add_argument("--seconds", type=float, default=2.0, help="length of one send measurement")
-    parser.add_argument("--check-rounds", type=int, default=3, help="off/on pairs of check runs")
+    parser.add_argument("--check-rounds", type=int, default=3, help="rounds of check runs")
     parser.add_argument("--threads", type=int, default=4, help="sending threads")
     parser.add_argument("--transactions", type=int, default=200, help="checked back per run")
     parser.add_argument("--n", type=int, default=16, help="check-backs at once (concurrency)")
@@ -372,7 +426,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--database-url", default=None, help="where execute_local writes (default: a SQLite file)"
     )
-    parser.add_argument("--child", choices=("on", "off"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--simple",
+        action="store_true",
+        help="also run the set-up this benchmark measured before 2026-11-29 (always on, a "
+        "SimpleSpanProcessor, the in-memory metric reader) as a side: send_ratio_simple",
+    )
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--namesrv", help=argparse.SUPPRESS)
     parser.add_argument("--endpoints", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--log-dir", help=argparse.SUPPRESS)
@@ -389,73 +449,129 @@ def main(argv: list[str] | None = None) -> int:
     topic = f"otel_overhead_{broker.namesrv_addr.rsplit(':', 1)[-1]}"
     create_topic(broker.namesrv_addr, topic)
     database = "PostgreSQL" if args.database_url else "a SQLite file"
+    modes = [m for m in MODES if args.simple or m != "simple"]
+    checked = [m for m in ("none", "sampled", "on")]
     print(
-        f"backend {args.backend}; an off and an on child taking turns: {args.rounds} pairs of "
-        f"send_in_transaction {args.threads} threads x {args.seconds:g} s, execute_local writing "
-        f"an order row to {database} (send) and doing nothing (noop); {args.check_rounds} pairs "
-        f"of {args.transactions} check-backs on {args.n} threads, check_local {args.sleep:g} s",
+        f"backend {args.backend}; children {', '.join(modes)} taking turns: {args.rounds} rounds "
+        f"of send_in_transaction {args.threads} threads x {args.seconds:g} s, execute_local "
+        f"writing an order row to {database} (send) and doing nothing (noop); "
+        f"{args.check_rounds} rounds of {args.transactions} check-backs ({', '.join(checked)}) "
+        f"on {args.n} threads, check_local {args.sleep:g} s",
         flush=True,
     )
-    ratios: dict[str, list[float]] = {k: [] for k in ("send", "send_cpu", "noop", "noop_cpu")}
-    ratios["check"] = []
+    # per side and kind: each round's throughput and CPU per send, and the ratios to "none"
+    got: dict[str, dict[str, list[dict[str, float]]]] = {
+        label: {m: [] for m in modes} for label in ("send", "noop")
+    }
+    ratio: dict[str, list[float]] = {}
+    checks: dict[str, list[float]] = {m: [] for m in checked}
     children: dict[str, Child] = {}
     spans: dict[str, Any] = {}
     try:
-        for mode in ("off", "on"):
+        for mode in modes:
             children[mode] = Child(mode, args, broker, topic)
         for pair in range(args.rounds):
-            order = ("off", "on") if pair % 2 == 0 else ("on", "off")
+            order = modes[pair % len(modes) :] + modes[: pair % len(modes)]
             for label in ("send", "noop"):
-                got = {mode: children[mode].ask(f"send {label} {args.seconds}") for mode in order}
-                ratios[label].append(got["on"]["rate"] / got["off"]["rate"])
-                ratios[f"{label}_cpu"].append(got["off"]["cpu_us"] / got["on"]["cpu_us"])
+                this = {mode: children[mode].ask(f"send {label} {args.seconds}") for mode in order}
+                for mode in modes:
+                    got[label][mode].append(this[mode])
+                    if mode != "none":
+                        ratio.setdefault(f"{label}_{mode}", []).append(
+                            this[mode]["rate"] / this["none"]["rate"]
+                        )
+                        ratio.setdefault(f"{label}_cpu_{mode}", []).append(
+                            this["none"]["cpu_us"] / this[mode]["cpu_us"]
+                        )
+                        ratio.setdefault(f"{label}_added_{mode}", []).append(
+                            this[mode]["cpu_us"] - this["none"]["cpu_us"]
+                        )
                 print(
-                    f"pair {pair + 1} {label:>4}: off {got['off']['rate']:6.0f} tx/s "
-                    f"({got['off']['cpu_us']:.0f} us CPU each), on {got['on']['rate']:6.0f} tx/s "
-                    f"({got['on']['cpu_us']:.0f} us): on/off {ratios[label][-1]:.3f}, CPU per "
-                    f"send off/on {ratios[f'{label}_cpu'][-1]:.3f}",
+                    f"round {pair + 1} {label:>4}: "
+                    + ", ".join(
+                        f"{mode} {this[mode]['rate']:.0f} tx/s {this[mode]['cpu_us']:.0f} us"
+                        + (
+                            ""
+                            if mode == "none"
+                            else f" ({ratio[f'{label}_{mode}'][-1]:.3f}, "
+                            f"+{ratio[f'{label}_added_{mode}'][-1]:.0f} us)"
+                        )
+                        for mode in modes
+                    ),
                     flush=True,
                 )
         for pair in range(args.check_rounds):
-            order = ("off", "on") if pair % 2 == 0 else ("on", "off")
-            got = {mode: children[mode].ask("check") for mode in order}
-            ratios["check"].append(got["on"]["bound_ratio"] / got["off"]["bound_ratio"])
+            order = checked[pair % len(checked) :] + checked[: pair % len(checked)]
+            this = {mode: children[mode].ask("check") for mode in order}
+            for mode in checked:
+                checks[mode].append(this[mode]["bound_ratio"])
             print(
-                f"check pair {pair + 1}: "
+                f"check round {pair + 1}: "
                 + ", ".join(
-                    f"{mode} {got[mode]['rate']:.1f}/s (bound ratio "
-                    f"{got[mode]['bound_ratio']:.3f}"
-                    f"{'' if got[mode]['complete'] else ', INCOMPLETE'})"
-                    for mode in ("off", "on")
-                )
-                + f": on/off {ratios['check'][-1]:.3f}",
+                    f"{mode} {this[mode]['rate']:.1f}/s (bound ratio "
+                    f"{this[mode]['bound_ratio']:.3f}"
+                    f"{'' if this[mode]['complete'] else ', INCOMPLETE'})"
+                    for mode in checked
+                ),
                 flush=True,
             )
-        for mode in ("off", "on"):
+        for mode in modes:
             spans[mode] = children.pop(mode).close()
     finally:
         for left in children.values():
             left.kill()
         broker.stop()
-    if not spans["on"]["spans"] or not spans["on"]["check_spans"]:
-        raise RuntimeError(f"the on child recorded no spans: {spans['on']}")
+    for mode in ("sampled", "on"):
+        if not spans[mode]["spans"] or not spans[mode]["check_spans"]:
+            raise RuntimeError(f"the {mode} child exported no spans: {spans[mode]}")
     print(
-        f"the on child's exporter got {spans['on']['spans']} spans ({spans['on']['check_spans']} check)"
+        "spans exported: "
+        + ", ".join(
+            f"{mode} {spans[mode]['spans']} ({spans[mode]['check_spans']} check)"
+            for mode in modes
+            if mode not in ("none", "api")
+        )
     )
-    median = {label: statistics.median(values) for label, values in ratios.items()}
-
-    def listed(label: str) -> str:
-        return f"{median[label]:.3f} ({', '.join(f'{r:.2f}' for r in ratios[label])})"
-
+    median = {label: statistics.median(values) for label, values in ratio.items()}
+    check_ratio = {
+        mode: statistics.median(
+            [
+                c / base if base else 0.0
+                for c, base in zip(checks[mode], checks["none"], strict=True)
+            ]
+        )
+        for mode in checked
+    }
+    for label in ("send", "noop"):
+        print(
+            f"medians, {label}: "
+            + "; ".join(
+                f"{mode} {median[f'{label}_{mode}']:.3f} "
+                f"({', '.join(f'{r:.2f}' for r in ratio[f'{label}_{mode}'])}), CPU "
+                f"{median[f'{label}_cpu_{mode}']:.3f}, +{median[f'{label}_added_{mode}']:.0f} us"
+                for mode in modes
+                if mode != "none"
+            )
+        )
     print(
-        f"medians: send {listed('send')}, CPU per send off/on {listed('send_cpu')}; "
-        f"noop {listed('noop')}, CPU {listed('noop_cpu')}; check {listed('check')}"
+        "check bound ratios: "
+        + "; ".join(f"{mode} {', '.join(f'{c:.3f}' for c in checks[mode])}" for mode in checked)
     )
+    simple = f"send_ratio_simple={median['send_simple']:.3f} " if args.simple else ""
     print(
-        f"RESULT otel_overhead send_ratio={median['send']:.3f} check_ratio={median['check']:.3f} "
-        f"send_cpu_ratio={median['send_cpu']:.3f} send_noop_ratio={median['noop']:.3f} "
-        f"send_noop_cpu_ratio={median['noop_cpu']:.3f} "
-        f"ratio={min(median['send'], median['check']):.3f}"
+        f"RESULT otel_overhead send_ratio_sampled={median['send_sampled']:.3f} "
+        f"send_ratio={median['send_on']:.3f} send_ratio_api={median['send_api']:.3f} "
+        f"check_ratio={check_ratio['sampled']:.3f} check_ratio_on={check_ratio['on']:.3f} "
+        f"send_added_us={median['send_added_sampled']:.0f} "
+        f"send_added_us_on={median['send_added_on']:.0f} "
+        f"send_added_us_api={median['send_added_api']:.0f} "
+        f"send_cpu_ratio_sampled={median['send_cpu_sampled']:.3f} "
+        f"send_cpu_ratio={median['send_cpu_on']:.3f} "
+        f"send_cpu_ratio_api={median['send_cpu_api']:.3f} {simple}"
+        f"send_noop_ratio_sampled={median['noop_sampled']:.3f} "
+        f"send_noop_ratio={median['noop_on']:.3f} send_noop_ratio_api={median['noop_api']:.3f} "
+        f"noop_added_us={median['noop_added_sampled']:.0f} "
+        f"ratio={min(median['send_sampled'], check_ratio['sampled']):.3f}"
     )
     return 0
 

@@ -14,6 +14,7 @@ SDK collects: the parts that have them register a reader with :func:`watch` and 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -57,6 +58,8 @@ class Otel:
         self.ERROR = StatusCode.ERROR
         version = _version()
         self.tracer = trace.get_tracer("txmsg", version, schema_url=SCHEMA_URL)
+        self._no_sdk = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        self._tracing = False
         meter = metrics.get_meter("txmsg", version, schema_url=SCHEMA_URL)
         unit = {name: u for name, (_, u) in names.INSTRUMENTS.items()}
 
@@ -71,9 +74,18 @@ class Otel:
                 explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
             )
 
-        self.sent = Tally()
-        self.consumed = Tally()
-        self.checks = Tally()
+        self.operation_duration = Durations(
+            histogram(names.OPERATION_DURATION, "Duration of a send")
+        )
+        self.process_duration = Durations(
+            histogram(names.PROCESS_DURATION, "Duration of a delivery")
+        )
+        self.check_duration = Durations(
+            histogram(names.CHECK_DURATION, "Check-back arrival to answer")
+        )
+        self.sent = Tally(self.operation_duration)
+        self.consumed = Tally(self.process_duration)
+        self.checks = Tally(self.check_duration)
         self.discards = Tally()
         for name, tally, description in (
             (names.SENT_MESSAGES, self.sent, "Messages handed to the broker"),
@@ -84,9 +96,6 @@ class Otel:
             meter.create_observable_counter(
                 name, callbacks=[tally.observe], unit=unit[name], description=description
             )
-        self.operation_duration = histogram(names.OPERATION_DURATION, "Duration of a send")
-        self.process_duration = histogram(names.PROCESS_DURATION, "Duration of a delivery")
-        self.check_duration = histogram(names.CHECK_DURATION, "Check-back arrival to answer")
         observed = {
             names.LOCAL_TRANSACTIONS: (
                 "counter",
@@ -107,6 +116,22 @@ class Otel:
             )
             create(name, callbacks=[_observer(name)], unit=unit[name], description=description)
 
+    def tracing(self) -> bool:
+        """True once the application has set a tracer provider (an SDK) of its own.
+
+        Until then every span txmsg would start is the API's non-recording one, so the hooks
+        skip the span's work altogether (``benchmarks/otel_overhead.py``'s ``send_ratio_api``),
+        unless a span context is already current or carried by the message (the API alone
+        still passes a context on).  Asked per operation, through the public
+        ``get_tracer_provider()``, so a provider set after ``app.start()`` is seen at once;
+        the answer is kept once True (the global provider is set once)."""
+        if self._tracing:
+            return True
+        if isinstance(self.trace.get_tracer_provider(), self._no_sdk):
+            return False
+        self._tracing = True
+        return True
+
 
 class Tally:
     """The figures of one counter, added on the hot paths and read when the SDK collects.
@@ -118,9 +143,11 @@ class Tally:
     SDK turns the cumulative observations into deltas where a reader asks for them).  The
     counter's histogram twin (the duration) still records each value with its exemplar."""
 
-    __slots__ = ("_counts", "_lock")
+    __slots__ = ("_counts", "_durations", "_lock")
 
-    def __init__(self) -> None:
+    def __init__(self, durations: Durations | None = None) -> None:
+        self._durations = durations
+        """The histogram twin, recorded into the SDK when this counter is observed."""
         self._lock = threading.Lock()
         self._counts: dict[Hashable, list[Any]] = {}
         """key -> [total, attributes]: the key is what tells the attribute sets apart (the
@@ -139,9 +166,50 @@ class Tally:
         """The totals so far (the observable counter's callback)."""
         from opentelemetry.metrics import Observation  # noqa: PLC0415 - loaded by now
 
+        if self._durations is not None:
+            self._durations.flush()
         with self._lock:
             entries = [(total, attributes) for total, attributes in self._counts.values()]
         return [Observation(total, attributes) for total, attributes in entries]
+
+
+class Durations:
+    """The values of one duration histogram, held until the SDK collects, then recorded into it
+    in one go (by the counter twin's callback, which the SDK runs before it reads its storages).
+
+    Why: the SDK's ``record`` builds a measurement, cleans and hashes its attributes and offers
+    an exemplar under locks, about half of what a sampled-out send's telemetry costs on the
+    sending thread (docs/guide/observability.md, *What it costs*); appending to a deque costs a
+    fraction of that, and a collection records the values back to back.  The exported
+    histograms are the same; an exemplar (kept for sampled spans: the context goes along)
+    carries the time of the collection instead of the send's.  At most :data:`HELD` values wait:
+    beyond that (no reader collecting, or a long export interval) the sending thread records
+    them itself."""
+
+    __slots__ = ("_histogram", "_pending")
+
+    HELD = 4096
+
+    def __init__(self, histogram: Any) -> None:
+        self._histogram = histogram
+        self._pending: collections.deque[tuple[float, Mapping[str, Any], Any]] = collections.deque()
+
+    def record(self, value: float, attributes: Mapping[str, Any], context: Any = None) -> None:
+        """Hold ``value`` (``context``: the span's, for an exemplar; None for none)."""
+        pending = self._pending
+        pending.append((value, attributes, context))  # deque: safe across threads
+        if len(pending) >= self.HELD:
+            self.flush()
+
+    def flush(self) -> None:
+        """Record every value held into the SDK's histogram."""
+        pending, record = self._pending, self._histogram.record
+        while True:
+            try:
+                value, attributes, context = pending.popleft()
+            except IndexError:
+                return
+            record(value, attributes, context=context)
 
 
 def _version() -> str:

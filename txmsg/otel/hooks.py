@@ -183,6 +183,12 @@ class Sending:
         self._result: str | None = None
         route = _route(group, message.topic, _message_type(message, transactional))
         self._route = route
+        self.message = message
+        if not o.tracing() and not o.trace.get_current_span().get_span_context().is_valid:
+            # no SDK and no context to pass on: the API's span would be the invalid one
+            self._span = self._context = None
+            self._started = time.perf_counter()
+            return
         span = o.tracer.start_span(
             route.name,
             kind=o.PRODUCER,
@@ -191,7 +197,6 @@ class Sending:
         self._span = span
         self._context = context = o.trace.set_span_in_context(span)
         self._started = time.perf_counter()
-        self.message = message
         # a sampled-out span still has a valid context: consumers keep its sampling decision;
         # no SDK: nothing to carry.  A context the caller set in the properties is kept.
         properties = message.properties
@@ -201,7 +206,8 @@ class Sending:
             self.message = _with_properties(message, carrier)
 
     def __enter__(self) -> Sending:
-        self._token = self._o.context.attach(self._context)
+        if self._context is not None:
+            self._token = self._o.context.attach(self._context)
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
@@ -241,7 +247,13 @@ class Sending:
             attributes = {**route.metric_attributes, names.ERROR_TYPE: kind}
             late[names.ERROR_TYPE] = kind
         o.sent.add(key, attributes, self._count)
-        o.operation_duration.record(elapsed, attributes, context=self._context)
+        if span is None:
+            o.operation_duration.record(elapsed, attributes)
+            return
+        # the span's context (an exemplar) only where the span is recorded
+        o.operation_duration.record(
+            elapsed, attributes, self._context if span.is_recording() else None
+        )
         if self._message_id is not None:
             late[names.MESSAGE_ID] = self._message_id
         if self._result is not None:
@@ -479,6 +491,8 @@ class Processing:
             close(timeout)
 
     def __call__(self, message: Message) -> bool:
+        if not self._o.tracing() and _TRACEPARENT not in message.properties:
+            return self._count_only(message)
         try:
             span, token, errors = self._start(message)
         except Exception:  # telemetry must never stop a delivery
@@ -491,6 +505,26 @@ class Processing:
         finally:
             try:
                 self._end(message, span, token, errors, ok, time.perf_counter() - started)
+            except Exception:  # telemetry must never change the answer
+                log.warning("could not record a delivery", exc_info=True)
+        return ok
+
+    def _count_only(self, message: Message) -> bool:
+        """The delivery's figures without a span: no SDK, and no context to pass on (the API's
+        span would be the invalid one; see :meth:`Otel.tracing <txmsg.otel._runtime.Otel.tracing>`)."""
+        errors: list[str] = []
+        reset = _errors.set(errors)
+        started = time.perf_counter()
+        ok = False
+        try:
+            ok = self.handler(message)
+        finally:
+            try:
+                _errors.reset(reset)
+                error = None if ok else (errors[-1] if errors else "_OTHER")
+                attributes = _with_error(self._attributes, error)
+                self._o.consumed.add((*self._key, error), attributes)
+                self._o.process_duration.record(time.perf_counter() - started, attributes)
             except Exception:  # telemetry must never change the answer
                 log.warning("could not record a delivery", exc_info=True)
         return ok
