@@ -1,14 +1,14 @@
-"""``txmsg parked list|replay|discard``: the operator's side of parked orderly keys.
+"""``txmsg parked list|retry|discard``: the operator's side of parked orderly keys.
 
 An orderly listener that keeps failing on a message parks its sharding key in the service's
-database (:mod:`txmsg.orderly`).  These commands show what is parked, replay it through the same
-listener once the cause is fixed, or drop it:
+database (:mod:`txmsg.orderly`).  These commands show what is parked, retry it through the same
+listener once the cause is fixed (``txmsg outbox retry`` is the outbox's twin), or drop it:
 
 * ``--app MODULE:ATTR`` names the application (a :class:`txmsg.TxMsg`, a
   :class:`txmsg.ListenerRegistry`, or a zero-argument factory returning one), like Flask's
   ``--app``; the database is the ``session_factory`` of the group's orderly listener.  The
   current directory is importable, so ``--app myservice.main:app`` works from the project root.
-  Replay needs it (it runs the listener); it never starts the app or connects to RocketMQ.
+  ``retry`` needs it (it runs the listener); it never starts the app or connects to RocketMQ.
 * ``--database URL`` reads the tables directly (``list`` and ``discard`` only).
 """
 
@@ -92,7 +92,7 @@ DATABASE_OPTION = click.option(
 
 @click.group()
 def parked() -> None:
-    """Show, replay or discard messages that orderly listeners parked."""
+    """Show, retry or discard messages that orderly listeners parked."""
 
 
 @parked.command("list")
@@ -180,12 +180,12 @@ def _message_json(view: Any) -> dict[str, Any]:
     }
 
 
-@parked.command("replay")
+@parked.command("retry")
 @click.option("--app", "app", required=True, metavar="MODULE:ATTR", help=APP_OPTION_HELP)
 @click.option("--group", help="Only this consumer group (default: every orderly group).")
 @click.option("--key", help="Only this sharding key (default: every parked key).")
-def replay_command(app: str, group: str | None, key: str | None) -> None:
-    """Hand parked messages to their listener again, in their original order; release each key
+def retry_command(app: str, group: str | None, key: str | None) -> None:
+    """Retry parked messages: hand them to their listener again, in their original order; release each key
     whose messages all succeed (exit status 1 if any key stays parked)."""
     specs = _app_specs(app, group)
     targets = [Target(g, sessions) for g, spec, sessions in specs]
@@ -196,7 +196,7 @@ def replay_command(app: str, group: str | None, key: str | None) -> None:
         )
     failed = replayed = 0
     for target_group, spec, sessions in specs:
-        with database_errors(f"replay group {target_group}"):
+        with database_errors(f"retry group {target_group}"):
             report = replay(spec, sessions, target_group, key)
         for done in report.keys:
             replayed += 1
@@ -216,7 +216,7 @@ def replay_command(app: str, group: str | None, key: str | None) -> None:
         click.echo("nothing parked")
     if failed:
         raise click.ClickException(
-            f"{failed} key(s) still parked: fix the cause and replay again, or drop a message "
+            f"{failed} key(s) still parked: fix the cause and retry again, or drop a message "
             "with `txmsg parked discard ... --message KEY --yes`"
         )
 
@@ -263,5 +263,5 @@ def _discard(target: Target, group: str, key: str, message_key: str | None, yes:
     left = len(rows) - deleted
     click.echo(
         f"{group}  key={key!r}: discarded {deleted}"
-        + (f"; {left} still parked (replay them)" if left else "; key released")
+        + (f"; {left} still parked (retry them)" if left else "; key released")
     )

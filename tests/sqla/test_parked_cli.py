@@ -1,4 +1,4 @@
-"""``txmsg parked list|replay|discard`` through the real ``txmsg`` command group (entry point
+"""``txmsg parked list|retry|discard`` through the real ``txmsg`` command group (entry point
 ``parked`` in ``txmsg.commands``), against an application module written for the test."""
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_clear_errors(project: str) -> None:
         ("list", "--app", "no_such_module_xyz:app"): "cannot import no_such_module_xyz",
         ("list", "--app", app_ref("handled")): "not a txmsg.TxMsg",
         ("list", "--database", project, "--key", "order-9"): "key 'order-9' is not parked",
-        ("replay", "--app", app_ref(), "--key", "order-9"): "key 'order-9' is not parked",
+        ("retry", "--app", app_ref(), "--key", "order-9"): "key 'order-9' is not parked",
         ("discard", "--database", project, "--group", "refund-consumer", "--key", "order-1"): (
             "add --yes"
         ),
@@ -154,7 +154,7 @@ def test_clear_errors(project: str) -> None:
 
 def test_replay_fails_again_then_succeeds(project: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the module is still the broken release: replay fails again and keeps the key parked
-    again = CliRunner().invoke(main, ["parked", "replay", "--app", app_ref()])
+    again = CliRunner().invoke(main, ["parked", "retry", "--app", app_ref()])
     assert again.exit_code == 1
     assert "failed again (RuntimeError: p1 is poison)" in again.output
     assert "still parked" in again.output
@@ -166,12 +166,12 @@ def test_replay_fails_again_then_succeeds(project: str, monkeypatch: pytest.Monk
     module = sys.modules[os.environ["PARKED_APP"]]
     monkeypatch.delenv("PARKED_CLI_BROKEN")
     importlib.reload(module)  # the fixed release
-    fixed = run("replay", "--app", app_ref(), "--group", "refund-consumer")
+    fixed = run("retry", "--app", app_ref(), "--group", "refund-consumer")
     assert fixed.exit_code == 0, fixed.output
     assert "key='order-1': replayed 3, released" in fixed.output
     assert module.handled == ["p1", "p2", "p3"]
     assert run("list", "--app", app_ref()).output.strip() == "nothing parked"
-    assert run("replay", "--app", app_ref()).output.strip() == "nothing parked"
+    assert run("retry", "--app", app_ref()).output.strip() == "nothing parked"
 
 
 def test_discard_one_message_then_the_key(project: str) -> None:

@@ -8,7 +8,7 @@
   alert hook (``app.on_parked``), parked messages in its own database.
 
 They run in separate processes in production (and in the kill test); nothing here depends on
-sharing one.  ``txmsg parked list|replay --app txmsg_samples.aftersales.app:create_app`` finds the
+sharing one.  ``txmsg parked list|retry --app txmsg_samples.aftersales.app:create_app`` finds the
 settlement service's database and handler through :func:`create_app`.
 """
 
@@ -62,7 +62,7 @@ class ParkedAlerts:
     def __call__(self, event: ParkedEvent) -> None:
         log.error(
             "order %s parked in %s after %d attempts (%s); fix the cause, then run: "
-            "txmsg parked replay --app txmsg_samples.aftersales.app:create_app --group %s --key %s",
+            "txmsg parked retry --app txmsg_samples.aftersales.app:create_app --group %s --key %s",
             event.sharding_key,
             event.group,
             event.attempts,

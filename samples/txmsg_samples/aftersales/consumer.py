@@ -2,7 +2,7 @@
 
 Reads ``$TXMSG_CONFIG`` or the sample's ``txmsg.toml``; consumes until stopped.  A parked order is
 logged at ERROR and appended to ``alerts_file``; replay it with
-``txmsg parked replay --app txmsg_samples.aftersales.app:create_app --group aftersales-settlement --key ORDER``.
+``txmsg parked retry --app txmsg_samples.aftersales.app:create_app --group aftersales-settlement --key ORDER``.
 """
 
 from __future__ import annotations

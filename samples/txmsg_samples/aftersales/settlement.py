@@ -7,7 +7,7 @@ dedup row in one database transaction.
 * ``LiabilityDecided``: remember who pays.  A merchant without a settlement account cannot be
   charged: :class:`UnknownMerchant` - the sample's poison message.  It fails every retry, the
   order is parked with every later event of it, and once the account exists
-  ``txmsg parked replay`` applies them in order.
+  ``txmsg parked retry`` applies them in order.
 * ``RefundPaid``: charge the liable party.  Without a decision it raises
   :class:`LiabilityNotDecided`: the refund-before-decision bug that ordered consumption prevents.
 * ``CaseClosed``: only after the refund.

@@ -3,7 +3,7 @@
 Twelve orders go through decide -> refund -> close; one order's liability names a merchant
 without a settlement account (the poison).  The orderly listener retries it, parks the order with
 its later events, calls the alert hook, and keeps serving the other orders - including those in
-the same queue.  After the account is opened, ``txmsg parked replay`` applies the parked events
+the same queue.  After the account is opened, ``txmsg parked retry`` applies the parked events
 in order, exactly once, and the order flows live again."""
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def parked_cli(config_file: Path, *args: str) -> Result:
 
 
 def replay_with_cli(config_file: Path, key: str) -> None:
-    """`txmsg parked replay ... --group aftersales-settlement --key KEY`: all three released."""
-    result = parked_cli(config_file, "replay", "--group", settlement.GROUP, "--key", key)
+    """`txmsg parked retry ... --group aftersales-settlement --key KEY`: all three released."""
+    result = parked_cli(config_file, "retry", "--group", settlement.GROUP, "--key", key)
     assert result.exit_code == 0, result.output
     assert f"{settlement.GROUP}  key={key!r}: replayed 3, released" in result.output
 
@@ -160,7 +160,7 @@ def test_poisoned_order_parks_alone_and_replays_in_order_once(
         assert listed.exit_code == 0, listed.output
         (shown,) = json.loads(listed.output)
         assert (shown["group"], shown["sharding_key"]) == (settlement.GROUP, POISONED)
-        early = parked_cli(config_file, "replay", "--group", settlement.GROUP, "--key", POISONED)
+        early = parked_cli(config_file, "retry", "--group", settlement.GROUP, "--key", POISONED)
         assert early.exit_code == 1, early.output
         assert "stays parked" in early.output
         assert len(parking.parked_messages(dbs.settlement, settlement.GROUP, POISONED)) == 3
@@ -171,7 +171,7 @@ def test_poisoned_order_parks_alone_and_replays_in_order_once(
         replay_with_cli(config_file, POISONED)
         assert applied_seq(dbs.settlement)[POISONED] == len(KINDS)
         assert parking.parked_keys(dbs.settlement) == []
-        nothing = parked_cli(config_file, "replay", "--group", settlement.GROUP)
+        nothing = parked_cli(config_file, "retry", "--group", settlement.GROUP)
         assert (nothing.exit_code, nothing.output.strip()) == (0, "nothing parked")
 
         # released: the order's new events are consumed live again
