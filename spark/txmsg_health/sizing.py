@@ -24,12 +24,15 @@ partitions 31.4 s: each task and each shuffle partition costs more than it saves
 
 MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SPLIT_BYTES_KEY = "spark.txmsg.health.splitBytes"
+"""Overrides :data:`SPLIT_BYTES` for a session (``--conf spark.txmsg.health.splitBytes=268435456``):
+a machine with little memory per core takes smaller splits; each still gets an equal share."""
 SIZED = "spark.txmsg.health.sized"
 """The session's list (comma-separated) of the keys above that the job sizes per run: set by
 ``job.session_settings`` in local mode for each key the user did not set."""
 
 
-def plan(total_bytes: int, cores: int) -> dict[str, str]:
+def plan(total_bytes: int, cores: int, split_bytes: int = SPLIT_BYTES) -> dict[str, str]:
     """The two settings for an input of ``total_bytes`` on ``cores`` cores.
 
     The number of splits is a multiple of the cores and the splits are equal, so the last wave of
@@ -38,7 +41,7 @@ def plan(total_bytes: int, cores: int) -> dict[str, str]:
     carries about one row per transaction, so each reduce task aggregates what one split holds.
     """
     cores = max(1, cores)
-    splits = cores * max(1, math.ceil(total_bytes / (cores * SPLIT_BYTES)))
+    splits = cores * max(1, math.ceil(total_bytes / (cores * max(1, split_bytes))))
     split = max(1, math.ceil(total_bytes / splits))
     return {MAX_PARTITION_BYTES: str(split), SHUFFLE_PARTITIONS: str(splits)}
 
@@ -59,9 +62,16 @@ def apply(spark: SparkSession, raw: DataFrame) -> dict[str, str]:
         return {}
     stats = raw._jdf.queryExecution().optimizedPlan().stats()
     total = int(str(stats.sizeInBytes()))  # a Scala BigInt: py4j gives an int or its object
-    chosen = {
-        k: v for k, v in plan(total, spark.sparkContext.defaultParallelism).items() if k in keys
-    }
+    split_bytes = spark.conf.get(SPLIT_BYTES_KEY, None)
+    try:
+        limit = int(split_bytes) if split_bytes else SPLIT_BYTES
+    except ValueError:
+        raise ValueError(
+            f"{SPLIT_BYTES_KEY}={split_bytes!r} is not a number of bytes; give e.g. "
+            f"--conf {SPLIT_BYTES_KEY}=268435456 (256 MB), or leave it out ({SPLIT_BYTES})"
+        ) from None
+    parallelism = spark.sparkContext.defaultParallelism
+    chosen = {k: v for k, v in plan(total, parallelism, limit).items() if k in keys}
     for k, v in chosen.items():
         spark.conf.set(k, v)
     return chosen

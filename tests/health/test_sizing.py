@@ -59,3 +59,22 @@ def test_a_run_sizes_the_session_to_its_files(spark: object, tmp_path: Path) -> 
     assert sizing.apply(spark, raw) == {sizing.MAX_PARTITION_BYTES: str(3_000_001 // 2 + 1)}
     assert spark.conf.get(sizing.MAX_PARTITION_BYTES) == str(3_000_001 // 2 + 1)
     assert spark.conf.get(sizing.SHUFFLE_PARTITIONS) == "2"  # the fixture's, left alone
+
+
+def test_a_session_can_take_smaller_splits(spark: object, tmp_path: Path) -> None:
+    """``spark.txmsg.health.splitBytes``: a machine with little memory per core reads smaller
+    splits, still in full waves; a value that is not a number says what to give."""
+    assert isinstance(spark, SparkSession)
+    assert sizing.plan(2_478_905_512, 2, 256 * MB)[sizing.SHUFFLE_PARTITIONS] == "10"
+    log = tmp_path / "broker-a" / "transaction.log"
+    log.parent.mkdir()
+    log.write_bytes(b"x" * 3_000_000 + b"\n")
+    raw = spark.read.text(str(log))
+    spark.conf.set(sizing.SPLIT_BYTES_KEY, str(1 * MB))
+    try:
+        assert sizing.apply(spark, raw) == {sizing.MAX_PARTITION_BYTES: str(3_000_001 // 4 + 1)}
+        spark.conf.set(sizing.SPLIT_BYTES_KEY, "lots")
+        with pytest.raises(ValueError, match="268435456"):
+            sizing.apply(spark, raw)
+    finally:
+        spark.conf.unset(sizing.SPLIT_BYTES_KEY)
