@@ -41,6 +41,9 @@ _SYSTEM_PROPS = (
     "ORIGIN_MESSAGE_ID",
     SHARDING_KEY,
 )
+_NAMES: dict[str, bytes] = {}
+"""Property names as the C API takes them, encoded once (each consumed message reads a dozen)."""
+_NAMES_KEPT = 1024
 # RocketMQ separates properties with \x01 (name/value) and \x02 (pairs) on the wire.
 _FORBIDDEN = ("\x01", "\x02")
 
@@ -154,20 +157,23 @@ def read(
     for the consumer of the discard topic."""
     dll = native.dll
     if origin:
-        get_topic, get_tags = dll.GetOriginMessageTopic, dll.GetOriginMessageTags
-        get_keys, get_body = dll.GetOriginMessageKeys, dll.GetOriginMessageBody
+        get_topic, get_body = dll.GetOriginMessageTopic, dll.GetOriginMessageBody
         get_prop = dll.GetOriginMessageProperty
     else:
-        get_topic, get_tags = dll.GetMessageTopic, dll.GetMessageTags
-        get_keys, get_body = dll.GetMessageKeys, dll.GetMessageBody
+        get_topic, get_body = dll.GetMessageTopic, dll.GetMessageBody
         get_prop = dll.GetMessageProperty
 
     def prop(name: str) -> str | None:
-        value = _text(get_prop(handle, _enc(name)))
-        return value if value else None
+        encoded = _NAMES.get(name)
+        if encoded is None:
+            encoded = _enc(name)
+            if len(_NAMES) < _NAMES_KEPT:
+                _NAMES[name] = encoded
+        raw = get_prop(handle, encoded)
+        return raw.decode("utf-8", "replace") if raw else None
 
     properties: dict[str, str] = {}
-    for name in (*_SYSTEM_PROPS, *extra):
+    for name in (*_SYSTEM_PROPS, *extra) if extra else _SYSTEM_PROPS:
         value = prop(name)
         if value is not None:
             properties[name] = value
@@ -196,8 +202,9 @@ def read(
     return Message(
         topic=_text(get_topic(handle)) or "",
         body=bytes(body),
-        tags=_text(get_tags(handle)) or None,
-        keys=_text(get_keys(handle)) or None,
+        # librocketmq's getTags()/getKeys() read these very properties: not asked twice
+        tags=properties.get("TAGS"),
+        keys=properties.get("KEYS"),
         properties=properties,
         message_id=message_id,
         reconsume_times=reconsume_times,
