@@ -784,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = " ".join(
         f"{k}={v:.0f}"
         if k.startswith(("send_cpu", "sustained", "peak", "drain_msgs", "drain2_m"))
+        or "cpu_us" in k
         else f"{k}={v:.1f}"
         if k.startswith(("p99", "p50"))
         else f"{k}={v:.3f}"
