@@ -35,27 +35,23 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from txmsg import defaults
-from txmsg.aio.callables import is_async
 from txmsg.aio.loop import LoopBridge, warn_start_on_running_loop
-from txmsg.backend import Backend, capabilities_of
+from txmsg.aio.sends import AwaitableSends
+from txmsg.backend import Backend
 from txmsg.config import TxMsgConfig, load_config
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.errors import (
     BackendUnavailableError,
     ClosedError,
     LifecycleError,
-    ListenerDefinitionError,
     NotStartedError,
     TxMsgError,
-    UnknownGroupError,
 )
-from txmsg.listener import ListenerSpec, bind_spec, build_spec
-from txmsg.message import Message
-from txmsg.names import NameRule, check_name, rules_for_backend
+from txmsg.listener import ListenerSpec, build_spec
+from txmsg.names import NameRule, rules_for_backend
 from txmsg.outbox_options import build_outbox_options
 from txmsg.producer import Producer, ProducerStats, TransactionalProducer
 from txmsg.registry import (
@@ -67,6 +63,7 @@ from txmsg.registry import (
     declares_with,
     function_decorator,
 )
+from txmsg.running import Running, needs_loop, quietly
 
 if TYPE_CHECKING:
     from txmsg.aio.producer import AsyncProducer, AsyncTransactionalProducer
@@ -209,14 +206,7 @@ class TxMsg:
         listener_factory: Callable[[type[Any]], Any] | None = None,
         async_send_threads: int = defaults.ASYNC_SEND_THREADS,
     ) -> None:
-        if isinstance(async_send_threads, bool) or not isinstance(async_send_threads, int):
-            raise ListenerDefinitionError(
-                f"async_send_threads must be an int >= 1, got {async_send_threads!r}"
-            )
-        if async_send_threads < 1:
-            raise ListenerDefinitionError(
-                f"async_send_threads must be an int >= 1, got {async_send_threads!r}"
-            )
+        self._sends = AwaitableSends(async_send_threads)  # raises for a bad count
         self.config = config if config is not None else load_config()
         self.listener_factory: Callable[[type[Any]], Any] = listener_factory or (lambda cls: cls())
         self._backend_arg = backend
@@ -224,23 +214,15 @@ class TxMsg:
             backend if backend is not None else self.config.backend
         )
         self.registry = ListenerRegistry(name_rules=self.name_rules)
-        """This app's listeners and consumers (frozen once :meth:`start` succeeds)."""
+        """This app's declarations: listeners, consumers, producer groups, outboxes and hooks
+        (frozen once :meth:`start` succeeds)."""
         self._backend: Backend | None = None
         self._owns_backend = False
         self._chosen: dict[str, Any] = {}  # use_listener(): group -> the user's instance
-        self._instances: dict[str, Any] = {}  # group -> the listener of the running producer
-        self._producers: dict[str, Producer] = {}
-        self._stops: list[Callable[[float], None]] = []
-        self._outboxes: dict[str, Outbox] = {}
-        self._outbox_dead_hooks: list[Callable[[OutboxDeadEvent], Any]] = []
-        self._discarded_hooks: list[Callable[[DiscardedEvent], Any]] = []
-        self._rescuers: dict[str, Rescuer] = {}
+        self._running: Running | None = None  # what start() started
         self._lock = threading.RLock()
         self._state = "new"  # new -> started -> closed
         self._bridge: LoopBridge | None = None  # the event loop async listeners run on
-        self._async_send_threads = async_send_threads
-        self._send_pool: ThreadPoolExecutor | None = None
-        self._async_producers: dict[str, AsyncProducer] = {}
 
     # ---- registration (before start) ------------------------------------------------------------
     def _setup(self, what: str) -> None:
@@ -296,7 +278,7 @@ class TxMsg:
         client starts with the app and ``app.producer(group)`` returns its :class:`Producer`.
         See :meth:`txmsg.ListenerRegistry.add_producer`."""
         self._setup(f"add the producer group {group!r}")
-        self.registry.add_producer(group)
+        self.registry.add_producer(group=group)
 
     def on_parked(self, fn: H) -> H:
         """Decorator: an alert hook called with a :class:`txmsg.orderly.ParkedEvent` each time
@@ -308,88 +290,50 @@ class TxMsg:
     @declares_with(build_outbox_options)
     def add_outbox(self, **options: Any) -> Outbox:
         """Declare a transactional outbox whose relay sends with producer ``group``; returns it.
-
-        ``outbox.send(session, topic, payload, ...)`` writes a message in your SQLAlchemy
-        transaction; the relay sends it after the commit (:mod:`txmsg.sqla.outbox`).  With
-        ``relay=True`` (default) the relay runs in this process from :meth:`start` to
-        :meth:`close` (the group's plain-send producer is declared for it); with ``relay=False``
-        it runs elsewhere (``txmsg outbox relay --app MODULE:app``).  The options are
-        :class:`txmsg.sqla.outbox.Outbox`'s (:func:`txmsg.outbox_options.build_outbox_options`).
-
-        Raises:
-            InvalidNameError: RocketMQ or the backend refuses ``group``.
-            ConfigError: an invalid option.
-            ListenerDefinitionError: the app has an outbox of that group already.
-        """
-        group = options.get("group")
-        self._setup(f"add the outbox {group!r}")
-        from txmsg.sqla.outbox import Outbox  # noqa: PLC0415 - SQLAlchemy only when used
-
-        if group in self._outboxes:
-            raise ListenerDefinitionError(
-                f"this app has an outbox of group {group!r} already; use that one (one outbox "
-                "per group: its rows and relay belong to it)"
-            )
-        outbox = Outbox.of(build_outbox_options(self.name_rules, **options))
-        if outbox.relay_in_process:
-            self.registry.add_producer(outbox.group)
-        self._outboxes[outbox.group] = outbox
-        return outbox
+        Its relay runs in this process from :meth:`start` to :meth:`close` unless
+        ``relay=False``.  See :meth:`txmsg.ListenerRegistry.add_outbox` (options, errors)."""
+        self._setup(f"add the outbox {options.get('group')!r}")
+        return self.registry.add_outbox(**options)
 
     def on_outbox_dead(self, fn: D) -> D:
-        """Decorator: ``fn(event)`` is called with a :class:`txmsg.sqla.outbox.OutboxDeadEvent`
-        each time a relay of this app gives up on an outbox row (after the ERROR log line): page
-        someone, count a metric.  Runs on the relay's thread; an exception is logged and ignored.
-        Returns ``fn`` unchanged."""
+        """Decorator: an alert hook called with a :class:`txmsg.sqla.outbox.OutboxDeadEvent`
+        each time a relay of this app gives up on an outbox row.  See
+        :meth:`txmsg.ListenerRegistry.on_outbox_dead`."""
         self._setup("add an on_outbox_dead hook")
-        if not callable(fn):
-            raise ListenerDefinitionError(
-                f"@on_outbox_dead decorates a function fn(event) (an OutboxDeadEvent), not {fn!r}"
-            )
-        self._outbox_dead_hooks.append(fn)
-        return fn
+        return self.registry.on_outbox_dead(fn)
 
     def on_transaction_discarded(self, fn: X) -> X:
-        """Decorator: ``fn(event)`` is called with a :class:`txmsg.rescue.DiscardedEvent` each
-        time this app's rescuer gives up on a half message the broker discarded after its last
-        check-back (``check_local`` still had no answer after ``rescue_attempts``; after the
-        ERROR line and the dead row): page someone, count a metric.  Runs on the rescue
-        consumer's thread; an exception is logged and ignored.  Returns ``fn`` unchanged.
-        See ``docs/guide/discards.md``."""
+        """Decorator: an alert hook called with a :class:`txmsg.rescue.DiscardedEvent` each time
+        this app's rescuer gives up on a half message the broker discarded.  See
+        :meth:`txmsg.ListenerRegistry.on_transaction_discarded`, ``docs/guide/discards.md``."""
         self._setup("add an on_transaction_discarded hook")
-        if not callable(fn) or is_async(fn):
-            raise ListenerDefinitionError(
-                "@on_transaction_discarded decorates a plain function fn(event) (a "
-                f"txmsg.rescue.DiscardedEvent; not async def), not {fn!r}"
-            )
-        self._discarded_hooks.append(fn)
-        return fn
+        return self.registry.on_transaction_discarded(fn)
 
     @property
     def transaction_discarded_hooks(self) -> tuple[Callable[[DiscardedEvent], Any], ...]:
         """Hooks registered with :meth:`on_transaction_discarded`, in registration order."""
-        return tuple(self._discarded_hooks)
+        return self.registry.transaction_discarded_hooks
 
     @property
     def rescuers(self) -> dict[str, Rescuer]:
         """A copy: producer group -> its running :class:`~txmsg.rescue.Rescuer` (empty before
         start; a group without one: ``rescue_discarded=False``, or the backend cannot reach the
         discard topic, logged at start)."""
-        return dict(self._rescuers)
+        return dict(self._running.rescuers) if self._running is not None else {}
 
     @property
     def outboxes(self) -> dict[str, Outbox]:
         """A copy: outbox group -> :class:`~txmsg.sqla.outbox.Outbox`."""
-        return dict(self._outboxes)
+        return self.registry.outboxes
 
     @property
     def outbox_dead_hooks(self) -> tuple[Callable[[OutboxDeadEvent], Any], ...]:
         """Hooks registered with :meth:`on_outbox_dead`, in registration order."""
-        return tuple(self._outbox_dead_hooks)
+        return self.registry.outbox_dead_hooks
 
     def include(self, registry: ListenerRegistry) -> None:
-        """Take every listener, consumer, plain producer group and ``on_parked`` hook declared in
-        ``registry`` (a module-level one).
+        """Take every declaration of ``registry`` (a module-level one): listeners, consumers,
+        plain producer groups, outboxes and hooks.
 
         The registry is frozen afterwards: declaring into it later raises
         :class:`~txmsg.LifecycleError` instead of being silently ignored.
@@ -399,35 +343,7 @@ class TxMsg:
             ListenerDefinitionError: a group this app already has.
         """
         self._setup("include a registry")
-        listeners, consumers = registry.listeners, registry.consumers
-        for spec in listeners.values():
-            self.registry.check_spec_names(spec)
-        for cspec in consumers.values():
-            self.registry.check_spec_names(cspec)
-        for group in registry.producer_groups:
-            check_name("producer_group", group, owner="add_producer", rules=self.name_rules)
-        for group, spec in listeners.items():
-            if self.registry.listener(group) is not None:
-                raise ListenerDefinitionError(
-                    f"producer group {group!r} of {spec.name} is already declared in this app; "
-                    "one listener per producer group: rename one of them"
-                )
-        taken = self.registry.consumers
-        for group, cspec in consumers.items():
-            if group in taken:
-                raise ListenerDefinitionError(
-                    f"consumer group {group!r} of {cspec.name} is already declared in this app; "
-                    "give each message listener its own group"
-                )
-        registry.freeze(f"it was included into {self!r}")
-        for spec in listeners.values():
-            self.registry.add_listener(spec)
-        for cspec in consumers.values():
-            self.registry.add_consumer(cspec)
-        for group in registry.producer_groups:
-            self.registry.add_producer(group)
-        for hook in registry.parked_hooks:
-            self.registry.on_parked(hook)
+        self.registry.include(registry, into=repr(self))
 
     def use_listener(self, instance: Any, *, group: str | None = None) -> None:
         """Use ``instance`` (of a class declared as a transactional listener of this app)
@@ -442,27 +358,7 @@ class TxMsg:
                 ``group``, declared several times).
         """
         self._setup("set a listener instance")
-        cls = type(instance)
-        specs = [
-            spec
-            for spec in self.registry.listeners.values()
-            if spec.target is cls and (group is None or spec.group == group)
-        ]
-        if not specs:
-            raise ListenerDefinitionError(
-                f"{cls.__qualname__} is not a transactional listener of this app"
-                + (f" for group {group!r}" if group is not None else "")
-                + "; declare its class with @app.transactional_listener(group=...) (or include "
-                "the registry that declares it), or use app.add_transactional_listener("
-                "instance, group=...)"
-            )
-        if len(specs) > 1:
-            groups = ", ".join(sorted(repr(spec.group) for spec in specs))
-            raise ListenerDefinitionError(
-                f"{cls.__qualname__} is declared for several groups of this app ({groups}); "
-                "say which: app.use_listener(instance, group=...)"
-            )
-        self._chosen[specs[0].group] = instance
+        self._chosen[self.registry.group_of_instance(instance, group)] = instance
 
     # ---- lifecycle ------------------------------------------------------------------------------
     @property
@@ -485,7 +381,8 @@ class TxMsg:
 
     def start(self) -> Self:
         """Freeze registration, create one producer per listener and per plain producer group
-        (:meth:`add_producer`), and subscribe every consumer.
+        (:meth:`add_producer`), subscribe every consumer, and start the outboxes' relays and the
+        rescue consumers (:mod:`txmsg.running`).
 
         Idempotent while started.  On failure everything started so far is closed again, the app
         stays *new* and its registration open (fix the cause, declare what was missing, and call
@@ -509,9 +406,7 @@ class TxMsg:
                     self._start_all()
                 except BaseException:
                     self._close_all(self.config.close_timeout)
-                    self._producers.clear()
-                    self._rescuers.clear()
-                    self._instances.clear()  # closed; a retry creates fresh ones
+                    self._running = None  # closed; a retry creates fresh listeners
                     if self._owns_backend:
                         self._backend = None  # closed; a retry loads a fresh one
                     raise
@@ -519,124 +414,21 @@ class TxMsg:
         return self
 
     def _start_all(self) -> None:
-        if self._bridge is None and self._needs_loop():
+        if self._bridge is None and needs_loop(self.registry, self._chosen):
             # `with app:` and async listeners: a loop of the app's own, on its own thread
             warn_start_on_running_loop()
             self._bridge = LoopBridge.on_own_thread("txmsg-loop")
             log.info("async listeners run on the app's own event loop thread (txmsg-loop)")
-        bridge = self._bridge
-        backend = self.backend
-        capabilities = capabilities_of(backend)
-        consumers = sorted(self.registry.consumers.items())
-        if not capabilities.orderly_consumer:
-            refused = [cspec for _, cspec in consumers if cspec.orderly]
-            if refused:
-                raise ListenerDefinitionError(
-                    f"{refused[0].name} (group {refused[0].group!r}) is orderly=True, but backend "
-                    f"{getattr(backend, 'name', backend)!r} has no orderly consumer; use a backend "
-                    "that has one (rocketmq, rocketmq5) or drop orderly=True"
-                )
-        declared = self.registry.producer_groups
-        for group, spec in sorted(self.registry.listeners.items()):
-            listener = self._instance_for(spec)
-            # The app's spec goes on the instance, never on its class (another app may declare
-            # the class under another group): txmsg.sqla reads its group and exception state
-            # there.  Raises if another app's group is bound to it already.
-            bind_spec(listener, spec)
-            self._instances[group] = listener
-            settings = self.config.listener_settings(group)
-            executor = settings.apply(spec.executor) if settings else spec.executor
-            producer = TransactionalProducer.create(
-                backend,
-                spec,
-                listener,
-                executor,
-                check_wait_timeout=self.config.check_wait_timeout,
-                name_rules=self.name_rules,
-                capabilities=capabilities,
-                bridge=bridge,
-            )
-            self._producers[group] = producer
-            if group in declared:  # also add_producer: its plain-send client starts now too
-                producer.open_sender()
-            log.info("producer group %s started (executor %s)", group, executor)
-        for group in declared:
-            if group not in self._producers:
-                self._producers[group] = Producer.create_plain(
-                    backend, group, name_rules=self.name_rules, capabilities=capabilities
-                )
-                log.info("producer group %s started (plain sends)", group)
-        hooks = self.registry.parked_hooks
-        for group, cspec in consumers:
-            override = self.config.consumer_settings(group)
-            concurrency = (override.concurrency if override else None) or cspec.concurrency
-            max_reconsume = cspec.max_reconsume
-            if override is not None and override.max_reconsume is not None:
-                max_reconsume = override.max_reconsume
-            consume_from = (override.consume_from if override else None) or "first"
-            # `orderly` only when asked: a backend written before orderly consumers existed still
-            # takes every other listener (and the capability check above refused orderly ones).
-            extra: dict[str, Any] = {"orderly": True} if cspec.orderly else {}
-            handler = cspec.safe_handler(
-                on_parked=hooks,
-                journal=cspec.orderly and not capabilities.orderly_crash_safe,
-                bridge=bridge,
-                max_reconsume=max_reconsume,
-            )
-            stop = backend.subscribe(
-                cspec.topic,
-                group,
-                handler,
-                tags=cspec.tags,
-                concurrency=concurrency,
-                max_reconsume=max_reconsume,
-                consume_from=consume_from,
-                **extra,
-            )
-            self._stops.append(_then_close(stop, handler))
-            log.info(
-                "consumer group %s subscribed to %s%s",
-                group,
-                cspec.topic,
-                " (orderly)" if cspec.orderly else "",
-            )
-        for group, outbox in sorted(self._outboxes.items()):
-            if outbox.relay_in_process:  # stopped with the consumers, before the producers
-                outbox.start_relay(self._producers[group], hooks=self.outbox_dead_hooks)
-                self._stops.append(outbox.stop_relay)
-        self._start_rescues(backend)
-
-    def _start_rescues(self, backend: Backend) -> None:
-        """A rescue consumer per transactional group (``rescue_discarded``, on by default):
-        :mod:`txmsg.rescue`.  Stopped with the consumers, before the producers it sends with."""
-        from txmsg.rescue import start_rescue  # noqa: PLC0415 - only for apps with listeners
-
-        for group, spec in sorted(self.registry.listeners.items()):
-            producer = self._producers[group]
-            if not spec.rescue_discarded or not isinstance(producer, TransactionalProducer):
-                continue
-            rescue = start_rescue(
-                backend,
-                producer,
-                self._instances[group],
-                attempts=spec.rescue_attempts,
-                hooks=self.transaction_discarded_hooks,
-            )
-            if rescue is not None:
-                self._rescuers[group] = rescue.rescuer
-                self._stops.append(rescue.stop)
-
-    def _needs_loop(self) -> bool:
-        """Whether a declared listener, handler or hook is ``async def``."""
-        for spec in self.registry.listeners.values():
-            target = self._chosen.get(spec.group, spec.target)
-            if is_async(getattr(target, "execute_local", None)) or is_async(
-                getattr(target, "check_local", None)
-            ):
-                return True
-        if any(is_async(c.handler) for c in self.registry.consumers.values()):
-            return True
-        return any(is_async(hook) for hook in self.registry.parked_hooks)
+        self._running = Running(
+            self.config,
+            self.registry,
+            self.backend,
+            name_rules=self.name_rules,
+            bridge=self._bridge,
+            chosen=self._chosen,
+            listener_factory=self.listener_factory,
+        )
+        self._running.start()
 
     @property
     def bridge(self) -> LoopBridge | None:
@@ -702,7 +494,7 @@ class TxMsg:
             "astart() was cancelled while the clients started; closing the app it started "
             "(create a new TxMsg to start again)"
         )
-        threading.Thread(target=_quietly, args=("close", self.close), name="txmsg-close").start()
+        threading.Thread(target=quietly, args=("close", self.close), name="txmsg-close").start()
 
     async def aclose(self, timeout: float | None = None) -> None:
         """:meth:`close` from a coroutine: the clients close on a thread while the loop keeps
@@ -727,7 +519,7 @@ class TxMsg:
             NotStartedError / ClosedError: outside start() .. close().
             UnknownGroupError: no producer of that group.
         """
-        return self._async_of(self.producer(group))
+        return self._sends.of(self.producer(group), self._bridge)
 
     def async_transactional_producer(self, group: str | None = None) -> AsyncTransactionalProducer:
         """The awaitable producer of transactional listener group ``group``
@@ -739,47 +531,8 @@ class TxMsg:
             NotStartedError / ClosedError: outside start() .. close().
             UnknownGroupError: ``group`` is a plain producer group or unknown.
         """
-        # _async_of makes an AsyncTransactionalProducer of every TransactionalProducer
-        return cast(
-            "AsyncTransactionalProducer", self._async_of(self.transactional_producer(group))
-        )
-
-    def _async_of(self, producer: Producer) -> AsyncProducer:
-        """The one awaitable producer of ``producer``'s group, of its kind."""
-        from txmsg.aio.producer import (  # noqa: PLC0415 - asyncio users only
-            AsyncProducer,
-            AsyncTransactionalProducer,
-        )
-
-        with self._lock:
-            found = self._async_producers.get(producer.group)
-            if found is None:
-                if self._send_pool is None:
-                    self._send_pool = ThreadPoolExecutor(
-                        self._async_send_threads, thread_name_prefix="txmsg-async-send"
-                    )
-                if isinstance(producer, TransactionalProducer):
-                    found = AsyncTransactionalProducer(
-                        producer, self._send_pool, bridge=self._bridge
-                    )
-                else:
-                    found = AsyncProducer(producer, self._send_pool, bridge=self._bridge)
-                self._async_producers[producer.group] = found
-            return found
-
-    def _instance_for(self, spec: ListenerSpec) -> Any:
-        if spec.group in self._chosen:
-            return self._chosen[spec.group]
-        if spec.is_instance:
-            return spec.target
-        try:
-            return self.listener_factory(spec.target)
-        except Exception as exc:
-            raise ListenerDefinitionError(
-                f"could not create listener {spec.name} for group {spec.group!r}: "
-                f"{type(exc).__name__}: {exc}. Give it a no-argument constructor, pass "
-                "listener_factory=..., or call app.use_listener(instance)"
-            ) from exc
+        found = self._sends.of(self.transactional_producer(group), self._bridge)
+        return cast("AsyncTransactionalProducer", found)  # of() makes one for a transactional
 
     def close(self, timeout: float | None = None) -> None:
         """Stop consumers, close producers, then close listeners, each bounded by ``timeout``
@@ -804,26 +557,18 @@ class TxMsg:
             self._close_all(self.config.close_timeout if timeout is None else timeout)
 
     def _close_all(self, timeout: float) -> None:
-        # Consumers and then producers each stop in parallel, so `timeout` bounds every stage
-        # instead of adding up per group (a long-polling consumer may take its poll to notice).
-        _in_parallel("stop a consumer", [(stop, timeout) for stop in reversed(self._stops)])
-        self._stops.clear()
-        pool, self._send_pool = self._send_pool, None
-        if pool is not None:  # awaited sends in flight finish before their producers close
-            bridges = [self._bridge] + [p.caller_bridge for p in self._async_producers.values()]
-            _finish_awaited_sends(pool, [b for b in bridges if b is not None], timeout)
-        _in_parallel(
-            "close a producer", [(producer.close, timeout) for producer in self._producers.values()]
-        )
-        for group, listener in self._instances.items():
-            close = getattr(listener, "close", None)
-            if callable(close):
-                _quietly(f"close the listener of {group}", close)
+        # consumers first, then the awaited sends in flight finish before their producers close
+        running = self._running
+        if running is not None:
+            running.stop(timeout)
+        self._sends.finish(self._bridge, timeout)
+        if running is not None:
+            running.close(timeout)
         if self._backend is not None and self._owns_backend:
-            _quietly("close the backend", self._backend.close, timeout)
+            quietly("close the backend", self._backend.close, timeout)
         bridge, self._bridge = self._bridge, None
         if bridge is not None:  # last: producers and consumers waited for their coroutines
-            _quietly("drain the listener coroutines", bridge.close, timeout)
+            quietly("drain the listener coroutines", bridge.close, timeout)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -845,28 +590,7 @@ class TxMsg:
             NotStartedError / ClosedError: outside start() .. close().
             UnknownGroupError: no producer of that group (or several and none named).
         """
-        self._check_running("producer()")
-        if group is None:
-            group = self.config.producer.group
-        if group is None:
-            if len(self._producers) == 1:
-                return next(iter(self._producers.values()))
-            raise UnknownGroupError(
-                f"several producer groups exist ({', '.join(sorted(self._producers)) or 'none'}); "
-                "say which: app.producer('group') or set producer.group in the config",
-                group=None,
-            )
-        try:
-            return self._producers[group]
-        except KeyError:
-            known = ", ".join(sorted(self._producers)) or "none"
-            raise UnknownGroupError(
-                f"no transactional listener for producer group {group!r} (registered: {known}), "
-                f"nor a plain producer group of that name; declare one with "
-                f"@app.transactional_listener(group={group!r}) to send in transactions, or "
-                f"app.add_producer(group={group!r}) for plain sends only",
-                group=group,
-            ) from None
+        return self._running_for("producer()").producer(group)
 
     def transactional_producer(self, group: str | None = None) -> TransactionalProducer:
         """The producer of transactional listener group ``group``, typed to send in
@@ -880,125 +604,26 @@ class TxMsg:
             UnknownGroupError: ``group`` is a plain producer group (:meth:`add_producer`) or
                 unknown, or there are several listener groups and none is named.
         """
-        self._check_running("transactional_producer()")
-        if group is None:
-            group = self.config.producer.group
-        if group is None:
-            listeners = [
-                p for p in self._producers.values() if isinstance(p, TransactionalProducer)
-            ]
-            if len(listeners) == 1:
-                return listeners[0]
-            raise UnknownGroupError(
-                f"{'several' if listeners else 'no'} transactional listener groups exist "
-                f"({', '.join(sorted(p.group for p in listeners)) or 'none'}); say which: "
-                "app.transactional_producer('group') or set producer.group in the config",
-                group=None,
-            )
-        producer = self.producer(group)
-        if not isinstance(producer, TransactionalProducer):
-            raise UnknownGroupError(
-                f"producer group {group!r} is a plain producer group (app.add_producer): it has "
-                "no transactional listener, so it cannot send in a transaction; declare one with "
-                f"@app.transactional_listener(group={group!r}), or use app.producer({group!r}) "
-                "for plain sends",
-                group=group,
-            )
-        return producer
+        return self._running_for("transactional_producer()").transactional_producer(group)
 
-    def _check_running(self, what: str) -> None:
-        if self._state == "new":
+    def _running_for(self, what: str) -> Running:
+        if self._state == "closed":
+            raise ClosedError("TxMsg is closed: producers are gone; create and start a new TxMsg")
+        if self._state == "new" or self._running is None:
             raise NotStartedError(
                 f"TxMsg is not started: call app.start() (or use `with app:`) before {what}"
             )
-        if self._state == "closed":
-            raise ClosedError("TxMsg is closed: producers are gone; create and start a new TxMsg")
+        return self._running
 
     @property
     def producers(self) -> dict[str, Producer]:
         """A copy: producer group -> producer (empty before start)."""
-        return dict(self._producers)
+        return dict(self._running.producers) if self._running is not None else {}
 
     def stats(self) -> dict[str, ProducerStats]:
         """Figures of every producer group."""
-        return {group: p.stats() for group, p in self._producers.items()}
+        return {group: p.stats() for group, p in self.producers.items()}
 
     def __repr__(self) -> str:
         groups = set(self.registry.listeners) | set(self.registry.producer_groups)
         return f"<TxMsg {self._state} groups={sorted(groups)}>"
-
-
-def _then_close(
-    stop: Callable[[float], None], handler: Callable[[Message], bool]
-) -> Callable[[float], None]:
-    """``stop``, then the handler's ``close`` if it has one (an orderly handler's journal sweeper
-    must not outlive its consumer)."""
-    close = getattr(handler, "close", None)
-    if not callable(close):
-        return stop
-
-    def stop_then_close(timeout: float) -> None:
-        try:
-            stop(timeout)
-        finally:
-            close(timeout)
-
-    return stop_then_close
-
-
-def _finish_awaited_sends(
-    pool: ThreadPoolExecutor, bridges: list[LoopBridge], timeout: float
-) -> None:
-    """Shut the send pool down, waiting up to ``timeout`` for the awaited sends in flight.
-
-    A send still running then is waiting for its ``async def execute_local`` on one of
-    ``bridges`` (the app's loop, or the loop that awaited the send; rocketmq backend): its
-    coroutine is cancelled (the send answers UNKNOW, the check-back decides) and the send
-    ends.  Waiting on, or closing its producer under it, would not do: the first held
-    ``aclose(timeout)`` forever when ``execute_local`` never returned, and the bridge's own
-    drain, which cancels, comes after the producers.  The sends are then waited for without a
-    bound, so no producer closes under a send (a plain ``def execute_local`` that never returns
-    cannot be cancelled)."""
-    finishing = threading.Thread(
-        target=_quietly,
-        args=("finish the awaited sends", pool.shutdown, True),
-        name="txmsg-close-sends",
-        daemon=True,
-    )
-    finishing.start()
-    finishing.join(timeout)
-    if not finishing.is_alive():
-        return
-    cancelled = sum(bridge.cancel_pending() for bridge in bridges)
-    log.warning(
-        "awaited sends still running after the close timeout (%.1fs): their execute_local has "
-        "not returned. %d listener coroutine(s) cancelled (their transactions answer UNKNOW; the "
-        "check-back decides); waiting for the sends to end. Give close()/aclose() a longer "
-        "timeout, or make execute_local return sooner",
-        timeout,
-        cancelled,
-    )
-    finishing.join()
-
-
-def _in_parallel(what: str, calls: list[tuple[Callable[[float], None], float]]) -> None:
-    """Run each ``fn(timeout)`` on its own thread and wait for all of them; never raises."""
-    if len(calls) <= 1:
-        for fn, timeout in calls:
-            _quietly(what, fn, timeout)
-        return
-    threads = [
-        threading.Thread(target=_quietly, args=(what, fn, timeout), name=f"txmsg-close-{n}")
-        for n, (fn, timeout) in enumerate(calls)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
-def _quietly(what: str, fn: Callable[..., Any], *args: Any) -> None:
-    try:
-        fn(*args)
-    except Exception:
-        log.exception("could not %s during shutdown", what)

@@ -38,7 +38,7 @@ def _outboxes_of(reference: str) -> dict[str, Any]:
     if not isinstance(outboxes, dict):
         raise click.ClickException(
             f"--app {reference} is a {type(app).__name__}; outboxes are declared on a "
-            "txmsg.TxMsg (app.add_outbox(group=..., session_factory=...))"
+            "txmsg.TxMsg or a txmsg.ListenerRegistry (.add_outbox(group=..., session_factory=...))"
         )
     return outboxes
 
@@ -318,9 +318,14 @@ def relay_command(app: str, groups: tuple[str, ...], drain: bool) -> None:
     from txmsg.app import TxMsg  # noqa: PLC0415 - the command's own import, loaded when run
 
     loaded = load_app(app)
+    if not isinstance(loaded, TxMsg):  # the relay needs the app's configuration and backend
+        raise click.ClickException(
+            f"--app {app} is a {type(loaded).__name__}; the relay needs the txmsg.TxMsg that "
+            "includes it (its configuration and backend)"
+        )
     outboxes = [o for g in (groups or (None,)) for o in _app_outboxes(app, g)]
     # a relay-only app: the same configuration and backend, only the outboxes' producers
-    relay_app = TxMsg(loaded.config, backend=getattr(loaded, "_backend_arg", None))
+    relay_app = TxMsg(loaded.config, backend=loaded._backend_arg)
     for each in outboxes:
         relay_app.add_producer(group=each.group)
     stop = threading.Event()
@@ -333,7 +338,7 @@ def relay_command(app: str, groups: tuple[str, ...], drain: bool) -> None:
     except TxMsgError as exc:
         raise click.ClickException(f"could not start the relays' producers: {exc}") from exc
     try:
-        hooks = getattr(loaded, "outbox_dead_hooks", ())
+        hooks = loaded.outbox_dead_hooks
         if drain:
             for each in outboxes:
                 relay = Relay(each, relay_app.producer(each.group), hooks=hooks)

@@ -32,17 +32,23 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
+from txmsg.aio.callables import is_async
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
 from txmsg.errors import LifecycleError, ListenerDefinitionError
 from txmsg.listener import ListenerSpec, build_spec
 from txmsg.names import NameKind, NameRule, check_name, rocketmq_rule
+from txmsg.outbox_options import build_outbox_options
 
 if TYPE_CHECKING:
     from txmsg.orderly import ParkedEvent
+    from txmsg.rescue import DiscardedEvent
+    from txmsg.sqla.outbox import Outbox, OutboxDeadEvent
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound="Callable[[ParkedEvent], Any]")
+D = TypeVar("D", bound="Callable[[OutboxDeadEvent], Any]")
+X = TypeVar("X", bound="Callable[[DiscardedEvent], Any]")
 P = ParamSpec("P")
 A = TypeVar("A")
 R = TypeVar("R")
@@ -174,7 +180,9 @@ def declarations_of(target: Any) -> list[ListenerSpec]:
 
 
 class ListenerRegistry:
-    """Transactional listeners by producer group, and message consumers by consumer group."""
+    """Transactional listeners by producer group, message consumers by consumer group, plain
+    producer groups, outboxes by group, and the alert hooks (parked keys, dead outbox rows,
+    discarded transactions)."""
 
     def __init__(self, *, name_rules: tuple[NameRule, ...] = (rocketmq_rule,)) -> None:
         self.name_rules = name_rules
@@ -184,6 +192,9 @@ class ListenerRegistry:
         self._consumers: dict[str, ConsumerSpec] = {}
         self._producer_groups: dict[str, None] = {}  # insertion-ordered set
         self._parked_hooks: list[Callable[[ParkedEvent], Any]] = []
+        self._outboxes: dict[str, Outbox] = {}
+        self._outbox_dead_hooks: list[Callable[[OutboxDeadEvent], Any]] = []
+        self._discarded_hooks: list[Callable[[DiscardedEvent], Any]] = []
         self._frozen: str | None = None
         with _ALIVE_LOCK:
             _ALIVE.add(self)
@@ -276,7 +287,7 @@ class ListenerRegistry:
         self.add_consumer(spec)
         return spec
 
-    def add_producer(self, group: str) -> None:
+    def add_producer(self, *, group: str) -> None:
         """Declare producer ``group`` for plain sends (``send``, ``send_orderly``, ...) without
         a transactional listener; its client starts with the app.
 
@@ -308,10 +319,64 @@ class ListenerRegistry:
             raise ListenerDefinitionError(
                 f"@on_parked decorates a function fn(event) (a ParkedEvent), not {fn!r}"
             )
-        with self._lock:
-            self._check_open_locked("add an on_parked hook")
-            self._parked_hooks.append(fn)
+        self._add_hook(self._parked_hooks, fn, "on_parked")
         return fn
+
+    @declares_with(build_outbox_options)
+    def add_outbox(self, **options: Any) -> Outbox:
+        """Declare a transactional outbox whose relay sends with producer ``group``; returns it.
+
+        ``outbox.send(session, topic, payload, ...)`` writes a message in your SQLAlchemy
+        transaction; the relay sends it after the commit (:mod:`txmsg.sqla.outbox`).  With
+        ``relay=True`` (default) the relay runs in the app's process from its ``start()`` to its
+        ``close()`` (the group's plain-send producer is declared for it); with ``relay=False``
+        it runs elsewhere (``txmsg outbox relay --app MODULE:app``).  The options are
+        :class:`txmsg.sqla.outbox.Outbox`'s (:func:`txmsg.outbox_options.build_outbox_options`).
+
+        Raises:
+            InvalidNameError: RocketMQ or the backend refuses ``group``.
+            ConfigError: an invalid option.
+            ListenerDefinitionError: the registry has an outbox of that group already.
+            LifecycleError: the registry is already frozen (its app started).
+        """
+        self._check_open(f"add the outbox {options.get('group')!r}")
+        from txmsg.sqla.outbox import Outbox  # noqa: PLC0415 - SQLAlchemy only when used
+
+        outbox = Outbox.of(build_outbox_options(self.name_rules, **options))
+        self.add_outbox_of(outbox)
+        return outbox
+
+    def on_outbox_dead(self, fn: D) -> D:
+        """Decorator: ``fn(event)`` is called with a :class:`txmsg.sqla.outbox.OutboxDeadEvent`
+        each time a relay of the app gives up on an outbox row (after the ERROR log line): page
+        someone, count a metric.  Runs on the relay's thread; an exception is logged and ignored.
+        Returns ``fn`` unchanged."""
+        if not callable(fn):
+            raise ListenerDefinitionError(
+                f"@on_outbox_dead decorates a function fn(event) (an OutboxDeadEvent), not {fn!r}"
+            )
+        self._add_hook(self._outbox_dead_hooks, fn, "on_outbox_dead")
+        return fn
+
+    def on_transaction_discarded(self, fn: X) -> X:
+        """Decorator: ``fn(event)`` is called with a :class:`txmsg.rescue.DiscardedEvent` each
+        time the app's rescuer gives up on a half message the broker discarded after its last
+        check-back (``check_local`` still had no answer after ``rescue_attempts``; after the
+        ERROR line and the dead row): page someone, count a metric.  Runs on the rescue
+        consumer's thread; an exception is logged and ignored.  Returns ``fn`` unchanged.
+        See ``docs/guide/discards.md``."""
+        if not callable(fn) or is_async(fn):
+            raise ListenerDefinitionError(
+                "@on_transaction_discarded decorates a plain function fn(event) (a "
+                f"txmsg.rescue.DiscardedEvent; not async def), not {fn!r}"
+            )
+        self._add_hook(self._discarded_hooks, fn, "on_transaction_discarded")
+        return fn
+
+    def _add_hook(self, hooks: list[Any], fn: Callable[..., Any], name: str) -> None:
+        with self._lock:
+            self._check_open_locked(f"add an {name} hook")
+            hooks.append(fn)
 
     # ---- recording ---------------------------------------------------------------------------------
     def add_listener(self, spec: ListenerSpec) -> None:
@@ -345,6 +410,74 @@ class ListenerRegistry:
                 )
             self._consumers[spec.group] = spec
 
+    def add_outbox_of(self, outbox: Outbox) -> None:
+        """Record ``outbox`` (and, when its relay runs in process, its producer group); one
+        outbox per group: its rows and relay belong to it."""
+        check_name("producer_group", outbox.group, owner="add_outbox", rules=self.name_rules)
+        with self._lock:
+            self._check_open_locked(f"add the outbox {outbox.group!r}")
+            if outbox.group in self._outboxes:
+                raise ListenerDefinitionError(
+                    f"this app has an outbox of group {outbox.group!r} already; use that one "
+                    "(one outbox per group: its rows and relay belong to it)"
+                )
+            self._outboxes[outbox.group] = outbox
+            if outbox.relay_in_process:
+                self._producer_groups[outbox.group] = None
+
+    def include(self, other: ListenerRegistry, *, into: str) -> None:
+        """Take every declaration of ``other`` (a module-level registry), then freeze it
+        (``into`` names the app, for the error of a later declaration there).
+
+        Nothing is taken when a name is refused by this registry's rules or a group is taken.
+
+        Raises:
+            InvalidNameError: a name this registry's rules refuse.
+            ListenerDefinitionError: a group this registry already has.
+        """
+        listeners, consumers, outboxes = other.listeners, other.consumers, other.outboxes
+        for spec in listeners.values():
+            self.check_spec_names(spec)
+        for cspec in consumers.values():
+            self.check_spec_names(cspec)
+        for group in [*other.producer_groups, *outboxes]:
+            check_name("producer_group", group, owner="add_producer", rules=self.name_rules)
+        self._check_free(
+            listeners,
+            self.listeners,
+            "producer",
+            "one listener per producer group: rename one of them",
+        )
+        self._check_free(
+            consumers, self.consumers, "consumer", "give each message listener its own group"
+        )
+        self._check_free(
+            outboxes, self.outboxes, "outbox", "one outbox per group: rename one of them"
+        )
+        other.freeze(f"it was included into {into}")
+        for spec in listeners.values():
+            self.add_listener(spec)
+        for cspec in consumers.values():
+            self.add_consumer(cspec)
+        for outbox in outboxes.values():
+            self.add_outbox_of(outbox)
+        for group in other.producer_groups:
+            self.add_producer(group=group)
+        with self._lock:
+            self._check_open_locked("include a registry")
+            self._parked_hooks.extend(other.parked_hooks)
+            self._outbox_dead_hooks.extend(other.outbox_dead_hooks)
+            self._discarded_hooks.extend(other.transaction_discarded_hooks)
+
+    @staticmethod
+    def _check_free(theirs: dict[str, Any], ours: dict[str, Any], kind: str, rule: str) -> None:
+        for group, declared in theirs.items():
+            if group in ours:
+                name = getattr(declared, "name", repr(declared))
+                raise ListenerDefinitionError(
+                    f"{kind} group {group!r} of {name} is already declared in this app; {rule}"
+                )
+
     def _check_names(
         self, group: str, topics: Sequence[str], owner: str, *, kind: NameKind
     ) -> None:
@@ -359,6 +492,36 @@ class ListenerRegistry:
             self._check_names(spec.group, spec.topics, spec.name, kind="producer_group")
         else:
             self._check_names(spec.group, (spec.topic,), spec.name, kind="consumer_group")
+
+    def group_of_instance(self, instance: Any, group: str | None = None) -> str:
+        """The group whose listener declaration has ``instance``'s class (``TxMsg.use_listener``);
+        ``group`` says which when the class is declared under several.
+
+        Raises:
+            ListenerDefinitionError: the class is not declared here (or, without ``group``,
+                declared several times).
+        """
+        cls = type(instance)
+        specs = [
+            spec
+            for spec in self.listeners.values()
+            if spec.target is cls and (group is None or spec.group == group)
+        ]
+        if not specs:
+            raise ListenerDefinitionError(
+                f"{cls.__qualname__} is not a transactional listener of this app"
+                + (f" for group {group!r}" if group is not None else "")
+                + "; declare its class with @app.transactional_listener(group=...) (or include "
+                "the registry that declares it), or use app.add_transactional_listener("
+                "instance, group=...)"
+            )
+        if len(specs) > 1:
+            groups = ", ".join(sorted(repr(spec.group) for spec in specs))
+            raise ListenerDefinitionError(
+                f"{cls.__qualname__} is declared for several groups of this app ({groups}); "
+                "say which: app.use_listener(instance, group=...)"
+            )
+        return specs[0].group
 
     # ---- freezing ----------------------------------------------------------------------------------
     def freeze(self, reason: str) -> None:
@@ -432,12 +595,32 @@ class ListenerRegistry:
     @property
     def parked_hooks(self) -> tuple[Callable[[ParkedEvent], Any], ...]:
         """Hooks registered with :meth:`on_parked`, in registration order."""
+        return self._snapshot(self._parked_hooks)
+
+    @property
+    def outboxes(self) -> dict[str, Outbox]:
+        """A copy: outbox group -> :class:`~txmsg.sqla.outbox.Outbox`."""
         with self._lock:
-            return tuple(self._parked_hooks)
+            return dict(self._outboxes)
+
+    @property
+    def outbox_dead_hooks(self) -> tuple[Callable[[OutboxDeadEvent], Any], ...]:
+        """Hooks registered with :meth:`on_outbox_dead`, in registration order."""
+        return self._snapshot(self._outbox_dead_hooks)
+
+    @property
+    def transaction_discarded_hooks(self) -> tuple[Callable[[DiscardedEvent], Any], ...]:
+        """Hooks registered with :meth:`on_transaction_discarded`, in registration order."""
+        return self._snapshot(self._discarded_hooks)
+
+    def _snapshot(self, hooks: list[T]) -> tuple[T, ...]:
+        with self._lock:
+            return tuple(hooks)
 
     def __repr__(self) -> str:
         return (
             f"<ListenerRegistry listeners={sorted(self._listeners)} "
-            f"consumers={sorted(self._consumers)} producers={sorted(self._producer_groups)}"
+            f"consumers={sorted(self._consumers)} producers={sorted(self._producer_groups)} "
+            f"outboxes={sorted(self._outboxes)}"
             f"{' frozen' if self._frozen else ''}>"
         )

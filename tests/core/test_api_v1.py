@@ -386,7 +386,7 @@ def test_consumers_stop_in_parallel_so_the_timeout_does_not_add_up() -> None:
 
         return stop
 
-    app._stops = [slow_stop_for("points"), slow_stop_for("cart")]
+    app._running.stops = [slow_stop_for("points"), slow_stop_for("cart")]  # type: ignore[union-attr]
     app.close(timeout=1)
     assert original["points"].stopped
     assert original["cart"].stopped

@@ -373,7 +373,7 @@ def test_a_failed_start_leaves_the_app_open_for_a_fix_and_a_retry() -> None:
         assert made[1].executed
         assert not made[0].executed
     with pytest.raises(LifecycleError, match="frozen"):
-        app.registry.add_producer("later")
+        app.registry.add_producer(group="later")
 
 
 def test_backend_found_through_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -505,16 +505,16 @@ def test_many_keys_spread_evenly_and_do_not_warn(
 # ---- declaring plain groups --------------------------------------------------------------------
 def test_add_producer_names_include_and_freeze() -> None:
     registry = ListenerRegistry()
-    registry.add_producer("module-notify")
-    registry.add_producer("module-notify")  # twice is harmless
+    registry.add_producer(group="module-notify")
+    registry.add_producer(group="module-notify")  # twice is harmless
     with pytest.raises(InvalidNameError):
-        registry.add_producer("bad group!")
+        registry.add_producer(group="bad group!")
     backend = SendingBackend()
     app = TxMsg(TxMsgConfig(), backend=backend)
     app.include(registry)
     assert app.registry.producer_groups == ("module-notify",)
     with pytest.raises(LifecycleError):
-        registry.add_producer("late")
+        registry.add_producer(group="late")
     with app:
         assert app.producer("module-notify").group == "module-notify"
         assert app.producer().group == "module-notify"  # the only group is the default
