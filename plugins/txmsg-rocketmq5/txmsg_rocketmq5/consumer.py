@@ -30,13 +30,7 @@ from txmsg.backend import ConsumeHandler
 from txmsg.errors import ConfigError, SendError
 
 from . import messages
-from ._client import (
-    AckMessageEntry,
-    AckMessageRequest,
-    Code,
-    FilterExpression,
-    ForwardMessageToDeadLetterQueueRequest,
-)
+from ._client import FilterExpression, ForwardMessageToDeadLetterQueueRequest
 from .receive import AWAIT_S, INVISIBLE_S, QuietSimpleConsumer, ReceiveLoop
 
 log = logging.getLogger("txmsg.rocketmq5")
@@ -155,10 +149,7 @@ class LoopConsumer(ReceiveLoop):
     def _consume(self, raw: Any, received: float) -> Future[Any] | None:
         """Handle ``raw``; the ack's future when it was consumed (None otherwise).
 
-        Why the ack is asynchronous: a handler thread that waited for the ack's round trip
-        handled nothing meanwhile, so ``concurrency`` threads acked at most ``concurrency``
-        messages per round trip, and a default listener (4 threads) fell behind at 200
-        messages/s on a loaded machine (``benchmarks.delivery_latency``).  The message still
+        The ack is not waited for here (:meth:`ReceiveLoop._ack_async` says why); the message
         holds its slot until the ack is answered (stop() waits for it as for a handler).
         """
         if time.monotonic() - received > INVISIBLE_S - EXPIRED_MARGIN_S:
@@ -186,38 +177,13 @@ class LoopConsumer(ReceiveLoop):
             self._not_acked(raw, f"{type(exc).__name__}: {exc}")
         return None
 
-    def _ack_async(self, raw: Any) -> Future[Any]:
-        """The ack's RPC, answered on the client's I/O thread.
-
-        Why not the client's ``ack_async``: 5.1.2's returns nothing, and the ``_ack_async`` behind
-        it makes an ``asyncio.Future`` in the calling thread, which raises outside an event loop.
-        The request is the one its synchronous ``ack`` sends."""
-        config = self.client.client_configuration
-        request = AckMessageRequest()
-        request.group.name = self.group
-        request.group.resource_namespace = config.namespace
-        request.topic.name = raw.topic
-        request.topic.resource_namespace = config.namespace
-        entry = AckMessageEntry()
-        entry.message_id = raw.message_id
-        entry.receipt_handle = raw.receipt_handle
-        request.entries.append(entry)
-        future: Future[Any] = self.client.rpc_client.ack_message_async(
-            raw.endpoints, request, metadata=self.client.sign(), timeout=config.request_timeout
-        )
-        return future
-
     def _acked(self, raw: Any, done: Future[Any]) -> None:
-        exc = done.exception()
-        if exc is None:
-            status = done.result().status
-            if int(status.code) == Code.OK:
-                with self._lock:
-                    self.consumed += 1
-                return
-            self._not_acked(raw, f"the proxy answered {int(status.code)} {status.message}")
+        refusal = self._ack_refusal(done)
+        if refusal is not None:
+            self._not_acked(raw, refusal)
             return
-        self._not_acked(raw, f"{type(exc).__name__}: {exc}")
+        with self._lock:
+            self.consumed += 1
 
     def _not_acked(self, raw: Any, reason: str) -> None:
         log.error(

@@ -11,7 +11,8 @@ What RocketMQ 5 guarantees, and what this loop adds:
   refuses to start.
 * Here: the messages of one receive are split by message group (``Message.sharding_key``;
   messages without a group share the key ``""``).  Each group is worked on by one thread at a
-  time, strictly receive -> handle -> ack before its next message; different groups run on up to
+  time, strictly receive -> handle -> ack answered before its next message (the thread does not
+  wait for the ack: it works on another group meanwhile); different groups run on up to
   ``concurrency`` threads.  A handler answering False (the core could not even park the message)
   makes that message **and every later message of its group already received** invisible for
   ``ORDERLY_RETRY_DELAY`` (~1 s) without acking any of them, so they come back in the same order;
@@ -29,7 +30,7 @@ import logging
 import math
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from txmsg import defaults
@@ -180,46 +181,79 @@ class FifoConsumer(ReceiveLoop):
 
     # ---- one group -----------------------------------------------------------------------------
     def _work(self, key: str) -> None:
-        """Handle ``key``'s messages one at a time until none is left (one thread per group)."""
-        while True:
-            with self._lock:
-                waiting = self._pending.get(key)
-                if not waiting or self._stopping.is_set():
-                    # on stop: what is left is not acked and comes back after its invisible time
-                    left = self._pending.pop(key, deque())
-                    self._held -= len(left)
-                    self._running.discard(key)
-                    self._lock.notify_all()
-                    return
-                raw = waiting[0]
-            ok = self._handle(raw)
-            with self._lock:
-                if ok:
-                    waiting.popleft()
-                    self._held -= 1
-                    self.consumed += 1
-                    self._lock.notify_all()
-                    continue
-                # suspend the group: this message and every later one received, in order
-                later = list(self._pending.pop(key, deque()))
-                self._held -= len(later)
-                self._running.discard(key)
-                self.suspended += 1
-                self._lock.notify_all()
-            self._suspend(key, later)
-            return
+        """Handle ``key``'s next message and send its ack; the ack's answer hands the group on.
 
-    def _handle(self, raw: Any) -> bool:
-        """Run the handler and ack; False = the message must come again (not acked)."""
+        One message of a group at a time, each handled only once the previous one's ack was
+        answered, as before; but the thread does not wait for the ack (see
+        :meth:`ReceiveLoop._ack_async`): it takes the next group with work, and the answer
+        submits this group's next message (or its suspension) to the pool.  A group stays in
+        ``_running`` until then, so stop() waits for acks in flight as for handlers."""
+        with self._lock:
+            waiting = self._pending.get(key)
+            if not waiting or self._stopping.is_set():
+                # on stop: what is left is not acked and comes back after its invisible time
+                self._give_back(key)
+                return
+            raw = waiting[0]
+        ack = self._handle(raw)
+        if ack is None:
+            self._fail(key)
+            return
+        ack.add_done_callback(lambda done: self._acked(key, raw, done))
+
+    def _give_back(self, key: str) -> None:
+        """Drop ``key``'s held messages without acking them (called holding ``_lock``)."""
+        left = self._pending.pop(key, deque())
+        self._held -= len(left)
+        self._running.discard(key)
+        self._lock.notify_all()
+
+    def _fail(self, key: str) -> None:
+        """Suspend the group: its first held message and every later one received, in order."""
+        with self._lock:
+            later = list(self._pending.pop(key, deque()))
+            self._held -= len(later)
+            self._running.discard(key)
+            self.suspended += 1
+            self._lock.notify_all()
+        self._suspend(key, later)
+
+    def _acked(self, key: str, raw: Any, done: Future[Any]) -> None:
+        """The ack of ``key``'s first held message was answered (on the client's I/O thread:
+        nothing here may block, the group's next step goes to the pool)."""
+        refusal = self._ack_refusal(done)
+        if refusal is None:
+            with self._lock:
+                self._pending[key].popleft()
+                self._held -= 1
+                self.consumed += 1
+                self._lock.notify_all()
+        else:
+            log.error(
+                "consumer group %s: message %s (group key %r) handled but not acknowledged (%s); "
+                "it is redelivered and handled again before the later messages of its key",
+                self.group,
+                raw.message_id,
+                key,
+                refusal,
+            )
+        try:
+            self._pool.submit(self._work if refusal is None else self._fail, key)
+        except RuntimeError:  # stopping: what is left comes back after its invisible time
+            with self._lock:
+                self._give_back(key)
+
+    def _handle(self, raw: Any) -> Future[Any] | None:
+        """Run the handler and send the ack; None = the message must come again (not acked)."""
         try:
             message = messages.from_client(raw)
         except Exception:  # a message we cannot read is retried, never skipped
             log.exception("consumer group %s: cannot read message %s", self.group, raw.message_id)
-            return False
+            return None
         if not self.handler(message):
-            return False
+            return None
         try:
-            self.client.ack(raw)
+            return self._ack_async(raw)
         except Exception as exc:  # noqa: BLE001 - not acked: it comes again, the group waits for it
             log.error(
                 "consumer group %s: message %s (group key %r) handled but not acknowledged (%s: %s); "
@@ -230,8 +264,7 @@ class FifoConsumer(ReceiveLoop):
                 type(exc).__name__,
                 exc,
             )
-            return False
-        return True
+            return None
 
     def _suspend(self, key: str, held: list[Any]) -> None:
         """Make ``held`` (the failed message first) visible again in ``retry_seconds``.

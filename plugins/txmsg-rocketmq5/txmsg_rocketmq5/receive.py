@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from ._client import SimpleConsumer
+from ._client import AckMessageEntry, AckMessageRequest, Code, SimpleConsumer
 from .client import shut_down
 from .routes import fetch_routes_on_their_thread
 
@@ -140,6 +140,44 @@ class ReceiveLoop:
         if self._stopping.is_set():
             return None
         return future.result()
+
+    # ---- acks ----------------------------------------------------------------------------------
+    def _ack_async(self, raw: Any) -> Future[Any]:
+        """The ack of ``raw``, sent without waiting: its future is answered on the client's I/O
+        thread, where nothing may block (hand blocking work to a pool).
+
+        Why the consumers do not wait for their acks in a handler thread: a thread waiting for
+        the ack's round trip handles nothing meanwhile, so ``concurrency`` threads handled at most
+        ``concurrency`` messages per round trip, and a default listener (4 threads) fell behind at
+        200 messages/s on a loaded machine (``benchmarks.delivery_latency``, docs/guide/outbox.md).
+        Why not the client's ``ack_async``: 5.1.2's returns nothing, and the ``_ack_async`` behind
+        it makes an ``asyncio.Future`` in the calling thread, which raises outside an event loop.
+        The request is the one its synchronous ``ack`` sends."""
+        config = self.client.client_configuration
+        request = AckMessageRequest()
+        request.group.name = self.group
+        request.group.resource_namespace = config.namespace
+        request.topic.name = raw.topic
+        request.topic.resource_namespace = config.namespace
+        entry = AckMessageEntry()
+        entry.message_id = raw.message_id
+        entry.receipt_handle = raw.receipt_handle
+        request.entries.append(entry)
+        future: Future[Any] = self.client.rpc_client.ack_message_async(
+            raw.endpoints, request, metadata=self.client.sign(), timeout=config.request_timeout
+        )
+        return future
+
+    @staticmethod
+    def _ack_refusal(done: Future[Any]) -> str | None:
+        """Why the ack answered by ``done`` failed; None when the proxy took it."""
+        exc = done.exception()
+        if exc is not None:
+            return f"{type(exc).__name__}: {exc}"
+        status = done.result().status
+        if int(status.code) != Code.OK:
+            return f"the proxy answered {int(status.code)} {status.message}"
+        return None
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def stop(self, timeout: float) -> None:
