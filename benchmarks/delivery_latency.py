@@ -241,6 +241,8 @@ class Service:
         self.app.start()
         self.outbox.start_relay(StoredSender(self.app.producer(self.outbox.group), self.stored))
         self.serial = 0
+        self.longest = 0.0
+        """The longest business transaction since the last round began (s)."""
 
     def _database(self, path: Path) -> sessionmaker[Session]:
         engine = create_engine(f"sqlite:///{path}")
@@ -255,11 +257,14 @@ class Service:
         """One business transaction: an order row and one outbox row; its message key."""
         n = self.serial
         self.serial += 1
+        began = time.perf_counter()
         with self.writer_db() as session, session.begin():
             session.add(BenchOrder(ref=f"o-{n}"))
             sharding_key = f"k{n % self.keys}" if kind == "ordered" else None
             receipt = self.outbox.send(session, self.topics[kind], BODY, sharding_key=sharding_key)
-        self.committed.note(receipt.message_key)
+        committed = time.perf_counter()
+        self.committed.note(receipt.message_key, committed)
+        self.longest = max(self.longest, committed - began)
         return receipt.message_key
 
     def warm_up(self, kind: str, timeout: float = 90.0) -> bool:
@@ -347,6 +352,7 @@ def run_backend(
             figures = out.setdefault(kind, Figures())
             for number in range(1, args.rounds + 1):
                 cpu0, broker0 = time.process_time(), broker_cpu(broker)
+                service.longest = 0.0
                 keys = service.paced(kind, args.rate, args.seconds)
                 reached(functools.partial(service.delivered.has_all, keys), 60.0)
                 cpu = (time.process_time() - cpu0) / max(len(keys), 1) * 1e6
@@ -367,7 +373,8 @@ def run_backend(
                     f"{percentile(got.delivered, 0.99):.1f} ms max "
                     f"{max(got.delivered, default=float('nan')):.1f} ms; commit->stored p50 "
                     f"{percentile(got.stored, 0.5):.1f} ms p99 "
-                    f"{percentile(got.stored, 0.99):.1f} ms; CPU per message {cpu:.0f} us here "
+                    f"{percentile(got.stored, 0.99):.1f} ms; longest transaction "
+                    f"{service.longest * 1000:.0f} ms; CPU per message {cpu:.0f} us here "
                     f"(writer, relay, clients, listeners), {broker_us:.0f} us in the broker",
                     flush=True,
                 )
