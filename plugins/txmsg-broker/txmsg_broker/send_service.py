@@ -128,27 +128,42 @@ def type_mismatch(cfg: TopicConfig, transactional: bool) -> str | None:
     return None
 
 
-def install(broker: Broker) -> None:
-    threads = ThreadNames("SendMessageThread_", 2)
-    config = broker.config
+class _Target:
+    """Where a send goes, once its topic and queue passed the checks."""
+
+    __slots__ = ("cfg", "queue_id", "topic")
+
+    def __init__(self, topic: str, cfg: TopicConfig, queue_id: int) -> None:
+        self.topic, self.cfg, self.queue_id = topic, cfg, queue_id
+
+
+class SendService:
+    """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE of one broker: the request's checks
+    in 4.9.8's order (topic, queue, properties, type, size), then the store."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.threads = ThreadNames("SendMessageThread_", 2)
 
     def resolve(
-        topic: str, conn: Connection, default_topic: str, default_queues: int
+        self, topic: str, conn: Connection, default_topic: str, default_queues: int
     ) -> TopicConfig | None:
         """The topic, created on this first send if the default topic allows it (4.9.8 ``msgCheck``).
 
         ``default_topic``/``default_queues`` are the request's (librocketmq: TBW102, 4).  The new
         topic is in the name server's routes at once, as after 4.9.8's ``registerBrokerAll``.
         """
+        broker = self.broker
         cfg = broker.topics.get(topic)
         if cfg is not None or topic.startswith("%"):
             return cfg
-        thread = threads.next()
+        thread = self.threads.next()
         broker.logs.broker.warn(
             thread, f"the topic {topic} not exist, producer: /{conn.remote_addr}"
         )
         default_topic = default_topic or DEFAULT_TOPIC
-        if default_topic == DEFAULT_TOPIC and not config.auto_create_topics:
+        if default_topic == DEFAULT_TOPIC and not self.config.auto_create_topics:
             # 4.9.8 strips TBW102's inherit permission when autoCreateTopicEnable is off
             cfg, created = None, False
             problem = f"the default topic[{default_topic}] has no perm [{PERM_READ | PERM_WRITE}]"
@@ -168,12 +183,12 @@ def install(broker: Broker) -> None:
             )
         return cfg
 
-    async def send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        response = await _send(cmd, conn)
+    async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        response = await self._send(cmd, conn)
         if response.code != 0:
             # librocketmq retries and then reports only "No route info": say why here
-            broker.logs.broker.warn(
-                threads.next(),
+            self.broker.logs.broker.warn(
+                self.threads.next(),
                 f"send to topic {cmd.ext('topic')} from {conn.remote_addr} rejected "
                 f"(code {response.code}): {response.remark}"
                 + (
@@ -185,21 +200,33 @@ def install(broker: Broker) -> None:
             )
         return response
 
-    async def _send(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    async def _send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         normalize_header(cmd)
-        group = cmd.ext("producerGroup")
-        learn_producer_from_request(broker, group, conn, threads.next)
+        learn_producer_from_request(self.broker, cmd.ext("producerGroup"), conn, self.threads.next)
+        target = self._target(cmd, conn)
+        if isinstance(target, RemotingCommand):
+            return target
+        props = self._properties(cmd, target.cfg)
+        if isinstance(props, RemotingCommand):
+            return props
+        # as 4.9.8/5.3.3 SendMessageProcessor: the header's batch flag decides, not the code
+        if cmd.ext_bool("batch"):
+            return await self._put_batch(cmd, conn, target, props)
+        return await self._put_one(cmd, conn, target, props)
+
+    def _target(self, cmd: RemotingCommand, conn: Connection) -> _Target | RemotingCommand:
+        """The topic (created if allowed) and queue of the request, or the error response."""
         topic = cmd.ext("topic")
         problem = validate_topic_name(topic)
         if problem is not None:
             return cmd.error(SYSTEM_ERROR, f"The specified topic is invalid: {problem}")
         if topic in PROTECTED_TOPICS:
             return cmd.error(NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        cfg = resolve(
+        cfg = self.resolve(
             topic,
             conn,
             cmd.ext("defaultTopic"),
-            cmd.ext_int("defaultTopicQueueNums", config.default_queue_nums),
+            cmd.ext_int("defaultTopicQueueNums", self.config.default_queue_nums),
         )
         if cfg is None:
             # 4.9.8's remark; the rejection line in broker.log adds what to do
@@ -218,6 +245,12 @@ def install(broker: Broker) -> None:
                 SYSTEM_ERROR,
                 f"request queueId[{queue_id}] is illegal, {cfg.describe()} Producer: {conn.remote_addr}",
             )
+        return _Target(topic, cfg, queue_id)
+
+    def _properties(
+        self, cmd: RemotingCommand, cfg: TopicConfig
+    ) -> dict[str, str] | RemotingCommand:
+        """The request's properties once they, the topic's type and the body's size pass."""
         props_text = cmd.ext("properties")
         if len(props_text.encode()) > MAX_PROPERTIES_BYTES:
             return cmd.error(
@@ -226,94 +259,97 @@ def install(broker: Broker) -> None:
                 f"{MAX_PROPERTIES_BYTES}; use fewer/shorter user properties",
             )
         props = string_to_properties(props_text)
-        sys_flag = cmd.ext_int("sysFlag", 0)
-        born = cmd.ext_int("bornTimestamp", 0)
-        flag = cmd.ext_int("flag", 0)
-        reconsume = cmd.ext_int("reconsumeTimes", 0)
-        transactional = is_transactional(props)
+        config = self.config
         if config.enforce_topic_types:
-            mismatch = type_mismatch(cfg, transactional)
+            mismatch = type_mismatch(cfg, is_transactional(props))
             if mismatch is not None:
                 return cmd.error(MESSAGE_ILLEGAL, mismatch)
-        body = cmd.body
-        if len(body) > config.max_message_size:
+        if len(cmd.body) > config.max_message_size:
             return cmd.error(
                 MESSAGE_ILLEGAL,
-                f"the message body size {len(body)} bytes exceeds the broker's maxMessageSize "
+                f"the message body size {len(cmd.body)} bytes exceeds the broker's maxMessageSize "
                 f"{config.max_message_size} bytes; send a smaller message (or split it / store the "
                 f"payload elsewhere and send a reference)",
             )
-        # as 4.9.8/5.3.3 SendMessageProcessor: the header's batch flag decides, not the code
-        if cmd.ext_bool("batch"):
-            if transactional:
-                return cmd.error(
-                    MESSAGE_ILLEGAL, "batch messages cannot be transactional; send them one by one"
-                )
-            try:
-                items = decode_batch(body)
-            except MessageDecodeError as exc:
-                return cmd.error(MESSAGE_ILLEGAL, f"the batch message body is malformed: {exc}")
-            if not items:
-                return cmd.error(MESSAGE_ILLEGAL, "the batch message is empty")
-            msgs = []
-            for item in items:
-                item_props = dict(props)
-                item_props.update(item.properties)
-                msgs.append(
-                    StoredMessage(
-                        topic=topic,
-                        queue_id=queue_id,
-                        body=item.body,
-                        flag=item.flag,
-                        properties=item_props,
-                        born_timestamp=born,
-                        born_host=conn.remote_addr,
-                        sys_flag=sys_flag & ~0x1,
-                        reconsume_times=reconsume,
-                    )
-                )
-            try:
-                stored = broker.put_messages(msgs, defer_sync=True)
-                await broker.durable()
-            except NotWritableError:
-                return diskfull.refuse(broker, cmd)
-            return cmd.response(
-                ext_fields={
-                    "msgId": ",".join(m.msg_id for m in stored),
-                    "queueId": str(queue_id),
-                    "queueOffset": str(stored[0].queue_offset),
-                    "MSG_REGION": "DefaultRegion",
-                    "TRACE_ON": "true",
-                }
+        return props
+
+    async def _put_batch(
+        self, cmd: RemotingCommand, conn: Connection, target: _Target, props: dict[str, str]
+    ) -> RemotingCommand:
+        if is_transactional(props):
+            return cmd.error(
+                MESSAGE_ILLEGAL, "batch messages cannot be transactional; send them one by one"
             )
+        try:
+            items = decode_batch(cmd.body)
+        except MessageDecodeError as exc:
+            return cmd.error(MESSAGE_ILLEGAL, f"the batch message body is malformed: {exc}")
+        if not items:
+            return cmd.error(MESSAGE_ILLEGAL, "the batch message is empty")
+        msgs = []
+        for item in items:
+            item_props = dict(props)
+            item_props.update(item.properties)
+            msgs.append(
+                StoredMessage(
+                    topic=target.topic,
+                    queue_id=target.queue_id,
+                    body=item.body,
+                    flag=item.flag,
+                    properties=item_props,
+                    born_timestamp=cmd.ext_int("bornTimestamp", 0),
+                    born_host=conn.remote_addr,
+                    sys_flag=cmd.ext_int("sysFlag", 0) & ~0x1,
+                    reconsume_times=cmd.ext_int("reconsumeTimes", 0),
+                )
+            )
+        try:
+            stored = self.broker.put_messages(msgs, defer_sync=True)
+            await self.broker.durable()
+        except NotWritableError:
+            return diskfull.refuse(self.broker, cmd)
+        return _stored(cmd, ",".join(m.msg_id for m in stored), target, stored[0].queue_offset)
+
+    async def _put_one(
+        self, cmd: RemotingCommand, conn: Connection, target: _Target, props: dict[str, str]
+    ) -> RemotingCommand:
+        broker = self.broker
         msg = StoredMessage(
-            topic=topic,
-            queue_id=queue_id,
-            body=body,
-            flag=flag,
+            topic=target.topic,
+            queue_id=target.queue_id,
+            body=cmd.body,
+            flag=cmd.ext_int("flag", 0),
             properties=stamp_send_properties(broker, props),
-            born_timestamp=born,
+            born_timestamp=cmd.ext_int("bornTimestamp", 0),
             born_host=conn.remote_addr,
-            sys_flag=sys_flag,
-            reconsume_times=reconsume,
+            sys_flag=cmd.ext_int("sysFlag", 0),
+            reconsume_times=cmd.ext_int("reconsumeTimes", 0),
         )
         try:
-            if transactional:
+            if is_transactional(props):
                 stored_msg = broker.transactions.prepare(msg, defer_sync=True)
             else:
                 stored_msg = broker.put_message(msg, defer_sync=True)
             await broker.durable()  # sync mode: group commit before the acknowledgement
         except NotWritableError:  # full disk: 4.9.8's SERVICE_NOT_AVAILABLE, nothing acknowledged
             return diskfull.refuse(broker, cmd)
-        return cmd.response(
-            ext_fields={
-                "msgId": stored_msg.msg_id,
-                "queueId": str(queue_id),
-                "queueOffset": str(stored_msg.queue_offset),
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            }
-        )
+        return _stored(cmd, stored_msg.msg_id, target, stored_msg.queue_offset)
 
+
+def _stored(cmd: RemotingCommand, msg_id: str, target: _Target, offset: int) -> RemotingCommand:
+    """The SEND_OK response of a stored message (or batch: its ids, its first offset)."""
+    return cmd.response(
+        ext_fields={
+            "msgId": msg_id,
+            "queueId": str(target.queue_id),
+            "queueOffset": str(offset),
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+    )
+
+
+def install(broker: Broker) -> None:
+    service = SendService(broker)
     for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
-        broker.register(code, send, inline=True)
+        broker.register(code, service.send, inline=True)
