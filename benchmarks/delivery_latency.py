@@ -28,6 +28,8 @@ measured.  Then one writer thread runs business transactions paced at ``--rate``
 * ``<backend>_<kind>_stored_p99_ms``: commit -> the relay's send answered by the broker (the relay
   and the broker's put), so the rest of the delivery p99 is the broker's hand-off to the consumer
   and the consumer's own path.
+* ``<backend>_<kind>_handoff_p99_ms``: stored -> delivered, that rest (the broker's answer to the
+  relay and the delivery race, so it is clipped at 0).
 * ``<backend>_<kind>_cpu_us`` / ``_broker_cpu_us``: CPU time per message of this process (writer,
   relay, clients, listeners) and of the broker's process, median of the rounds: what the path
   needs of the machine, which the load disturbs far less than the latencies.  At 200 messages/s
@@ -41,7 +43,8 @@ stalls stalls its relay too); ``--timeline FILE`` appends every message's commit
 delivered ms.  The machine's load average is printed beside the figures (``load=``).  Final line::
 
     RESULT delivery rocketmq_plain_p50_ms=... rocketmq_plain_p99_ms=...
-        rocketmq_plain_stored_p99_ms=... rocketmq_plain_cpu_us=... rocketmq_plain_broker_cpu_us=...
+        rocketmq_plain_stored_p99_ms=... rocketmq_plain_handoff_p99_ms=...
+        rocketmq_plain_cpu_us=... rocketmq_plain_broker_cpu_us=...
         (the same for rocketmq_ordered, rocketmq5_plain, rocketmq5_ordered) worst_p99_ms=...
         load=<1-min load average at the end> ratio=<100 ms / worst p99>
 """
@@ -166,6 +169,8 @@ class Figures:
 
     delivered: list[float] = field(default_factory=list)
     stored: list[float] = field(default_factory=list)
+    handoff: list[float] = field(default_factory=list)
+    """Stored -> delivered (ms): the broker's hand-off and the consumer's own path."""
     missing: int = 0
     cpu_us: list[float] = field(default_factory=list)
     """Per round: this process's CPU per message (µs)."""
@@ -335,6 +340,7 @@ class Service:
             into.delivered.append((delivered - commit) * 1000)
             if stored is not None:
                 into.stored.append((stored - commit) * 1000)
+                into.handoff.append(max(0.0, delivered - stored) * 1000)
 
     def close(self) -> None:
         self.outbox.stop_relay()
@@ -390,7 +396,9 @@ def run_backend(
                     f"{percentile(got.delivered, 0.99):.1f} ms max "
                     f"{max(got.delivered, default=float('nan')):.1f} ms; commit->stored p50 "
                     f"{percentile(got.stored, 0.5):.1f} ms p99 "
-                    f"{percentile(got.stored, 0.99):.1f} ms; longest transaction "
+                    f"{percentile(got.stored, 0.99):.1f} ms; stored->delivered p50 "
+                    f"{percentile(got.handoff, 0.5):.1f} ms p99 {percentile(got.handoff, 0.99):.1f} "
+                    f"ms; longest transaction "
                     f"{service.longest * 1000:.0f} ms; CPU per message {cpu:.0f} us here "
                     f"(writer, relay, clients, listeners), {broker_us:.0f} us in the broker",
                     flush=True,
@@ -454,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name}_p50_ms={percentile(figures.delivered, 0.5):.1f}",
             f"{name}_p99_ms={p99:.1f}",
             f"{name}_stored_p99_ms={percentile(figures.stored, 0.99):.1f}",
+            f"{name}_handoff_p99_ms={percentile(figures.handoff, 0.99):.1f}",
             f"{name}_cpu_us={statistics.median(figures.cpu_us or [0.0]):.0f}",
             f"{name}_broker_cpu_us={statistics.median(figures.broker_cpu_us or [0.0]):.0f}",
         ]
