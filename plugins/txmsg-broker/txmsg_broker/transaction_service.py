@@ -47,7 +47,7 @@ import contextlib
 import time
 import zlib
 from collections.abc import Generator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .client_service import learn_producer_from_request
 from .codec import CHECK_TRANSACTION_STATE, END_TRANSACTION, RemotingCommand
@@ -607,9 +607,54 @@ class TransactionService:
         written during the sleep count from the next pass."""
         cfg = self.broker.config
         tx = self.tx
-        store = self.store
         begin = self.clock.now()
+        ops_read, resolved = self._begin_pass(begin)
         debug = tx.enabled("DEBUG")
+        sent = 0
+        i = self.cursor
+        #: half-queue offsets this pass re-put -> when (perf_counter): not readable for REPUT_INTERVAL_S
+        self._put_now = {}
+        # like Java, read on past the offset the pass began at: the copies this pass re-puts come
+        # next once dispatched (those below the maximum stop it as "Fresh stored", those at it are
+        # discarded); one not dispatched yet ends the pass as Java's NO_NEW_MSG does
+        while True:
+            if self.clock.now() - begin > cfg.max_process_time_ms:
+                # Java's MAX_PROCESS_TIME_LIMIT: one pass over a queue stops after 60 s and the
+                # next pass goes on from here (4.9.8 and 5.3.3)
+                tx.info(
+                    CHECK_THREAD,
+                    f"Queue={self._queue_name(HALF_TOPIC)} process time reach max="
+                    f"{cfg.max_process_time_ms}",
+                )
+                break
+            if i in resolved or i in self.passed:
+                if debug and i in resolved:
+                    tx.debug(CHECK_THREAD, f"Half offset {i} has been committed/rolled back")
+                i += 1
+                continue
+            msg = self._readable(i)
+            if msg is None:
+                break
+            verdict = self._verdict(i, msg, begin, resolved)
+            if verdict == "stop":
+                break
+            if verdict == "check":
+                if ops_read:  # once per pass: afterwards opMsg is null (NO_NEW_MSG)
+                    ops_read = False
+                    yield True
+                self._check_back(i, msg)
+                sent += 1
+            self.passed.add(i)
+            i += 1
+        self._end_pass(i, sent, begin)
+        return sent
+
+    def _begin_pass(self, begin: int) -> tuple[bool, set[int]]:
+        """The lines a pass begins with; moves the op cursor to the op queue's end.  Returns
+        whether op records were read (5.x's ``opMsg != null``) and the half offsets they
+        resolved (Java's removeMap)."""
+        tx = self.tx
+        store = self.store
         tx.info(CHECK_THREAD, f"Begin to check prepare message, begin time:{begin}")
         tx.debug(CHECK_THREAD, f"Check topic={HALF_TOPIC}, queues=[{self._queue_name(HALF_TOPIC)}]")
         half_max = store.max_offset(HALF_TOPIC, 0)
@@ -648,100 +693,87 @@ class TransactionService:
                 CHECK_THREAD,
                 f"No new message. GetMessageStatus={status}, topic={HALF_TOPIC}, groupId={SYSTEM_GROUP}, requestOffset={self.cursor}",
             )
-        sent = 0
-        i = self.cursor
-        #: half-queue offsets this pass re-put -> when (perf_counter): not readable for REPUT_INTERVAL_S
-        self._put_now = {}
-        # like Java, read on past the offset the pass began at: the copies this pass re-puts come
-        # next once dispatched (those below the maximum stop it as "Fresh stored", those at it are
-        # discarded); one not dispatched yet ends the pass as Java's NO_NEW_MSG does
-        while True:
-            if self.clock.now() - begin > cfg.max_process_time_ms:
-                # Java's MAX_PROCESS_TIME_LIMIT: one pass over a queue stops after 60 s and the
-                # next pass goes on from here (4.9.8 and 5.3.3)
-                tx.info(
-                    CHECK_THREAD,
-                    f"Queue={self._queue_name(HALF_TOPIC)} process time reach max="
-                    f"{cfg.max_process_time_ms}",
-                )
-                break
-            if i in resolved or i in self.passed:
-                if debug and i in resolved:
-                    tx.debug(CHECK_THREAD, f"Half offset {i} has been committed/rolled back")
-                i += 1
-                continue
-            put_at = self._put_now.get(i)
-            if put_at is not None and time.perf_counter() - put_at < REPUT_INTERVAL_S:
-                tx.warn(  # the store's line for a read past the dispatched end (real 4.9.8's)
-                    CHECK_THREAD,
-                    f"No new message. GetMessageStatus=OFFSET_OVERFLOW_ONE, topic={HALF_TOPIC}, "
-                    f"groupId={SYSTEM_GROUP}, requestOffset={i}",
-                )
-                break
-            found = store.get(HALF_TOPIC, 0, i, 1)
-            if not found:
-                break
-            msg = found[0]
-            # needDiscard comes before the "Fresh stored" break (4.9.8 and 5.3.3): the copy re-put for
-            # the last check-back earlier in this same pass is discarded at once, before its answer
-            # arrives; a COMMIT answer then still commits that copy (committed *and* discarded)
-            checks = _int(msg.properties.get(PROPERTY_CHECK_TIMES), 0)
-            if checks >= cfg.check_max:
-                self.discard(msg)
-                self.passed.add(i)
-                i += 1
-                continue
-            if self._past_reserved_time(msg):
-                # Java's needDiscard has raised the count in memory before needSkip is asked,
-                # so the discarded copy carries it (absent = 1, as for a check-back)
-                props = dict(msg.properties)
-                props[PROPERTY_CHECK_TIMES] = str(checks + 1)
-                self.discard(clone(msg, properties=props))
-                self.passed.add(i)
-                i += 1
-                continue
-            if msg.store_timestamp >= begin:
-                tx.debug(
-                    CHECK_THREAD,
-                    f"Fresh stored. the miss offset={i}, check it later, store={java_date(msg.store_timestamp)}",
-                )
-                break
-            immunity_raw = msg.properties.get(PROPERTY_CHECK_IMMUNITY)
-            immunity = _int(immunity_raw, -1) * 1000 if immunity_raw is not None else -1
-            if immunity < 0:
-                immunity = cfg.transaction_timeout_ms
-            age = self.clock.now() - msg.born_timestamp
-            if immunity_raw is not None:
-                if age < immunity:
-                    self._immune(msg, checks + 1, resolved, immunity_raw)
-                    self.passed.add(i)
-                    i += 1
-                    continue
-            elif 0 <= age < immunity:
-                tx.debug(
-                    CHECK_THREAD,
-                    f"New arrived, the miss offset={i}, check it later checkImmunity={immunity}, "
-                    f"born={java_date(msg.born_timestamp)}",
-                )
-                break
-            if ops_read:  # once per pass: afterwards opMsg is null (NO_NEW_MSG)
-                ops_read = False
-                yield True
+        return ops_read, resolved
+
+    def _readable(self, i: int) -> StoredMessage | None:
+        """The half message at offset ``i``, or None where the pass stops: nothing there yet, or
+        a copy this pass re-put that is not readable yet."""
+        put_at = self._put_now.get(i)
+        if put_at is not None and time.perf_counter() - put_at < REPUT_INTERVAL_S:
+            self.tx.warn(  # the store's line for a read past the dispatched end (real 4.9.8's)
+                CHECK_THREAD,
+                f"No new message. GetMessageStatus=OFFSET_OVERFLOW_ONE, topic={HALF_TOPIC}, "
+                f"groupId={SYSTEM_GROUP}, requestOffset={i}",
+            )
+            return None
+        found = self.store.get(HALF_TOPIC, 0, i, 1)
+        return found[0] if found else None
+
+    def _verdict(
+        self, i: int, msg: StoredMessage, begin: int, resolved: set[int]
+    ) -> Literal["next", "stop", "check"]:
+        """What the pass does with half message ``msg`` at offset ``i``: ``next`` (discarded, or
+        immune for now: passed), ``stop`` (too fresh: the pass ends here) or ``check`` it back."""
+        cfg = self.broker.config
+        tx = self.tx
+        # needDiscard comes before the "Fresh stored" break (4.9.8 and 5.3.3): the copy re-put for
+        # the last check-back earlier in this same pass is discarded at once, before its answer
+        # arrives; a COMMIT answer then still commits that copy (committed *and* discarded)
+        checks = _int(msg.properties.get(PROPERTY_CHECK_TIMES), 0)
+        if checks >= cfg.check_max:
+            self.discard(msg)
+            return "next"
+        if self._past_reserved_time(msg):
+            # Java's needDiscard has raised the count in memory before needSkip is asked,
+            # so the discarded copy carries it (absent = 1, as for a check-back)
             props = dict(msg.properties)
             props[PROPERTY_CHECK_TIMES] = str(checks + 1)
-            copy = store.put(clone(msg, properties=props))
-            self._put_now[copy.queue_offset] = time.perf_counter()
-            self.passed.add(i)
-            tx.debug(CHECK_THREAD, f"[BUG-TO-FIX] Thread:{CHECK_THREAD} msgID:{msg.msg_id}")
+            self.discard(clone(msg, properties=props))
+            return "next"
+        if msg.store_timestamp >= begin:
             tx.debug(
                 CHECK_THREAD,
-                f"Send check message, the offset={i} restored in queueOffset={copy.queue_offset} "
-                f"commitLogOffset={copy.commit_log_offset} newMsgId={copy.msg_id} "
-                f"realMsgId={copy.uniq_key} topic={HALF_TOPIC}",
+                f"Fresh stored. the miss offset={i}, check it later, store={java_date(msg.store_timestamp)}",
             )
-            self.send_check(copy)
-            sent += 1
-            i += 1
+            return "stop"
+        immunity_raw = msg.properties.get(PROPERTY_CHECK_IMMUNITY)
+        immunity = _int(immunity_raw, -1) * 1000 if immunity_raw is not None else -1
+        if immunity < 0:
+            immunity = cfg.transaction_timeout_ms
+        age = self.clock.now() - msg.born_timestamp
+        if immunity_raw is not None:
+            if age < immunity:
+                self._immune(msg, checks + 1, resolved, immunity_raw)
+                return "next"
+        elif 0 <= age < immunity:
+            tx.debug(
+                CHECK_THREAD,
+                f"New arrived, the miss offset={i}, check it later checkImmunity={immunity}, "
+                f"born={java_date(msg.born_timestamp)}",
+            )
+            return "stop"
+        return "check"
+
+    def _check_back(self, i: int, msg: StoredMessage) -> None:
+        """Put a copy of ``msg`` (offset ``i``) back with its check count raised, and ask its
+        producer group about it."""
+        tx = self.tx
+        props = dict(msg.properties)
+        props[PROPERTY_CHECK_TIMES] = str(_int(msg.properties.get(PROPERTY_CHECK_TIMES), 0) + 1)
+        copy = self.store.put(clone(msg, properties=props))
+        self._put_now[copy.queue_offset] = time.perf_counter()
+        tx.debug(CHECK_THREAD, f"[BUG-TO-FIX] Thread:{CHECK_THREAD} msgID:{msg.msg_id}")
+        tx.debug(
+            CHECK_THREAD,
+            f"Send check message, the offset={i} restored in queueOffset={copy.queue_offset} "
+            f"commitLogOffset={copy.commit_log_offset} newMsgId={copy.msg_id} "
+            f"realMsgId={copy.uniq_key} topic={HALF_TOPIC}",
+        )
+        self.send_check(copy)
+
+    def _end_pass(self, i: int, sent: int, begin: int) -> None:
+        """Where the pass got: the cursors and their committed offsets, and the closing lines."""
+        store = self.store
         self.cursor = i
         self.resolved = {o for o in self.resolved if o >= self.cursor}
         self.passed = {o for o in self.passed if o >= self.cursor}
@@ -749,10 +781,9 @@ class TransactionService:
         store.commit_offset(SYSTEM_GROUP, OP_HALF_TOPIC, 0, self.op_cursor)
         if self.five:
             self._after_check(sent)
-        tx.info(
+        self.tx.info(
             CHECK_THREAD, f"End to check prepare message, consumed time:{self.clock.now() - begin}"
         )
-        return sent
 
     def _after_check(self, put_back: int) -> None:
         """5.3.3's INFO line after a pass over the half queue (``TransactionalMessageServiceImpl``):
