@@ -20,7 +20,7 @@ handler built here (``@message_listener(..., orderly=True)``; :meth:`ConsumerSpe
    nothing is lost and the order holds.
 
 Messages sent without a sharding key all share the key ``""``.  Parked messages are listed,
-replayed and discarded with :mod:`txmsg.sqla.parking` or ``txmsg parked list|replay|discard``.
+replayed and discarded with :mod:`txmsg.sqla.parking` or ``txmsg parked list|retry|discard``.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ An ``async def`` hook runs on the app's event loop (the consumer's thread waits 
 def replay_command(group: str, key: str) -> str:
     """The shell command that replays ``key`` of ``group`` (for logs and docs)."""
     quoted = "''" if key == "" else (key if key.replace("-", "").isalnum() else repr(key))
-    return f"txmsg parked replay --app YOUR_MODULE:app --group {group} --key {quoted}"
+    return f"txmsg parked retry --app YOUR_MODULE:app --group {group} --key {quoted}"
 
 
 def orderly_handler(

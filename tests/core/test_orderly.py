@@ -202,7 +202,7 @@ def test_poison_message_parks_its_key_and_later_messages_behind_it_in_order(
     for part in (GROUP, TOPIC, "order-1", "msgid-p1", "cannot refund p1", "PARKED"):
         assert part in line
     assert replay_command(GROUP, "order-1") in line
-    assert "txmsg parked replay" in line
+    assert "txmsg parked retry" in line
     behind = [r.getMessage() for r in caplog.records if "message parked behind" in r.getMessage()]
     assert len(behind) == 2
 
