@@ -4,6 +4,7 @@
                                           [--backends rocketmq,rocketmq5]
                                           [--kinds plain,ordered] [--poll-interval 1.0]
                                           [--threads 4] [--timeline FILE]
+                                          [--name-server HOST:PORT [--endpoints HOST:PORT]]
 
 One embedded broker (child process) with its gRPC endpoint on, so it serves both backends:
 ``rocketmq`` (librocketmq 2.1.0 over remoting) and ``rocketmq5`` (the official 5.x client over
@@ -36,7 +37,8 @@ measured.  Then one writer thread runs business transactions paced at ``--rate``
   a path of 5 ms per message needs a whole core; on a shared 2-core machine above a load average
   of a few, the latencies measure the wait for CPU.
 
-The listeners run in the writer's process (one clock for both ends; a consumer service of its own
+``--name-server`` (and ``--endpoints`` for rocketmq5) measures a real cluster instead (for a
+report, never a test); ``broker_cpu_us`` is then 0.  The listeners run in the writer's process (one clock for both ends; a consumer service of its own
 would take their CPU elsewhere but not off this 2-core machine).  Each round prints how many
 messages were due, committed and delivered, and its longest business transaction (a writer that
 stalls stalls its relay too); ``--timeline FILE`` appends every message's commit time, stored and
@@ -84,6 +86,16 @@ THREADS = 4
 KINDS = ("plain", "ordered")
 BACKENDS = ("rocketmq", "rocketmq5")
 GOAL_P99_MS = 100.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the backends connect: the embedded broker (and its process, for its CPU) or a real
+    cluster given on the command line (``--name-server`` / ``--endpoints``)."""
+
+    namesrv: str
+    endpoint: str | None
+    broker: BrokerProcess | None = None
 
 
 class Clock:
@@ -192,7 +204,7 @@ class Service:
     def __init__(
         self,
         backend: str,
-        broker: BrokerProcess,
+        target: Target,
         workdir: Path,
         keys: int,
         poll_interval: float,
@@ -200,7 +212,7 @@ class Service:
     ) -> None:
         self.backend = backend
         self.keys = keys
-        namesrv = broker.namesrv_addr
+        namesrv = target.namesrv
         fifo = backend == "rocketmq5"
         self.topics = {
             "plain": unique(f"Lat{backend}Plain"),
@@ -223,9 +235,9 @@ class Service:
         self.stored = Clock()
         self.delivered = Clock()
         if fifo:
-            endpoint = broker.grpc_endpoint
+            endpoint = target.endpoint
             if endpoint is None:
-                raise RuntimeError("the embedded broker did not open its gRPC endpoint")
+                raise RuntimeError("no gRPC endpoint for the rocketmq5 backend (--endpoints)")
             config = TxMsgConfig(backend="rocketmq5", endpoints=endpoint, name_server=namesrv)
         else:
             config = TxMsgConfig(
@@ -349,20 +361,20 @@ class Service:
             engine.dispose()
 
 
-def broker_cpu(broker: BrokerProcess) -> float:
-    """CPU seconds of the broker's process so far (0.0 where unknown)."""
-    proc = broker.proc
+def broker_cpu(target: Target) -> float:
+    """CPU seconds of the embedded broker's process so far (0.0 for a real cluster)."""
+    proc = target.broker.proc if target.broker is not None else None
     return process_cpu(proc.pid) if proc is not None else 0.0
 
 
 def run_backend(
     backend: str,
-    broker: BrokerProcess,
+    target: Target,
     workdir: Path,
     args: argparse.Namespace,
     kinds: Sequence[str],
 ) -> dict[str, Figures]:
-    service = Service(backend, broker, workdir, args.keys, args.poll_interval, args.threads)
+    service = Service(backend, target, workdir, args.keys, args.poll_interval, args.threads)
     out: dict[str, Figures] = {}
     try:
         for kind in kinds:
@@ -372,12 +384,12 @@ def run_backend(
             print(f"  {backend} {kind}: warm in {time.monotonic() - began:.1f} s", flush=True)
             figures = out.setdefault(kind, Figures())
             for number in range(1, args.rounds + 1):
-                cpu0, broker0 = time.process_time(), broker_cpu(broker)
+                cpu0, broker0 = time.process_time(), broker_cpu(target)
                 service.longest = 0.0
                 keys = service.paced(kind, args.rate, args.seconds)
                 reached(functools.partial(service.delivered.has_all, keys), 60.0)
                 cpu = (time.process_time() - cpu0) / max(len(keys), 1) * 1e6
-                broker_us = (broker_cpu(broker) - broker0) / max(len(keys), 1) * 1e6
+                broker_us = (broker_cpu(target) - broker0) / max(len(keys), 1) * 1e6
                 got = Figures()
                 service.figures(keys, got)
                 service.figures(keys, figures)
@@ -425,21 +437,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeline", help="append each message's commit time, stored and delivered ms to FILE"
     )
+    parser.add_argument(
+        "--name-server",
+        help="a real cluster's name server instead of the embedded broker (figures for a report; "
+        "the topics and groups are created there)",
+    )
+    parser.add_argument("--endpoints", help="with --name-server: the 5.x proxy for rocketmq5")
     args = parser.parse_args(argv)
     backends = [b for b in args.backends.split(",") if b]
     kinds = [k for k in args.kinds.split(",") if k]
     for name in backends:
         if name not in BACKENDS:
             parser.error(f"unknown backend {name!r}")
+    if args.name_server and "rocketmq5" in backends and not args.endpoints:
+        parser.error("--name-server with the rocketmq5 backend needs --endpoints (the proxy)")
     for name in kinds:
         if name not in KINDS:
             parser.error(f"unknown kind {name!r}")
     ensure_client_log_dir()
     workdir = Path(tempfile.mkdtemp(prefix="delivery-latency-"))
     logging.basicConfig(level=logging.WARNING, filename=str(workdir / "txmsg.log"))
-    broker = BrokerProcess(str(workdir / "data"), str(workdir / "logs"), grpc_port=0).start()
+    broker: BrokerProcess | None = None
+    if args.name_server:
+        target = Target(args.name_server, args.endpoints)
+    else:
+        broker = BrokerProcess(str(workdir / "data"), str(workdir / "logs"), grpc_port=0).start()
+        target = Target(broker.namesrv_addr, broker.grpc_endpoint, broker)
     print(
-        f"broker {broker.namesrv_addr} (gRPC {broker.grpc_endpoint}), {QUEUES} queues per topic, "
+        f"broker {target.namesrv} (gRPC {target.endpoint}), {QUEUES} queues per topic, "
         f"{args.rate:.0f} tx/s for {args.seconds:.0f} s x {args.rounds} round(s), {args.keys} "
         f"sharding keys, {args.threads} consumer threads; load average {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} cores; logs in {workdir}",
@@ -448,10 +473,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Figures] = {}
     try:
         for backend in backends:
-            for kind, figures in run_backend(backend, broker, workdir, args, kinds).items():
+            for kind, figures in run_backend(backend, target, workdir, args, kinds).items():
                 results[f"{backend}_{kind}"] = figures
     finally:
-        broker.stop()
+        if broker is not None:
+            broker.stop()
     load = os.getloadavg()[0]
     parts: list[str] = []
     worst = 0.0
