@@ -17,10 +17,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SPLIT_BYTES = 1 << 30
-"""At most how much log one task reads. Not Spark's 128 MB: measured in one session after DuckDB
-(benchmarks.health_vs_duckdb --runs 1, 10 M lines), 20 splits of 124 MB and 20 shuffle
-partitions took 48.6 s where 4 splits and 2 partitions took 25.8 s, and 4 splits with 20
-partitions 31.4 s: each task and each shuffle partition costs more than it saves below ~1 GB."""
+"""At most how much log one task reads. Not Spark's 128 MB: below about 1 GB each task and each
+shuffle partition cost the DuckDB comparison more than they saved (docs/health.md, "Sized to the
+input")."""
 
 MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -37,7 +36,8 @@ def plan(total_bytes: int, cores: int, split_bytes: int = SPLIT_BYTES) -> dict[s
 
     The number of splits is a multiple of the cores and the splits are equal, so the last wave of
     tasks is full (10 M lines, 2.48 GB on 2 cores: 4 splits of 620 MB, not 1 + 1 + 0.48 GB with
-    the last read by one core alone; 50 M lines, 12.4 GB: 12 of 985 MB). The shuffle gets one partition per split: the first shuffle
+    the last read by one core alone; 50 M lines, 12.4 GB: 12 of 985 MB). The shuffle gets one
+    partition per split: the first shuffle
     carries about one row per transaction, so each reduce task aggregates what one split holds.
     """
     cores = max(1, cores)
