@@ -288,6 +288,19 @@ class TransactionService:
             tx.debug(thread, f"Transaction request:{header}")
         learn_producer_from_request(self.broker, group, conn, lambda: thread)
         addr = conn.remote_addr
+        if not self._log_answer(thread, state, from_check, addr, header, remark):
+            return None
+        half = self._half_to_end(thread, cmd, group, tsto, clo, state, from_check, header, addr)
+        if half is not None:
+            self._apply_end(thread, half, state, header, debug)
+        return None
+
+    def _log_answer(
+        self, thread: str, state: int, from_check: bool, addr: str, header: str, remark: str
+    ) -> bool:
+        """The transaction log's line for the producer's answer, as the real broker writes it;
+        False when the request ends here (UNKNOW changes nothing; an unknown state is ignored)."""
+        tx = self.tx
         if state == UNKNOWN:
             if from_check:
                 tx.warn(
@@ -299,7 +312,7 @@ class TransactionService:
                     thread,
                     f"The producer[{addr}] end transaction in sending message,  and it's pending status.RequestHeader: {header} Remark: {remark}",
                 )
-            return None
+            return False
         if state == ROLLBACK:
             if from_check:
                 tx.warn(
@@ -321,7 +334,24 @@ class TransactionService:
             self.broker.logs.broker.warn(
                 thread, f"END_TRANSACTION with unknown commitOrRollback={state} ignored: {header}"
             )
-            return None
+            return False
+        return True
+
+    def _half_to_end(
+        self,
+        thread: str,
+        cmd: RemotingCommand,
+        group: str | None,
+        tsto: int,
+        clo: int,
+        state: int,
+        from_check: bool,
+        header: str,
+        addr: str,
+    ) -> StoredMessage | None:
+        """The half message the request ends, or None (logged) when the broker refuses it: a
+        late send-phase answer (5.x immunity), or a request that names no half message of its
+        group at that offset."""
         half = self.store.lookup(clo)
         if (
             half is not None
@@ -340,6 +370,12 @@ class TransactionService:
         if problem is not None or half is None:
             self.broker.logs.broker.warn(thread, f"{problem}, request from {addr}: {header}")
             return None
+        return half
+
+    def _apply_end(
+        self, thread: str, half: StoredMessage, state: int, header: str, debug: bool
+    ) -> None:
+        """Commit (the real message and the op record) or roll back (the op record only)."""
         try:
             if state == COMMIT:
                 _real, op = self.commit(half)
@@ -351,14 +387,13 @@ class TransactionService:
                 f"END_TRANSACTION not applied, the store is not writable ({exc}); the half "
                 f"message stays and will be checked back: {header}",
             )
-            return None
+            return
         if debug and op is not None:
-            tx.debug(
+            self.tx.debug(
                 thread,
                 f"Transaction op message write successfully. messageId={op.msg_id}, queueId={op.queue_id} "
                 f"msgExt:{describe_message(half)}",
             )
-        return None
 
     def rejects_late_end(self, half: StoredMessage, from_check: bool) -> bool:
         """5.x ``EndTransactionProcessor.rejectCommitOrRollback``: a send-phase commit/rollback of a

@@ -81,6 +81,42 @@ _STILL_RUNNING: set[PushConsumer] = set()
 """Consumers whose stop timed out, kept alive with their ctypes callback (see pool._STILL_RUNNING)."""
 
 
+def _check_options(
+    group: str,
+    consume_from: str,
+    pull_threads: int,
+    concurrency: int,
+    max_reconsume: int,
+    orderly: bool,
+) -> None:
+    """Refuse options librocketmq would misuse; warn where it silently caps one."""
+    if consume_from not in CONSUME_FROM:
+        raise ConfigError(
+            f"consume_from must be one of {sorted(CONSUME_FROM)} (got {consume_from!r}) for "
+            f"consumer group {group!r}"
+        )
+    if pull_threads < 1:
+        raise ConfigError(
+            f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}"
+        )
+    if concurrency < 1:
+        raise ConfigError(
+            f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}"
+        )
+    if max_reconsume < 0:
+        raise ConfigError(f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}")
+    if max_reconsume > BROKER_MAX_RECONSUME and not orderly:
+        log.warning(
+            "consumer group %s asks for max_reconsume=%d but librocketmq 2.1.0 always tells "
+            "the broker %d; messages go to %%DLQ%%%s after %d redeliveries",
+            group,
+            max_reconsume,
+            BROKER_MAX_RECONSUME,
+            group,
+            BROKER_MAX_RECONSUME,
+        )
+
+
 class PushConsumer:
     """One started push consumer for (group, topic, tags)."""
 
@@ -101,33 +137,7 @@ class PushConsumer:
         credentials: tuple[bytes, bytes, bytes] | None = None,
         orderly: bool = False,
     ) -> None:
-        if consume_from not in CONSUME_FROM:
-            raise ConfigError(
-                f"consume_from must be one of {sorted(CONSUME_FROM)} (got {consume_from!r}) for "
-                f"consumer group {group!r}"
-            )
-        if pull_threads < 1:
-            raise ConfigError(
-                f"pull_threads must be >= 1 (got {pull_threads}) for consumer group {group!r}"
-            )
-        if concurrency < 1:
-            raise ConfigError(
-                f"concurrency must be >= 1 (got {concurrency}) for consumer group {group!r}"
-            )
-        if max_reconsume < 0:
-            raise ConfigError(
-                f"max_reconsume must be >= 0 (got {max_reconsume}) for group {group!r}"
-            )
-        if max_reconsume > BROKER_MAX_RECONSUME and not orderly:
-            log.warning(
-                "consumer group %s asks for max_reconsume=%d but librocketmq 2.1.0 always tells "
-                "the broker %d; messages go to %%DLQ%%%s after %d redeliveries",
-                group,
-                max_reconsume,
-                BROKER_MAX_RECONSUME,
-                group,
-                BROKER_MAX_RECONSUME,
-            )
+        _check_options(group, consume_from, pull_threads, concurrency, max_reconsume, orderly)
         self.native = native
         self.credentials = credentials
         self.group = group
@@ -152,6 +162,13 @@ class PushConsumer:
         self._callback = MESSAGE_CALLBACK(
             guarded(E_RECONSUME_LATER, f"consumer callback of {group}", self._on_message)
         )
+        self._create(tags, concurrency, consume_from, pull_threads)
+
+    def _create(self, tags: str, concurrency: int, consume_from: str, pull_threads: int) -> None:
+        """Create, configure and start the native consumer (released again if any step fails)."""
+        native, group, topic = self.native, self.group, self.topic
+        credentials, name_server = self.credentials, self.name_server
+        instance_name, orderly = self.instance_name, self.orderly
         dll = native.dll
         with NATIVE_LOCK:
             handle = dll.CreatePushConsumer(group.encode())

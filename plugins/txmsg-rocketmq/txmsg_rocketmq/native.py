@@ -350,101 +350,103 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _declare(dll: Any) -> None:
-    """Give every C function we call an exact signature.
+_c_void_p, _c_char_p, _c_int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+_SIGNATURES: dict[str, tuple[list[Any], Any]] = {
+    # messages
+    "CreateMessage": ([_c_char_p], _c_void_p),
+    "DestroyMessage": ([_c_void_p], _c_int),
+    "SetMessageKeys": ([_c_void_p, _c_char_p], _c_int),
+    "SetMessageTags": ([_c_void_p, _c_char_p], _c_int),
+    "SetByteMessageBody": ([_c_void_p, _c_char_p, _c_int], _c_int),
+    "SetMessageProperty": ([_c_void_p, _c_char_p, _c_char_p], _c_int),
+    "GetOriginMessageTopic": ([_c_void_p], _c_char_p),
+    "GetOriginMessageTags": ([_c_void_p], _c_char_p),
+    "GetOriginMessageKeys": ([_c_void_p], _c_char_p),
+    "GetOriginMessageBody": ([_c_void_p], _c_char_p),
+    "GetOriginMessageProperty": ([_c_void_p, _c_char_p], _c_char_p),
+    "GetMessageTopic": ([_c_void_p], _c_char_p),
+    "GetMessageTags": ([_c_void_p], _c_char_p),
+    "GetMessageKeys": ([_c_void_p], _c_char_p),
+    "GetMessageBody": ([_c_void_p], _c_char_p),
+    "GetMessageProperty": ([_c_void_p, _c_char_p], _c_char_p),
+    "GetMessageId": ([_c_void_p], _c_char_p),
+    "GetMessageReconsumeTimes": ([_c_void_p], _c_int),
+    "GetMessageQueueId": ([_c_void_p], _c_int),
+    "GetMessageQueueOffset": ([_c_void_p], ctypes.c_longlong),
+    "SetDelayTimeLevel": ([_c_void_p, _c_int], _c_int),
+    "CreateBatchMessage": ([], _c_void_p),
+    "AddMessage": ([_c_void_p, _c_void_p], _c_int),
+    "DestroyBatchMessage": ([_c_void_p], _c_int),
+    # producers
+    "CreateProducer": ([_c_char_p], _c_void_p),
+    "CreateTransactionProducer": ([_c_char_p, CHECK_CALLBACK, _c_void_p], _c_void_p),
+    "DestroyProducer": ([_c_void_p], _c_int),
+    "StartProducer": ([_c_void_p], _c_int),
+    "ShutdownProducer": ([_c_void_p], _c_int),
+    "SetProducerNameServerAddress": ([_c_void_p, _c_char_p], _c_int),
+    "SetProducerInstanceName": ([_c_void_p, _c_char_p], _c_int),
+    "SetProducerSendMsgTimeout": ([_c_void_p, _c_int], _c_int),
+    "SetProducerSessionCredentials": ([_c_void_p, _c_char_p, _c_char_p, _c_char_p], _c_int),
+    "SetProducerMaxMessageSize": ([_c_void_p, _c_int], _c_int),
+    "SendMessageOneway": ([_c_void_p, _c_void_p], _c_int),
+    "SendBatchMessage": ([_c_void_p, _c_void_p, _c_void_p], _c_int),
+    "ShowProducerVersion": ([_c_void_p], _c_char_p),
+    # push consumers
+    "CreatePushConsumer": ([_c_char_p], _c_void_p),
+    "DestroyPushConsumer": ([_c_void_p], _c_int),
+    "StartPushConsumer": ([_c_void_p], _c_int),
+    "ShutdownPushConsumer": ([_c_void_p], _c_int),
+    "SetPushConsumerNameServerAddress": ([_c_void_p, _c_char_p], _c_int),
+    "SetPushConsumerInstanceName": ([_c_void_p, _c_char_p], _c_int),
+    "SetPushConsumerThreadCount": ([_c_void_p, _c_int], _c_int),
+    "SetPushConsumerMessageBatchMaxSize": ([_c_void_p, _c_int], _c_int),
+    "SetPushConsumerSessionCredentials": ([_c_void_p, _c_char_p, _c_char_p, _c_char_p], _c_int),
+    "SetPushConsumerMessageTrace": ([_c_void_p, _c_int], _c_int),
+    "Subscribe": ([_c_void_p, _c_char_p, _c_char_p], _c_int),
+    "RegisterMessageCallback": ([_c_void_p, MESSAGE_CALLBACK], _c_int),
+    "RegisterMessageCallbackOrderly": ([_c_void_p, MESSAGE_CALLBACK], _c_int),
+    "UnregisterMessageCallback": ([_c_void_p], _c_int),
+    "GetLatestErrorMessage": ([], _c_char_p),
+}
+"""Every C function txmsg calls, with its exact signature (kept where the wrapper declares one:
+its classes pass their own struct types and check statuses against its enum)."""
 
-    Functions the wrapper already declares keep the wrapper's declaration (its classes pass
-    their own struct types and check statuses against its enum); we only fill the gaps.
-    """
-    c_void_p, c_char_p, c_int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    sigs: dict[str, tuple[list[Any], Any]] = {
-        # messages
-        "CreateMessage": ([c_char_p], c_void_p),
-        "DestroyMessage": ([c_void_p], c_int),
-        "SetMessageKeys": ([c_void_p, c_char_p], c_int),
-        "SetMessageTags": ([c_void_p, c_char_p], c_int),
-        "SetByteMessageBody": ([c_void_p, c_char_p, c_int], c_int),
-        "SetMessageProperty": ([c_void_p, c_char_p, c_char_p], c_int),
-        "GetOriginMessageTopic": ([c_void_p], c_char_p),
-        "GetOriginMessageTags": ([c_void_p], c_char_p),
-        "GetOriginMessageKeys": ([c_void_p], c_char_p),
-        "GetOriginMessageBody": ([c_void_p], c_char_p),
-        "GetOriginMessageProperty": ([c_void_p, c_char_p], c_char_p),
-        "GetMessageTopic": ([c_void_p], c_char_p),
-        "GetMessageTags": ([c_void_p], c_char_p),
-        "GetMessageKeys": ([c_void_p], c_char_p),
-        "GetMessageBody": ([c_void_p], c_char_p),
-        "GetMessageProperty": ([c_void_p, c_char_p], c_char_p),
-        "GetMessageId": ([c_void_p], c_char_p),
-        "GetMessageReconsumeTimes": ([c_void_p], c_int),
-        "GetMessageQueueId": ([c_void_p], c_int),
-        "GetMessageQueueOffset": ([c_void_p], ctypes.c_longlong),
-        "SetDelayTimeLevel": ([c_void_p, c_int], c_int),
-        "CreateBatchMessage": ([], c_void_p),
-        "AddMessage": ([c_void_p, c_void_p], c_int),
-        "DestroyBatchMessage": ([c_void_p], c_int),
-        # producers
-        "CreateProducer": ([c_char_p], c_void_p),
-        "CreateTransactionProducer": ([c_char_p, CHECK_CALLBACK, c_void_p], c_void_p),
-        "DestroyProducer": ([c_void_p], c_int),
-        "StartProducer": ([c_void_p], c_int),
-        "ShutdownProducer": ([c_void_p], c_int),
-        "SetProducerNameServerAddress": ([c_void_p, c_char_p], c_int),
-        "SetProducerInstanceName": ([c_void_p, c_char_p], c_int),
-        "SetProducerSendMsgTimeout": ([c_void_p, c_int], c_int),
-        "SetProducerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
-        "SetProducerMaxMessageSize": ([c_void_p, c_int], c_int),
-        "SendMessageOneway": ([c_void_p, c_void_p], c_int),
-        "SendBatchMessage": ([c_void_p, c_void_p, c_void_p], c_int),
-        "ShowProducerVersion": ([c_void_p], c_char_p),
-        # push consumers
-        "CreatePushConsumer": ([c_char_p], c_void_p),
-        "DestroyPushConsumer": ([c_void_p], c_int),
-        "StartPushConsumer": ([c_void_p], c_int),
-        "ShutdownPushConsumer": ([c_void_p], c_int),
-        "SetPushConsumerNameServerAddress": ([c_void_p, c_char_p], c_int),
-        "SetPushConsumerInstanceName": ([c_void_p, c_char_p], c_int),
-        "SetPushConsumerThreadCount": ([c_void_p, c_int], c_int),
-        "SetPushConsumerMessageBatchMaxSize": ([c_void_p, c_int], c_int),
-        "SetPushConsumerSessionCredentials": ([c_void_p, c_char_p, c_char_p, c_char_p], c_int),
-        "SetPushConsumerMessageTrace": ([c_void_p, c_int], c_int),
-        "Subscribe": ([c_void_p, c_char_p, c_char_p], c_int),
-        "RegisterMessageCallback": ([c_void_p, MESSAGE_CALLBACK], c_int),
-        "RegisterMessageCallbackOrderly": ([c_void_p, MESSAGE_CALLBACK], c_int),
-        "UnregisterMessageCallback": ([c_void_p], c_int),
-        "GetLatestErrorMessage": ([], c_char_p),
-    }
-    for name, (argtypes, restype) in sigs.items():
+# The wrapper does not declare these (SendMessageOrderly) or declares their callbacks with the
+# wrong types (SendAsync/SendMessageOrderlyAsync take CSendResult by value); nothing in the
+# wrapper calls them, so our signatures replace any it has.
+_OWN_SIGNATURES: dict[str, tuple[list[Any], Any]] = {
+    "SendAsync": ([_c_void_p, _c_void_p, ON_SEND_SUCCESS, ON_SEND_EXCEPTION, _c_void_p], _c_int),
+    "SendMessageOrderly": (
+        [
+            _c_void_p,
+            _c_void_p,
+            QUEUE_SELECTOR_CALLBACK,
+            _c_void_p,
+            _c_int,
+            ctypes.POINTER(CSendResult),
+        ],
+        _c_int,
+    ),
+    "SendMessageOrderlyAsync": (
+        [_c_void_p, _c_void_p, QUEUE_SELECTOR_CALLBACK, _c_void_p, SEND_SUCCESS, SEND_EXCEPTION],
+        _c_int,
+    ),
+    "SendMessageOnewayOrderly": (
+        [_c_void_p, _c_void_p, QUEUE_SELECTOR_CALLBACK, _c_void_p],
+        _c_int,
+    ),
+}
+
+
+def _declare(dll: Any) -> None:
+    """Give every C function we call an exact signature: :data:`_SIGNATURES` where the wrapper
+    declares none, :data:`_OWN_SIGNATURES` always."""
+    for name, (argtypes, restype) in _SIGNATURES.items():
         fn = getattr(dll, name)
         if fn.argtypes is None:
             fn.argtypes = argtypes
             fn.restype = restype
-    # The wrapper does not declare these (SendMessageOrderly) or declares their callbacks with the
-    # wrong types (SendAsync/SendMessageOrderlyAsync take CSendResult by value); nothing in the
-    # wrapper calls them, so our signatures replace any it has.
-    own: dict[str, tuple[list[Any], Any]] = {
-        "SendAsync": ([c_void_p, c_void_p, ON_SEND_SUCCESS, ON_SEND_EXCEPTION, c_void_p], c_int),
-        "SendMessageOrderly": (
-            [
-                c_void_p,
-                c_void_p,
-                QUEUE_SELECTOR_CALLBACK,
-                c_void_p,
-                c_int,
-                ctypes.POINTER(CSendResult),
-            ],
-            c_int,
-        ),
-        "SendMessageOrderlyAsync": (
-            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p, SEND_SUCCESS, SEND_EXCEPTION],
-            c_int,
-        ),
-        "SendMessageOnewayOrderly": (
-            [c_void_p, c_void_p, QUEUE_SELECTOR_CALLBACK, c_void_p],
-            c_int,
-        ),
-    }
-    for name, (argtypes, restype) in own.items():
+    for name, (argtypes, restype) in _OWN_SIGNATURES.items():
         fn = getattr(dll, name)
         fn.argtypes = argtypes
         fn.restype = restype

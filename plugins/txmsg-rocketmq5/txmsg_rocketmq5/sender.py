@@ -29,6 +29,7 @@ pending, like librocketmq's UNKNOW).  There is no wait timeout here: the answer 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -175,45 +176,7 @@ class Rocketmq5Sender:
                 outgoing, transaction, message.check_immunity_seconds
             )
 
-        def on_sent(done: Future[Any]) -> None:
-            try:
-                receipt = done.result()
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
-                self._sent_or_failed()
-                if result.set_running_or_notify_cancel():
-                    failure = self._half_failed(message, exc)
-                    failure.__cause__ = exc
-                    result.set_exception(failure)
-                return
-            try:
-                half = _Half(self, message, receipt)
-            except BaseException as exc:  # noqa: BLE001 - stored, so the check-back resolves it
-                self._sent_or_failed()
-                if result.set_running_or_notify_cancel():
-                    result.set_exception(
-                        SendError(
-                            f"half message {receipt.message_id} to topic {message.topic!r} (group "
-                            f"{self.group!r}) was stored but its answer could not be read "
-                            f"({type(exc).__name__}: {exc}); the local transaction did not run, "
-                            "the broker checks the transaction back"
-                        )
-                    )
-                return
-            if message.topic not in self.topics:
-                self.topics.add(message.topic)
-                try:
-                    self.producer.announce_topics()  # as _send does
-                except Exception:
-                    log.warning(
-                        "group=%s: could not announce topic %s",
-                        self.group,
-                        message.topic,
-                        exc_info=True,
-                    )
-            if result.set_running_or_notify_cancel():
-                result.set_result(half)
-            else:  # the caller gave up waiting: the local transaction will not run
-                half.end(LocalTransactionState.UNKNOW)
+        on_sent = functools.partial(self._on_half_sent, message, result)
 
         if message.topic in self.topics:  # its route is cached: nothing here waits
             try:
@@ -236,6 +199,50 @@ class Rocketmq5Sender:
 
         threading.Thread(target=from_thread, name="txmsg-rocketmq5-route", daemon=True).start()
         return result
+
+    def _on_half_sent(
+        self, message: OutgoingMessage, result: Future[HalfMessage], done: Future[Any]
+    ) -> None:
+        """The broker's answer to a half message of :meth:`send_half_async`: the caller's
+        future gets the half message (or the error); one it cancelled meanwhile ends UNKNOW."""
+        try:
+            receipt = done.result()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+            self._sent_or_failed()
+            if result.set_running_or_notify_cancel():
+                failure = self._half_failed(message, exc)
+                failure.__cause__ = exc
+                result.set_exception(failure)
+            return
+        try:
+            half = _Half(self, message, receipt)
+        except BaseException as exc:  # noqa: BLE001 - stored, so the check-back resolves it
+            self._sent_or_failed()
+            if result.set_running_or_notify_cancel():
+                result.set_exception(
+                    SendError(
+                        f"half message {receipt.message_id} to topic {message.topic!r} (group "
+                        f"{self.group!r}) was stored but its answer could not be read "
+                        f"({type(exc).__name__}: {exc}); the local transaction did not run, "
+                        "the broker checks the transaction back"
+                    )
+                )
+            return
+        if message.topic not in self.topics:
+            self.topics.add(message.topic)
+            try:
+                self.producer.announce_topics()  # as _send does
+            except Exception:
+                log.warning(
+                    "group=%s: could not announce topic %s",
+                    self.group,
+                    message.topic,
+                    exc_info=True,
+                )
+        if result.set_running_or_notify_cancel():
+            result.set_result(half)
+        else:  # the caller gave up waiting: the local transaction will not run
+            half.end(LocalTransactionState.UNKNOW)
 
     def _half_failed(self, message: OutgoingMessage, exc: BaseException) -> SendError:
         return SendError(

@@ -41,6 +41,85 @@ def _has_control(text: str) -> bool:
     return any(unicodedata.category(c) == "Cc" for c in text)
 
 
+def _user_properties_size(user: Any) -> int:
+    """Refuse too many, system-reserved or control-character user properties; their bytes."""
+    if len(user) > MAX_USER_PROPERTY_NUM:
+        raise ProxyError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"too many user properties, max is {MAX_USER_PROPERTY_NUM}",
+        )
+    size = 0
+    for key, value in user.items():
+        if key in SYSTEM_PROPERTIES:
+            raise ProxyError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}"
+            )
+        if _has_control(key):
+            raise ProxyError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                "the key of property cannot contain control character",
+            )
+        if _has_control(value):
+            raise ProxyError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                "the value of property cannot contain control character",
+            )
+        size += len(key.encode()) + len(value.encode())
+    return size
+
+
+def _tag_and_keys_size(sp: Any) -> int:
+    """Refuse a blank, ``|``-bearing or control-character tag or key; their bytes."""
+    tag = sp.tag
+    if tag:
+        if not tag.strip():
+            raise ProxyError(
+                Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace"
+            )
+        if "|" in tag:
+            raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'")
+        if _has_control(tag):
+            raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, "tag cannot contain control character")
+    size = len(tag.encode())
+    for key in sp.keys:
+        if key and not key.strip():
+            raise ProxyError(
+                Code.ILLEGAL_MESSAGE_KEY, "key cannot be the char sequence of whitespace"
+            )
+        if _has_control(key):
+            raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, "key cannot contain control character")
+        size += len(key.encode())
+    return size
+
+
+def _check_delivery_time(sp: Any) -> None:
+    if sp.HasField("delivery_timestamp"):
+        deliver = sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
+        if deliver - int(time.time() * 1000) > MAX_DELAY_MS:
+            raise ProxyError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"the max delay time of message is too large, max is {MAX_DELAY_MS}",
+            )
+
+
+def _check_message_group(group: str) -> None:
+    if not group:
+        return
+    if not group.strip():
+        raise ProxyError(
+            Code.ILLEGAL_MESSAGE_GROUP, "message group cannot be the char sequence of whitespace"
+        )
+    if len(group.encode()) >= MAX_MESSAGE_GROUP_SIZE:
+        raise ProxyError(
+            Code.ILLEGAL_MESSAGE_GROUP,
+            f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}",
+        )
+    if _has_control(group):
+        raise ProxyError(
+            Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character"
+        )
+
+
 def validate_topic(name: str) -> None:
     """``GrpcValidator.validateTopic``: ``Validators.checkTopic`` then no system topics."""
     if not name.strip():
@@ -85,6 +164,8 @@ class ProducerRpcs:
 
     # -- SendMessage -----------------------------------------------------------------------------
     def _validate_message(self, message: Any, topic: str) -> None:
+        """The proxy's checks of a message to send, one after the other: the first that fails
+        is the answer."""
         cfg = self.broker.config
         if message.topic.name != topic:
             raise ProxyError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
@@ -95,49 +176,8 @@ class ProducerRpcs:
                 Code.MESSAGE_BODY_TOO_LARGE,
                 f"message body cannot exceed the max {cfg.max_message_size}",
             )
-        user = message.user_properties
-        if len(user) > MAX_USER_PROPERTY_NUM:
-            raise ProxyError(
-                Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                f"too many user properties, max is {MAX_USER_PROPERTY_NUM}",
-            )
-        size = 0
-        for key, value in user.items():
-            if key in SYSTEM_PROPERTIES:
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}"
-                )
-            if _has_control(key):
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    "the key of property cannot contain control character",
-                )
-            if _has_control(value):
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    "the value of property cannot contain control character",
-                )
-            size += len(key.encode()) + len(value.encode())
         sp = message.system_properties
-        tag = sp.tag
-        if tag:
-            if not tag.strip():
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace"
-                )
-            if "|" in tag:
-                raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'")
-            if _has_control(tag):
-                raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, "tag cannot contain control character")
-        size += len(tag.encode())
-        for key in sp.keys:
-            if key and not key.strip():
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_KEY, "key cannot be the char sequence of whitespace"
-                )
-            if _has_control(key):
-                raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, "key cannot contain control character")
-            size += len(key.encode())
+        size = _user_properties_size(message.user_properties) + _tag_and_keys_size(sp)
         if size > MAX_USER_PROPERTY_SIZE:
             raise ProxyError(
                 Code.MESSAGE_PROPERTIES_TOO_LARGE,
@@ -145,31 +185,8 @@ class ProducerRpcs:
             )
         if not sp.message_id.strip():
             raise ProxyError(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
-        if sp.HasField("delivery_timestamp"):
-            deliver = (
-                sp.delivery_timestamp.seconds * 1000 + sp.delivery_timestamp.nanos // 1_000_000
-            )
-            if deliver - int(time.time() * 1000) > MAX_DELAY_MS:
-                raise ProxyError(
-                    Code.ILLEGAL_DELIVERY_TIME,
-                    f"the max delay time of message is too large, max is {MAX_DELAY_MS}",
-                )
-        group = sp.message_group
-        if group:
-            if not group.strip():
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_GROUP,
-                    "message group cannot be the char sequence of whitespace",
-                )
-            if len(group.encode()) >= MAX_MESSAGE_GROUP_SIZE:
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_GROUP,
-                    f"message group exceed the max size {MAX_MESSAGE_GROUP_SIZE}",
-                )
-            if _has_control(group):
-                raise ProxyError(
-                    Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character"
-                )
+        _check_delivery_time(sp)
+        _check_message_group(sp.message_group)
 
     def _queue(self, cfg: TopicConfig, request: Any) -> int:
         """``SendMessageQueueSelector``: by message group hash (one message), else any writable queue."""
