@@ -62,22 +62,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from txmsg_broker.app import BrokerProcess
 from txmsg_broker.testing import create_group, create_topic, unique
 
+from benchmarks._answered import AnsweredSender
 from benchmarks._orders import BenchOrder, OrderBase
 from benchmarks._rmq_bench import ensure_client_log_dir, process_cpu, reached
 from txmsg import Message, Producer, TxMsg, TxMsgConfig
-from txmsg.message import DEDUP_KEY, SendResult
+from txmsg.message import DEDUP_KEY
 from txmsg.sqla import create_engine, create_tables, make_session_factory
 
 BODY = "x" * 128
@@ -119,60 +117,9 @@ class Clock:
             return all(k in self.at for k in keys)
 
 
-class StoredSender:
+def stored_sender(producer: Producer, stored: Clock) -> AnsweredSender:
     """The relay's sender: the app's producer, noting when the broker answered each row's send."""
-
-    def __init__(self, producer: Producer, stored: Clock) -> None:
-        self.producer = producer
-        self.stored = stored
-
-    def _note(self, properties: Mapping[str, Any] | None, future: Future[SendResult]) -> None:
-        key = str((properties or {}).get(DEDUP_KEY, ""))
-
-        def done(f: Future[SendResult]) -> None:
-            if f.exception() is None:
-                self.stored.note(key)
-
-        future.add_done_callback(done)
-
-    def send_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
-    ) -> Future[SendResult]:
-        future = self.producer.send_async(
-            topic,
-            payload,
-            keys=keys,
-            tags=tags,
-            properties=properties,
-            delay_level=delay_level,
-            deliver_at=deliver_at,
-        )
-        self._note(properties, future)
-        return future
-
-    def send_orderly_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-    ) -> Future[SendResult]:
-        future = self.producer.send_orderly_async(
-            topic, payload, sharding_key=sharding_key, keys=keys, tags=tags, properties=properties
-        )
-        self._note(properties, future)
-        return future
+    return AnsweredSender(producer, stored.note)
 
 
 @dataclass
@@ -271,7 +218,7 @@ class Service:
             session_factory=consumer_db,
         )
         self.app.start()
-        self.outbox.start_relay(StoredSender(self.app.producer(self.outbox.group), self.stored))
+        self.outbox.start_relay(stored_sender(self.app.producer(self.outbox.group), self.stored))
         self.serial = 0
         self.longest = 0.0
         """The longest business transaction since the last round began (s)."""

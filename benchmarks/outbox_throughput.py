@@ -68,11 +68,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +82,11 @@ from txmsg_broker.message_codec import decode_messages
 from txmsg_broker.rawclient import call
 from txmsg_broker.testing import create_topic, unique, wait_until
 
+from benchmarks._answered import AnsweredSender
 from benchmarks._orders import BenchOrder, OrderBase
 from benchmarks._rmq_bench import ensure_client_log_dir
 from txmsg import LocalTransactionState, Message, Producer, TxMsg, TxMsgConfig
-from txmsg.message import DEDUP_KEY, SendResult
+from txmsg.message import DEDUP_KEY
 from txmsg.sqla import create_engine, create_tables, make_session_factory
 from txmsg.sqla.outbox import Outbox, OutboxKey, OutboxMessage
 
@@ -216,66 +215,21 @@ def first_and_last(broker: str, topic: str) -> tuple[int, int]:
 
 
 class Acks:
-    """The relay's sender: the app's producer, noting when each row's send was answered."""
+    """The relay's sender (:class:`AnsweredSender`), with when each row's send was answered."""
 
     def __init__(self, producer: Producer) -> None:
-        self.producer = producer
         self.lock = threading.Lock()
         self.at: dict[str, float] = {}
+        self.sender = AnsweredSender(producer, self._answered)
 
-    def _note(self, properties: Mapping[str, Any] | None, future: Future[SendResult]) -> None:
-        key = str((properties or {}).get(DEDUP_KEY, ""))
-
-        def done(f: Future[SendResult]) -> None:
-            if f.exception() is None:
-                now = time.perf_counter()
-                with self.lock:
-                    self.at.setdefault(key, now)
-
-        future.add_done_callback(done)
+    def _answered(self, key: str) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            self.at.setdefault(key, now)
 
     def count(self) -> int:
         with self.lock:
             return len(self.at)
-
-    def send_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-        delay_level: int | None = None,
-        deliver_at: datetime | float | None = None,
-    ) -> Future[SendResult]:
-        future = self.producer.send_async(
-            topic,
-            payload,
-            keys=keys,
-            tags=tags,
-            properties=properties,
-            delay_level=delay_level,
-            deliver_at=deliver_at,
-        )
-        self._note(properties, future)
-        return future
-
-    def send_orderly_async(
-        self,
-        topic: str,
-        payload: Any,
-        *,
-        sharding_key: str,
-        keys: str | Sequence[str] | None = None,
-        tags: str | None = None,
-        properties: Mapping[str, Any] | None = None,
-    ) -> Future[SendResult]:
-        future = self.producer.send_orderly_async(
-            topic, payload, sharding_key=sharding_key, keys=keys, tags=tags, properties=properties
-        )
-        self._note(properties, future)
-        return future
 
 
 class RelayProcess:
@@ -624,7 +578,7 @@ def end_to_end(bench: Bench, db: Database, transactions: int) -> tuple[float, fl
     _, outbox, producer = bench.relay_app(db)
     acks = Acks(producer)
     topic = bench.topic()
-    outbox.start_relay(acks)
+    outbox.start_relay(acks.sender)
     try:
         bench.with_outbox(db, outbox, topic, True)  # the topic's route
         wait_until(lambda: acks.count() >= 1, timeout=60, message="the first message")
