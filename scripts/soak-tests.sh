@@ -85,6 +85,9 @@ trap 'exit 130' INT TERM
 
 fresh_clone() {
   clone_dir=$(mktemp -d "${TMPDIR:-/tmp}/txmsg-soak-clone.XXXXXX")
+  # mktemp makes it 0700; scripts/pg.sh runs PostgreSQL as the postgres user under ./var/pg,
+  # which must be able to reach it (initdb failed in every run before this)
+  chmod 755 "$clone_dir"
   git clone --quiet --branch "$branch" "$repo" "$clone_dir"
 }
 
