@@ -40,6 +40,23 @@ as_pg() {
   fi
 }
 
+# The postgres user must be able to reach $BASE: every parent needs o+x.  A checkout under a 0700
+# directory (root's home, a mktemp -d) does not give it: use a directory of its own under /tmp for
+# this checkout instead (the same one for start and stop), unless the user chose one.
+if [ "$(id -u)" = 0 ]; then
+  mkdir -p "$BASE"
+  if ! as_pg test -x "$BASE"; then
+    if [ -n "${TXMSG_PG_DIR:-}" ]; then
+      say "the postgres user cannot reach TXMSG_PG_DIR=$BASE (a parent directory lacks o+x); choose another"
+      exit 1
+    fi
+    BASE=${TMPDIR:-/tmp}/txmsg-pg-$(printf %s "$PWD" | sha1sum | cut -c1-12)
+    DATA=$BASE/data
+    LOG=$BASE/server.log
+    [ "${1:-}" = "stop" ] || say "the postgres user cannot reach $PWD/var/pg (a parent directory lacks o+x); using $BASE"
+  fi
+fi
+
 if [ "${1:-}" = "stop" ]; then
   if [ -f "$DATA/postmaster.pid" ]; then
     as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >&2 || true
@@ -50,7 +67,6 @@ fi
 mkdir -p "$BASE"
 if [ "$(id -u)" = 0 ]; then
   chown postgres:postgres "$BASE"
-  # the postgres user must be able to reach $BASE: every parent needs o+x (they normally have it)
 fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
