@@ -108,7 +108,9 @@ def test_a_groups_checks_occupy_only_its_executor_threads(
         return sorted(t.name for t in threading.enumerate() if group in t.name)
 
     with Clients(txmsg_grpc_broker.namesrv_addr) as clients:
-        delivered = clients.consumer(unique("Tx5ThreadsCG"), topic)
+        # every delivery counts: the backend's synchronous pulls (hazard #5), consumed from the
+        # first offset (#6; Clients' default)
+        delivered = clients.consumer(unique("Tx5ThreadsCG"), topic, sync_pull=True)
         app = make_app(registry)
         app.start()
         producer = app.transactional_producer(group)
@@ -132,8 +134,8 @@ def test_a_groups_checks_occupy_only_its_executor_threads(
             release.set()
         # a bound, not a timing assertion: the checking consumer is librocketmq's push consumer,
         # whose first rebalance runs on its own ~20 s timer when start-up was slow (CI, load 18)
-        # (soak run of 2026-11-29: not met in 60 s once; the message names what did arrive, to
-        # tell a stalled queue of the helper's plain push consumer, hazard #5, from a skip, #6)
+        # (soak run of 2026-11-29: not met in 60 s once, when the helper's consumer still had
+        # librocketmq's asynchronous pulls and CONSUME_FROM_LAST; the message names what arrived)
         wait_until(
             lambda: len(delivered) == n + 1,
             timeout=60,

@@ -274,8 +274,18 @@ class Clients:
         expression: str = "*",
         instance: str | None = None,
         properties: tuple[str, ...] = (),
+        consume_from: str = "first",
+        sync_pull: bool = False,
     ) -> list[Received]:
         """Start a push consumer; returns the (thread-safe appended) list of received messages.
+
+        ``consume_from`` is txmsg's default, not librocketmq's: with CONSUME_FROM_LAST_OFFSET a
+        rebalance's offset query that times out on a loaded machine starts the queue at its end
+        and skips what was already there for good (docs/librocketmq-hazards.md #6), and a test
+        counting deliveries then waits forever (a soak run of 2026-11-29 did).  ``sync_pull``
+        takes the backend's workaround for a queue that stops being pulled after a drop and
+        re-add (#5); it costs CPU while idle (the synchronous pull never long-polls), so only
+        tests that must see every message of a long-lived consumer ask for it.
 
         Refuses names that librocketmq 2.1.0 would feed to printf as conversions (``%RETRY%SendCG``
         reads as ``%S``: a wide-string conversion of a garbage pointer - a segfault in ``start()``
@@ -316,6 +326,7 @@ class Clients:
         c.set_name_server_address(self.namesrv_addr)
         self._sign(c)
         c.subscribe(topic, callback, expression)
+        _protect(c._handle, consume_from=consume_from, sync_pull=sync_pull)
         enable_consumer_trace(c)
         c.start()
         enable_consumer_trace(c, on=False)
@@ -356,6 +367,25 @@ class Clients:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _protect(handle: Any, *, consume_from: str, sync_pull: bool) -> None:
+    """The backend's settings against librocketmq 2.1.0's consumer hazards, on a raw consumer."""
+    from txmsg_rocketmq.native import (  # noqa: PLC0415 - only with the real client
+        CONSUME_FROM,
+        load,
+        set_consume_from,
+        use_sync_pull,
+    )
+
+    if consume_from not in CONSUME_FROM:
+        raise ValueError(
+            f"consume_from must be one of {sorted(CONSUME_FROM)}, not {consume_from!r}"
+        )
+    native = load()
+    set_consume_from(native, int(handle), CONSUME_FROM[consume_from])
+    if sync_pull:
+        use_sync_pull(native, int(handle))
 
 
 def _avoid_timer_window(started: float | None) -> None:
