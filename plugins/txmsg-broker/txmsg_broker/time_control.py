@@ -68,21 +68,22 @@ async def run_action(
     answer_timeout: float = DEFAULT_ANSWER_TIMEOUT,
 ) -> dict[str, Any]:
     """Run one action on the broker's loop; the report as JSON-ready data."""
-    service = broker.transactions
-    service.answer_timeout = answer_timeout
-    service.unanswered.clear()
-    sent_before = service.checks_sent
+    checks = broker.transactions.checks
+    check_backs = broker.transactions.check_backs
+    check_backs.answer_timeout = answer_timeout
+    check_backs.unanswered.clear()
+    sent_before = check_backs.checks_sent
     if action == "advance":
         await clock.advance(seconds)
     elif action == "check_now":
-        before = service.wake_check()
-        await clock.run_until(lambda: service.passes_done > before)
+        before = checks.wake_check()
+        await clock.run_until(lambda: checks.passes_done > before)
     elif action != "now":
         raise ValueError(f"unknown time-control action {action!r} (advance, check_now, now)")
     return {
         "now": clock.now(),
-        "checkBacks": service.checks_sent - sent_before,
-        "unanswered": list(service.unanswered),
+        "checkBacks": check_backs.checks_sent - sent_before,
+        "unanswered": list(check_backs.unanswered),
     }
 
 

@@ -297,7 +297,8 @@ class ProducerRpcs:
         )
         from_check = request.source == pb.TransactionSource.SOURCE_SERVER_CHECK
         group = topic  # the proxy's producer group for gRPC producers
-        self.broker.transactions.note_answer(None, transaction_id)  # a manual clock's advance waits
+        # a manual clock's advance waits for the answers to its check-backs
+        self.broker.transactions.check_backs.note_answer(None, transaction_id)
         located = self._find_half(group, transaction_id)
         if located is None:
             # TRANSACTION_DATA_NOT_FOUND is not in the proxy's code mapping: INTERNAL_SERVER_ERROR
