@@ -30,14 +30,11 @@ docs/backend-design.md, "Plain sends"):
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import itertools
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -51,32 +48,21 @@ from ._errors import (
     ProducerClosedError,
     SendError,
 )
+from .async_sends import PendingSends, c_text, status_name
 from .connect_race import send_retrying_instant_failure
 from .gate import Gate
-from .names import refuse_printf_topic
 from .native import (
     NATIVE_LOCK,
     OK,
-    ON_SEND_EXCEPTION,
-    ON_SEND_SUCCESS,
     QUEUE_SELECTOR_CALLBACK,
-    SEND_EXCEPTION,
-    SEND_STATUS_NAMES,
-    SEND_SUCCESS,
-    CMQException,
     CSendResult,
     Native,
 )
+from .send_rules import validate
 from .settings import DEFAULT_MAX_MESSAGE_SIZE
 from .timers import when_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
-
-MAX_DELAY_LEVEL = 18
-"""RocketMQ 4's default ``messageDelayLevel`` has 18 levels (1 s ... 2 h)."""
-
-_SPENT_THUNK_TTL = 5.0
-"""Seconds a per-send thunk pair is kept after its callback ran (see _complete)."""
 
 Credentials = tuple[bytes, bytes, bytes]
 
@@ -103,24 +89,6 @@ def queue_index(key: str, queues: int) -> int:
     """The queue (index in the topic's write-queue list) of ``key``: Java's
     ``SelectMessageQueueByHash`` - ``hashCode % n``, made non-negative with ``abs``."""
     return abs(java_string_hash(key)) % queues
-
-
-def _status_name(code: int) -> str:
-    return SEND_STATUS_NAMES.get(int(code), str(int(code)))
-
-
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
-
-
-class _OrderlyAsync:
-    """Thunks of one ordered asynchronous send (``SendMessageOrderlyAsync`` has no user data)."""
-
-    __slots__ = ("on_error", "on_success")
-
-    def __init__(self, on_success: Any, on_error: Any) -> None:
-        self.on_success = on_success
-        self.on_error = on_error
 
 
 class PlainSender:
@@ -152,15 +120,11 @@ class PlainSender:
         self._closed = False
         self.shut_down = False
         self._close_lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Future[SendResult], _OrderlyAsync | None, int | None]] = {}
-        self._pending_lock = threading.Lock()
-        self._spent: deque[tuple[float, _OrderlyAsync]] = deque()
+        #: asynchronous sends waiting for their callbacks (and the thunks that answer them)
+        self._async = PendingSends(self)
         self._selected = threading.local()
-        # One thunk each for the whole life of the producer (it must outlive the native client).
+        # One thunk for the whole life of the producer (it must outlive the native client).
         self._selector = QUEUE_SELECTOR_CALLBACK(self._select)
-        self._on_success = ON_SEND_SUCCESS(self._async_success)
-        self._on_exception = ON_SEND_EXCEPTION(self._async_exception)
         self.started_at: float | None = None
         dll = native.dll
         with NATIVE_LOCK:
@@ -207,61 +171,8 @@ class PlainSender:
                 f"(status {int(status)}): {self.native.last_error()}"
             )
 
-    # ---- validation ------------------------------------------------------------------------
     def _validate(self, message: OutgoingMessage, *, batch: bool = False) -> None:
-        """Refuse what librocketmq 2.1.0 or a 4.9 broker cannot send, saying what to do."""
-        refuse_printf_topic(message.topic)
-        if message.deliver_at_ms is not None:
-            raise InvalidMessageError(
-                "deliver_at (a delivery timestamp) needs RocketMQ 5 timer messages; the rocketmq "
-                "backend (RocketMQ 4.9 protocol) has delay levels only: use delay_level=1..18 "
-                "(1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h) or the rocketmq5 backend"
-            )
-        level = message.delay_level
-        if level is not None and not (isinstance(level, int) and 1 <= level <= MAX_DELAY_LEVEL):
-            raise InvalidMessageError(
-                f"delay_level must be an int 1..{MAX_DELAY_LEVEL} (got {level!r}): "
-                "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-            )
-        if message.sharding_key is not None:
-            if not isinstance(message.sharding_key, str) or not message.sharding_key:
-                raise InvalidMessageError(
-                    f"sharding_key must be a non-empty str (got {message.sharding_key!r}); use the "
-                    "id of the business entity whose messages must stay in order"
-                )
-            if level is not None:
-                raise InvalidMessageError(
-                    "an ordered message (sharding_key) cannot be delayed: the broker would put it "
-                    "back into the key's queue after later messages of the same key; send it at once"
-                )
-            if batch:
-                raise InvalidMessageError(
-                    "send_batch cannot keep a sharding key's order (librocketmq 2.1.0 spreads "
-                    "batches over queues); send ordered messages one by one with a sharding_key"
-                )
-        if batch and level is not None:
-            raise InvalidMessageError(
-                "a batch cannot be delayed (RocketMQ refuses delay levels in batches); send "
-                "delayed messages one by one"
-            )
-        if not message.body:
-            raise InvalidMessageError(
-                f"message to topic {message.topic!r} has an empty body, which RocketMQ refuses; "
-                "send at least one byte"
-            )
-        size = self._wire_size(message)
-        if size > self.max_message_size:
-            raise InvalidMessageError(
-                f"message body of {size} bytes (as sent) exceeds the maximum message size of "
-                f"{self.max_message_size} bytes (the broker's maxMessageSize); store the payload "
-                "elsewhere and send a reference, or split it"
-            )
-
-    @staticmethod
-    def _wire_size(message: OutgoingMessage) -> int:
-        """Body length as sent: bodies with NUL bytes go base64-encoded (see messages.py)."""
-        n = len(message.body)
-        return (n + 2) // 3 * 4 if b"\x00" in message.body else n
+        validate(message, self.max_message_size, batch=batch)
 
     def _enter(self) -> None:
         if self._closed or not self.gate.enter_send():
@@ -302,10 +213,7 @@ class PlainSender:
             self._selected.index = index
             send_id = getattr(self._selected, "send_id", None)
             if send_id is not None:
-                with self._pending_lock:
-                    entry = self._pending.get(send_id)
-                    if entry is not None:
-                        self._pending[send_id] = (entry[0], entry[1], index)
+                self._async.chose_queue(send_id, index)
             return index
         except BaseException:  # noqa: BLE001 - nothing may cross into C; queue 0 is a valid answer
             return 0
@@ -335,8 +243,8 @@ class PlainSender:
                     raise self._send_error(message, self.native.last_error(), "send")
                 self.sent += 1
                 return SendResult(
-                    message_id=_text(result.msgId),
-                    send_status=_status_name(result.sendStatus),
+                    message_id=c_text(result.msgId),
+                    send_status=status_name(result.sendStatus),
                     offset=int(result.offset),
                 )
             finally:
@@ -363,8 +271,8 @@ class PlainSender:
             raise self._send_error(message, self.native.last_error(), "ordered send")
         self.sent += 1
         return SendResult(
-            message_id=_text(result.msgId),
-            send_status=_status_name(result.sendStatus),
+            message_id=c_text(result.msgId),
+            send_status=status_name(result.sendStatus),
             offset=int(result.offset),
             queue_id=self._selected.index,
         )
@@ -453,7 +361,7 @@ class PlainSender:
         self._enter()  # left when the send completes (gate counts pending sends)
         future: Future[SendResult] = Future()
         future.set_running_or_notify_cancel()  # a send on the wire cannot be cancelled
-        send_id = next(self._ids)
+        send_id = self._async.next_id()
         dll = self.native.dll
         try:
             handle = messages.build(self.native, message)
@@ -462,12 +370,8 @@ class PlainSender:
             raise
         try:
             if message.sharding_key:
-                thunks = _OrderlyAsync(
-                    SEND_SUCCESS(lambda result: self._async_success(result, None, send_id)),
-                    SEND_EXCEPTION(lambda exc: self._async_exception(exc, None, send_id)),
-                )
-                with self._pending_lock:
-                    self._pending[send_id] = (future, thunks, None)
+                thunks = self._async.ordered_callbacks(send_id)
+                self._async.add(send_id, future, thunks)
                 self._selected.send_id = send_id
                 try:
                     status = int(
@@ -483,17 +387,20 @@ class PlainSender:
                 finally:
                     self._selected.send_id = None
             else:
-                with self._pending_lock:
-                    self._pending[send_id] = (future, None, None)
+                self._async.add(send_id, future, None)
                 status = int(
                     dll.SendAsync(
-                        self.handle, handle, self._on_success, self._on_exception, send_id
+                        self.handle,
+                        handle,
+                        self._async.on_success,
+                        self._async.on_exception,
+                        send_id,
                     )
                 )
             if status != OK:
                 # The callback may already have reported it (2.1.0 calls onException for some
                 # failures and also returns an error); whoever completes first wins.
-                self._complete(
+                self._async.complete(
                     send_id,
                     error=self._send_error(
                         message, self.native.last_error(), "asynchronous send", count=False
@@ -505,83 +412,10 @@ class PlainSender:
             dll.DestroyMessage(handle)
         return future
 
-    def _async_success(
-        self, result: CSendResult, _message: int | None, send_id: int | None
-    ) -> None:
-        self._callback(
-            send_id,
-            lambda queue: SendResult(
-                message_id=_text(result.msgId),
-                send_status=_status_name(result.sendStatus),
-                offset=int(result.offset),
-                queue_id=queue,
-            ),
-        )
-
-    def _async_exception(
-        self, exc: CMQException, _message: int | None, send_id: int | None
-    ) -> None:
-        detail = f"{_text(exc.msg)} (error {int(exc.error)})"
-
-        def error(_queue: int | None) -> SendError:
-            return SendError(
-                f"asynchronous send (group {self.group!r}) failed: {detail}. librocketmq 2.1.0 "
-                "reports broker refusals of asynchronous sends without their reason; the broker's "
-                "broker.log and the client log (ROCKETMQ_CLIENT_LOG_DIR) name it"
-            )
-
-        self._callback(send_id, error)
-
-    def _callback(
-        self, send_id: int | None, outcome: Callable[[int | None], SendResult | SendError]
-    ) -> None:
-        """Body of both native callbacks: never lets an exception into C."""
-        self.gate.enter_callback(refuse_after_shut=False)
-        try:
-            with self._pending_lock:
-                entry = self._pending.get(int(send_id or 0))
-            queue = entry[2] if entry is not None else None
-            value = outcome(queue)
-            if isinstance(value, SendResult):
-                self._complete(int(send_id or 0), result=value)
-            else:
-                self._complete(int(send_id or 0), error=value)
-        except BaseException:
-            with contextlib.suppress(
-                BaseException
-            ):  # a logging failure cannot be reported anywhere
-                log.exception("asynchronous send callback of %s failed", self.group)
-        finally:
-            self.gate.exit_callback()
-
-    def _complete(
-        self, send_id: int, *, result: SendResult | None = None, error: BaseException | None = None
-    ) -> None:
-        with self._pending_lock:
-            entry = self._pending.pop(send_id, None)
-            if entry is not None and entry[1] is not None:
-                # Per-send thunks: we may be running inside one right now, and ctypes reads the
-                # thunk's cif after the Python body returns - free them a while later instead.
-                now = time.monotonic()
-                self._spent.append((now, entry[1]))
-                while self._spent and now - self._spent[0][0] > _SPENT_THUNK_TTL:
-                    self._spent.popleft()
-        if entry is None:
-            return  # already completed (failure reported twice) or failed by close()
-        future = entry[0]
-        self.gate.exit_send()
-        if error is not None:
-            self.failed += 1
-            future.set_exception(error)
-        elif result is not None:
-            self.sent += 1
-            future.set_result(result)
-
     @property
     def pending(self) -> int:
         """Asynchronous sends still waiting for the broker."""
-        with self._pending_lock:
-            return len(self._pending)
+        return len(self._async)
 
     # ---- shutdown --------------------------------------------------------------------------
     def close(self, timeout: float | None = None) -> None:
@@ -598,8 +432,7 @@ class PlainSender:
             limit = 30.0 if timeout is None else max(0.0, timeout)
             deadline = time.monotonic() + limit
             if not self.gate.drain_and_shut(deadline):
-                with self._pending_lock:
-                    left = list(self._pending)
+                left = self._async.ids()
                 log.error(
                     "producer %s/%s still has %d asynchronous send(s) without an answer after %.1f s; "
                     "leaving the client running rather than crash the process",
@@ -609,7 +442,7 @@ class PlainSender:
                     limit,
                 )
                 for send_id in left:
-                    self._complete(
+                    self._async.complete(
                         send_id,
                         error=SendError(
                             f"producer group {self.group!r} was closed before the broker answered "
