@@ -14,8 +14,9 @@ listener runs, until it is consumed or parked.  The journal has two tiers:
   listener has run longer than ``promote_after`` seconds (so that a consumer on another host can
   finish it if this host never comes back), when it is handed back (the queue may move to
   another consumer before it comes again), and when a dead process's spool is found
-  (:meth:`InflightJournal.import_spools`: by every consumer process of the group on the host, at
-  start, at every :meth:`~InflightJournal.refresh` and every ``sweep_interval``).  Messages of a
+  (:meth:`~txmsg.sqla.journal_sweeper.JournalSweeper.import_spools`: by every consumer process
+  of the group on the host, at start, at every :meth:`~InflightJournal.refresh` and every
+  ``sweep_interval``).  Messages of a
   key that has rows in the table take the table's path, as before the spool existed
   (:meth:`InflightJournal.enter`).
 
@@ -49,36 +50,38 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, delete, or_, select, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from txmsg.message import Message
-from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.engine import SessionFactory
+from txmsg.sqla.journal_sweeper import JournalSweeper
+from txmsg.sqla.journal_table import (
+    DELETE,
+    EARLIER_BY_ID,
+    EARLIER_IN_QUEUE,
+    KEYS,
+    ROW,
+    Leftover,
+    begin_read,
+    begin_write,
+    claim_row,
+    insert_returning_id,
+)
 from txmsg.sqla.liveness import holder_gone, host_identity, new_owner
-from txmsg.sqla.models import OrderlyInflight, utcnow
+from txmsg.sqla.models import utcnow
 from txmsg.sqla.parking import (
-    _insert_once,
     message_columns,
     parked_message_key,
     sharding_key_of,
     stored_message,
 )
-from txmsg.sqla.spool import (
-    Spool,
-    default_directory,
-    group_directory,
-    live_open_entries,
-    orphans,
-)
+from txmsg.sqla.spool import Spool, default_directory, group_directory, live_open_entries
 
 log = logging.getLogger("txmsg.journal")
 
@@ -118,16 +121,6 @@ Finish = Callable[[Message, Ticket], bool]
 """How a leftover is handled: ``finish(message, ticket)``; True once its row is gone."""
 
 
-@dataclass(frozen=True)
-class Leftover:
-    """A journal row another consumer left behind, and the message it holds."""
-
-    id: int
-    owner: str
-    lease_until: datetime
-    message: Message
-
-
 @dataclass
 class Entry:
     """What :meth:`InflightJournal.enter` found for a message."""
@@ -138,62 +131,6 @@ class Entry:
     """Rows of the same key and queue, earlier in the queue, to finish first (oldest first)."""
     ticket: Ticket | None = None
     """What :meth:`InflightJournal.admit` hands the handler (None: hand the message again)."""
-
-
-_TABLE: Table = OrderlyInflight.__table__  # type: ignore[assignment]  # declared a Table
-_T = _TABLE.c
-# Built once: every orderly message runs them (building a statement cost more than running it).
-_ROW = select(_T.id, _T.owner, _T.lease_until).where(
-    _T.consumer_group == bindparam("group"), _T.message_key == bindparam("message_key")
-)
-_EARLIER = select(_TABLE).where(
-    _T.consumer_group == bindparam("group"),
-    _T.sharding_key == bindparam("key"),
-    _T.topic == bindparam("topic"),
-    _T.id != bindparam("row_id"),
-)
-_EARLIER_IN_QUEUE = _EARLIER.where(
-    or_(
-        and_(_T.queue_id == bindparam("queue_id"), _T.queue_offset < bindparam("queue_offset")),
-        # the key on another queue: the topic's queue count changed while its consumer was dead
-        # (the key hashes to a new queue now); that row was written first, so it comes first
-        and_(_T.queue_id != bindparam("queue_id"), _T.id < bindparam("row_id")),
-    )
-).order_by(_T.id)
-_EARLIER_BY_ID = _EARLIER.where(_T.id < bindparam("row_id")).order_by(_T.id)
-_CLAIM = (
-    update(_TABLE)
-    .where(
-        _T.id == bindparam("row_id"),
-        _T.owner == bindparam("old_owner"),
-        _T.lease_until == bindparam("old_lease"),
-    )
-    .values(owner=bindparam("new_owner"), lease_until=bindparam("new_lease"))
-)
-_DELETE = delete(_TABLE).where(_T.id == bindparam("row_id"))
-_KEYS = select(_T.topic, _T.sharding_key).where(_T.consumer_group == bindparam("group")).distinct()
-_INSERT_RETURNING: dict[str, Any] = {}
-
-
-def _insert_returning_id(tx: Connection | Session, values: dict[str, Any]) -> int | None:
-    """Insert the row; its id, or None when the message's row is there already (a redelivery).
-    PostgreSQL and SQLite do it in one statement (``ON CONFLICT DO NOTHING RETURNING id``)."""
-    dialect = tx.dialect.name if isinstance(tx, Connection) else tx.get_bind().dialect.name
-    if dialect in ("postgresql", "sqlite"):
-        statement = _INSERT_RETURNING.get(dialect)
-        if statement is None:
-            dialect_insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-            statement = _INSERT_RETURNING[dialect] = (
-                dialect_insert(_TABLE).on_conflict_do_nothing().returning(_T.id)
-            )
-        row_id = tx.execute(statement, values).scalar()
-        return None if row_id is None else int(row_id)
-    if not _insert_once(tx, OrderlyInflight, values):
-        return None
-    found = tx.execute(
-        _ROW, {"group": values["consumer_group"], "message_key": values["message_key"]}
-    ).one()
-    return int(found.id)
 
 
 class InflightJournal:
@@ -235,8 +172,8 @@ class InflightJournal:
         self._added: dict[tuple[str, str], float] = {}
         """Keys this process gave rows since (monotonic time): kept until a refresh sees them."""
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        #: the background thread: dead consumers' leftovers, leases, long-running messages
+        self.sweeper = JournalSweeper(self)
         self.recovered = 0
         """Leftovers of dead consumers this process finished (for stats and tests)."""
         self.imported = 0
@@ -339,7 +276,7 @@ class InflightJournal:
         with self._lock:
             if not look and key not in self._elsewhere:
                 return False
-        own = self._spool.path if self._spool is not None else None
+        own = self.spool_path
         held = any(
             (m.topic, sharding_key_of(m)) == key
             for m in live_open_entries(self.spool_directory, skip=own)
@@ -361,57 +298,13 @@ class InflightJournal:
     def refresh(self) -> None:
         """Move dead processes' spools into the table, then note which keys have rows there."""
         started = time.monotonic()
-        self.import_spools()
-        with self._begin_read() as connection:
-            keys = frozenset((r[0], r[1]) for r in connection.execute(_KEYS, {"group": self.group}))
+        self.sweeper.import_spools()
+        with begin_read(self.session_factory) as connection:
+            keys = frozenset((r[0], r[1]) for r in connection.execute(KEYS, {"group": self.group}))
         with self._lock:
             self._blocked = keys
             for key in [k for k, at in self._added.items() if at < started]:
                 del self._added[key]
-
-    @contextmanager
-    def _begin_read(self) -> Iterator[Connection | Session]:
-        bind = getattr(self.session_factory, "kw", {}).get("bind")
-        if isinstance(bind, Engine):
-            with bind.connect() as connection:
-                yield connection
-            return
-        with self.session_factory() as session, session.begin():
-            read_only(session)
-            yield session
-
-    def import_spools(self) -> int:
-        """Copy the open entries of this host's dead processes' spools of the group into the
-        table (as rows of their dead owners, so they are finished like any leftover), then delete
-        those files.  Returns how many messages were copied."""
-        own = self._spool.path if self._spool is not None else None
-        moved = 0
-        for claimed in orphans(self.spool_directory, skip=own):
-            try:
-                orphan = claimed.orphan
-                if orphan.messages:
-                    now = utcnow()
-                    with self._begin() as tx:
-                        for message in orphan.messages:
-                            values = message_columns(self.group, message) | dict(
-                                owner=orphan.owner, lease_until=now
-                            )
-                            if _insert_returning_id(tx, values) is not None:
-                                moved += 1
-                    log.warning(
-                        "group=%s: %d in-flight message(s) of consumer %s (gone) moved from its "
-                        "spool %s to the journal table; see docs/librocketmq-hazards.md #10",
-                        self.group,
-                        len(orphan.messages),
-                        orphan.owner,
-                        orphan.path,
-                    )
-                claimed.remove()
-            finally:
-                claimed.close()
-        if moved:
-            self.imported += moved
-        return moved
 
     def promote(self, *, everything: bool = False) -> int:
         """Copy into the table the spool entries whose listener has run ``promote_after``
@@ -437,12 +330,12 @@ class InflightJournal:
         committed = False
         try:
             lease_until = utcnow() + self.lease
-            with self._begin() as tx:
+            with begin_write(self.session_factory) as tx:
                 for ticket in picked:
                     values = message_columns(self.group, ticket.message) | dict(
                         owner=self.owner, lease_until=lease_until
                     )
-                    row_id = _insert_returning_id(tx, values)
+                    row_id = insert_returning_id(tx, values)
                     if row_id is None:
                         conflicts.add(id(ticket))
                     else:
@@ -487,9 +380,9 @@ class InflightJournal:
                 for seq in ended:
                     self._spool.end(seq)
         if finished:  # done while its row was being written: the row goes now
-            with self._begin() as tx:
+            with begin_write(self.session_factory) as tx:
                 for row_id in finished:
-                    tx.execute(_DELETE, {"row_id": row_id})
+                    tx.execute(DELETE, {"row_id": row_id})
         return len(rows)
 
     # ---- liveness -------------------------------------------------------------------------------
@@ -519,10 +412,10 @@ class InflightJournal:
             owner=self.owner, lease_until=now + self.lease
         )
         key, message_key = values["sharding_key"], values["message_key"]
-        with self._begin() as tx:
-            row_id = _insert_returning_id(tx, values)
+        with begin_write(self.session_factory) as tx:
+            row_id = insert_returning_id(tx, values)
             if row_id is None:  # handed again: the row is there from an earlier delivery
-                row = tx.execute(_ROW, {"group": self.group, "message_key": message_key}).one()
+                row = tx.execute(ROW, {"group": self.group, "message_key": message_key}).one()
                 row_id = row.id
                 if row.owner != self.owner and not self.is_dead(
                     row.owner, row.lease_until, row.id, now
@@ -544,9 +437,9 @@ class InflightJournal:
             if message.queue_id is not None and message.queue_offset is not None:
                 # a row later in the queue is handed again by the broker after this one
                 params.update(queue_id=message.queue_id, queue_offset=message.queue_offset)
-                earlier = tx.execute(_EARLIER_IN_QUEUE, params)
+                earlier = tx.execute(EARLIER_IN_QUEUE, params)
             else:
-                earlier = tx.execute(_EARLIER_BY_ID, params)
+                earlier = tx.execute(EARLIER_BY_ID, params)
             before = [
                 Leftover(
                     id=r.id, owner=r.owner, lease_until=r.lease_until, message=stored_message(r)
@@ -555,19 +448,6 @@ class InflightJournal:
             ]
         return Entry(row_id=row_id, before=before)
 
-    @contextmanager
-    def _begin(self) -> Iterator[Connection | Session]:
-        """One write transaction: a Core connection when the factory is a ``sessionmaker`` bound
-        to an engine (every orderly message pays this, and the ORM session cost more than the
-        statements), else a session."""
-        bind = getattr(self.session_factory, "kw", {}).get("bind")
-        if isinstance(bind, Engine):
-            with bind.begin() as connection:
-                yield connection
-            return
-        with self.session_factory() as session, session.begin():
-            yield session
-
     def claim(self, leftover: Leftover, why: str = "before the key's next message") -> bool:
         """Make a dead consumer's row this process's; False if its owner lives or another
         consumer claimed it first (then hand the current message again later).  ``why`` goes
@@ -575,7 +455,7 @@ class InflightJournal:
         now = utcnow()
         if not self.is_dead(leftover.owner, leftover.lease_until, leftover.id, now):
             return False
-        with self._begin() as tx:
+        with begin_write(self.session_factory) as tx:
             if not self._claim(tx, leftover.id, leftover.owner, leftover.lease_until, now, why):
                 return False
         with self._lock:
@@ -593,28 +473,10 @@ class InflightJournal:
         now: datetime,
         why: str,
     ) -> bool:
-        # Compare-and-set on (owner, lease): of two consumers claiming one row, one wins.
-        result = tx.execute(
-            _CLAIM,
-            {
-                "row_id": row_id,
-                "old_owner": owner,
-                "old_lease": lease_until,
-                "new_owner": self.owner,
-                "new_lease": now + self.lease,
-            },
+        """Make the row this process's for a lease from ``now`` (:func:`claim_row`)."""
+        return claim_row(
+            tx, (row_id, owner, lease_until), self.owner, now + self.lease, self.group, why
         )
-        claimed = getattr(result, "rowcount", 0) == 1
-        if claimed and owner != self.owner:
-            log.warning(
-                "group=%s: finishing row %d left by consumer %s (gone), %s; see "
-                "docs/librocketmq-hazards.md #10",
-                self.group,
-                row_id,
-                owner,
-                why,
-            )
-        return claimed
 
     def leftover_ticket(self, leftover: Leftover) -> Ticket:
         """The ticket of a leftover this process has :meth:`claim`-ed."""
@@ -629,7 +491,7 @@ class InflightJournal:
             row_id = None if ticket.moving else ticket.row_id
             ticket.removed_row = row_id
         if row_id is not None:
-            session.execute(_DELETE, {"row_id": row_id})
+            session.execute(DELETE, {"row_id": row_id})
 
     def done(self, ticket: Ticket, *, removed: bool = False) -> None:
         """The message was consumed or parked: end its spool entry, delete its row (unless
@@ -642,8 +504,8 @@ class InflightJournal:
             if row_id is not None:
                 self._running.discard(row_id)
         if row_id is not None and not moving and not (removed and ticket.removed_row == row_id):
-            with self._begin() as tx:
-                tx.execute(_DELETE, {"row_id": row_id})
+            with begin_write(self.session_factory) as tx:
+                tx.execute(DELETE, {"row_id": row_id})
         if seq is not None and self._spool is not None:
             self._spool.end(seq)
 
@@ -675,31 +537,17 @@ class InflightJournal:
                     "group=%s: could not move a handed-back message", self.group, exc_info=True
                 )
 
-    # ---- leases and the sweeper -----------------------------------------------------------------
+    # ---- the sweeper ---------------------------------------------------------------------------
     def start(self, finish: Finish) -> None:
-        """Move the spools of this host's dead consumers of the group into the table (before
-        this process consumes anything: their messages come before the keys' next ones), then
-        start the thread that renews leases, moves long-running messages into the table and
-        finishes dead consumers' leftovers."""
-        if self._thread is not None:
-            return
-        try:
-            self.import_spools()
-        except Exception:  # the database may be down: the first message's refresh tries again
-            log.warning(
-                "group=%s: could not move dead consumers' spools yet", self.group, exc_info=True
-            )
-        self._thread = threading.Thread(
-            target=self._run, args=(finish,), name=f"txmsg-journal-{self.group}", daemon=True
-        )
-        self._thread.start()
+        """Start the sweeper (:class:`~txmsg.sqla.journal_sweeper.JournalSweeper`): dead
+        consumers' spools go into the table first, then a thread renews leases, moves
+        long-running messages into the table and finishes dead consumers' leftovers."""
+        self.sweeper.start(finish)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop the thread; messages handed back and never taken again go into the table (or,
+        """Stop the sweeper; messages handed back and never taken again go into the table (or,
         if the database does not answer, stay in the spool file for the host's next consumer)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self.sweeper.stop(timeout)
         try:
             self.promote(everything=True)
         except Exception:
@@ -712,78 +560,16 @@ class InflightJournal:
         if self._spool is not None:
             self._spool.close()
 
-    def _run(self, finish: Finish) -> None:
-        renew_every = self.lease.total_seconds() / 3
-        tick = max(0.01, min(self.sweep_interval, self.promote_after / 2))
-        renewed = swept = -float("inf")
-        while not self._stop.is_set():
-            now = time.monotonic()
-            try:
-                self.promote()
-                if now - renewed >= renew_every:
-                    self.renew()
-                    renewed = now
-                if now - swept >= self.sweep_interval:
-                    swept = now
-                    self.import_spools()
-                    self.sweep(finish)
-            except Exception:  # the database may be down: try again next round
-                log.warning(
-                    "group=%s: journal sweep failed; trying again", self.group, exc_info=True
-                )
-            self._stop.wait(tick)
-
-    def renew(self) -> None:
-        """Extend the leases of the rows this process is handling."""
-        with self._lock:
-            running = sorted(self._running)
-        if not running:
-            return
-        with self.session_factory() as session, session.begin():
-            session.execute(
-                update(OrderlyInflight)
-                .where(OrderlyInflight.id.in_(running), OrderlyInflight.owner == self.owner)
-                .values(lease_until=utcnow() + self.lease)
-            )
-
-    def rows(self, limit: int = 100) -> list[tuple[Leftover, bool]]:
-        """This group's rows, oldest first, each with whether its owner is gone."""
-        with self.session_factory() as session, session.begin():
-            read_only(session)
-            rows = session.scalars(
-                select(OrderlyInflight)
-                .where(OrderlyInflight.consumer_group == self.group)
-                .order_by(OrderlyInflight.id)
-                .limit(limit)
-            ).all()
-            now = utcnow()
-            return [
-                (
-                    Leftover(
-                        id=r.id, owner=r.owner, lease_until=r.lease_until, message=stored_message(r)
-                    ),
-                    self.is_dead(r.owner, r.lease_until, r.id, now),
-                )
-                for r in rows
-            ]
-
     def sweep(self, finish: Finish) -> int:
-        """Finish leftovers of dead consumers, each key's in order; returns how many.
+        """Finish leftovers of dead consumers now (:meth:`JournalSweeper.sweep`)."""
+        return self.sweeper.sweep(finish)
 
-        A key with an earlier row that somebody is still handling (a live owner) waits: its
-        later leftovers come after that one, in a later sweep."""
-        blocked: set[tuple[str, str]] = set()
-        finished = 0
-        for leftover, dead in self.rows():
-            key = (leftover.message.topic, sharding_key_of(leftover.message))
-            if self._stop.is_set():
-                break
-            if not dead or key in blocked or not self.claim(leftover, "by the sweeper"):
-                blocked.add(key)  # a later row of the key must wait for this one
-                continue
-            if finish(leftover.message, self.leftover_ticket(leftover)):
-                finished += 1
-                self.recovered += 1
-            else:
-                blocked.add(key)
-        return finished
+    def running_rows(self) -> list[int]:
+        """The rows a thread of this process is handling now (their leases are renewed)."""
+        with self._lock:
+            return sorted(self._running)
+
+    @property
+    def spool_path(self) -> Path | None:
+        """This process's spool file, once it has one."""
+        return self._spool.path if self._spool is not None else None

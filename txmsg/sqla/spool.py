@@ -21,7 +21,7 @@ Files live in ``<directory>/<host>/<group>/<pid>-<token>.spool``.  The writer ho
 however it dies, so "can I lock it?" is an exact liveness test that pid reuse (containers restart
 with the same pids) cannot fool.  A file whose lock is free belongs to a dead process; its open
 entries (``B`` without ``E``) are moved into the database tier by whoever finds them
-(:meth:`~txmsg.sqla.journal.InflightJournal.import_spools`).
+(:meth:`~txmsg.sqla.journal_sweeper.JournalSweeper.import_spools`).
 
 Durability, exactly: no ``fsync``.  A record survives the death of the process that wrote it, not
 the machine's (power loss, kernel panic, a VM reset may drop the last seconds of records; the
