@@ -1,14 +1,15 @@
-"""``txmsg discarded list|rescue|drop``: the operator's side of discarded half messages.
+"""``txmsg discarded list|retry|discard``: the operator's side of discarded half messages.
 
 The rescue (:mod:`txmsg.rescue`) gives up on a half message the broker discarded when
 ``check_local`` still had no answer after ``rescue_attempts`` rounds; a group whose listener has a
 database (a record-backed listener's ``session_factory``) keeps it there as a dead row
 (:mod:`txmsg.sqla.discarded`).  Once the cause is fixed (the record written, the service back),
-an operator lists those rows, rescues them (``check_local`` is asked again; COMMIT sends the
-message to its topic, ROLLBACK drops the row) or drops them.
+an operator lists those rows, retries them (``check_local`` is asked again; COMMIT sends the
+message to its topic, ROLLBACK deletes the row) or discards them.  The verbs are those of
+``txmsg parked`` and ``txmsg outbox`` for the same operator actions.
 
 Like ``txmsg parked`` and ``txmsg outbox``, a command finds the rows through ``--app
-MODULE:ATTR`` (the listeners' databases; ``rescue`` needs it: it runs ``check_local`` and opens
+MODULE:ATTR`` (the listeners' databases; ``retry`` needs it: it runs ``check_local`` and opens
 the group's producer, never the app's consumers) or ``--database URL``.  Dead rows of a listener
 without a database exist only in its process (``app.rescuers[group].dead``) and in what the
 ``@app.on_transaction_discarded`` hooks did with them.
@@ -30,7 +31,7 @@ from txmsg.errors import TxMsgError
 from txmsg.listener import ListenerSpec, bind_spec
 from txmsg.rescue import rescued_message
 from txmsg.safety import run_check_local
-from txmsg.sqla.discarded import DiscardedView, dead_rows, drop
+from txmsg.sqla.discarded import DiscardedView, dead_rows, discard_dead
 from txmsg.states import LocalTransactionState
 
 
@@ -128,7 +129,7 @@ DATABASE_OPTION = click.option(
 
 @click.group()
 def discarded() -> None:
-    """List, rescue or drop discarded half messages the rescuer gave up on."""
+    """List, retry or discard discarded half messages the rescuer gave up on."""
 
 
 @discarded.command("list")
@@ -157,7 +158,7 @@ def list_command(
         )
 
 
-@discarded.command("rescue")
+@discarded.command("retry")
 @click.option(
     "--app",
     "app",
@@ -172,7 +173,7 @@ def list_command(
     is_flag=True,
     help="Send without asking check_local (you know the local transactions committed).",
 )
-def rescue_command(app: str, group: str, key: str | None, force: bool) -> None:
+def retry_command(app: str, group: str, key: str | None, force: bool) -> None:
     """Ask check_local again for each dead row: COMMIT sends the message to its topic and
     deletes the row, ROLLBACK deletes it, UNKNOW keeps it (exit status 1 if any is kept)."""
     txmsg_app, found = _app_listeners(app, group)
@@ -187,7 +188,7 @@ def rescue_command(app: str, group: str, key: str | None, force: bool) -> None:
     config = getattr(txmsg_app, "config", None)
     if not isinstance(config, TxMsgConfig):
         raise click.ClickException(
-            f"--app {app} is a {type(txmsg_app).__name__}; rescue needs the txmsg.TxMsg (its "
+            f"--app {app} is a {type(txmsg_app).__name__}; retry needs the txmsg.TxMsg (its "
             "configuration names the backend that sends the messages)"
         )
     try:  # a client of the command's own: the app object is left as it was
@@ -229,7 +230,7 @@ def rescue_command(app: str, group: str, key: str | None, force: bool) -> None:
                 )
                 continue
             with database_errors("delete the dead row"):
-                drop(sessions, group, [row.transaction_key])
+                discard_dead(sessions, group, [row.transaction_key])
             click.echo(f"{group}  key={row.transaction_key}: {outcome}; row deleted")
     finally:
         sender.close(10.0)
@@ -237,17 +238,17 @@ def rescue_command(app: str, group: str, key: str | None, force: bool) -> None:
     if kept:
         raise click.ClickException(
             f"{kept} dead row(s) kept: check_local has no answer for them yet; fix the cause and "
-            "rescue again, `--force` if you know they committed, or `txmsg discarded drop`"
+            "retry again, `--force` if you know they committed, or `txmsg discarded discard`"
         )
 
 
-@discarded.command("drop")
+@discarded.command("discard")
 @APP_OPTION
 @DATABASE_OPTION
 @click.option("--group", required=True, help="The producer group.")
 @click.option("--key", help="Only this transaction key (default: every dead row of the group).")
 @click.option("--yes", is_flag=True, help="Really delete them (the messages are never sent).")
-def drop_command(
+def discard_command(
     app: str | None, database: str | None, group: str, key: str | None, yes: bool
 ) -> None:
     """Delete dead rows without sending their messages."""
@@ -261,6 +262,6 @@ def drop_command(
                 f"this deletes {len(rows)} dead row(s) of group {group!r} for good (their "
                 "messages are never sent); add --yes to do it"
             )
-        with database_errors("drop the dead rows"):
-            deleted = drop(found[0].sessions, group, None if key is None else [key])
-    click.echo(f"{group}: dropped {deleted} dead row(s)")
+        with database_errors("discard the dead rows"):
+            deleted = discard_dead(found[0].sessions, group, None if key is None else [key])
+    click.echo(f"{group}: discarded {deleted} dead row(s)")

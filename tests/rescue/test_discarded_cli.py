@@ -1,4 +1,4 @@
-"""``txmsg discarded list|rescue|drop`` (issue 39.5): the dead rows the rescuer left behind.
+"""``txmsg discarded list|retry|discard`` (issue 39.5): the dead rows the rescuer left behind.
 
 Rows are written the way the rescuer writes them (``SqlDeadStore.add`` with a
 ``DiscardedEvent``); ``rescue`` runs against the embedded broker with the app's own listener and
@@ -69,12 +69,13 @@ def test_list_and_drop_by_database(tmp_path: Path) -> None:
     text = runner.invoke(main, ["discarded", "list", "--database", url, "--group", "cli-tx"])
     assert "key=K1" in text.output
     refused = runner.invoke(
-        main, ["discarded", "drop", "--database", url, "--group", "cli-tx", "--key", "K1"]
+        main, ["discarded", "discard", "--database", url, "--group", "cli-tx", "--key", "K1"]
     )
     assert refused.exit_code != 0
     assert "--yes" in refused.output
     dropped = runner.invoke(
-        main, ["discarded", "drop", "--database", url, "--group", "cli-tx", "--key", "K1", "--yes"]
+        main,
+        ["discarded", "discard", "--database", url, "--group", "cli-tx", "--key", "K1", "--yes"],
     )
     assert dropped.exit_code == 0, dropped.output
     assert [r.transaction_key for r in dead_rows(sessions, "cli-tx")] == ["K2"]
@@ -110,7 +111,7 @@ class Orders:
 """
 
 
-def test_rescue_asks_check_local_again_and_sends_the_committed(
+def test_retry_asks_check_local_again_and_sends_the_committed(
     tmp_path: Path, txmsg_broker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, engine = database(tmp_path)
@@ -137,7 +138,7 @@ def test_rescue_asks_check_local_again_and_sends_the_committed(
     consumer.add_message_listener(received.put, topic="cli-orders", group="cli-points")
     with consumer:
         result = CliRunner().invoke(
-            main, ["discarded", "rescue", "--app", "cli_service:app", "--group", "cli-tx"]
+            main, ["discarded", "retry", "--app", "cli_service:app", "--group", "cli-tx"]
         )
         assert result.exit_code == 1, result.output  # K3 has no answer yet: kept
         assert "K1: sent to cli-orders; row deleted" in result.output
@@ -152,7 +153,7 @@ def test_rescue_asks_check_local_again_and_sends_the_committed(
         assert [r.transaction_key for r in dead_rows(sessions, "cli-tx")] == ["K3"]
         forced = CliRunner().invoke(
             main,
-            ["discarded", "rescue", "--app", "cli_service:app", "--group", "cli-tx", "--force"],
+            ["discarded", "retry", "--app", "cli_service:app", "--group", "cli-tx", "--force"],
         )
         assert forced.exit_code == 0, forced.output
         assert received.get(timeout=30).json() == {"order": "K3"}

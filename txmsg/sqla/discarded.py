@@ -2,7 +2,7 @@
 
 Why in the listener's database: that is where a record-backed listener's transaction records
 are, which ``check_local`` answers from, so an operator who fixes the cause (a record written
-late, a service back up) rescues from the same place (``txmsg discarded rescue``); and it is
+late, a service back up) retries from the same place (``txmsg discarded retry``); and it is
 where the outbox keeps its dead rows too.  The table rides on txmsg's metadata:
 :func:`txmsg.sqla.create_tables` (or Alembic with ``txmsg.sqla.metadata``) creates it.
 
@@ -153,7 +153,7 @@ def dead_rows(
         return [_view(row) for row in session.scalars(query)]
 
 
-def drop(sessions: SessionFactory, group: str, keys: list[str] | None = None) -> int:
+def discard_dead(sessions: SessionFactory, group: str, keys: list[str] | None = None) -> int:
     """Delete the dead rows of ``group`` (only ``keys`` when given); how many went."""
     statement = sql_delete(DiscardedMessage).where(DiscardedMessage.producer_group == group)
     if keys is not None:
