@@ -31,6 +31,19 @@ if TYPE_CHECKING:
     from .transaction_service import TransactionService
 
 
+def end_problem(half: StoredMessage | None, tsto: int, group: str | None) -> str | None:
+    """Why an END_TRANSACTION cannot end ``half`` (the message at its commit-log offset), in
+    the words of Java's ``EndTransactionProcessor.checkPrepareMessage``; None when it can.
+    Remoting and gRPC requests are checked alike."""
+    if half is None or half.topic != HALF_TOPIC:
+        return "Find prepared transaction message failed"
+    if half.queue_offset != tsto:
+        return "The transaction state table offset wrong"
+    if half.properties.get(PROPERTY_PGROUP, "") != group:
+        return "The producer group wrong"
+    return None
+
+
 class EndTransactionProcessor:
     """Handles the END_TRANSACTION requests of one broker."""
 
@@ -144,13 +157,7 @@ class EndTransactionProcessor:
         ):
             self.service.log_late_end(thread, state, cmd.ext_fields.get("msgId", "null"), clo)
             return None
-        problem = None
-        if half is None or half.topic != HALF_TOPIC:
-            problem = "Find prepared transaction message failed"
-        elif half.queue_offset != tsto:
-            problem = "The transaction state table offset wrong"
-        elif half.properties.get(PROPERTY_PGROUP, "") != group:
-            problem = "The producer group wrong"
+        problem = end_problem(half, tsto, group)
         if problem is not None or half is None:
             self.broker.logs.broker.warn(thread, f"{problem}, request from {addr}: {header}")
             return None

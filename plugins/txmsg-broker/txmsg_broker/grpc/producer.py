@@ -16,6 +16,7 @@ import unicodedata
 import zlib
 from typing import TYPE_CHECKING, Any
 
+from ..end_transaction import end_problem
 from ..message_codec import PROPERTY_PGROUP, PROPERTY_UNIQ_KEY, StoredMessage
 from ..send_service import PROTECTED_TOPICS, stamp_send_properties
 from ..topics import HALF_TOPIC, PERM_WRITE, SYSTEM_TOPICS, TopicConfig, validate_topic_name
@@ -363,13 +364,7 @@ class ProducerRpcs:
         ):
             service.log_late_end(thread, state, msg_id, clo)
             return
-        problem = None
-        if half is None or half.topic != HALF_TOPIC:
-            problem = "Find prepared transaction message failed"
-        elif half.queue_offset != tsto:
-            problem = "The transaction state table offset wrong"
-        elif half.properties.get(PROPERTY_PGROUP, "") != group:
-            problem = "The producer group wrong"
+        problem = end_problem(half, tsto, group)
         if problem is not None or half is None:
             header = header or end_tx_header(group, tsto, clo, state, from_check, msg_id, tx_id)
             self.broker.logs.broker.warn(thread, f"{problem}, request from {addr}: {header}")
