@@ -37,7 +37,17 @@ if __package__ in (None, ""):  # spark-submit spark/txmsg_health/job.py: make th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from txmsg_health import arrow_outputs as A
-from txmsg_health import brokers, loopback, output, rescues, sizing, startup, summary, windows_out
+from txmsg_health import (
+    brokers,
+    loopback,
+    output,
+    rescues,
+    sizing,
+    startup,
+    summary,
+    windows_out,
+    windows_spark,
+)
 from txmsg_health import patterns as P
 from txmsg_health import reduce as R
 from txmsg_health.inputs import HealthInputError, parse_tz, resolve
@@ -287,11 +297,17 @@ def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
 
     Sizes the run's splits and shuffle to the files first (``sizing.apply``; local mode only).
     """
+    return read_lines(spark, paths, window)[0]
+
+
+def read_lines(spark: SparkSession, paths: list[str], window: str) -> tuple[DataFrame, int]:
+    """``classify`` and the input's size in bytes (from the file listing; nothing is read)."""
     df = spark.read.option("recursiveFileLookup", "true").option("lineSep", "\n").text(paths)
     sizing.apply(spark, df)
+    total = sizing.input_bytes(df)
     for stage in _pipeline(spark, window):
         df = df.select(*stage)
-    return df
+    return df, total
 
 
 _PIPELINES: weakref.WeakKeyDictionary[Any, dict[str, list[list[Column]]]] = (
@@ -339,7 +355,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     paths = resolve(cfg.inputs)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     try:
-        lines = classify(spark, paths, cfg.window)
+        lines, input_bytes = read_lines(spark, paths, cfg.window)
         # the files are listed when the input is resolved, before any line is read: their
         # broker names go into the one pass (R.aggregate keys transactions by broker)
         names = brokers.names(lines.inputFiles(), paths, cfg.broker_regex)
@@ -350,7 +366,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> JobResult:
     if not names:
         raise _empty_input(cfg)
     agg = R.aggregate(lines, broker_column(names))
-    result, series = _outputs(agg, paths, cfg, names)
+    result, series = _outputs(agg, paths, cfg, names, input_bytes)
     seconds = time.perf_counter() - t0
     result["seconds"] = round(seconds, 3)
     output.write_summary(cfg.out, result)
@@ -366,17 +382,48 @@ def _parquet(cfg: JobConfig) -> str:
 
 
 def _outputs(
-    agg: DataFrame, paths: list[str], cfg: JobConfig, names: Mapping[str, str] | None = None
+    agg: DataFrame,
+    paths: list[str],
+    cfg: JobConfig,
+    names: Mapping[str, str] | None = None,
+    input_bytes: int = 0,
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """Every output from the aggregate (``reduce.aggregate``): summary, Parquet table, series.
 
     One Spark job reduces the aggregate to its small result (``reduce.result``), which comes to
     the driver once as Arrow; pyarrow and plain Python derive the rest, on any master. ``names``:
     the broker of each file, where the caller knows them (else named from the line rows' files).
+    An input over ``windows_spark.on_executors``'s limit keeps the window rows in Spark, which
+    writes their table (the result is cached for the two jobs that read it).
     """
+    spark = agg.sparkSession
+    if windows_spark.on_executors(spark, input_bytes):
+        from pyspark import StorageLevel  # noqa: PLC0415 - optional: the spark extra
+
+        reduced = R.result(agg).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            return _from_result(reduced, paths, cfg, names, on_executors=True)
+        finally:
+            reduced.unpersist()
+    return _from_result(R.result(agg), paths, cfg, names, on_executors=False)
+
+
+def _from_result(
+    reduced: DataFrame,
+    paths: list[str],
+    cfg: JobConfig,
+    names: Mapping[str, str] | None,
+    *,
+    on_executors: bool,
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """``_outputs`` from ``reduce.result``: all of it collected, or (``on_executors``) all but
+    the window rows, whose table Spark writes."""
+    from pyspark.sql import functions as F  # noqa: PLC0415 - optional: the spark extra
+
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    tot, win, tx = A.split(R.result(agg).toArrow())
+    collected = reduced.filter(F.col("set") != R.WINDOWS) if on_executors else reduced
+    tot, win, tx = A.split(collected.toArrow())
     timings["scan_and_totals"] = time.perf_counter() - t
     if tot.num_rows == 0:
         raise _empty_input(cfg)
@@ -406,12 +453,22 @@ def _outputs(
     result["parquet"] = _parquet(cfg)
     t = time.perf_counter()
     os.makedirs(cfg.out, exist_ok=True)
-    window_table = windows_out.write(
-        agg.sparkSession, A.windows(win, cfg.window, cfg.tz), _parquet(cfg)
-    )
-    timings["windows"] = time.perf_counter() - t
-    t = time.perf_counter()
-    series = _series(rows_in(window_table, list(result["flagged"])))
+    flagged = list(result["flagged"])
+    if on_executors:
+        table = windows_spark.table(
+            reduced.filter(F.col("set") == R.WINDOWS), named, cfg.window, cfg.tz
+        )
+        windows_spark.write(table, _parquet(cfg))
+        timings["windows"] = time.perf_counter() - t
+        t = time.perf_counter()
+        series = _series(windows_spark.rows_in(table, flagged))
+    else:
+        window_table = windows_out.write(
+            reduced.sparkSession, A.windows(win, cfg.window, cfg.tz), _parquet(cfg)
+        )
+        timings["windows"] = time.perf_counter() - t
+        t = time.perf_counter()
+        series = _series(rows_in(window_table, flagged))
     timings["series"] = time.perf_counter() - t
     result["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return result, series

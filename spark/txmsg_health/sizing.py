@@ -51,17 +51,23 @@ def sized_keys(spark: SparkSession) -> list[str]:
     return [k for k in (spark.conf.get(SIZED, "") or "").split(",") if k]
 
 
-def apply(spark: SparkSession, raw: DataFrame) -> dict[str, str]:
-    """Size the run over ``raw`` (the files as read, before any projection); returns what it set.
+def input_bytes(raw: DataFrame) -> int:
+    """The bytes of the files behind ``raw`` (the files as read, before any projection).
 
     The total comes from the file listing Spark already made (the relation's size statistic:
     the files' bytes), so nothing is read and remote paths work the same.
     """
+    stats = raw._jdf.queryExecution().optimizedPlan().stats()
+    return int(str(stats.sizeInBytes()))  # a Scala BigInt: py4j gives an int or its object
+
+
+def apply(spark: SparkSession, raw: DataFrame) -> dict[str, str]:
+    """Size the run over ``raw`` (the files as read, before any projection; ``input_bytes``);
+    returns what it set."""
     keys = sized_keys(spark)
     if not keys:
         return {}
-    stats = raw._jdf.queryExecution().optimizedPlan().stats()
-    total = int(str(stats.sizeInBytes()))  # a Scala BigInt: py4j gives an int or its object
+    total = input_bytes(raw)
     split_bytes = spark.conf.get(SPLIT_BYTES_KEY, None)
     try:
         limit = int(split_bytes) if split_bytes else SPLIT_BYTES
