@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.faults import FAULTS
+from tests.chaos.lane import YIELD_CPU
 from tests.chaos.test_chaos_run import WARMUP, assert_discards
 
 
@@ -23,6 +24,7 @@ def test_short_chaos_run_with_network_faults_keeps_every_service_consistent(
     tmp_path: Path,
 ) -> None:
     cmd = [
+        *YIELD_CPU,
         sys.executable,
         "-m",
         "benchmarks.chaos",

@@ -21,12 +21,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.chaos.faults import FAULTS
+from tests.chaos.lane import YIELD_CPU
 
 SHORT = ["--streams", "outbox", "--warmup", "4", "--interval", "1.5,3", "--pause", "0.5,1.5"]
 
 
 def _run(tmp_path: Path, *extra: str) -> tuple[str, dict[str, str]]:
     cmd = [
+        *YIELD_CPU,
         sys.executable,
         "-m",
         "benchmarks.chaos",

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.lane import YIELD_CPU
+
 #: 5 s of payments before the first strike (the command's default is 10): the processes are READY
 #: before it starts, and the rescue of what the short horizon discards costs the settle some seconds
 WARMUP = ["--warmup", "5"]
@@ -44,6 +46,7 @@ def assert_discards(fields: dict[str, str]) -> None:
 @pytest.mark.parametrize("backend", ["rocketmq", "rocketmq5"])
 def test_short_chaos_run_keeps_every_service_consistent(tmp_path: Path, backend: str) -> None:
     cmd = [
+        *YIELD_CPU,
         sys.executable,
         "-m",
         "benchmarks.chaos",
