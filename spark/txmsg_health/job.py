@@ -303,8 +303,8 @@ def classify(spark: SparkSession, paths: list[str], window: str) -> DataFrame:
 def read_lines(spark: SparkSession, paths: list[str], window: str) -> tuple[DataFrame, int]:
     """``classify`` and the input's size in bytes (from the file listing; nothing is read)."""
     df = spark.read.option("recursiveFileLookup", "true").option("lineSep", "\n").text(paths)
-    sizing.apply(spark, df)
     total = sizing.input_bytes(df)
+    sizing.apply(spark, df, total)
     for stage in _pipeline(spark, window):
         df = df.select(*stage)
     return df, total

@@ -61,13 +61,13 @@ def input_bytes(raw: DataFrame) -> int:
     return int(str(stats.sizeInBytes()))  # a Scala BigInt: py4j gives an int or its object
 
 
-def apply(spark: SparkSession, raw: DataFrame) -> dict[str, str]:
-    """Size the run over ``raw`` (the files as read, before any projection; ``input_bytes``);
-    returns what it set."""
+def apply(spark: SparkSession, raw: DataFrame, total: int | None = None) -> dict[str, str]:
+    """Size the run over ``raw`` (the files as read, before any projection) of ``total`` bytes
+    (``input_bytes``, where the caller has not read it yet); returns what it set."""
     keys = sized_keys(spark)
     if not keys:
         return {}
-    total = input_bytes(raw)
+    total = input_bytes(raw) if total is None else total
     split_bytes = spark.conf.get(SPLIT_BYTES_KEY, None)
     try:
         limit = int(split_bytes) if split_bytes else SPLIT_BYTES
