@@ -741,11 +741,13 @@ def test_consumer_retries_then_dead_letters(
     def failing(seen: list[int]) -> Callable[[Message], Any]:
         def always_fails(message: Message) -> None:
             seen.append(message.reconsume_times)
+            copies[id(seen)].append((message.message_id, message.queue_offset))
             raise RuntimeError("poison")
 
         return fn_in_style(listener_style, always_fails)
 
     attempts: dict[int, list[int]] = {1: [], 2: []}
+    copies: dict[int, list[tuple[str | None, int | None]]] = {id(a): [] for a in attempts.values()}
     groups = {n: unique(f"cg_ct_retry{n}") for n in attempts}
     for n, cg in groups.items():
         registry.message_listener(topic=topic, group=cg, max_reconsume=n)(failing(attempts[n]))
@@ -798,8 +800,18 @@ def test_consumer_retries_then_dead_letters(
                 )
                 log = broker_log(broker, "broker.log") or ""
                 assert key in log.split(line, 1)[1].splitlines()[0]
-    # the first delivery + max_reconsume redeliveries, then the DLQ
-    assert attempts == {1: [0, 1], 2: [0, 1, 2]}
+    # the first delivery + max_reconsume redeliveries, then the DLQ.  One more only where
+    # librocketmq 2.1.0 re-ran a delivery itself because its send-back's answer came late on a
+    # loaded machine ("Client side re-consume launched", ConsumeMessageConcurrentlyService; the
+    # broker had taken the send-back, hence the DLQ copy): the very copy the broker delivered
+    # last (same id and offset), never one more redelivery from the broker (CI, 2026-11-29).
+    for n, seen in attempts.items():
+        assert seen[: n + 1] == list(range(n + 1)), attempts
+        for extra, (reconsume, copy) in enumerate(
+            zip(seen[n + 1 :], copies[id(seen)][n + 1 :], strict=True)
+        ):
+            assert reconsume == n + 1 + extra, attempts
+            assert copy == copies[id(seen)][n], (n, copies[id(seen)])
 
 
 def test_close_waits_for_a_running_message_handler(
