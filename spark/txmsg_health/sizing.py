@@ -51,6 +51,19 @@ def sized_keys(spark: SparkSession) -> list[str]:
     return [k for k in (spark.conf.get(SIZED, "") or "").split(",") if k]
 
 
+def bytes_setting(spark: SparkSession, key: str, default: int, example: str) -> int:
+    """The session's setting ``key`` in bytes, ``default`` where unset; a value that is not a
+    number ends the run with an error that shows ``example`` (bytes and what they do)."""
+    raw = spark.conf.get(key, None)
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise ValueError(
+            f"{key}={raw!r} is not a number of bytes; give e.g. --conf {key}={example}, "
+            f"or leave it out ({default})"
+        ) from None
+
+
 def input_bytes(raw: DataFrame) -> int:
     """The bytes of the files behind ``raw`` (the files as read, before any projection).
 
@@ -68,14 +81,7 @@ def apply(spark: SparkSession, raw: DataFrame, total: int | None = None) -> dict
     if not keys:
         return {}
     total = input_bytes(raw) if total is None else total
-    split_bytes = spark.conf.get(SPLIT_BYTES_KEY, None)
-    try:
-        limit = int(split_bytes) if split_bytes else SPLIT_BYTES
-    except ValueError:
-        raise ValueError(
-            f"{SPLIT_BYTES_KEY}={split_bytes!r} is not a number of bytes; give e.g. "
-            f"--conf {SPLIT_BYTES_KEY}=268435456 (256 MB), or leave it out ({SPLIT_BYTES})"
-        ) from None
+    limit = bytes_setting(spark, SPLIT_BYTES_KEY, SPLIT_BYTES, "268435456 (256 MB)")
     parallelism = spark.sparkContext.defaultParallelism
     chosen = {k: v for k, v in plan(total, parallelism, limit).items() if k in keys}
     for k, v in chosen.items():

@@ -17,6 +17,7 @@ from datetime import UTC, timezone
 from typing import TYPE_CHECKING, Any
 
 from txmsg_health import reduce as R
+from txmsg_health.sizing import bytes_setting
 from txmsg_health.windows_out import SORT_KEYS
 
 if TYPE_CHECKING:
@@ -38,16 +39,8 @@ JAVA_FORMATS = {"minute": "yyyy-MM-dd HH:mm", "hour": "yyyy-MM-dd HH"}
 
 def on_executors(spark: SparkSession, input_bytes: int) -> bool:
     """Whether Spark, not the driver, writes the window table of an input of ``input_bytes``."""
-    raw = spark.conf.get(DRIVER_LIMIT_KEY, None)
-    try:
-        limit = int(raw) if raw else DRIVER_LIMIT_BYTES
-    except ValueError:
-        raise ValueError(
-            f"{DRIVER_LIMIT_KEY}={raw!r} is not a number of bytes; give e.g. "
-            f"--conf {DRIVER_LIMIT_KEY}=0 (Spark writes the table at any size), or leave it out "
-            f"({DRIVER_LIMIT_BYTES})"
-        ) from None
-    return input_bytes > limit
+    example = "0 (Spark writes the table at any size)"
+    return input_bytes > bytes_setting(spark, DRIVER_LIMIT_KEY, DRIVER_LIMIT_BYTES, example)
 
 
 def table(rows: DataFrame, names: Mapping[str, str], window: str, tz: timezone) -> DataFrame:
