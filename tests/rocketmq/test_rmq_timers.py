@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 import txmsg_rocketmq
-from txmsg_rocketmq.timers import WINDOW_AFTER, delay_until_quiet, when_quiet
+from txmsg_rocketmq.timers import (
+    CONSUMER_TIMER_PHASES,
+    WINDOW_AFTER,
+    delay_until_quiet,
+    when_quiet,
+)
 
 
 @pytest.mark.parametrize(
@@ -29,11 +34,27 @@ def test_delay_until_quiet(elapsed: float, wait: float) -> None:
     assert delay_until_quiet(100.0, 100.0 + elapsed) == pytest.approx(wait)
 
 
+@pytest.mark.parametrize(
+    ("elapsed", "wait"),
+    [
+        (1.5, 0.0),
+        (9.8, 10.0 + WINDOW_AFTER - 9.8),  # a push consumer's factory rebalances every 10 s
+        (10.4, WINDOW_AFTER - 0.4),
+        (15.0, 0.0),
+        (19.9, 20.0 + WINDOW_AFTER - 19.9),
+        (40.2, WINDOW_AFTER - 0.2),
+    ],
+)
+def test_a_consumers_factory_also_waits_out_its_rebalances(elapsed: float, wait: float) -> None:
+    assert delay_until_quiet(100.0, 100.0 + elapsed, CONSUMER_TIMER_PHASES) == pytest.approx(wait)
+
+
 def test_product_clients_use_the_guard() -> None:
     """Every product path that can end a factory waits for a quiet moment first."""
     root = Path(txmsg_rocketmq.__file__).parent
     for module in ("pool.py", "consumer.py", "sender.py"):
         assert "when_quiet(" in (root / module).read_text(), module
+    assert "CONSUMER_TIMER_PHASES" in (root / "consumer.py").read_text()
 
 
 class _SlowLock:

@@ -329,6 +329,7 @@ class Clients:
         _protect(c._handle, consume_from=consume_from, sync_pull=sync_pull)
         enable_consumer_trace(c)
         c.start()
+        self.started_at[id(c)] = time.monotonic()
         enable_consumer_trace(c, on=False)
         self.consumers.append(c)
         return received
@@ -353,6 +354,7 @@ class Clients:
     def close(self) -> None:
         self.in_flight.wait_idle()
         for c in self.consumers:
+            _avoid_timer_window(self.started_at.get(id(c)), consumer=True)
             c.shutdown()
         self.in_flight.wait_idle()
         for p in self.producers:
@@ -388,11 +390,15 @@ def _protect(handle: Any, *, consume_from: str, sync_pull: bool) -> None:
         use_sync_pull(native, int(handle))
 
 
-def _avoid_timer_window(started: float | None) -> None:
+def _avoid_timer_window(started: float | None, *, consumer: bool = False) -> None:
     """The backend's guard (txmsg_rocketmq.timers), for the raw clients these helpers make."""
-    from txmsg_rocketmq.timers import wait_until_quiet  # noqa: PLC0415 - only with the real client
+    from txmsg_rocketmq.timers import (  # noqa: PLC0415 - only with the real client
+        CONSUMER_TIMER_PHASES,
+        TIMER_PHASES,
+        wait_until_quiet,
+    )
 
-    wait_until_quiet(started)
+    wait_until_quiet(started, CONSUMER_TIMER_PHASES if consumer else TIMER_PHASES)
 
 
 def create_topic(

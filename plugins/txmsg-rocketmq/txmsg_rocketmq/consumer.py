@@ -61,7 +61,7 @@ from .native import (
     use_sync_pull,
 )
 from .settings import PULL_THREADS
-from .timers import when_quiet
+from .timers import CONSUMER_TIMER_PHASES, when_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -353,6 +353,7 @@ class PushConsumer:
                 self._started_at,
                 NATIVE_LOCK,
                 lambda: release_push_consumer(self.native, handle, started=True),
+                CONSUMER_TIMER_PHASES,
             )
             self._stopped = True
             _STILL_RUNNING.discard(self)
