@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Insert, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -83,15 +83,7 @@ def begin_in_flight(
     try:
         with session_factory() as session, session.begin():
             session.execute(
-                insert(TransactionRecord).values(
-                    transaction_key=transaction_key,
-                    producer_group=group,
-                    topic=topic,
-                    state=RecordState.IN_FLIGHT.value,
-                    keys=_clip(keys),
-                    created_at=now,
-                    updated_at=now,
-                )
+                _new_record(transaction_key, group, topic, RecordState.IN_FLIGHT, keys, now)
             )
         return None
     except IntegrityError:
@@ -132,15 +124,7 @@ def mark_committed(
     try:
         with session.begin_nested():
             session.execute(
-                insert(TransactionRecord).values(
-                    transaction_key=transaction_key,
-                    producer_group=group,
-                    topic=topic,
-                    state=RecordState.COMMITTED.value,
-                    keys=_clip(keys),
-                    created_at=now,
-                    updated_at=now,
-                )
+                _new_record(transaction_key, group, topic, RecordState.COMMITTED, keys, now)
             )
     except IntegrityError as exc:
         raise TransactionFencedError(
@@ -184,15 +168,7 @@ def settle_rolled_back(
     try:
         with session_factory() as session, session.begin():
             session.execute(
-                insert(TransactionRecord).values(
-                    transaction_key=transaction_key,
-                    producer_group=group,
-                    topic=topic,
-                    state=RecordState.ROLLED_BACK.value,
-                    keys=_clip(keys),
-                    created_at=now,
-                    updated_at=now,
-                )
+                _new_record(transaction_key, group, topic, RecordState.ROLLED_BACK, keys, now)
             )
     except IntegrityError:
         pass  # someone else wrote it first: answer from theirs
@@ -294,6 +270,27 @@ def count_records(session_factory: SessionFactory, *, group: str | None = None) 
         for state, n in session.execute(query):
             counts[str(state)] = int(n)
         return counts
+
+
+def _new_record(
+    transaction_key: str,
+    group: str,
+    topic: str,
+    state: RecordState,
+    keys: str | None,
+    now: datetime,
+) -> Insert:
+    """The INSERT of a fresh record: the marker, the commit and the rollback write the same row
+    but for its state, and a conflict on the key is what fences each of them."""
+    return insert(TransactionRecord).values(
+        transaction_key=transaction_key,
+        producer_group=group,
+        topic=topic,
+        state=state.value,
+        keys=_clip(keys),
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def _clip(keys: str | None) -> str | None:
