@@ -90,7 +90,20 @@ class TxMsgBase(DeclarativeBase):
     metadata = metadata
 
 
-class TransactionRecord(TxMsgBase):
+class _RecordColumns:
+    """The columns of a transaction record, declared once: the archive keeps exactly what the
+    record held (retention copies a row across column by column), so the two cannot drift."""
+
+    transaction_key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    producer_group: Mapped[str] = mapped_column(String(255))
+    topic: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    keys: Mapped[str | None] = mapped_column(String(255), default=None)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class TransactionRecord(_RecordColumns, TxMsgBase):
     """One row per transactional message; the key is the message's ``UNIQ_KEY``.
 
     The check query is a primary-key lookup; retention scans ``updated_at`` through its index.
@@ -98,33 +111,20 @@ class TransactionRecord(TxMsgBase):
 
     __tablename__ = "txmsg_transaction_record"
 
-    transaction_key: Mapped[str] = mapped_column(String(128), primary_key=True)
-    producer_group: Mapped[str] = mapped_column(String(255))
-    topic: Mapped[str] = mapped_column(String(255))
-    state: Mapped[str] = mapped_column(String(16))
-    keys: Mapped[str | None] = mapped_column(String(255), default=None)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
-
     __table_args__ = (
         Index(None, "updated_at"),
         Index(None, "producer_group", "state"),
     )
 
 
-class TransactionRecordArchive(TxMsgBase):
+class TransactionRecordArchive(_RecordColumns, TxMsgBase):
     """Where retention moves old records when asked to archive instead of delete."""
 
     __tablename__ = "txmsg_transaction_record_archive"
 
-    transaction_key: Mapped[str] = mapped_column(String(128), primary_key=True)
-    producer_group: Mapped[str] = mapped_column(String(255))
-    topic: Mapped[str] = mapped_column(String(255))
-    state: Mapped[str] = mapped_column(String(16))
-    keys: Mapped[str | None] = mapped_column(String(255), default=None)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
-    archived_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    archived_at: Mapped[datetime] = mapped_column(UtcDateTime(), sort_order=1)
+    """After the record's columns (``sort_order``: a class's own columns otherwise come before
+    its mixin's)."""
 
 
 class ConsumedMessage(TxMsgBase):
