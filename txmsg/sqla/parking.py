@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -48,6 +47,7 @@ from txmsg.message import DEDUP_KEY, SHARDING_KEY, UNIQ_KEY, Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage, utcnow
+from txmsg.sqla.quick_select import QuickSelect
 
 if TYPE_CHECKING:
     from txmsg.consumer import ConsumerSpec
@@ -182,72 +182,28 @@ class ReplayReport:
 
 
 # ---- the consumer side ---------------------------------------------------------------------------
-_IS_PARKED = select(ParkedKey.sharding_key).where(
-    ParkedKey.consumer_group == bindparam("group"), ParkedKey.sharding_key == bindparam("key")
+_IS_PARKED = QuickSelect(
+    select(ParkedKey.sharding_key).where(
+        ParkedKey.consumer_group == bindparam("group"), ParkedKey.sharding_key == bindparam("key")
+    )
 )
 """Built once: the check runs before every message of an orderly listener."""
-
-_IS_PARKED_SQLITE = str(_IS_PARKED.compile(dialect=sqlite_dialect()))
-"""Its SQL for SQLite's DB-API (``?`` placeholders: group, key), compiled once."""
 
 
 def is_parked(session_factory: SessionFactory, group: str, key: str) -> bool:
     """Whether ``group`` has parked ``key`` (a non-locking read: the cheap check before every
-    message of an orderly listener).
-
-    Why not a Session: this one SELECT runs for every message an orderly listener consumes, and
-    what surrounds it (a session; on a pooled SQLAlchemy connection, its BEGIN and ROLLBACK)
-    costs far more than the query (docs/guide/ordered.md#measured).  On SQLite
-    txmsg's engines run the driver in autocommit (:mod:`txmsg.sqla.engine`) and a single SELECT
-    in WAL mode reads the last committed state, so the plain SELECT is as correct as the
-    transaction around it was.  Other databases use the pooled connection; a session factory
-    that is not a ``sessionmaker`` bound to an engine gets the session path.
-    """
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if isinstance(bind, Engine):
-        if bind.dialect.name == "sqlite":
-            raw = bind.raw_connection()
-            try:
-                cursor = raw.cursor()
-                try:
-                    cursor.execute(_IS_PARKED_SQLITE, (group, key))
-                    return cursor.fetchone() is not None
-                finally:
-                    cursor.close()
-            finally:
-                raw.close()
-        with bind.connect() as connection:
-            return connection.execute(_IS_PARKED, {"group": group, "key": key}).first() is not None
-    with session_factory() as session, session.begin():
-        read_only(session)
-        found = session.scalar(_IS_PARKED, {"group": group, "key": key})
-        return found is not None
+    message of an orderly listener; how it stays cheap: :mod:`txmsg.sqla.quick_select`)."""
+    return bool(_IS_PARKED.values(session_factory, group=group, key=key))
 
 
-_PARKED_KEYS = select(ParkedKey.sharding_key).where(ParkedKey.consumer_group == bindparam("group"))
-_PARKED_KEYS_SQLITE = str(_PARKED_KEYS.compile(dialect=sqlite_dialect()))
+_PARKED_KEYS = QuickSelect(
+    select(ParkedKey.sharding_key).where(ParkedKey.consumer_group == bindparam("group"))
+)
 
 
 def parked_key_set(session_factory: SessionFactory, group: str) -> frozenset[str]:
     """Every key ``group`` has parked now (one non-locking SELECT, like :func:`is_parked`)."""
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if isinstance(bind, Engine):
-        if bind.dialect.name == "sqlite":
-            raw = bind.raw_connection()
-            try:
-                cursor = raw.cursor()
-                try:
-                    cursor.execute(_PARKED_KEYS_SQLITE, (group,))
-                    return frozenset(str(row[0]) for row in cursor.fetchall())
-                finally:
-                    cursor.close()
-            finally:
-                raw.close()
-        with bind.connect() as connection:
-            return frozenset(connection.scalars(_PARKED_KEYS, {"group": group}))
-    with session_factory() as session, session.begin():
-        read_only(session)
-        return frozenset(session.scalars(_PARKED_KEYS, {"group": group}))
+    return frozenset(str(key) for key in _PARKED_KEYS.values(session_factory, group=group))
 
 
 class ParkedKeyCache:
