@@ -1,6 +1,7 @@
-"""Where the operator commands (``txmsg parked``, ``txmsg outbox``) find their tables.
+"""Where the operator commands (``txmsg parked``, ``txmsg outbox``, ``txmsg discarded``) find
+their tables, and the two options (``--app``, ``--database``) that say where.
 
-Both find their rows the same two ways, and both must clean up and fail the same way:
+They find their rows the same two ways, and must clean up and fail the same way:
 
 * ``--app MODULE:ATTR``: the application (:func:`load_app`), whose declarations name the groups
   and their session factories;
@@ -18,12 +19,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from sqlalchemy.exc import SQLAlchemyError
 
 from txmsg.sqla.engine import SessionFactory, create_engine, make_session_factory
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+APP_HELP = "Your TxMsg app (or registry, or a factory)."
+
+DATABASE_OPTION = click.option(
+    "--database", metavar="URL", help="The service's database (SQLAlchemy URL) instead of --app."
+)
+"""``--database URL``: the second way every operator command finds its tables (:func:`targets`)."""
+
+
+def app_option(help_text: str = APP_HELP) -> Callable[[F], F]:
+    """``--app MODULE:ATTR``: the first way (:func:`load_app`); a command group whose ``--app``
+    must be something narrower says so in ``help_text``."""
+    return click.option("--app", "app", metavar="MODULE:ATTR", help=help_text)
+
+
+APP_OPTION = app_option()
+
 
 TABLES_FIX = (
     "check the URL, and that the txmsg tables exist (txmsg.sqla.create_tables(engine) creates "

@@ -25,7 +25,16 @@ from typing import Any
 import click
 
 from txmsg.app import load_backend
-from txmsg.cli_targets import Target, database_errors, load_app, registry_of, targets
+from txmsg.cli_json import message_json
+from txmsg.cli_targets import (
+    APP_OPTION,
+    DATABASE_OPTION,
+    Target,
+    database_errors,
+    load_app,
+    registry_of,
+    targets,
+)
 from txmsg.config import TxMsgConfig
 from txmsg.errors import TxMsgError
 from txmsg.listener import ListenerSpec, bind_spec
@@ -103,28 +112,15 @@ def _rows(targets: list[Target], key: str | None) -> list[tuple[Target, Discarde
 
 
 def _json(row: DiscardedView) -> dict[str, Any]:
-    m = row.message
     return {
         "id": row.id,
         "group": row.group,
         "transaction_key": row.transaction_key,
-        "topic": m.topic,
-        "tags": m.tags,
-        "keys": m.keys,
-        "properties": dict(m.properties),
-        "body": m.body.decode("utf-8", errors="replace"),
+        **message_json(row.message),
         "attempts": row.attempts,
         "reason": row.reason,
         "dead_at": row.dead_at.isoformat(),
     }
-
-
-APP_OPTION = click.option(
-    "--app", "app", metavar="MODULE:ATTR", help="Your TxMsg app (or registry, or a factory)."
-)
-DATABASE_OPTION = click.option(
-    "--database", metavar="URL", help="The service's database (SQLAlchemy URL) instead of --app."
-)
 
 
 @click.group()

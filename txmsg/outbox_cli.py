@@ -25,7 +25,16 @@ from typing import Any
 
 import click
 
-from txmsg.cli_targets import Target, database_errors, load_app, targets
+from txmsg.cli_json import message_json
+from txmsg.cli_targets import (
+    DATABASE_OPTION,
+    F,
+    Target,
+    app_option,
+    database_errors,
+    load_app,
+    targets,
+)
 from txmsg.errors import TxMsgError
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox import Relay, store
@@ -85,12 +94,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-APP_OPTION = click.option(
-    "--app", "app", metavar="MODULE:ATTR", help="Your TxMsg app (or a factory returning it)."
-)
-DATABASE_OPTION = click.option(
-    "--database", metavar="URL", help="The service's database (SQLAlchemy URL) instead of --app."
-)
+APP_OPTION = app_option("Your TxMsg app (or a factory returning it).")
 GROUP_OPTION = click.option("--group", help="Only this outbox (its producer group).")
 
 
@@ -185,7 +189,6 @@ def list_command(
 
 
 def _row_json(v: store.OutboxRowView) -> dict[str, Any]:
-    m = v.message
     return {
         "id": v.id,
         "group": v.group,
@@ -193,11 +196,7 @@ def _row_json(v: store.OutboxRowView) -> dict[str, Any]:
         "message_key": v.message_key,
         "sharding_key": v.sharding_key,
         "seq": v.seq,
-        "topic": m.topic,
-        "tags": m.tags,
-        "keys": m.keys,
-        "properties": dict(m.properties),
-        "body": m.body.decode("utf-8", errors="replace"),
+        **message_json(v.message),
         "attempts": v.attempts,
         "next_attempt_at": v.next_attempt_at.isoformat(),
         "last_error": v.last_error,
@@ -206,6 +205,21 @@ def _row_json(v: store.OutboxRowView) -> dict[str, Any]:
         "delay_level": v.delay_level,
         "deliver_at_ms": v.deliver_at_ms,
     }
+
+
+_DEAD_ROW_CHOICE = (
+    click.option("--id", "ids", type=int, multiple=True, help="A dead row's id (repeatable)."),
+    click.option("--key", help="Every dead row of this sharding key."),
+    click.option("--all", "every", is_flag=True, help="Every dead row."),
+)
+
+
+def _dead_row_choice(command: F) -> F:
+    """``--id`` / ``--key`` / ``--all``: retry and discard pick their dead rows the same way
+    (:func:`_selection` reads the choice), so they are declared once."""
+    for option in reversed(_DEAD_ROW_CHOICE):  # as if stacked above the command, in this order
+        command = option(command)
+    return command
 
 
 def _selection(ids: tuple[int, ...], key: str | None, every: bool, verb: str) -> dict[str, Any]:
@@ -221,9 +235,7 @@ def _selection(ids: tuple[int, ...], key: str | None, every: bool, verb: str) ->
 @APP_OPTION
 @DATABASE_OPTION
 @GROUP_OPTION
-@click.option("--id", "ids", type=int, multiple=True, help="A dead row's id (repeatable).")
-@click.option("--key", help="Every dead row of this sharding key.")
-@click.option("--all", "every", is_flag=True, help="Every dead row.")
+@_dead_row_choice
 def retry_command(
     app: str | None,
     database: str | None,
@@ -254,9 +266,7 @@ def retry_command(
 @APP_OPTION
 @DATABASE_OPTION
 @GROUP_OPTION
-@click.option("--id", "ids", type=int, multiple=True, help="A dead row's id (repeatable).")
-@click.option("--key", help="Every dead row of this sharding key.")
-@click.option("--all", "every", is_flag=True, help="Every dead row.")
+@_dead_row_choice
 @click.option("--yes", is_flag=True, help="Really delete them (they are never sent).")
 def discard_command(
     app: str | None,

@@ -21,7 +21,16 @@ from typing import Any, cast
 
 import click
 
-from txmsg.cli_targets import Target, database_errors, load_app, registry_of, targets
+from txmsg.cli_json import message_json
+from txmsg.cli_targets import (
+    APP_OPTION,
+    DATABASE_OPTION,
+    Target,
+    database_errors,
+    load_app,
+    registry_of,
+    targets,
+)
 from txmsg.consumer import ConsumerSpec
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.parking import ParkedKeyView, discard, parked_keys, parked_messages, replay
@@ -81,13 +90,7 @@ def _one_line(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-APP_OPTION = click.option(
-    "--app", "app", metavar="MODULE:ATTR", help="Your TxMsg app (or registry, or a factory)."
-)
 APP_OPTION_HELP = "Your TxMsg app (or registry, or a factory); its listener runs the messages."
-DATABASE_OPTION = click.option(
-    "--database", metavar="URL", help="The service's database (SQLAlchemy URL) instead of --app."
-)
 
 
 @click.group()
@@ -169,11 +172,7 @@ def _message_json(view: Any) -> dict[str, Any]:
         "sharding_key": view.sharding_key,
         "message_key": view.message_key,
         "message_id": m.message_id,
-        "topic": m.topic,
-        "tags": m.tags,
-        "keys": m.keys,
-        "properties": dict(m.properties),
-        "body": m.body.decode("utf-8", errors="replace"),
+        **message_json(m),
         "attempts": view.attempts,
         "error": view.error,
         "parked_at": view.parked_at.isoformat(),
