@@ -384,31 +384,53 @@ class ListenerRegistry:
         check-backs to whichever producer of the group it picks, so two listeners would each
         answer for the other's transactions)."""
         self._check_names(spec.group, spec.topics, spec.name, kind="producer_group")
-        with self._lock:
-            self._check_open_locked(f"add the transactional listener of group {spec.group!r}")
-            bound = self._listeners.get(spec.group)
-            if bound is not None:
-                raise ListenerDefinitionError(
-                    f"producer group {spec.group!r} is already bound to {bound.name}; "
-                    f"cannot also bind {spec.name}. RocketMQ allows one transaction listener per "
-                    "producer group: give this listener its own group=..."
-                )
-            self._listeners[spec.group] = spec
+        self._claim(
+            self._listeners,
+            spec.group,
+            spec,
+            f"add the transactional listener of group {spec.group!r}",
+            lambda bound: (
+                f"producer group {spec.group!r} is already bound to {bound.name}; "
+                f"cannot also bind {spec.name}. RocketMQ allows one transaction listener per "
+                "producer group: give this listener its own group=..."
+            ),
+        )
 
     def add_consumer(self, spec: ConsumerSpec) -> None:
         """Record ``spec``; one subscription per consumer group (RocketMQ requires every
         consumer of a group to subscribe identically)."""
         self._check_names(spec.group, (spec.topic,), spec.name, kind="consumer_group")
+        self._claim(
+            self._consumers,
+            spec.group,
+            spec,
+            f"add the message listener of group {spec.group!r}",
+            lambda bound: (
+                f"consumer group {spec.group!r} is already used by {bound.name} "
+                f"(topic {bound.topic!r}); cannot also use it for {spec.name}. "
+                "Give each message listener its own group=..."
+            ),
+        )
+
+    def _claim(
+        self,
+        table: dict[str, T],
+        group: str,
+        spec: T,
+        what: str,
+        taken: Callable[[T], str],
+    ) -> None:
+        """Put ``spec`` in ``group``'s one place in ``table`` while the registry is open.
+
+        Listeners and consumers follow the same rule (one declaration per group, checked and
+        recorded under the lock so two threads cannot both win); only the reason differs, which
+        ``taken(bound)`` words for the declaration already there."""
         with self._lock:
-            self._check_open_locked(f"add the message listener of group {spec.group!r}")
-            bound = self._consumers.get(spec.group)
+            self._check_open_locked(what)
+            bound = table.get(group)
             if bound is not None:
-                raise ListenerDefinitionError(
-                    f"consumer group {spec.group!r} is already used by {bound.name} "
-                    f"(topic {bound.topic!r}); cannot also use it for {spec.name}. "
-                    "Give each message listener its own group=..."
-                )
-            self._consumers[spec.group] = spec
+                raise ListenerDefinitionError(taken(bound))
+            table[group] = spec
 
     def add_outbox_of(self, outbox: Outbox) -> None:
         """Record ``outbox`` (and, when its relay runs in process, its producer group); one
