@@ -39,7 +39,7 @@ the app does not have, or a plain group under a ``TransactionalProducer`` key,
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -58,10 +58,30 @@ class ProducerGroup:
     group: str
 
 
+_KINDS: tuple[tuple[type[Any], Callable[[TxMsg, str | None], Any]], ...] = (
+    (Producer, lambda app, group: app.producer(group)),
+    (TransactionalProducer, lambda app, group: app.transactional_producer(group)),
+    (AsyncProducer, lambda app, group: app.async_producer(group)),
+    (AsyncTransactionalProducer, lambda app, group: app.async_transactional_producer(group)),
+)
+"""The four types a producer is injected as, each with the app method that returns it (``None``
+picks the group as the method does).  Listed once: every group gets the same four keys."""
+
+
+def _key(kind: type[Any], group: str) -> Any:
+    return Annotated[kind, ProducerGroup(group)]
+
+
 def producer_for(group: str) -> Any:
     """The injection key (an ``Annotated`` type) of the producer of ``group``, typed for plain
     sends (``Annotated[TransactionalProducer, ProducerGroup(group)]`` is the transactional key)."""
-    return Annotated[Producer, ProducerGroup(group)]
+    return _key(Producer, group)
+
+
+def async_producer_for(group: str) -> Any:
+    """The injection key of the awaitable producer of ``group``
+    (``Annotated[AsyncProducer, ProducerGroup(group)]``, ``app.async_producer(group)``)."""
+    return _key(AsyncProducer, group)
 
 
 class TxMsgModule(injector.Module):
@@ -76,49 +96,16 @@ class TxMsgModule(injector.Module):
         app = self.app
         binder.bind(TxMsg, to=app)
         binder.bind(TxMsgConfig, to=app.config)
-        binder.bind(Producer, to=injector.CallableProvider(lambda: app.producer()))
-        binder.bind(TransactionalProducer, to=_transactional_provider(app, None))
-        binder.bind(AsyncProducer, to=injector.CallableProvider(lambda: app.async_producer()))
-        binder.bind(AsyncTransactionalProducer, to=_async_transactional_provider(app, None))
+        for kind, get in _KINDS:
+            binder.bind(kind, to=_provider(app, get, None))
         groups = set(app.registry.listeners) | set(app.registry.producer_groups) | set(self.groups)
         for group in sorted(groups):
-            binder.bind(producer_for(group), to=_group_provider(app, group))
-            binder.bind(_transactional_key(group), to=_transactional_provider(app, group))
-            binder.bind(async_producer_for(group), to=_async_provider(app, group))
-            binder.bind(
-                _async_transactional_key(group), to=_async_transactional_provider(app, group)
-            )
+            for kind, get in _KINDS:
+                binder.bind(_key(kind, group), to=_provider(app, get, group))
 
 
-def async_producer_for(group: str) -> Any:
-    """The injection key of the awaitable producer of ``group``
-    (``Annotated[AsyncProducer, ProducerGroup(group)]``, ``app.async_producer(group)``)."""
-    return Annotated[AsyncProducer, ProducerGroup(group)]
-
-
-def _async_provider(app: TxMsg, group: str) -> injector.CallableProvider[AsyncProducer]:
-    return injector.CallableProvider(lambda: app.async_producer(group))
-
-
-def _async_transactional_provider(
-    app: TxMsg, group: str | None
-) -> injector.CallableProvider[AsyncTransactionalProducer]:
-    return injector.CallableProvider(lambda: app.async_transactional_producer(group))
-
-
-def _async_transactional_key(group: str) -> Any:
-    return Annotated[AsyncTransactionalProducer, ProducerGroup(group)]
-
-
-def _transactional_key(group: str) -> Any:
-    return Annotated[TransactionalProducer, ProducerGroup(group)]
-
-
-def _group_provider(app: TxMsg, group: str) -> injector.CallableProvider[Producer]:
-    return injector.CallableProvider(lambda: app.producer(group))
-
-
-def _transactional_provider(
-    app: TxMsg, group: str | None
-) -> injector.CallableProvider[TransactionalProducer]:
-    return injector.CallableProvider(lambda: app.transactional_producer(group))
+def _provider(
+    app: TxMsg, get: Callable[[TxMsg, str | None], Any], group: str | None
+) -> injector.CallableProvider[Any]:
+    """Looks the producer up when injected (not when bound): the app may not have started yet."""
+    return injector.CallableProvider(lambda: get(app, group))
