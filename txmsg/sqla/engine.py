@@ -81,16 +81,9 @@ def create_engine(
             install_idle_ping(engine, idle_ping)
         return engine
 
-    mode = sqlite_begin.upper()
-    if mode not in _BEGIN_MODES:
-        raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
-    in_memory = is_in_memory_sqlite(sa_url)
-    database = sa_url.database or ""
-    if not in_memory:
-        Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-    connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
-    connect_args.setdefault("check_same_thread", False)
-    connect_args.setdefault("timeout", sqlite_busy_timeout_ms / 1000.0)
+    mode, in_memory, connect_args = _prepare_sqlite(
+        sa_url, sqlite_begin, sqlite_busy_timeout_ms, kwargs
+    )
     if not in_memory:
         # SQLite connections are cheap, and listeners, check-backs and consumers all hold one
         # briefly: a larger pool avoids threads queueing for a connection behind the write lock.
@@ -100,6 +93,25 @@ def create_engine(
     engine = _sa_create_engine(sa_url, connect_args=connect_args, **kwargs)
     _install_sqlite_hooks(engine, mode, sqlite_busy_timeout_ms, sqlite_synchronous, in_memory)
     return engine
+
+
+def _prepare_sqlite(
+    sa_url: URL, sqlite_begin: str, busy_timeout_ms: int, kwargs: dict[str, Any]
+) -> tuple[str, bool, dict[str, Any]]:
+    """What a SQLite engine needs before it is made, sync or async alike (both must refuse the
+    same ``sqlite_begin`` and wait on a busy database as long): the BEGIN mode, whether the
+    database is in memory (else its folder is created), and the driver's ``connect_args``
+    (taken out of ``kwargs``)."""
+    mode = sqlite_begin.upper()
+    if mode not in _BEGIN_MODES:
+        raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
+    in_memory = is_in_memory_sqlite(sa_url)
+    if not in_memory:
+        Path(sa_url.database or "").expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
+    connect_args.setdefault("check_same_thread", False)
+    connect_args.setdefault("timeout", busy_timeout_ms / 1000.0)
+    return mode, in_memory, connect_args
 
 
 def is_in_memory_sqlite(url: str | URL | Engine) -> bool:

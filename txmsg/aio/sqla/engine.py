@@ -10,17 +10,15 @@ same hooks on its sync core (``engine.sync_engine``).  ``sqlite://`` URLs use ai
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
 from txmsg.errors import ConfigError
 from txmsg.sqla.engine import (
-    _BEGIN_MODES,
     _install_sqlite_hooks,
     _pool_options,
-    is_in_memory_sqlite,
+    _prepare_sqlite,
     server_pool_options,
 )
 from txmsg.sqla.ping import PING_AFTER_IDLE, install_idle_ping
@@ -73,14 +71,10 @@ def create_async_engine(
             if idle_ping is not None:
                 install_idle_ping(engine.sync_engine, idle_ping)
             return engine
-        mode = sqlite_begin.upper()
-        if mode not in _BEGIN_MODES:
-            raise ConfigError(f"sqlite_begin must be one of {_BEGIN_MODES}, not {sqlite_begin!r}")
-        in_memory = is_in_memory_sqlite(sa_url)
+        mode, in_memory, connect_args = _prepare_sqlite(
+            sa_url, sqlite_begin, sqlite_busy_timeout_ms, kwargs
+        )
         if not in_memory:
-            Path(sa_url.database or "").expanduser().resolve().parent.mkdir(
-                parents=True, exist_ok=True
-            )
             # Fewer than the sync engine's 20 + 40: SQLite writes one transaction at a time, and
             # each aiosqlite connection is a thread of its own, so past a handful more
             # connections only add threads polling for the write lock, while waiting for a
@@ -88,9 +82,6 @@ def create_async_engine(
             # docs/guide/async.md#measured).
             kwargs.setdefault("pool_size", ASYNC_SQLITE_POOL)
             kwargs.setdefault("max_overflow", ASYNC_SQLITE_POOL)
-        connect_args: dict[str, Any] = dict(kwargs.pop("connect_args", {}))
-        connect_args.setdefault("check_same_thread", False)
-        connect_args.setdefault("timeout", sqlite_busy_timeout_ms / 1000.0)
         _pool_options(kwargs)
         engine = _sa_create_async_engine(sa_url, connect_args=connect_args, **kwargs)
     except ImportError as exc:
