@@ -36,10 +36,11 @@ DATABASE_OPTION = click.option(
 """``--database URL``: the second way every operator command finds its tables (:func:`targets`)."""
 
 
-def app_option(help_text: str = APP_HELP) -> Callable[[F], F]:
-    """``--app MODULE:ATTR``: the first way (:func:`load_app`); a command group whose ``--app``
-    must be something narrower says so in ``help_text``."""
-    return click.option("--app", "app", metavar="MODULE:ATTR", help=help_text)
+def app_option(help_text: str = APP_HELP, *, required: bool = False) -> Callable[[F], F]:
+    """``--app MODULE:ATTR``: the first way (:func:`load_app`); ``help_text`` says what the
+    command takes from the app, and a command that runs the app's code (a retry, a relay)
+    makes it ``required``."""
+    return click.option("--app", "app", required=required, metavar="MODULE:ATTR", help=help_text)
 
 
 APP_OPTION = app_option()

@@ -25,11 +25,12 @@ from typing import Any
 import click
 
 from txmsg.app import load_backend
-from txmsg.cli_json import message_json
+from txmsg.cli_json import JSON_OPTION, message_json
 from txmsg.cli_targets import (
     APP_OPTION,
     DATABASE_OPTION,
     Target,
+    app_option,
     database_errors,
     load_app,
     registry_of,
@@ -133,7 +134,7 @@ def discarded() -> None:
 @DATABASE_OPTION
 @click.option("--group", help="Only this producer group.")
 @click.option("--key", help="Only this transaction key.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OPTION
 def list_command(
     app: str | None, database: str | None, group: str | None, key: str | None, as_json: bool
 ) -> None:
@@ -155,12 +156,8 @@ def list_command(
 
 
 @discarded.command("retry")
-@click.option(
-    "--app",
-    "app",
-    required=True,
-    metavar="MODULE:ATTR",
-    help="Your TxMsg app (or a factory): its check_local decides, its backend sends.",
+@app_option(
+    "Your TxMsg app (or a factory): its check_local decides, its backend sends.", required=True
 )
 @click.option("--group", required=True, help="The producer group.")
 @click.option("--key", help="Only this transaction key (default: every dead row of the group).")

@@ -25,7 +25,7 @@ from typing import Any
 
 import click
 
-from txmsg.cli_json import message_json
+from txmsg.cli_json import JSON_OPTION, message_json
 from txmsg.cli_targets import (
     DATABASE_OPTION,
     F,
@@ -107,7 +107,7 @@ def outbox() -> None:
 @APP_OPTION
 @DATABASE_OPTION
 @GROUP_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OPTION
 def status_command(app: str | None, database: str | None, group: str | None, as_json: bool) -> None:
     """Unsent rows, the oldest unsent row's age and dead rows of each outbox."""
     now = utcnow()
@@ -151,7 +151,7 @@ def status_command(app: str | None, database: str | None, group: str | None, as_
 @click.option("--dead", "only_dead", is_flag=True, help="Only dead rows.")
 @click.option("--key", help="Only this sharding key (its rows in send order).")
 @click.option("--limit", default=100, show_default=True, help="At most this many rows.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OPTION
 def list_command(
     app: str | None,
     database: str | None,
@@ -310,12 +310,8 @@ def discard_command(
 
 
 @outbox.command("relay")
-@click.option(
-    "--app",
-    "app",
-    required=True,
-    metavar="MODULE:ATTR",
-    help="Your TxMsg app (or a factory returning it): its outboxes and configuration.",
+@app_option(
+    "Your TxMsg app (or a factory returning it): its outboxes and configuration.", required=True
 )
 @click.option("--group", "groups", multiple=True, help="Only this outbox (repeatable).")
 @click.option(

@@ -21,11 +21,12 @@ from typing import Any, cast
 
 import click
 
-from txmsg.cli_json import message_json
+from txmsg.cli_json import JSON_OPTION, message_json
 from txmsg.cli_targets import (
     APP_OPTION,
     DATABASE_OPTION,
     Target,
+    app_option,
     database_errors,
     load_app,
     registry_of,
@@ -103,7 +104,7 @@ def parked() -> None:
 @DATABASE_OPTION
 @click.option("--group", help="Only this consumer group.")
 @click.option("--key", help="Show the parked messages of this sharding key.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@JSON_OPTION
 def list_command(
     app: str | None, database: str | None, group: str | None, key: str | None, as_json: bool
 ) -> None:
@@ -180,7 +181,7 @@ def _message_json(view: Any) -> dict[str, Any]:
 
 
 @parked.command("retry")
-@click.option("--app", "app", required=True, metavar="MODULE:ATTR", help=APP_OPTION_HELP)
+@app_option(APP_OPTION_HELP, required=True)
 @click.option("--group", help="Only this consumer group (default: every orderly group).")
 @click.option("--key", help="Only this sharding key (default: every parked key).")
 def retry_command(app: str, group: str | None, key: str | None) -> None:
