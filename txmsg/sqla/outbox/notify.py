@@ -31,10 +31,15 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from txmsg.sqla.outbox.policy import doubling
+
 log = logging.getLogger("txmsg.outbox")
 
 NOTIFIED_MARK = "txmsg_outbox_notified"
 """``session.info`` key: (the root transaction, the channels it has notified)."""
+FIRST_PAUSE = 0.5
+"""Pause (seconds) after the first failed attempt to open the listening connection; it doubles
+with each failure in a row."""
 MAX_PAUSE = 30.0
 """Longest pause (seconds) between two attempts to open the listening connection."""
 
@@ -116,7 +121,7 @@ class CommitListener:
                 raw = self._connect()
             except Exception as exc:
                 failures += 1
-                pause = min(0.5 * 2 ** (failures - 1), MAX_PAUSE)
+                pause = doubling(failures, FIRST_PAUSE, MAX_PAUSE)
                 log.warning(
                     "outbox=%s: cannot LISTEN for commits (%s); the relay polls, trying again "
                     "in %.1f s",

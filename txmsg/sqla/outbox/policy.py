@@ -45,10 +45,7 @@ class RetryPolicy:
 
     def delay(self, attempts: int) -> float:
         """Seconds to wait after the ``attempts``-th failed send (1-based)."""
-        if attempts < 1:
-            return 0.0
-        exponent = min(attempts - 1, 64)  # 2 ** 64 s is past any max_delay
-        return float(min(self.first_delay * 2**exponent, self.max_delay))
+        return doubling(attempts, self.first_delay, self.max_delay)
 
     def exhausted(self, attempts: int) -> bool:
         """True when ``attempts`` failures make the row dead."""
@@ -58,6 +55,16 @@ class RetryPolicy:
     def window(self) -> float:
         """Seconds from the first failure to the row's death, if every attempt fails at once."""
         return sum(self.delay(n) for n in range(1, self.max_attempts))
+
+
+def doubling(attempts: int, first: float, most: float) -> float:
+    """Seconds to wait after the ``attempts``-th failure in a row (1-based; 0 before any):
+    ``first``, doubling each time, never above ``most``.  One rule for a row's retries and for
+    the relay's and the commit listener's pauses after a failed cycle or connection."""
+    if attempts < 1:
+        return 0.0
+    exponent = min(attempts - 1, 64)  # 2 ** 64 s is past any bound, and a float still
+    return float(min(first * 2**exponent, most))
 
 
 def is_permanent(error: BaseException) -> bool:

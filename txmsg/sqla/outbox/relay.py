@@ -63,7 +63,7 @@ from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.claims import Claims, Marks, Outcome, Row, claims_for
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease
 from txmsg.sqla.outbox.notify import CommitListener, channel_of
-from txmsg.sqla.outbox.policy import describe, is_permanent
+from txmsg.sqla.outbox.policy import describe, doubling, is_permanent
 from txmsg.sqla.outbox.wheel import TimeWheel
 
 if TYPE_CHECKING:
@@ -71,6 +71,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmsg.outbox")
 
+FIRST_PAUSE = 0.5
+"""Pause (seconds) after the first cycle whose sends all failed, or whose database work failed;
+it doubles with each such cycle in a row (:func:`~txmsg.sqla.outbox.policy.doubling`)."""
 MAX_PAUSE = 30.0
 """Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
 PER_KEY = 32
@@ -382,7 +385,7 @@ class Relay:
                 self._purge_idle_keys()
             except Exception as exc:
                 failures += 1
-                pause = min(0.5 * 2 ** (failures - 1), MAX_PAUSE)
+                pause = doubling(failures, FIRST_PAUSE, MAX_PAUSE)
                 log.warning(
                     "outbox=%s: relay cycle failed (%s); the rows stay in the outbox, trying "
                     "again in %.1f s",
@@ -397,7 +400,7 @@ class Relay:
                 streak = streak + 1 if cycle.broker_down else 0
             if streak:
                 # every send of the cycle failed: give the broker time, whatever wakes us
-                self._stop.wait(min(0.5 * 2 ** (streak - 1), MAX_PAUSE))
+                self._stop.wait(doubling(streak, FIRST_PAUSE, MAX_PAUSE))
                 continue
             if cycle.more:
                 continue  # probably more due now
