@@ -225,6 +225,29 @@ def _send_rows(app: TxMsg, group: str, topic: str, rows: dict[str, Any]) -> dict
     return keys
 
 
+def _checked_before_its_end(broker: Any, key: str) -> bool:
+    """Whether the broker checked ``key`` back before the producer's send-phase end reached it
+    (transaction.log at DEBUG: the check-back's line, then the end request's header)."""
+    lines = (broker_log(broker) or "").splitlines()
+    check = next(
+        (i for i, line in enumerate(lines) if "Check transaction. " in line and key in line), None
+    )
+    end = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if "fromTransactionCheck=false" in line
+            and any(
+                f"{field}={q}{key}{q}" in line
+                for field in ("msgId", "transactionId")
+                for q in ("", "'")
+            )
+        ),
+        None,
+    )
+    return check is not None and (end is None or check < end)
+
+
 def _discarded(broker: Any, topic: str) -> int | None:
     """Half messages of ``topic`` the broker gave up on after check_max checks (transaction.log;
     None when the broker's logs cannot be read here)."""
@@ -340,6 +363,12 @@ def test_transaction_outcome_table(
         # COMMIT checked 3 times; docs/rocketmq-facts.md); what counts is that nothing more was
         # delivered (above) - check_local's answers for ended ones are the application's job
         counted = {row: n for row, n in counted.items() if row not in ("COMMIT", "ROLLBACK")}
+    for row in ("COMMIT", "ROLLBACK"):
+        # a send-phase end that reached the broker after transactionTimeOut (500 ms here; a loaded
+        # machine, soak run of 2026-11-29: ROLLBACK checked 3 times) is checked back, as a real
+        # broker does; only an end that came in time must never be checked
+        if counted.get(row) and _checked_before_its_end(broker, keys[row]):
+            del counted[row]
     assert counted == {"U_COMMIT": 1, "U_ROLLBACK": 1, "UU_COMMIT": 2}
     for row in got.counts():
         (message,) = got.of(row)
