@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -134,12 +135,11 @@ def test_a_groups_checks_occupy_only_its_executor_threads(
             release.set()
         # a bound, not a timing assertion: the checking consumer is librocketmq's push consumer,
         # whose first rebalance runs on its own ~20 s timer when start-up was slow (CI, load 18)
-        # (soak run of 2026-11-29: not met in 60 s once, when the helper's consumer still had
-        # librocketmq's asynchronous pulls and CONSUME_FROM_LAST; the message names what arrived)
+        expected = {f"slow{i}".encode() for i in range(n)} | {b"while-checking"}
         wait_until(
-            lambda: len(delivered) == n + 1,
+            lambda: {r.body for r in delivered} == expected,
             timeout=60,
-            message=lambda: f"n + 1 deliveries; got {sorted(r.body for r in delivered)}",
+            message=lambda: f"every transaction delivered; got {sorted(r.body for r in delivered)}",
         )
         sender = producer.sender
         wait_until(
@@ -153,6 +153,12 @@ def test_a_groups_checks_occupy_only_its_executor_threads(
         assert stats["checks_failed"] == 0
         assert stats["checks_answered"] == runs  # one answer per check_local run
         assert stats["checks_coalesced"] == dispatcher.stats().deduplicated >= 1
-        assert sorted(r.body for r in delivered) == sorted(
-            [f"slow{i}".encode() for i in range(n)] + [b"while-checking"]
-        )
+        # one copy each, but for a re-check that came after its transaction's run had answered
+        # and before the broker wrote that COMMIT: it starts a run of its own, whose COMMIT the
+        # broker applies to the half message again, as RocketMQ's EndTransactionProcessor does
+        # (soak run of 2026-11-29: slow1 and slow2 twice); at-least-once, never more copies than
+        # such runs, never of the transaction committed at send
+        bodies = Counter(r.body for r in delivered)
+        assert set(bodies) == expected
+        assert bodies[b"while-checking"] == 1
+        assert sum(bodies.values()) - len(expected) <= runs - n, (bodies, runs)
