@@ -92,14 +92,18 @@ def test_send_process_and_check_spans_cross_the_broker(
         assert process.status.status_code is not StatusCode.ERROR
 
     checks = telemetry.spans(f"check {topic}")
-    assert checks, "no check span"
-    for check in checks:
+    checked_rows = [check.attributes[names.ROCKETMQ_KEYS][0] for check in checks]
+    # the "check" row is checked back; the "commit" row only where its send-phase COMMIT reached
+    # the broker after transactionTimeOut (a loaded machine: soak run of 2026-11-29), as a real
+    # broker checks it then too; each check belongs to its own row's trace
+    assert "check" in checked_rows, checked_rows
+    for row, check in zip(checked_rows, checks, strict=True):
         assert check.kind is SpanKind.CONSUMER
         assert check.attributes[names.PRODUCER_GROUP] == group
         assert check.attributes[names.CHECK_RESULT] == "commit"
         # the half message the broker sent back kept the user properties: traceparent included
-        assert [link.context.span_id for link in check.links] == [sends["check"].context.span_id]
-        assert check.context.trace_id != sends["check"].context.trace_id  # its own trace
+        assert [link.context.span_id for link in check.links] == [sends[row].context.span_id]
+        assert check.context.trace_id != sends[row].context.trace_id  # its own trace
 
     # metrics: equal to stats() of the group
     stats = app.stats()[group]
