@@ -1,16 +1,18 @@
 """What an idle message listener costs the machine, per backend (issue 36's CPU finding).
 
-    python -m benchmarks.idle_consumer_cpu [--seconds 10] [--queues 4] [--backends rocketmq,rocketmq5]
+    python -m benchmarks.idle_consumer_cpu [--seconds 10] [--queues 4]
+        [--backends rocketmq,rocketmq_sync,rocketmq5]
 
 One embedded broker (child process) with its gRPC endpoint; per backend one ``TxMsg`` app with one
 ``@message_listener`` on a topic of ``--queues`` queues that nobody sends to. After the listener
 has its queues (8 s), the CPU time of this process (the app: client threads, pulls, callbacks)
 and of the broker's process is read over ``--seconds``, as percent of one core:
 
-* ``rocketmq``: librocketmq 2.1.0 push consumer with txmsg's synchronous pulls
-  (docs/librocketmq-hazards.md #5): 2.1.0's synchronous pull never asks the broker to hold it, so
-  an idle queue is pulled again as soon as the "nothing new" answer arrives - on a real broker as
-  on the embedded one;
+* ``rocketmq``: librocketmq 2.1.0 push consumer as txmsg runs it: asynchronous pulls, which the
+  broker holds while nothing arrives, and the stall watcher (docs/librocketmq-hazards.md #5);
+* ``rocketmq_sync``: the same with ``sync_pull = true``: 2.1.0's synchronous pull never asks the
+  broker to hold it, so an idle queue is pulled again as soon as the "nothing new" answer
+  arrives - on a real broker as on the embedded one;
 * ``rocketmq5``: the official 5.x client's long-polling receive through the gRPC endpoint.
 
 The machine must be otherwise idle: the spinning path takes whatever CPU is free, so on a loaded
@@ -51,7 +53,7 @@ def measure(
             backend="rocketmq5", endpoints=broker.grpc_endpoint, name_server=broker.namesrv_addr
         )
     else:
-        config = TxMsgConfig(name_server=broker.namesrv_addr)
+        config = TxMsgConfig(name_server=broker.namesrv_addr, sync_pull=backend == "rocketmq_sync")
     app = TxMsg(config)
 
     @app.message_listener(topic=topic, group=group)
@@ -75,7 +77,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--queues", type=int, default=4)
-    ap.add_argument("--backends", default="rocketmq,rocketmq5")
+    ap.add_argument("--backends", default="rocketmq,rocketmq_sync,rocketmq5")
     a = ap.parse_args()
     os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", tempfile.mkdtemp(prefix="idle-cpu-logs-"))
     base = Path(tempfile.mkdtemp(prefix="idle-cpu-"))

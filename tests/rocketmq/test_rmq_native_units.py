@@ -201,7 +201,7 @@ def test_push_consumer_settings_reach_the_cpp_object(lib: native.Native) -> None
         handle = dll.CreatePushConsumer(b"txmsg_units_cg")
         try:
             assert get_where(handle) == native.CONSUME_FROM["last"]  # CreatePushConsumer's choice
-            assert native.use_sync_pull(lib, handle)
+            assert native.set_pull(lib, handle, sync=True)
             assert native.set_consume_from(lib, handle, native.CONSUME_FROM["first"])
             assert get_where(handle) == native.CONSUME_FROM["first"]
             assert get_threads(handle) == native.PULL_THREADS
@@ -257,3 +257,23 @@ def test_pull_threads_from_the_configuration_reach_the_client(
     finally:
         stop()
         backend.close()
+
+
+def test_sync_pull_from_the_configuration_reaches_the_consumer(
+    lib: native.Native, tmp_path: Any
+) -> None:
+    """``sync_pull = true``: synchronous pulls and no watcher; the default: held asynchronous
+    pulls, watched (docs/librocketmq-hazards.md #5)."""
+    for sync_pull in (True, False):
+        config = TxMsgConfig.model_validate(
+            {"name_server": "127.0.0.1:1", "sync_pull": sync_pull, "client_log_dir": str(tmp_path)}
+        )
+        backend = RocketMQBackend(config, announce=False)
+        stop = backend.subscribe("TXMSG_T_SP_TOPIC", "TXMSG_T_SP", lambda m: True)
+        try:
+            consumer = backend._consumers["TXMSG_T_SP"]
+            assert consumer.sync_pull is sync_pull
+            assert (consumer.watcher is None) is sync_pull
+        finally:
+            stop()
+            backend.close()

@@ -377,7 +377,7 @@ def _protect(handle: Any, *, consume_from: str, sync_pull: bool) -> None:
         CONSUME_FROM,
         load,
         set_consume_from,
-        use_sync_pull,
+        set_pull,
     )
 
     if consume_from not in CONSUME_FROM:
@@ -387,7 +387,7 @@ def _protect(handle: Any, *, consume_from: str, sync_pull: bool) -> None:
     native = load()
     set_consume_from(native, int(handle), CONSUME_FROM[consume_from])
     if sync_pull:
-        use_sync_pull(native, int(handle))
+        set_pull(native, int(handle), sync=True)
 
 
 def _avoid_timer_window(started: float | None, *, consumer: bool = False) -> None:

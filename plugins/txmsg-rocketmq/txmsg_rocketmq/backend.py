@@ -73,6 +73,7 @@ class RocketMQBackend:
         self.name_server: str = settings.name_server
         self.send_timeout_ms: int = settings.send_timeout_ms
         self.pull_threads: int = settings.pull_threads
+        self.sync_pull: bool = settings.sync_pull
         self.max_message_size: int = settings.max_message_size
         self.instance_prefix: str = _SAFE.sub("_", settings.instance_prefix or "txmsg")
         try:
@@ -197,6 +198,7 @@ class RocketMQBackend:
             ),
             credentials=self.settings.credentials,
             orderly=orderly,
+            sync_pull=self.sync_pull,
         )
         with self._lock:
             self._consumers[group] = consumer

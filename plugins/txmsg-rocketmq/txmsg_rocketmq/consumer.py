@@ -57,9 +57,10 @@ from .native import (
     Native,
     release_push_consumer,
     set_consume_from,
+    set_pull,
     start_push_consumer,
-    use_sync_pull,
 )
+from .pull_watch import STALLED_AFTER, WATCH_EVERY, HeldQueue, PullWatch, StallWatcher
 from .settings import PULL_THREADS
 from .timers import CONSUMER_TIMER_PHASES, when_quiet
 
@@ -75,6 +76,8 @@ ORDERLY_SUSPEND = 0.9
 the queue 1 s after the failure; a little less here so that resubmission is never refused."""
 BROKER_MAX_RECONSUME = 16
 """What librocketmq 2.1.0 sends as maxReconsumeTimes (not settable through its C API)."""
+RESTART_DRAIN = 30.0
+"""Seconds a restart (a stalled queue) waits for the handlers under way before giving up."""
 
 
 _STILL_RUNNING: set[PushConsumer] = set()
@@ -136,6 +139,9 @@ class PushConsumer:
         pull_threads: int = PULL_THREADS,
         credentials: tuple[bytes, bytes, bytes] | None = None,
         orderly: bool = False,
+        sync_pull: bool = False,
+        stall_after: float = STALLED_AFTER,
+        watch_every: float = WATCH_EVERY,
     ) -> None:
         _check_options(group, consume_from, pull_threads, concurrency, max_reconsume, orderly)
         self.native = native
@@ -162,7 +168,18 @@ class PushConsumer:
         self._callback = MESSAGE_CALLBACK(
             guarded(E_RECONSUME_LATER, f"consumer callback of {group}", self._on_message)
         )
-        self._create(tags, concurrency, consume_from, pull_threads)
+        self.sync_pull = sync_pull
+        self._options = (tags, concurrency, consume_from, pull_threads)
+        self._running = False  # a started native consumer behind self.handle
+        self._create(*self._options)
+        self._pull_watch = PullWatch(native)
+        self.watcher: StallWatcher | None = (
+            None
+            if sync_pull
+            else StallWatcher(
+                group, self._held, self._restart, stall_after=stall_after, every=watch_every
+            )
+        )
 
     def _create(self, tags: str, concurrency: int, consume_from: str, pull_threads: int) -> None:
         """Create, configure and start the native consumer (released again if any step fails)."""
@@ -202,11 +219,11 @@ class PushConsumer:
                     dll.RegisterMessageCallbackOrderly if orderly else dll.RegisterMessageCallback
                 )
                 self._ok(register(handle, self._callback), "register the callback")
-                use_sync_pull(native, handle, pull_threads)
+                set_pull(native, handle, sync=self.sync_pull, threads=pull_threads)
                 set_consume_from(native, handle, CONSUME_FROM[consume_from])
                 self._ok(start_push_consumer(native, handle), "start")
                 self._started_at = time.monotonic()  # its factory's timers run from here
-                started = True
+                started = self._running = True
             finally:
                 if not started:
                     release_push_consumer(native, handle, started=False, keep=self._callback)
@@ -220,7 +237,8 @@ class PushConsumer:
             )
 
     def _on_message(self, _consumer: int, c_message: int) -> int:
-        if not self.gate.enter_callback():
+        gate = self.gate  # a restart replaces it (after this consumer's native one is shut)
+        if not gate.enter_callback():
             return E_RECONSUME_LATER  # native shutdown under way: return to C++ at once
         try:
             message = messages.read(
@@ -241,7 +259,7 @@ class PushConsumer:
                 return E_CONSUME_SUCCESS
             return E_RECONSUME_LATER
         finally:
-            self.gate.exit_callback()
+            gate.exit_callback()
 
     def _orderly(self, message: Message) -> int:
         """One hand-over of an orderly queue; False from the handler suspends the queue ~1 s.
@@ -331,8 +349,75 @@ class PushConsumer:
         )
         return True
 
+    def _held(self) -> list[HeldQueue] | None:
+        """The queues the native consumer holds, for :attr:`watcher` (None: nothing to watch;
+        after a restart that could not start a new native consumer, it is tried again here)."""
+        with self._stop_lock:
+            if self._stopped:
+                return None
+            if not self._running:
+                self._start_again()
+                return None
+            return self._pull_watch.held(self.handle)
+
+    def _start_again(self) -> None:
+        try:
+            self._create(*self._options)
+        except BackendUnavailableError as exc:
+            log.error(
+                "consumer group %s: could not start its consumer again (%s); trying again in "
+                "%.0f s",
+                self.group,
+                exc,
+                self.watcher.every if self.watcher is not None else WATCH_EVERY,
+            )
+
+    def _restart(self, stalled: list[HeldQueue]) -> None:
+        """Replace the native consumer whose pulls of ``stalled`` stopped (hazard #5 of
+        docs/librocketmq-hazards.md): a new one starts with a new pull callback table.  What the
+        old one had fetched but not yet acknowledged is delivered again (RocketMQ's
+        at-least-once); handlers under way finish first (librocketmq's shutdown waits for them).
+        """
+        with self._stop_lock:
+            if self._stopped:
+                return
+            log.warning(
+                "consumer group %s: %s not pulled for over %.0f s (librocketmq 2.1.0's "
+                "asynchronous pull stopped after a rebalance); restarting the consumer",
+                self.group,
+                ", ".join(f"{q.topic}@{q.broker}#{q.queue_id}" for q in stalled),
+                self.watcher.stall_after if self.watcher is not None else STALLED_AFTER,
+            )
+            if self._running:
+                if not self.gate.drain_and_shut(time.monotonic() + RESTART_DRAIN):
+                    _, running = self.gate.in_flight()
+                    log.error(
+                        "consumer group %s: %d handler(s) still running after %.0f s; "
+                        "restarting it later",
+                        self.group,
+                        running,
+                        RESTART_DRAIN,
+                    )
+                    return
+                self._release()
+                self.gate = Gate()
+            self._start_again()
+
+    def _release(self) -> None:
+        """Shut the native consumer down between its factory's timers (hazard #9)."""
+        handle = self.handle
+        self._running = False
+        when_quiet(
+            self._started_at,
+            NATIVE_LOCK,
+            lambda: release_push_consumer(self.native, handle, started=True),
+            CONSUMER_TIMER_PHASES,
+        )
+
     def stop(self, timeout: float = 30.0) -> None:
         """Refuse new deliveries, wait for running handlers (bounded), shut the consumer down."""
+        if self.watcher is not None:
+            self.watcher.stop()
         with self._stop_lock:
             if self._stopped:
                 return
@@ -348,13 +433,8 @@ class PushConsumer:
                 )
                 _STILL_RUNNING.add(self)  # the native consumer may still call our ctypes callback
                 return
-            handle = self.handle
-            when_quiet(
-                self._started_at,
-                NATIVE_LOCK,
-                lambda: release_push_consumer(self.native, handle, started=True),
-                CONSUMER_TIMER_PHASES,
-            )
+            if self._running:
+                self._release()
             self._stopped = True
             _STILL_RUNNING.discard(self)
             with self._dlq_lock:

@@ -266,26 +266,29 @@ def release_push_consumer(
 
 SYNC_PULL_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer12setAsyncPullEb"
 PULL_THREADS_SYMBOL = "_ZN8rocketmq21DefaultMQPushConsumer25setPullMsgThreadPoolCountEi"
-"""Default pull threads per push consumer in synchronous pull mode (config key ``pull_threads``):
+"""Default pull threads per push consumer (config key ``pull_threads``).  With synchronous pulls
 one pull per queue (the topic's queues on every broker plus the retry queue) runs at a time on
-each, so keep it at least that."""
+each, so keep it at least that; asynchronous pulls only issue requests on them."""
 
 
-def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS) -> bool:
-    """Switch a push consumer (before ``start``) to synchronous pulls on ``pull_threads`` threads.
+def set_pull(native: Native, handle: int, *, sync: bool, threads: int = PULL_THREADS) -> bool:
+    """Set a push consumer's pull threads and (``sync``) switch it to synchronous pulls, before
+    ``start``.  Returns False (nothing set) if the library lacks the symbols.
 
-    Why: librocketmq 2.1.0's asynchronous pull keeps one ``AsyncPullCallback`` per queue and only
-    points it at a new ``PullRequest`` once the previous request object has been freed
-    (``getAsyncPullCallBack``; fixed upstream after 2.2.0).  When a rebalance drops a queue and
-    takes it back while the old request is still referenced - a pull that failed because the
-    broker went away is retried 1 s later, and the rebalance itself holds a copy of the table -
-    the new request's pull result is judged against the old, dropped request and the queue is
-    never pulled again by that process ("has been set as dropped. Will NOT pull this queue any
-    more" in the client log).  Consumers stop silently after broker restarts or consumers coming
-    and going; the chaos run (benchmarks/chaos) found it.  The synchronous path has no shared
-    callback.  The C API has no setter, but ``CPushConsumer*`` *is* a ``DefaultMQPushConsumer*``
+    Why a consumer may want synchronous pulls: librocketmq 2.1.0's asynchronous pull (its
+    default) keeps one ``AsyncPullCallback`` per queue and only points it at a new
+    ``PullRequest`` once the previous request object has been freed (``getAsyncPullCallBack``;
+    fixed upstream after 2.2.0).  When a rebalance drops a queue and takes it back while the old
+    request is still referenced - a pull that failed because the broker went away is retried 1 s
+    later, and the rebalance itself holds a copy of the table - the new request's pull result is
+    judged against the old, dropped request and the queue is never pulled again by that process
+    ("has been set as dropped. Will NOT pull this queue any more" in the client log).  The
+    synchronous path has no shared callback, but it never asks the broker to hold a pull, so an
+    idle queue is pulled back to back (a core per idle consumer).  txmsg's consumers pull
+    asynchronously and restart a consumer whose queue stalled (``txmsg_rocketmq.pull_watch``);
+    ``sync_pull = true`` takes the synchronous path instead (docs/librocketmq-hazards.md #5).
+    The C API has no setter, but ``CPushConsumer*`` *is* a ``DefaultMQPushConsumer*``
     (``CreatePushConsumer`` casts it), so the exported C++ setters are called on the handle.
-    Returns False (and the consumer keeps asynchronous pulls) if the symbols are missing.
     """
     dll = native.dll
     try:
@@ -295,8 +298,8 @@ def use_sync_pull(native: Native, handle: int, pull_threads: int = PULL_THREADS)
         return False
     set_async.argtypes, set_async.restype = [ctypes.c_void_p, ctypes.c_bool], None
     set_threads.argtypes, set_threads.restype = [ctypes.c_void_p, ctypes.c_int], None
-    set_threads(handle, int(pull_threads))
-    set_async(handle, False)
+    set_threads(handle, int(threads))
+    set_async(handle, not sync)
     return True
 
 
@@ -318,7 +321,7 @@ def set_consume_from(native: Native, handle: int, where: int) -> bool:
     message between the committed offset and the end is skipped for good.  The chaos run lost 4
     paid orders this way (docs/librocketmq-hazards.md #6).  With FIRST the same mistake replays
     from the queue's head instead, and idempotent consumers absorb the duplicates.  The C API has
-    no setter; the handle is the C++ object (see :func:`use_sync_pull`).
+    no setter; the handle is the C++ object (see :func:`set_pull`).
     """
     try:
         setter = getattr(native.dll, CONSUME_FROM_SYMBOL)

@@ -43,8 +43,13 @@ class RocketMQSettings(BackendSettings):
     """ACL access key (RocketMQ 4.x plain ACL); with ``secret_key``."""
     secret_key: str | None = None
     pull_threads: int = Field(default=PULL_THREADS, ge=1, le=256)
-    """Pull threads per push consumer (the backend pulls synchronously, one queue at a time per
-    thread: keep it at least the number of queues one consumer owns, retry queue included)."""
+    """Pull threads per push consumer (with ``sync_pull``, one queue at a time per thread: keep
+    it at least the number of queues one consumer owns, retry queue included)."""
+    sync_pull: bool = False
+    """Pull synchronously (librocketmq's workaround-free path for a queue that stops being
+    pulled after a rebalance) instead of asynchronous pulls the broker holds while nothing
+    arrives, watched for that stall (docs/librocketmq-hazards.md #5).  Costs about a core per
+    idle consumer: a synchronous pull is never held."""
     max_message_size: int = Field(default=DEFAULT_MAX_MESSAGE_SIZE, ge=1024)
     """Largest body the producers accept before sending (the broker's ``maxMessageSize``); a
     larger one fails at once with InvalidMessageError instead of a broker error."""
