@@ -37,7 +37,18 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    Table,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -489,18 +500,23 @@ def _view(row: ParkedMessage) -> ParkedMessageView:
     )
 
 
+def _in_order(group: str, key: str) -> Select[ParkedMessage]:
+    """The messages parked under ``key`` for ``group`` in their original order: what the
+    listing and the replay both read, so both see the same order."""
+    return (
+        select(ParkedMessage)
+        .where(ParkedMessage.consumer_group == group, ParkedMessage.sharding_key == key)
+        .order_by(ParkedMessage.id)
+    )
+
+
 def parked_messages(
     session_factory: SessionFactory, group: str, key: str
 ) -> list[ParkedMessageView]:
     """The messages parked under ``key`` for ``group``, in their original order."""
     with session_factory() as session, session.begin():
         read_only(session)
-        rows = session.scalars(
-            select(ParkedMessage)
-            .where(ParkedMessage.consumer_group == group, ParkedMessage.sharding_key == key)
-            .order_by(ParkedMessage.id)
-        ).all()
-        return [_view(row) for row in rows]
+        return [_view(row) for row in session.scalars(_in_order(group, key)).all()]
 
 
 def _first_message(
@@ -508,12 +524,7 @@ def _first_message(
 ) -> ParkedMessageView | None:
     with session_factory() as session, session.begin():
         read_only(session)
-        row = session.scalars(
-            select(ParkedMessage)
-            .where(ParkedMessage.consumer_group == group, ParkedMessage.sharding_key == key)
-            .order_by(ParkedMessage.id)
-            .limit(1)
-        ).one_or_none()
+        row = session.scalars(_in_order(group, key).limit(1)).one_or_none()
         return None if row is None else _view(row)
 
 
