@@ -470,12 +470,12 @@ class Processing:
     def __init__(
         self,
         handler: Callable[[Message], bool],
+        o: Otel,
         *,
         group: str,
         topic: str,
         max_reconsume: int,
         orderly: bool,
-        o: Otel,
     ) -> None:
         self.handler = handler
         self.group = group
@@ -498,36 +498,42 @@ class Processing:
         except Exception:  # telemetry must never stop a delivery
             log.warning("could not start the telemetry of a delivery", exc_info=True)
             return self.handler(message)
-        started = time.perf_counter()
-        ok = False
-        try:
-            ok = self.handler(message)
-        finally:
-            try:
-                self._end(message, span, token, errors, ok, time.perf_counter() - started)
-            except Exception:  # telemetry must never change the answer
-                log.warning("could not record a delivery", exc_info=True)
-        return ok
+        return self._handle(
+            message,
+            lambda ok, elapsed: self._end(message, span, token, errors, ok, elapsed),
+        )
 
     def _count_only(self, message: Message) -> bool:
         """The delivery's figures without a span: no SDK, and no context to pass on (the API's
         span would be the invalid one; see :meth:`Otel.tracing <txmsg.otel._runtime.Otel.tracing>`)."""
         errors: list[str] = []
         reset = _errors.set(errors)
+
+        def end(ok: bool, elapsed: float) -> None:
+            _errors.reset(reset)
+            self._figures(_failure(errors, ok), elapsed)
+
+        return self._handle(message, end)
+
+    def _handle(self, message: Message, end: Callable[[bool, float], None]) -> bool:
+        """The handler's answer to ``message``; ``end(ok, seconds)`` records the delivery after
+        it, with or without a span, and must never change the answer."""
         started = time.perf_counter()
         ok = False
         try:
             ok = self.handler(message)
         finally:
             try:
-                _errors.reset(reset)
-                error = None if ok else (errors[-1] if errors else "_OTHER")
-                attributes = _with_error(self._attributes, error)
-                self._o.consumed.add((*self._key, error), attributes)
-                self._o.process_duration.record(time.perf_counter() - started, attributes)
+                end(ok, time.perf_counter() - started)
             except Exception:  # telemetry must never change the answer
                 log.warning("could not record a delivery", exc_info=True)
         return ok
+
+    def _figures(self, error: str | None, elapsed: float) -> None:
+        """Count the delivery (failed with ``error``) and its duration."""
+        attributes = _with_error(self._attributes, error)
+        self._o.consumed.add((*self._key, error), attributes)
+        self._o.process_duration.record(elapsed, attributes)
 
     def _start(self, message: Message) -> tuple[Any, Any, list[str]]:
         o = self._o
@@ -565,7 +571,7 @@ class Processing:
         o = self._o
         _errors.set(None)
         o.context.detach(token)
-        error = None if ok else (errors[-1] if errors else "_OTHER")
+        error = _failure(errors, ok)
         if not ok and span.is_recording():
             span.set_attribute(names.ERROR_TYPE, error or "_OTHER")
             span.set_status(o.Status(o.ERROR, "the message will be delivered again"))
@@ -578,10 +584,14 @@ class Processing:
                 )
             else:
                 span.add_event(names.EVENT_RETRY, _reconsumed(message))
-        attributes = _with_error(self._attributes, error)
-        o.consumed.add((*self._key, error), attributes)
-        o.process_duration.record(elapsed, attributes)
+        self._figures(error, elapsed)
         span.end()
+
+
+def _failure(errors: list[str], ok: bool) -> str | None:
+    """A delivery's ``error.type``: None when it succeeded, else the last error recorded while
+    the handler ran (``_OTHER`` when it failed without raising)."""
+    return None if ok else (errors[-1] if errors else "_OTHER")
 
 
 def _reconsumed(message: Message) -> dict[str, Any]:
@@ -602,7 +612,7 @@ def processing(
     if o is None:
         return handler
     return Processing(
-        handler, group=group, topic=topic, max_reconsume=max_reconsume, orderly=orderly, o=o
+        handler, o, group=group, topic=topic, max_reconsume=max_reconsume, orderly=orderly
     )
 
 
@@ -613,33 +623,40 @@ def record_exception(exc: BaseException, *, failed: bool = True) -> None:
     errors = _errors.get()
     if errors is not None:
         errors.append(error_type(exc))
-    o = otel()
-    if o is None:
-        return
-    try:
-        span = o.trace.get_current_span()
-        if span.is_recording():
-            span.record_exception(exc)
-            if failed:
-                span.set_status(o.Status(o.ERROR, f"{error_type(exc)}: {exc}"))
-    except Exception:  # telemetry must never raise into the core
-        log.warning("could not record an exception on the span", exc_info=True)
+
+    def record(o: Otel, span: Any) -> None:
+        span.record_exception(exc)
+        if failed:
+            span.set_status(o.Status(o.ERROR, f"{error_type(exc)}: {exc}"))
+
+    _on_current_span(record, "could not record an exception on the span")
 
 
 def add_event(name: str, attributes: Mapping[str, Any], *, failed: str | None = None) -> None:
     """Add event ``name`` to the current span; ``failed``: also mark its status as an error with
     that description.  Never raises."""
+
+    def add(o: Otel, span: Any) -> None:
+        span.add_event(name, dict(attributes))
+        if failed is not None:
+            span.set_status(o.Status(o.ERROR, failed))
+
+    _on_current_span(add, "could not add a span event")
+
+
+def _on_current_span(act: Callable[[Otel, Any], None], failure: str) -> None:
+    """``act(o, span)`` on the current span where it is recorded; nothing without OpenTelemetry.
+    What the core calls from inside a span must never raise into it: an error is logged as
+    ``failure``."""
     o = otel()
     if o is None:
         return
     try:
         span = o.trace.get_current_span()
         if span.is_recording():
-            span.add_event(name, dict(attributes))
-            if failed is not None:
-                span.set_status(o.Status(o.ERROR, failed))
+            act(o, span)
     except Exception:  # telemetry must never raise into the core
-        log.warning("could not add a span event", exc_info=True)
+        log.warning(failure, exc_info=True)
 
 
 def discard_counted(group: str, outcome: str, amount: int = 1) -> None:
