@@ -31,17 +31,12 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from txmsg.sqla.outbox.policy import doubling
+from txmsg.sqla.outbox.policy import pause_after_failure
 
 log = logging.getLogger("txmsg.outbox")
 
 NOTIFIED_MARK = "txmsg_outbox_notified"
 """``session.info`` key: (the root transaction, the channels it has notified)."""
-FIRST_PAUSE = 0.5
-"""Pause (seconds) after the first failed attempt to open the listening connection; it doubles
-with each failure in a row."""
-MAX_PAUSE = 30.0
-"""Longest pause (seconds) between two attempts to open the listening connection."""
 
 
 def channel_of(group: str) -> str:
@@ -119,18 +114,16 @@ class CommitListener:
         while not self._stop.is_set():
             try:
                 raw = self._connect()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - logged by pause_after_failure
                 failures += 1
-                pause = doubling(failures, FIRST_PAUSE, MAX_PAUSE)
-                log.warning(
-                    "outbox=%s: cannot LISTEN for commits (%s); the relay polls, trying again "
-                    "in %.1f s",
+                pause_after_failure(
+                    self._stop,
+                    failures,
                     self.name,
+                    "cannot LISTEN for commits",
                     exc,
-                    pause,
-                    exc_info=failures == 1,
+                    "the relay polls",
                 )
-                self._stop.wait(pause)
                 continue
             if raw is None:
                 return  # a driver without notifications: the relay polls

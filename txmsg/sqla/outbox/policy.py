@@ -10,10 +10,21 @@ the first attempt, since retrying it would only hold back its key's later rows f
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 from dataclasses import dataclass
 
 from txmsg.errors import ConfigError, InvalidMessageError, InvalidNameError
+
+log = logging.getLogger("txmsg.outbox")
+
+FIRST_PAUSE = 0.5
+"""Pause (seconds) of the relay's loop and of its commit listener after a first failure (a cycle
+whose sends all failed or whose database work failed; the listening connection not opened); it
+doubles with each failure in a row (:func:`doubling`)."""
+MAX_PAUSE = 30.0
+"""Longest such pause (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,27 @@ def doubling(attempts: int, first: float, most: float) -> float:
         return 0.0
     exponent = min(attempts - 1, 64)  # 2 ** 64 s is past any bound, and a float still
     return float(min(first * 2**exponent, most))
+
+
+def pause_after_failure(
+    stop: threading.Event, failures: int, outbox: str, failed: str, error: object, meanwhile: str
+) -> None:
+    """What the relay's loop and its commit listener do after their ``failures``-th failure in a
+    row: warn (with the traceback at the first failure only: a long outage logs one), then wait
+    ``doubling`` from :data:`FIRST_PAUSE` to :data:`MAX_PAUSE`, or until ``stop`` is set.  Call it
+    in the ``except`` block.  ``failed`` says what failed, ``error`` why, ``meanwhile`` what
+    still works."""
+    pause = doubling(failures, FIRST_PAUSE, MAX_PAUSE)
+    log.warning(
+        "outbox=%s: %s (%s); %s, trying again in %.1f s",
+        outbox,
+        failed,
+        error,
+        meanwhile,
+        pause,
+        exc_info=failures == 1,
+    )
+    stop.wait(pause)
 
 
 def is_permanent(error: BaseException) -> bool:

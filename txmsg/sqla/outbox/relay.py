@@ -63,7 +63,14 @@ from txmsg.sqla.outbox import store
 from txmsg.sqla.outbox.claims import Claims, Marks, Outcome, Row, claims_for
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease
 from txmsg.sqla.outbox.notify import CommitListener, channel_of
-from txmsg.sqla.outbox.policy import describe, doubling, is_permanent
+from txmsg.sqla.outbox.policy import (
+    FIRST_PAUSE,
+    MAX_PAUSE,
+    describe,
+    doubling,
+    is_permanent,
+    pause_after_failure,
+)
 from txmsg.sqla.outbox.wheel import TimeWheel
 
 if TYPE_CHECKING:
@@ -71,11 +78,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("txmsg.outbox")
 
-FIRST_PAUSE = 0.5
-"""Pause (seconds) after the first cycle whose sends all failed, or whose database work failed;
-it doubles with each such cycle in a row (:func:`~txmsg.sqla.outbox.policy.doubling`)."""
-MAX_PAUSE = 30.0
-"""Longest pause (seconds) after cycles whose sends all failed, or whose database work failed."""
 PER_KEY = 32
 """Rows of one sharding key a cycle sends, one after the other (see :func:`store.due_chains`)."""
 LINGER = 0.01
@@ -383,18 +385,16 @@ class Relay:
                 claims.tidy()
                 failures = 0
                 self._purge_idle_keys()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - logged by pause_after_failure
                 failures += 1
-                pause = doubling(failures, FIRST_PAUSE, MAX_PAUSE)
-                log.warning(
-                    "outbox=%s: relay cycle failed (%s); the rows stay in the outbox, trying "
-                    "again in %.1f s",
+                pause_after_failure(
+                    self._stop,
+                    failures,
                     self.outbox.group,
+                    "relay cycle failed",
                     describe(exc),
-                    pause,
-                    exc_info=failures == 1,
+                    "the rows stay in the outbox",
                 )
-                self._stop.wait(pause)
                 continue
             if cycle.broker_down is not None:
                 streak = streak + 1 if cycle.broker_down else 0
