@@ -17,15 +17,13 @@ without a database exist only in its process (``app.rescuers[group].dead``) and 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import click
 
 from txmsg.app import load_backend
-from txmsg.cli_json import JSON_OPTION, message_json
+from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
     APP_OPTION,
     DATABASE_OPTION,
@@ -98,10 +96,7 @@ def _app_targets(reference: str, group: str | None) -> list[Target]:
     return [Target(spec.group, listener.session_factory) for spec, listener in found]
 
 
-@contextmanager
-def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
-    with targets(app, database, group, of_app=_app_targets, where="the dead rows") as found:
-        yield found
+_targets = partial(targets, of_app=_app_targets, where="the dead rows")
 
 
 def _rows(targets: list[Target], key: str | None) -> list[tuple[Target, DiscardedView]]:
@@ -141,18 +136,15 @@ def list_command(
     """Dead rows of discarded half messages, oldest first."""
     with _targets(app, database, group) as found:
         rows = [row for _target, row in _rows(found, key)]
-    if as_json:
-        click.echo(json.dumps([_json(r) for r in rows], indent=2))
-        return
-    if not rows:
-        click.echo("no dead discarded half messages")
-        return
-    for r in rows:
-        click.echo(
-            f"#{r.id}  {r.group}  key={r.transaction_key}  topic={r.message.topic}  "
-            f"keys={r.message.keys or '-'}  tags={r.message.tags or '-'}  "
-            f"rounds={r.attempts}  dead_at={r.dead_at.isoformat()}  reason={r.reason}"
-        )
+    echo_rows(rows, as_json, json_of=_json, line=_line, empty="no dead discarded half messages")
+
+
+def _line(r: DiscardedView) -> str:
+    return (
+        f"#{r.id}  {r.group}  key={r.transaction_key}  topic={r.message.topic}  "
+        f"keys={r.message.keys or '-'}  tags={r.message.tags or '-'}  "
+        f"rounds={r.attempts}  dead_at={r.dead_at.isoformat()}  reason={r.reason}"
+    )
 
 
 @discarded.command("retry")

@@ -15,17 +15,15 @@ only the outboxes' producers, never the app's listeners or consumers.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from types import FrameType
 from typing import Any
 
 import click
 
-from txmsg.cli_json import JSON_OPTION, message_json
+from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
     DATABASE_OPTION,
     F,
@@ -73,10 +71,7 @@ def _app_targets(reference: str, group: str | None) -> list[Target]:
     return [Target(o.group, o.session_factory) for o in _app_outboxes(reference, group)]
 
 
-@contextmanager
-def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
-    with targets(app, database, group, of_app=_app_targets, where="the outbox") as found:
-        yield found
+_targets = partial(targets, of_app=_app_targets, where="the outbox")
 
 
 def _one_line(text: str | None, width: int = 60) -> str:
@@ -127,21 +122,18 @@ def status_command(app: str | None, database: str | None, group: str | None, as_
                         else {"owner": lease.owner, "until": lease.lease_until.isoformat()},
                     }
                 )
-    if as_json:
-        click.echo(json.dumps(found, indent=2))
-        return
-    if not found:
-        click.echo("no outbox rows")
-        return
-    for row in found:
-        lease = row["relay_lease"]
-        relay = "" if lease is None else f"  relay={lease['owner']}"
-        dead = row["dead"]
-        click.echo(
-            f"{row['group']}  unsent={row['unsent']}  "
-            f"oldest_unsent={_age(row['oldest_unsent_age_seconds'])}  dead={dead}{relay}"
-            + ("  (txmsg outbox list --dead shows them)" if dead else "")
-        )
+    echo_rows(found, as_json, json_of=lambda row: row, line=_status_line, empty="no outbox rows")
+
+
+def _status_line(row: dict[str, Any]) -> str:
+    lease = row["relay_lease"]
+    relay = "" if lease is None else f"  relay={lease['owner']}"
+    dead = row["dead"]
+    return (
+        f"{row['group']}  unsent={row['unsent']}  "
+        f"oldest_unsent={_age(row['oldest_unsent_age_seconds'])}  dead={dead}{relay}"
+        + ("  (txmsg outbox list --dead shows them)" if dead else "")
+    )
 
 
 @outbox.command("list")
@@ -173,19 +165,22 @@ def list_command(
                 sharding_key=key,
                 limit=limit,
             )
-    if as_json:
-        click.echo(json.dumps([_row_json(v) for v in views], indent=2))
-        return
-    if not views:
-        click.echo("no dead rows" if only_dead else "the outbox is empty")
-        return
-    for v in views:
-        where = "" if v.sharding_key is None else f"  key={v.sharding_key!r} seq={v.seq}"
-        click.echo(
-            f"#{v.id}  {v.group}  {v.state}{where}  topic={v.message.topic}  "
-            f"attempts={v.attempts}  created={v.created_at.isoformat()}  "
-            f"message_key={v.message_key}  error={_one_line(v.last_error)}"
-        )
+    echo_rows(
+        views,
+        as_json,
+        json_of=_row_json,
+        line=_row_line,
+        empty="no dead rows" if only_dead else "the outbox is empty",
+    )
+
+
+def _row_line(v: store.OutboxRowView) -> str:
+    where = "" if v.sharding_key is None else f"  key={v.sharding_key!r} seq={v.seq}"
+    return (
+        f"#{v.id}  {v.group}  {v.state}{where}  topic={v.message.topic}  "
+        f"attempts={v.attempts}  created={v.created_at.isoformat()}  "
+        f"message_key={v.message_key}  error={_one_line(v.last_error)}"
+    )
 
 
 def _row_json(v: store.OutboxRowView) -> dict[str, Any]:

@@ -15,13 +15,12 @@ listener once the cause is fixed (``txmsg outbox retry`` is the outbox's twin), 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import partial
 from typing import Any, cast
 
 import click
 
-from txmsg.cli_json import JSON_OPTION, message_json
+from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
     APP_OPTION,
     DATABASE_OPTION,
@@ -72,10 +71,7 @@ def _app_targets(reference: str, group: str | None) -> list[Target]:
     return [Target(g, sessions) for g, spec, sessions in _app_specs(reference, group)]
 
 
-@contextmanager
-def _targets(app: str | None, database: str | None, group: str | None) -> Iterator[list[Target]]:
-    with targets(app, database, group, of_app=_app_targets, where="the parked messages") as found:
-        yield found
+_targets = partial(targets, of_app=_app_targets, where="the parked messages")
 
 
 def _keys(targets: list[Target], key: str | None) -> list[ParkedKeyView]:
@@ -116,17 +112,7 @@ def list_command(
 def _list(targets: list[Target], group: str | None, key: str | None, as_json: bool) -> None:
     keys = _keys(targets, key)
     if key is None:
-        if as_json:
-            click.echo(json.dumps([_key_json(k) for k in keys], indent=2))
-        elif not keys:
-            click.echo("nothing parked")
-        else:
-            for k in keys:
-                click.echo(
-                    f"{k.group}  key={k.sharding_key!r}  messages={k.messages}  "
-                    f"parked_at={k.parked_at.isoformat()}  topic={k.topic}  "
-                    f"reason={_one_line(k.reason)}"
-                )
+        echo_rows(keys, as_json, json_of=_key_json, line=_key_line, empty="nothing parked")
         return
     sessions = {t.group: t.sessions for t in targets}
     rows: list[dict[str, Any]] = []
@@ -151,6 +137,13 @@ def _list(targets: list[Target], group: str | None, key: str | None, as_json: bo
 
 def _in_group(group: str | None) -> str:
     return "" if group is None else f" in group {group!r}"
+
+
+def _key_line(k: ParkedKeyView) -> str:
+    return (
+        f"{k.group}  key={k.sharding_key!r}  messages={k.messages}  "
+        f"parked_at={k.parked_at.isoformat()}  topic={k.topic}  reason={_one_line(k.reason)}"
+    )
 
 
 def _key_json(k: ParkedKeyView) -> dict[str, Any]:
