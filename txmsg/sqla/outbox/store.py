@@ -10,15 +10,17 @@ factory or a session and never holds a transaction longer than its own statement
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Delete,
     String,
     Table,
+    Update,
     and_,
     bindparam,
     delete,
@@ -493,17 +495,13 @@ def retry_dead(
     Their last error stays until the next attempt; a key's rows go again in their order.  A
     relay sends them at its next cycle (at most its poll interval later).
     """
-    where = _filters(outbox, DEAD, sharding_key, ids)
-    with session_factory() as session, session.begin():
-        found = [int(i) for i in session.scalars(select(OutboxMessage.id).where(*where)).all()]
-        if found:
-            session.execute(
-                update(OutboxMessage)
-                .where(OutboxMessage.id.in_(found), OutboxMessage.state == DEAD)
-                .values(state=PENDING, attempts=0, next_attempt_at=utcnow(), dead_at=None)
-                .execution_options(synchronize_session=False)
-            )
-        return found
+    return _on_dead(
+        session_factory,
+        _filters(outbox, DEAD, sharding_key, ids),
+        lambda: update(OutboxMessage).values(
+            state=PENDING, attempts=0, next_attempt_at=utcnow(), dead_at=None
+        ),
+    )
 
 
 def discard_dead(
@@ -515,12 +513,24 @@ def discard_dead(
 ) -> list[int]:
     """Delete dead rows without sending them; returns their ids.  Only dead rows: an unsent row
     may be in a relay's hands right now.  Their key's later rows flow again."""
-    where = _filters(outbox, DEAD, sharding_key, ids)
+    return _on_dead(
+        session_factory, _filters(outbox, DEAD, sharding_key, ids), lambda: delete(OutboxMessage)
+    )
+
+
+def _on_dead(
+    session_factory: SessionFactory,
+    where: list[Any],
+    statement: Callable[[], Update | Delete],
+) -> list[int]:
+    """The ids of the dead rows ``where`` picks, after ``statement()`` ran on them in the same
+    transaction.  The statement is kept to rows still dead: a row a relay made pending meanwhile
+    is in its hands, and neither a retry nor a discard may touch it."""
     with session_factory() as session, session.begin():
         found = [int(i) for i in session.scalars(select(OutboxMessage.id).where(*where)).all()]
         if found:
             session.execute(
-                delete(OutboxMessage)
+                statement()
                 .where(OutboxMessage.id.in_(found), OutboxMessage.state == DEAD)
                 .execution_options(synchronize_session=False)
             )
