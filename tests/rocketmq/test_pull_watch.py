@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from rmq_helpers import create_topic, unique, wait_until
 from txmsg_rocketmq.consumer import PushConsumer
 from txmsg_rocketmq.pull_watch import HeldQueue, parse, stalled
@@ -77,9 +78,11 @@ def test_an_idle_consumer_holds_its_queues_with_held_pulls(backend: Any, txmsg_b
     stop()
 
 
-def test_a_restarted_consumer_loses_nothing(backend: Any, txmsg_broker: Any) -> None:
+@pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])
+def test_a_restarted_consumer_loses_nothing(backend: Any, txmsg_broker: Any, orderly: bool) -> None:
     """A watcher that finds every queue late restarts the consumer again and again while
-    messages arrive; every message is still handled (at least once, RocketMQ's promise)."""
+    messages arrive; every message is still handled (at least once, RocketMQ's promise), also
+    by an orderly consumer (whose queue locks the new consumer takes over)."""
     topic, group = unique("pwr_topic"), unique("pwr_group")
     create_topic(txmsg_broker.namesrv_addr, topic, "MIXED")
     seen: set[bytes] = set()
@@ -100,6 +103,7 @@ def test_a_restarted_consumer_loses_nothing(backend: Any, txmsg_broker: Any) -> 
         instance_name=unique("pwr_inst"),
         concurrency=2,
         max_reconsume=16,
+        orderly=orderly,
         stall_after=0.0,
         watch_every=0.5,
     )
