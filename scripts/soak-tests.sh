@@ -108,6 +108,8 @@ for run in $(seq 1 "$total"); do
     continue
   fi
   [ "$one_clone" = 1 ] || fresh_clone
+  # main may move between runs: each run names the commit it tested
+  run_commit=$(git -C "$clone_dir" rev-parse --short HEAD)
   if [ "$kind" = stress ]; then
     stress-ng --cpu 2 --quiet &
     hog_pid=$!
@@ -132,8 +134,8 @@ for run in $(seq 1 "$total"); do
     clone_dir=""
   fi
   summary=$(grep -E '^=+ .*(passed|failed|error).* in ' "$log" | tail -1 || true)
-  printf 'run %d/%d [%s] %s %d:%02d %s (%s)\n' "$run" "$total" "$kind" "$result" \
-    $((seconds / 60)) $((seconds % 60)) "${summary:+$summary }" "$log"
+  printf 'run %d/%d [%s] %s %d:%02d %s %s(%s)\n' "$run" "$total" "$kind" "$result" \
+    $((seconds / 60)) $((seconds % 60)) "$run_commit" "${summary:+$summary }" "$log"
 done
 if [ "$dry_run" = 1 ]; then
   rmdir "$results"
