@@ -62,7 +62,7 @@ from .native import (
 )
 from .pull_watch import STALLED_AFTER, WATCH_EVERY, HeldQueue, PullWatch, StallWatcher
 from .settings import PULL_THREADS
-from .timers import CONSUMER_TIMER_PHASES, when_quiet
+from .timers import CONSUMER_TIMER_PHASES, wait_until_quiet, when_quiet
 
 log = logging.getLogger("txmsg.rocketmq")
 
@@ -78,6 +78,8 @@ BROKER_MAX_RECONSUME = 16
 """What librocketmq 2.1.0 sends as maxReconsumeTimes (not settable through its C API)."""
 RESTART_DRAIN = 30.0
 """Seconds a restart (a stalled queue) waits for the handlers under way before giving up."""
+RESTART_BACKOFF_MAX = 300.0
+"""Longest pause between two attempts to start a restarted consumer that failed to start."""
 
 
 _STILL_RUNNING: set[PushConsumer] = set()
@@ -168,11 +170,24 @@ class PushConsumer:
         self._callback = MESSAGE_CALLBACK(
             guarded(E_RECONSUME_LATER, f"consumer callback of {group}", self._on_message)
         )
+        self._pull_watch = PullWatch(native)
+        if not sync_pull and not self._pull_watch.available:
+            log.warning(
+                "consumer group %s: this librocketmq cannot report its queues, so a stalled "
+                "asynchronous pull could not be seen; pulling synchronously (about a core while "
+                "idle; docs/librocketmq-hazards.md #5)",
+                group,
+            )
+            sync_pull = True
         self.sync_pull = sync_pull
         self._options = (tags, concurrency, consume_from, pull_threads)
         self._running = False  # a started native consumer behind self.handle
+        self._closing = False  # stop() has begun: no restart any more
+        self.starts = 0
+        """Native consumers started (more than 1: the watcher restarted it)."""
+        self._retry_at = 0.0
+        self._retry_delay = watch_every
         self._create(*self._options)
-        self._pull_watch = PullWatch(native)
         self.watcher: StallWatcher | None = (
             None
             if sync_pull
@@ -224,6 +239,7 @@ class PushConsumer:
                 self._ok(start_push_consumer(native, handle), "start")
                 self._started_at = time.monotonic()  # its factory's timers run from here
                 started = self._running = True
+                self.starts += 1
             finally:
                 if not started:
                     release_push_consumer(native, handle, started=False, keep=self._callback)
@@ -353,24 +369,31 @@ class PushConsumer:
         """The queues the native consumer holds, for :attr:`watcher` (None: nothing to watch;
         after a restart that could not start a new native consumer, it is tried again here)."""
         with self._stop_lock:
-            if self._stopped:
+            if self._stopped or self._closing:
                 return None
             if not self._running:
-                self._start_again()
+                if time.monotonic() >= self._retry_at:
+                    self._start_again()
                 return None
             return self._pull_watch.held(self.handle)
 
     def _start_again(self) -> None:
+        """Start a new native consumer; on failure try again later, waiting twice as long each
+        time up to :data:`RESTART_BACKOFF_MAX` (each failed start parks a native consumer)."""
         try:
             self._create(*self._options)
         except BackendUnavailableError as exc:
+            self._retry_at = time.monotonic() + self._retry_delay
             log.error(
                 "consumer group %s: could not start its consumer again (%s); trying again in "
                 "%.0f s",
                 self.group,
                 exc,
-                self.watcher.every if self.watcher is not None else WATCH_EVERY,
+                self._retry_delay,
             )
+            self._retry_delay = min(RESTART_BACKOFF_MAX, 2 * self._retry_delay)
+        else:
+            self._retry_delay = self.watcher.every if self.watcher is not None else WATCH_EVERY
 
     def _restart(self, stalled: list[HeldQueue]) -> None:
         """Replace the native consumer whose pulls of ``stalled`` stopped (hazard #5 of
@@ -379,7 +402,7 @@ class PushConsumer:
         at-least-once); handlers under way finish first (librocketmq's shutdown waits for them).
         """
         with self._stop_lock:
-            if self._stopped:
+            if self._stopped or self._closing:
                 return
             log.warning(
                 "consumer group %s: %s not pulled for over %.0f s (librocketmq 2.1.0's "
@@ -389,7 +412,10 @@ class PushConsumer:
                 self.watcher.stall_after if self.watcher is not None else STALLED_AFTER,
             )
             if self._running:
-                if not self.gate.drain_and_shut(time.monotonic() + RESTART_DRAIN):
+                # first the quiet moment, then refuse deliveries: what is refused meanwhile goes
+                # back to the broker (a concurrent consumer) or waits (an orderly one)
+                wait_until_quiet(self._started_at, CONSUMER_TIMER_PHASES)
+                if not self.gate.refuse_and_drain(time.monotonic() + RESTART_DRAIN):
                     _, running = self.gate.in_flight()
                     log.error(
                         "consumer group %s: %d handler(s) still running after %.0f s; "
@@ -416,6 +442,7 @@ class PushConsumer:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Refuse new deliveries, wait for running handlers (bounded), shut the consumer down."""
+        self._closing = True  # a restart waiting for the lock gives up
         if self.watcher is not None:
             self.watcher.stop()
         with self._stop_lock:

@@ -87,3 +87,19 @@ class Gate:
                 self._cond.wait(remaining)
             self._shut = True
             return True
+
+    def refuse_and_drain(self, deadline: float) -> bool:
+        """Refuse new callbacks at once, then wait until none is inside (or ``deadline``).
+
+        For a push consumer replaced while it runs (a restart): unlike :meth:`drain_and_shut`,
+        which keeps serving callbacks until nothing is inside, a busy consumer would never drain
+        that way.  False on timeout, with the gate open again."""
+        with self._cond:
+            self._shut = True
+            while self._callbacks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._shut = False
+                    return False
+                self._cond.wait(remaining)
+            return True

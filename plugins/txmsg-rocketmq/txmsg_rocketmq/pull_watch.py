@@ -102,6 +102,11 @@ class PullWatch:
         operator_delete.argtypes, operator_delete.restype = [ctypes.c_void_p], None
         self._functions = (running_info, encode, delete, operator_delete)
 
+    @property
+    def available(self) -> bool:
+        """Whether this library's consumers can be watched (its C++ symbols were found)."""
+        return self._functions is not None
+
     def report(self, handle: int) -> str | None:
         """The consumer's ``ConsumerRunningInfo`` as librocketmq encodes it.  Call only on a
         started consumer that is not being shut down (the caller holds its stop lock)."""
@@ -152,22 +157,26 @@ def parse(report: str) -> list[HeldQueue]:
 
 def stalled(
     queues: list[HeldQueue],
-    first_seen: dict[tuple[str, str, int], float],
-    now_ms: float,
+    seen: dict[tuple[str, str, int], tuple[int, float]],
+    now: float,
     stall_after: float = STALLED_AFTER,
 ) -> list[HeldQueue]:
-    """The queues not pulled for ``stall_after`` s.  A queue never pulled yet counts from
-    when it was first seen (``first_seen``, updated here; queues no longer held are forgotten)."""
+    """The queues whose last pull time has not changed for ``stall_after`` s of ``now`` (a
+    monotonic clock: a step of the wall clock neither restarts nor hides anything).  ``seen``
+    holds each queue's last pull time and when it was first seen with it; updated here, queues
+    no longer held are forgotten."""
     keys = set()
     late = []
     for queue in queues:
         key = (queue.topic, queue.broker, queue.queue_id)
         keys.add(key)
-        since = queue.last_pull_ms or first_seen.setdefault(key, now_ms)
-        if now_ms - since > stall_after * 1000.0:
+        previous = seen.get(key)
+        if previous is None or previous[0] != queue.last_pull_ms:
+            seen[key] = (queue.last_pull_ms, now)
+        elif now - previous[1] > stall_after:
             late.append(queue)
-    for key in [k for k in first_seen if k not in keys]:
-        del first_seen[key]
+    for key in [k for k in seen if k not in keys]:
+        del seen[key]
     return late
 
 
@@ -196,8 +205,7 @@ class StallWatcher:
         self._restart = restart
         self.stall_after = stall_after
         self.every = every
-        self.restarts = 0
-        self._first_seen: dict[tuple[str, str, int], float] = {}
+        self._seen: dict[tuple[str, str, int], tuple[int, float]] = {}
         self._done = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"txmsg-pull-watch-{name}", daemon=True
@@ -210,10 +218,9 @@ class StallWatcher:
                 queues = self._look()
                 if queues is None:
                     continue
-                late = stalled(queues, self._first_seen, time.time() * 1000.0, self.stall_after)
+                late = stalled(queues, self._seen, time.monotonic(), self.stall_after)
                 if late and not self._done.is_set():
-                    self.restarts += 1
-                    self._first_seen.clear()
+                    self._seen.clear()  # the next restart needs another stall_after unchanged
                     self._restart(late)
             except Exception:  # a watcher that died would stop repairing
                 log.exception(
