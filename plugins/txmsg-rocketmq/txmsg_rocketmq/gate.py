@@ -80,11 +80,8 @@ class Gate:
         """
         with self._cond:
             self._closing = True
-            while self._sends or self._callbacks:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
+            if not self._empty_by(deadline, sends=True):
+                return False
             self._shut = True
             return True
 
@@ -96,10 +93,17 @@ class Gate:
         that way.  False on timeout, with the gate open again."""
         with self._cond:
             self._shut = True
-            while self._callbacks:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._shut = False
-                    return False
-                self._cond.wait(remaining)
+            if not self._empty_by(deadline, sends=False):
+                self._shut = False
+                return False
             return True
+
+    def _empty_by(self, deadline: float, *, sends: bool) -> bool:
+        """Wait (holding the condition) until no callback (and, with ``sends``, no send) is
+        inside, or ``deadline``; whether it emptied."""
+        while self._callbacks or (sends and self._sends):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._cond.wait(remaining)
+        return True
