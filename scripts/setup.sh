@@ -22,6 +22,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+# A .venv cut short (set-up interrupted while it was being made) has a python but no pip: make
+# it again rather than fail on "No module named pip".
+if [ -x .venv/bin/python ] && ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  echo "[setup] .venv is incomplete (no pip): making it again"
+  rm -rf .venv
+fi
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv"
   "$PY" -m venv .venv

@@ -29,12 +29,13 @@ import functools
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from txmsg.aio.callables import is_async
 from txmsg.consumer import ConsumerSpec, build_consumer_spec
-from txmsg.errors import LifecycleError, ListenerDefinitionError
+from txmsg.errors import ListenerDefinitionError
+from txmsg.freezer import Freezer
 from txmsg.listener import ListenerSpec, build_spec
 from txmsg.names import NameKind, NameRule, check_name, rocketmq_rule
 from txmsg.outbox_options import build_outbox_options
@@ -195,7 +196,7 @@ class ListenerRegistry:
         self._outboxes: dict[str, Outbox] = {}
         self._outbox_dead_hooks: list[Callable[[OutboxDeadEvent], Any]] = []
         self._discarded_hooks: list[Callable[[DiscardedEvent], Any]] = []
-        self._frozen: str | None = None
+        self._freezer = Freezer(self._lock)
         with _ALIVE_LOCK:
             _ALIVE.add(self)
 
@@ -241,7 +242,9 @@ class ListenerRegistry:
         Nothing is written on ``target``: a class may be declared by several apps under several
         groups, and each app binds its own spec to the instance it uses at start.
         """
-        self._check_open(f"add the transactional listener of group {options.get('group')!r}")
+        self._freezer.check_open(
+            f"add the transactional listener of group {options.get('group')!r}"
+        )
         spec = build_spec(target, **options)
         self.add_listener(spec)
         return spec
@@ -282,7 +285,7 @@ class ListenerRegistry:
     @adds_with(build_consumer_spec)
     def add_message_listener(self, fn: Callable[..., Any], **options: Any) -> ConsumerSpec:
         """The consumer decorator's imperative twin."""
-        self._check_open(f"add the message listener of group {options.get('group')!r}")
+        self._freezer.check_open(f"add the message listener of group {options.get('group')!r}")
         spec = build_consumer_spec(fn, **options)
         self.add_consumer(spec)
         return spec
@@ -299,10 +302,10 @@ class ListenerRegistry:
             InvalidNameError: RocketMQ or the backend refuses the name.
             LifecycleError: the registry is already frozen (its app started).
         """
-        self._check_open(f"add the producer group {group!r}")
+        self._freezer.check_open(f"add the producer group {group!r}")
         check_name("producer_group", group, owner="add_producer", rules=self.name_rules)
         with self._lock:
-            self._check_open_locked(f"add the producer group {group!r}")
+            self._freezer.check_open_locked(f"add the producer group {group!r}")
             self._producer_groups[group] = None
 
     def on_parked(self, fn: H) -> H:
@@ -339,7 +342,7 @@ class ListenerRegistry:
             ListenerDefinitionError: the registry has an outbox of that group already.
             LifecycleError: the registry is already frozen (its app started).
         """
-        self._check_open(f"add the outbox {options.get('group')!r}")
+        self._freezer.check_open(f"add the outbox {options.get('group')!r}")
         from txmsg.sqla.outbox import Outbox  # noqa: PLC0415 - SQLAlchemy only when used
 
         outbox = Outbox.of(build_outbox_options(self.name_rules, **options))
@@ -375,7 +378,7 @@ class ListenerRegistry:
 
     def _add_hook(self, hooks: list[Any], fn: Callable[..., Any], name: str) -> None:
         with self._lock:
-            self._check_open_locked(f"add an {name} hook")
+            self._freezer.check_open_locked(f"add an {name} hook")
             hooks.append(fn)
 
     # ---- recording ---------------------------------------------------------------------------------
@@ -426,7 +429,7 @@ class ListenerRegistry:
         recorded under the lock so two threads cannot both win); only the reason differs, which
         ``taken(bound)`` words for the declaration already there."""
         with self._lock:
-            self._check_open_locked(what)
+            self._freezer.check_open_locked(what)
             bound = table.get(group)
             if bound is not None:
                 raise ListenerDefinitionError(taken(bound))
@@ -437,7 +440,7 @@ class ListenerRegistry:
         outbox per group: its rows and relay belong to it."""
         check_name("producer_group", outbox.group, owner="add_outbox", rules=self.name_rules)
         with self._lock:
-            self._check_open_locked(f"add the outbox {outbox.group!r}")
+            self._freezer.check_open_locked(f"add the outbox {outbox.group!r}")
             if outbox.group in self._outboxes:
                 raise ListenerDefinitionError(
                     f"this app has an outbox of group {outbox.group!r} already; use that one "
@@ -486,7 +489,7 @@ class ListenerRegistry:
         for group in other.producer_groups:
             self.add_producer(group=group)
         with self._lock:
-            self._check_open_locked("include a registry")
+            self._freezer.check_open_locked("include a registry")
             self._parked_hooks.extend(other.parked_hooks)
             self._outbox_dead_hooks.extend(other.outbox_dead_hooks)
             self._discarded_hooks.extend(other.transaction_discarded_hooks)
@@ -548,12 +551,9 @@ class ListenerRegistry:
     # ---- freezing ----------------------------------------------------------------------------------
     def freeze(self, reason: str) -> None:
         """Refuse further declarations; ``reason`` ends up in the error (first reason wins)."""
-        with self._lock:
-            if self._frozen is None:
-                self._frozen = reason
+        self._freezer.freeze(reason)
 
-    @contextlib.contextmanager
-    def freezing(self, reason: str) -> Iterator[None]:
+    def freezing(self, reason: str) -> contextlib.AbstractContextManager[None]:
         """Frozen while the block runs, and for good if it succeeds; if it raises, this freeze
         is undone (an earlier one stays).
 
@@ -561,34 +561,12 @@ class ListenerRegistry:
         starts fails loudly instead of never running, yet a failed start leaves the registry
         open for the fix its error asks for, and the retry.
         """
-        with self._lock:
-            froze = self._frozen is None
-            if froze:
-                self._frozen = reason
-        try:
-            yield
-        except BaseException:
-            if froze:
-                with self._lock:
-                    self._frozen = None
-            raise
+        return self._freezer.freezing(reason)
 
     @property
     def frozen(self) -> bool:
         """True once an app included or started this registry."""
-        return self._frozen is not None
-
-    def _check_open(self, what: str) -> None:
-        with self._lock:
-            self._check_open_locked(what)
-
-    def _check_open_locked(self, what: str) -> None:
-        if self._frozen is not None:
-            raise LifecycleError(
-                f"cannot {what}: this registry is frozen because {self._frozen}. Declare every "
-                "listener before the app starts (import the module that declares it before "
-                "app.start()), and decorate a module-level registry before app.include(registry)"
-            )
+        return self._freezer.frozen
 
     # ---- reading -----------------------------------------------------------------------------------
     def listener(self, group: str) -> ListenerSpec | None:
@@ -644,5 +622,5 @@ class ListenerRegistry:
             f"<ListenerRegistry listeners={sorted(self._listeners)} "
             f"consumers={sorted(self._consumers)} producers={sorted(self._producer_groups)} "
             f"outboxes={sorted(self._outboxes)}"
-            f"{' frozen' if self._frozen else ''}>"
+            f"{' frozen' if self.frozen else ''}>"
         )
