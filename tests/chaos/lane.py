@@ -1,12 +1,10 @@
 """How the chaos runs share the machine with the rest of the suite.
 
-Why a lower priority: a chaos run is 11 processes, and the librocketmq consumers among them pull
-an idle queue again as soon as the broker answers (the synchronous pulls of
-docs/librocketmq-hazards.md #5: about a core per idle consumer group on an idle machine), so two
-chaos lanes took most of a 2-core machine from the tests beside them, the Spark lane's JVMs first
-(spark-submit 8-12 s alone, 70-140 s beside the chaos lanes). At ``nice 10`` the runs get what
-the other tests leave: their schedules of strikes and their checks are unchanged, the spin
-yields first (docs/guide/testing.md, "Real time where real time is the point").
+Why a lower priority: a chaos run is 11 processes on a fixed wall-clock schedule, and two chaos
+lanes run beside the rest of the suite on 2 cores. At ``nice 10`` the runs get what the other tests
+leave (the Spark lane's JVMs above all: spark-submit 8-12 s alone, several times that beside
+two chaos lanes at full priority); their schedules of strikes and their checks are unchanged
+(docs/guide/testing.md, "Real time where real time is the point").
 """
 
 from __future__ import annotations
