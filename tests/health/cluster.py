@@ -44,7 +44,22 @@ _SERVICE_PORT = "Successfully started service '{}' on port (\\d+)"
 #: SparkSession of its own (pyspark would connect to that JVM instead of launching one)
 GATEWAY_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")
 
+#: the JIT of every JVM a test starts for seconds (the command-line runs, this cluster's
+#: daemons and executors): C1 only, no C2. Such a JVM spends most of its CPU compiling code it
+#: then runs for a moment, and the suite is CPU-bound (docs/guide/testing.md, "What the suite
+#: spends"). The session's own JVM (fixture ``spark``), which runs the long scans, keeps the
+#: full JIT. Test set-up only: the job's JVM options are untouched.
+SHORT_JIT = "-XX:TieredStopAtLevel=1"
+
 T = TypeVar("T")
+
+
+def with_short_jit(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with :data:`SHORT_JIT` added to ``JAVA_TOOL_OPTIONS`` (read by every JVM at start)."""
+    options = env.get("JAVA_TOOL_OPTIONS", "")
+    if SHORT_JIT not in options.split():
+        env["JAVA_TOOL_OPTIONS"] = f"{options} {SHORT_JIT}".strip()
+    return env
 
 
 def spark_home() -> Path:
@@ -163,7 +178,7 @@ def standalone(
     scratch.mkdir(exist_ok=True)
     props = conf_dir / "daemons.conf"
     props.write_text("spark.master.rest.enabled false\n")
-    env = loopback_env()
+    env = with_short_jit(loopback_env())
     env.update(
         SPARK_HOME=str(home),
         SPARK_CONF_DIR=str(conf_dir),

@@ -43,6 +43,15 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.
         yield c
 
 
+@pytest.fixture(autouse=True)
+def _short_lived_jvms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every JVM a test here starts (``txmsg health`` in a process of its own) JIT-compiles with
+    C1 only (``cluster.SHORT_JIT``: half the CPU of a run of seconds). Function-scoped, so it
+    applies after the session's fixtures: the session's own JVM keeps the full JIT."""
+    env = cluster.with_short_jit({"JAVA_TOOL_OPTIONS": os.environ.get("JAVA_TOOL_OPTIONS", "")})
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", env["JAVA_TOOL_OPTIONS"])
+
+
 @pytest.fixture(scope="session")
 def real_logs() -> Path:
     if not (REAL_LOGS / "info").is_dir() or not (REAL_LOGS / "debug").is_dir():
