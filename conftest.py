@@ -17,7 +17,9 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,6 +132,32 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker is not None:
         config.stash[_DATABASE] = _per_worker_database(worker)
         config.pluginmanager.register(_GroupSuffix(), "txmsg-xdist-group-suffix")
+        timeline = os.environ.get("TXMSG_TEST_TIMELINE", "").strip()
+        if timeline:
+            config.pluginmanager.register(_Timeline(timeline, worker), "txmsg-timeline")
+
+
+class _Timeline:
+    """``TXMSG_TEST_TIMELINE=PATH``: each worker appends a line when a test starts and ends (S or
+    E, worker, wall time, pid, the worker's own CPU seconds, node id), for
+    ``scripts/suite_profile.py``: where a run's time goes, lane by lane (docs/guide/testing.md)."""
+
+    def __init__(self, path: str, worker: str) -> None:
+        self.path, self.worker = path, worker
+
+    def _line(self, kind: str, nodeid: str) -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(
+                f"{kind} {self.worker} {time.time():.2f} {os.getpid()} "
+                f"{usage.ru_utime + usage.ru_stime:.2f} {nodeid}\n"
+            )
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self._line("S", nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self._line("E", nodeid)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
