@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, type check, then pytest.  Exit code 5 (no tests collected) is a failure.
-# pytest runs on 4 xdist workers (addopts in pyproject.toml; grouping in conftest.py); arguments
+# pytest runs on 5 xdist workers (addopts in pyproject.toml; grouping in conftest.py); arguments
 # go to pytest: `scripts/test.sh -n 0` runs it serially, `scripts/test.sh tests/broker` a subset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
