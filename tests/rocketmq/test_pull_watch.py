@@ -72,8 +72,12 @@ def test_an_idle_consumer_holds_its_queues_with_held_pulls(backend: Any, txmsg_b
             return {(q.topic, q.queue_id): q.last_pull_ms for q in consumer._held() or []}
 
         wait_until(lambda: len(held()) == 5, timeout=60)
+        first = held()
+        assert set(first) == {*((topic, i) for i in range(4)), (f"%RETRY%{group}", 0)}
+        # a queue's first pull may be answered at once (seen: pulled again 84 ms later, on a
+        # loaded machine); the steady state is what follows: every queue pulled again once
+        wait_until(lambda: all(held()[k] != first[k] for k in first), timeout=60)
         before = held()
-        assert set(before) == {*((topic, i) for i in range(4)), (f"%RETRY%{group}", 0)}
         # the next pull of a queue (an event: its last pull time changes) comes a hold later
         wait_until(lambda: any(held()[k] != before[k] for k in before), timeout=60)
         after = held()
@@ -123,13 +127,12 @@ def test_a_restarted_consumer_loses_nothing(backend: Any, txmsg_broker: Any, ord
             sent.append(body)
             if i % 10 == 9:  # a new native consumer took over before the next ten
                 starts = consumer.starts
-                native_handle = consumer.handle
 
                 def restarted(n: int = starts) -> bool:
                     return consumer.starts > n
 
-                wait_until(restarted, timeout=60)
-                assert consumer.handle != native_handle
+                wait_until(restarted, timeout=60)  # a new native consumer (its address may be
+                # the old one's: freed, then reused by the allocator)
         assert consumer.watcher is not None
         consumer.watcher.stop()  # what was refused during a restart comes back from the broker
         wait_until(lambda: seen >= set(sent), timeout=120)

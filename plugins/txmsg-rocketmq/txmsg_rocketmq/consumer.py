@@ -427,6 +427,8 @@ class PushConsumer:
                     return
                 self._release()
                 self.gate = Gate()
+            if self._closing:  # stop() began while this one drained: it has nothing left to shut
+                return
             self._start_again()
 
     def _release(self) -> None:
