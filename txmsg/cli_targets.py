@@ -46,6 +46,21 @@ def app_option(help_text: str = APP_HELP, *, required: bool = False) -> Callable
 APP_OPTION = app_option()
 
 
+def where_options(
+    group_help: str, *, group_required: bool = False, app_help: str = APP_HELP
+) -> Callable[[F], F]:
+    """``--app``, ``--database`` and ``--group``: the three options of every command that reads
+    or changes rows (:func:`targets` takes them), declared once; ``group_help`` names what a
+    group is to the command."""
+    app = app_option(app_help)
+    group = click.option("--group", required=group_required, help=group_help)
+
+    def apply(command: F) -> F:
+        return app(DATABASE_OPTION(group(command)))
+
+    return apply
+
+
 TABLES_FIX = (
     "check the URL, and that the txmsg tables exist (txmsg.sqla.create_tables(engine) creates "
     "them, or add txmsg.sqla.metadata to your Alembic target_metadata)"

@@ -25,14 +25,13 @@ import click
 from txmsg.app import load_backend
 from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
-    APP_OPTION,
-    DATABASE_OPTION,
     Target,
     app_option,
     database_errors,
     load_app,
     registry_of,
     targets,
+    where_options,
 )
 from txmsg.config import TxMsgConfig
 from txmsg.errors import TxMsgError
@@ -125,9 +124,7 @@ def discarded() -> None:
 
 
 @discarded.command("list")
-@APP_OPTION
-@DATABASE_OPTION
-@click.option("--group", help="Only this producer group.")
+@where_options("Only this producer group.")
 @click.option("--key", help="Only this transaction key.")
 @JSON_OPTION
 def list_command(
@@ -228,9 +225,7 @@ def retry_command(app: str, group: str, key: str | None, force: bool) -> None:
 
 
 @discarded.command("discard")
-@APP_OPTION
-@DATABASE_OPTION
-@click.option("--group", required=True, help="The producer group.")
+@where_options("The producer group.", group_required=True)
 @click.option("--key", help="Only this transaction key (default: every dead row of the group).")
 @click.option("--yes", is_flag=True, help="Really delete them (the messages are never sent).")
 def discard_command(

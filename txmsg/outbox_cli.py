@@ -25,13 +25,13 @@ import click
 
 from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
-    DATABASE_OPTION,
     F,
     Target,
     app_option,
     database_errors,
     load_app,
     targets,
+    where_options,
 )
 from txmsg.errors import TxMsgError
 from txmsg.sqla.models import utcnow
@@ -89,8 +89,9 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-APP_OPTION = app_option("Your TxMsg app (or a factory returning it).")
-GROUP_OPTION = click.option("--group", help="Only this outbox (its producer group).")
+WHERE_OPTIONS = where_options(
+    "Only this outbox (its producer group).", app_help="Your TxMsg app (or a factory returning it)."
+)
 
 
 @click.group()
@@ -99,9 +100,7 @@ def outbox() -> None:
 
 
 @outbox.command("status")
-@APP_OPTION
-@DATABASE_OPTION
-@GROUP_OPTION
+@WHERE_OPTIONS
 @JSON_OPTION
 def status_command(app: str | None, database: str | None, group: str | None, as_json: bool) -> None:
     """Unsent rows, the oldest unsent row's age and dead rows of each outbox."""
@@ -137,9 +136,7 @@ def _status_line(row: dict[str, Any]) -> str:
 
 
 @outbox.command("list")
-@APP_OPTION
-@DATABASE_OPTION
-@GROUP_OPTION
+@WHERE_OPTIONS
 @click.option("--dead", "only_dead", is_flag=True, help="Only dead rows.")
 @click.option("--key", help="Only this sharding key (its rows in send order).")
 @click.option("--limit", default=100, show_default=True, help="At most this many rows.")
@@ -227,9 +224,7 @@ def _selection(ids: tuple[int, ...], key: str | None, every: bool, verb: str) ->
 
 
 @outbox.command("retry")
-@APP_OPTION
-@DATABASE_OPTION
-@GROUP_OPTION
+@WHERE_OPTIONS
 @_dead_row_choice
 def retry_command(
     app: str | None,
@@ -258,9 +253,7 @@ def retry_command(
 
 
 @outbox.command("discard")
-@APP_OPTION
-@DATABASE_OPTION
-@GROUP_OPTION
+@WHERE_OPTIONS
 @_dead_row_choice
 @click.option("--yes", is_flag=True, help="Really delete them (they are never sent).")
 def discard_command(

@@ -22,14 +22,13 @@ import click
 
 from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
-    APP_OPTION,
-    DATABASE_OPTION,
     Target,
     app_option,
     database_errors,
     load_app,
     registry_of,
     targets,
+    where_options,
 )
 from txmsg.consumer import ConsumerSpec
 from txmsg.sqla.engine import SessionFactory
@@ -96,9 +95,7 @@ def parked() -> None:
 
 
 @parked.command("list")
-@APP_OPTION
-@DATABASE_OPTION
-@click.option("--group", help="Only this consumer group.")
+@where_options("Only this consumer group.")
 @click.option("--key", help="Show the parked messages of this sharding key.")
 @JSON_OPTION
 def list_command(
@@ -215,9 +212,7 @@ def retry_command(app: str, group: str | None, key: str | None) -> None:
 
 
 @parked.command("discard")
-@APP_OPTION
-@DATABASE_OPTION
-@click.option("--group", required=True, help="The consumer group.")
+@where_options("The consumer group.", group_required=True)
 @click.option("--key", required=True, help="The parked sharding key.")
 @click.option(
     "--message", "message_key", metavar="KEY", help="Only this message (UNIQ_KEY / message id)."
