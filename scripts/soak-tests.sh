@@ -91,6 +91,23 @@ fresh_clone() {
   git clone --quiet --branch "$branch" "$repo" "$clone_dir"
 }
 
+# After a run: each core file in the clone (kernel.core_pattern "core" writes it where the crashed
+# process stood) becomes a text file beside the run's log with every native thread's stack.
+native_stacks() {
+  local core n=0
+  while IFS= read -r core; do
+    n=$((n + 1))
+    if command -v gdb >/dev/null 2>&1; then
+      gdb -batch -ex "info threads" -ex "thread apply all bt 30" \
+        "$clone_dir/.venv/bin/python" "$core" >"${1%.log}-core-$n.txt" 2>&1 || true
+      echo "soak: native stacks of $core in ${1%.log}-core-$n.txt"
+    else
+      cp "$core" "${1%.log}-core-$n" && echo "soak: $core kept as ${1%.log}-core-$n (no gdb)"
+    fi
+    rm -f "$core"
+  done < <(find "$clone_dir" -xdev -type f \( -name core -o -name 'core.[0-9]*' \) 2>/dev/null)
+}
+
 passed=0
 failed=0
 durations=()
@@ -115,7 +132,9 @@ for run in $(seq 1 "$total"); do
     hog_pid=$!
   fi
   start=$(date +%s)
-  if (cd "$clone_dir" && make test) >"$log" 2>&1; then
+  # core files on: a native abort (librocketmq) then leaves the stacks of every thread, which the
+  # Python fault handler cannot show (it names the Python frames only)
+  if (ulimit -c unlimited 2>/dev/null || true; cd "$clone_dir" && make test) >"$log" 2>&1; then
     result=PASS
     passed=$((passed + 1))
   else
@@ -129,6 +148,7 @@ for run in $(seq 1 "$total"); do
     wait "$hog_pid" 2>/dev/null || true
     hog_pid=""
   fi
+  native_stacks "$log"
   if [ "$one_clone" = 0 ]; then
     rm -rf "$clone_dir"
     clone_dir=""
