@@ -35,6 +35,24 @@ def test_delay_until_quiet(elapsed: float, wait: float) -> None:
 
 
 @pytest.mark.parametrize(
+    ("elapsed", "lasts", "wait"),
+    [
+        (2.0, 0.5, 0.0),  # ends before the 3 s window begins
+        (2.0, 0.8, 3.0 + WINDOW_AFTER - 2.0),  # would reach it: after it instead
+        (1.0, 1.0, 0.0),
+        (29.0, 1.2, 30.0 + WINDOW_AFTER - 29.0),  # across the period's end
+        (3.0 + WINDOW_AFTER + 0.1, 100.0, 0.0),  # counted as 1.5 s (MAX_LASTS): the long stretch
+        (0.4, 100.0, WINDOW_AFTER - 0.4),  # and so does the short one, from its beginning
+    ],
+)
+def test_a_call_that_lasts_must_not_reach_the_next_window(
+    elapsed: float, lasts: float, wait: float
+) -> None:
+    delay = delay_until_quiet(100.0, 100.0 + elapsed, lasts=lasts)
+    assert delay == pytest.approx(wait)
+
+
+@pytest.mark.parametrize(
     ("elapsed", "wait"),
     [
         (1.5, 0.0),

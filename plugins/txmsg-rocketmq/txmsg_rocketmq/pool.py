@@ -339,14 +339,18 @@ class ProducerInstance:
         # forget this channel for the group, the check thread is joined while the keeper holds
         # the factory - then the keeper, which tears the factory down, then what depended on it.
         wait_until_quiet(self.started_at)  # without a keeper, this shutdown ends the factory
+        began = time.monotonic()
         dll.ShutdownProducer(self.handle)
+        took = time.monotonic() - began
         with NATIVE_LOCK:
             dll.DestroyProducer(self.handle)
         keeper = self._keeper
         if keeper is not None:
             # the keeper's shutdown ends the factory: at a quiet moment checked under the lock
-            # (the shutdown above may have taken long enough to reach the next timer)
-            when_quiet(self.started_at, NATIVE_LOCK, lambda: _end_keeper(dll, keeper))
+            # (the shutdown above may have taken long enough to reach the next timer), with room
+            # for the keeper's own unregister requests before the factory stops its timers: the
+            # same requests to the same brokers as the shutdown above, so as long at most
+            when_quiet(self.started_at, NATIVE_LOCK, lambda: _end_keeper(dll, keeper), lasts=took)
             self._keeper = None
         with NATIVE_LOCK:
             for consumer in self._deferred_consumers:

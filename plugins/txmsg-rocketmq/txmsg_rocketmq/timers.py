@@ -29,24 +29,48 @@ its broker had restarted, aborted under load (soak run of 2026-11-29; not reprod
 PERIOD: Final = 30.0
 WINDOW_BEFORE: Final = 0.3
 WINDOW_AFTER: Final = 0.6
+MAX_LASTS: Final = 1.5
+"""The most a call's expected duration (``lasts``) is counted: longer ones fit the long quiet
+stretch (3.6 s to 29.7 s after the start) anyway, and a measured duration that long is mostly a
+check-back the shutdown waited for, not network time."""
+
+
+def _windows(phases: tuple[float, ...]) -> list[tuple[float, float]]:
+    """The timer windows of two periods, as (begin, end) phases, in order."""
+    return sorted(
+        (instant + k * PERIOD - WINDOW_BEFORE, instant + k * PERIOD + WINDOW_AFTER)
+        for k in (0, 1)
+        for instant in phases
+    )
 
 
 def delay_until_quiet(
-    started: float, now: float, phases: tuple[float, ...] = TIMER_PHASES
+    started: float, now: float, phases: tuple[float, ...] = TIMER_PHASES, lasts: float = 0.0
 ) -> float:
-    """Seconds to wait at monotonic ``now`` so that a factory started at ``started`` is not
-    within a timer window of ``phases`` (0.0 when it is quiet already)."""
+    """Seconds to wait at monotonic ``now`` so that a factory started at ``started`` has no timer
+    window from then until ``lasts`` seconds later (0.0 when that holds already).
+
+    ``lasts``: how long the call that ends the factory takes before it stops the timers (a
+    producer's shutdown first unregisters the client from every broker, one request each): a
+    call begun at a quiet moment must not reach the next window either."""
+    lasts = min(max(lasts, 0.0), MAX_LASTS)
     phase = (now - started) % PERIOD
-    for instant in phases:
-        if instant - WINDOW_BEFORE <= phase <= instant + WINDOW_AFTER:
-            return instant + WINDOW_AFTER - phase
-    return 0.0
+    moment = phase
+    moved = True
+    while moved:
+        moved = False
+        for begin, end in _windows(phases):
+            if begin <= moment + lasts and moment < end:
+                moment, moved = end, True
+    return moment - phase
 
 
-def wait_until_quiet(started: float | None, phases: tuple[float, ...] = TIMER_PHASES) -> None:
+def wait_until_quiet(
+    started: float | None, phases: tuple[float, ...] = TIMER_PHASES, lasts: float = 0.0
+) -> None:
     """Sleep until the factory started at monotonic ``started`` has no timer near (None: no-op)."""
     if started is not None:
-        delay = delay_until_quiet(started, time.monotonic(), phases)
+        delay = delay_until_quiet(started, time.monotonic(), phases, lasts)
         if delay > 0:
             time.sleep(delay)
 
@@ -56,9 +80,10 @@ def when_quiet(
     lock: AbstractContextManager[object],
     action: Callable[[], T],
     phases: tuple[float, ...] = TIMER_PHASES,
+    lasts: float = 0.0,
 ) -> T:
-    """Run ``action`` (the call that ends the factory started at ``started``) holding ``lock``,
-    at a moment no timer is near.
+    """Run ``action`` (the call that ends the factory started at ``started``, expected to take
+    ``lasts`` seconds) holding ``lock``, at a moment no timer is near.
 
     Why not :func:`wait_until_quiet` and then the lock: what comes between (waiting for the lock,
     a slow shutdown of another client first) can carry the call into the next timer window.  A CI
@@ -67,7 +92,10 @@ def when_quiet(
     moment is checked again with the lock held, and the wait (outside the lock) repeated if it
     has passed."""
     while True:
-        wait_until_quiet(started, phases)
+        wait_until_quiet(started, phases, lasts)
         with lock:
-            if started is None or delay_until_quiet(started, time.monotonic(), phases) == 0.0:
+            if (
+                started is None
+                or delay_until_quiet(started, time.monotonic(), phases, lasts) == 0.0
+            ):
                 return action()
