@@ -49,9 +49,9 @@ testing = pytest.importorskip("txmsg_broker.testing")
 
 S = LocalTransactionState
 TIMINGS: dict[str, Any] = {
-    # well above a loaded CI machine's send-to-end time: at 500 ms a CI run once saw the healthy
-    # group checked back 7 times instead of 2 (finished transactions whose end or op record came
-    # after the timeout are checked back, as on a real broker)
+    # on the manual clock (run_scenario) every end and op record is in before the first pass, so
+    # these set only how many advances the scenario takes; on the wall clock 500 ms was too short
+    # (a loaded CI run checked the healthy group back 7 times: ends that came after the timeout)
     "transaction_timeout_ms": 1500,
     "check_interval_ms": 500,
     "check_max": 3,
