@@ -70,7 +70,7 @@ def test_a_consumers_factory_also_waits_out_its_rebalances(elapsed: float, wait:
 def test_product_clients_use_the_guard() -> None:
     """Every product path that can end a factory waits for a quiet moment first."""
     root = Path(txmsg_rocketmq.__file__).parent
-    for module in ("pool.py", "consumer.py", "sender.py"):
+    for module in ("pool.py", "consumer.py", "sender.py", "doctor.py"):
         assert "when_quiet(" in (root / module).read_text(), module
     assert "CONSUMER_TIMER_PHASES" in (root / "consumer.py").read_text()
 

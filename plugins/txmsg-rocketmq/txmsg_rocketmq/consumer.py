@@ -500,6 +500,7 @@ class _PlainProducer:
                 error = native.last_error()
                 dll.DestroyProducer(handle)
                 raise BackendUnavailableError(f"could not start producer {group!r}: {error}")
+            self.started_at = time.monotonic()  # its own instance name: its own factory
 
     def send(self, message: OutgoingMessage) -> None:
         dll = self.native.dll
@@ -513,6 +514,10 @@ class _PlainProducer:
             dll.DestroyMessage(handle)
 
     def close(self) -> None:
-        with NATIVE_LOCK:
-            self.native.dll.ShutdownProducer(self.handle)
-            self.native.dll.DestroyProducer(self.handle)
+        """Shut it down (ending its factory) between the factory's timers (hazard #9)."""
+        dll, handle = self.native.dll, self.handle
+        when_quiet(
+            self.started_at,
+            NATIVE_LOCK,
+            lambda: (dll.ShutdownProducer(handle), dll.DestroyProducer(handle)),
+        )

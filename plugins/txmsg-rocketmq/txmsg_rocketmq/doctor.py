@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
 from . import broker_config
 from . import native as native_mod
 from .settings import RocketMQSettings
+from .timers import when_quiet
 
 Check = tuple[str, str, bool]
 
@@ -133,20 +135,21 @@ def _producer_starts(log_dir: str, name_server: str) -> Check:
             handle = dll.CreateTransactionProducer(b"TXMSG_DOCTOR", noop, None)
             if not handle:
                 return ("transaction producer starts", f"create failed: {lib.last_error()}", False)
-            try:
-                dll.SetProducerInstanceName(handle, f"txmsg-doctor-{os.getpid()}".encode())
-                dll.SetProducerNameServerAddress(handle, name_server.encode())
-                status = int(dll.StartProducer(handle))
-                if status != native_mod.OK:
-                    return (
-                        "transaction producer starts",
-                        f"start failed: {lib.last_error()}",
-                        False,
-                    )
-                version = dll.ShowProducerVersion(handle)
-                dll.ShutdownProducer(handle)
-            finally:
+            dll.SetProducerInstanceName(handle, f"txmsg-doctor-{os.getpid()}".encode())
+            dll.SetProducerNameServerAddress(handle, name_server.encode())
+            status = int(dll.StartProducer(handle))
+            started = time.monotonic()
+            if status != native_mod.OK:
                 dll.DestroyProducer(handle)
+                return ("transaction producer starts", f"start failed: {lib.last_error()}", False)
+            version = dll.ShowProducerVersion(handle)
+        # its shutdown ends the client factory it started: not during the factory's first timers,
+        # which fire right after the start (hazard #9: that aborts the process)
+        when_quiet(
+            started,
+            native_mod.NATIVE_LOCK,
+            lambda: (dll.ShutdownProducer(handle), dll.DestroyProducer(handle)),
+        )
     except Exception as exc:  # noqa: BLE001 - the doctor reports, it does not crash
         return ("transaction producer starts", f"{type(exc).__name__}: {exc}", False)
     text = version.decode("utf-8", "replace") if version else "started"
