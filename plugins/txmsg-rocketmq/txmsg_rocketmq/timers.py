@@ -6,7 +6,8 @@ Shutting the factory down while one of them runs can abort the whole process ("F
 error: Aborted" inside ``shutdown``; seen with raw clients in the test helpers and with a txmsg
 app closed about 3 s after start, docs/librocketmq-hazards.md).  The factory goes away with the
 last client registered on an instance name, so every place that shuts such a client down first
-waits, at most :data:`WINDOW_BEFORE` + :data:`WINDOW_AFTER` seconds, until no timer is near.
+waits until no timer is near: at most :data:`WINDOW_BEFORE` + :data:`WINDOW_AFTER` seconds, or
+up to the end of the 3 s window for a call expected to last (``lasts``) past the next one.
 """
 
 from __future__ import annotations
