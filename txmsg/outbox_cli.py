@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from functools import partial
+from collections.abc import Callable
+from functools import partial, wraps
 from types import FrameType
 from typing import Any
 
@@ -25,7 +26,6 @@ import click
 
 from txmsg.cli_json import JSON_OPTION, echo_rows, message_json
 from txmsg.cli_targets import (
-    F,
     Target,
     app_option,
     database_errors,
@@ -206,12 +206,21 @@ _DEAD_ROW_CHOICE = (
 )
 
 
-def _dead_row_choice(command: F) -> F:
-    """``--id`` / ``--key`` / ``--all``: retry and discard pick their dead rows the same way
-    (:func:`_selection` reads the choice), so they are declared once."""
-    for option in reversed(_DEAD_ROW_CHOICE):  # as if stacked above the command, in this order
-        command = option(command)
-    return command
+def _dead_row_choice(verb: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--id`` / ``--key`` / ``--all``: retry and discard pick their dead rows the same way, so
+    the options are declared, and read into one ``selection`` argument, once; ``verb`` names the
+    command in the usage error."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @wraps(command)
+        def run(*, ids: tuple[int, ...], key: str | None, every: bool, **given: Any) -> None:
+            command(selection=_selection(ids, key, every, verb), **given)
+
+        for option in reversed(_DEAD_ROW_CHOICE):  # as if stacked above the command, in order
+            run = option(run)
+        return run
+
+    return decorate
 
 
 def _selection(ids: tuple[int, ...], key: str | None, every: bool, verb: str) -> dict[str, Any]:
@@ -225,18 +234,12 @@ def _selection(ids: tuple[int, ...], key: str | None, every: bool, verb: str) ->
 
 @outbox.command("retry")
 @WHERE_OPTIONS
-@_dead_row_choice
+@_dead_row_choice("retry")
 def retry_command(
-    app: str | None,
-    database: str | None,
-    group: str | None,
-    ids: tuple[int, ...],
-    key: str | None,
-    every: bool,
+    app: str | None, database: str | None, group: str | None, selection: dict[str, Any]
 ) -> None:
     """Make dead rows pending again with fresh attempts; a running relay sends them (a key's in
     their order) within its poll interval."""
-    selection = _selection(ids, key, every, "retry")
     retried: list[int] = []
     with _targets(app, database, group) as targets, database_errors("retry dead rows"):
         for target in targets:
@@ -254,19 +257,12 @@ def retry_command(
 
 @outbox.command("discard")
 @WHERE_OPTIONS
-@_dead_row_choice
+@_dead_row_choice("discard")
 @click.option("--yes", is_flag=True, help="Really delete them (they are never sent).")
 def discard_command(
-    app: str | None,
-    database: str | None,
-    group: str | None,
-    ids: tuple[int, ...],
-    key: str | None,
-    every: bool,
-    yes: bool,
+    app: str | None, database: str | None, group: str | None, selection: dict[str, Any], yes: bool
 ) -> None:
     """Delete dead rows without sending them; their keys' later rows flow again."""
-    selection = _selection(ids, key, every, "discard")
     with _targets(app, database, group) as targets:
         if not yes:
             with database_errors("read the outbox"):

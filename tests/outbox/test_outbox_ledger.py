@@ -43,6 +43,21 @@ def started(db: Db, sender: ScriptedSender) -> Outbox:
     return outbox
 
 
+def ledger_of(outbox: Outbox) -> SentLedger:
+    relay = outbox.relay
+    assert relay is not None
+    assert relay.claims is not None
+    assert relay.claims.ledger is not None
+    return relay.claims.ledger
+
+
+def sent_and_pending(sender: ScriptedSender, ledger: SentLedger, sends: int) -> bool:
+    """``sends`` sent, and the relay has put the last one's deletion in its ledger (it does after
+    the send returns: a test that goes on at the send alone can find the ledger still empty, as a
+    loaded soak run did)."""
+    return len(sender.sent) == sends and ledger.has_free()
+
+
 def write(outbox: Outbox, db: Db, key: str | None, body: str) -> None:
     with db.sessions() as session, session.begin():
         outbox.send(session, "t", body, sharding_key=key)
@@ -83,20 +98,17 @@ def test_a_rolled_back_writer_leaves_the_sent_rows_to_the_next_one(
 ) -> None:
     sender = ScriptedSender()
     outbox = started(sqlite, sender)
+    ledger = ledger_of(outbox)
     try:
         write(outbox, sqlite, "a", "a1")
-        wait_until(lambda: len(sender.sent) == 1, timeout=30, message="a1 sent")
+        wait_until(lambda: sent_and_pending(sender, ledger, 1), timeout=30, message="a1 sent")
         with sqlite.sessions() as session:
             session.begin()
             session.add(Order(ref="rolled back"))
             outbox.send(session, "t", "never", sharding_key="a")
             session.rollback()
         assert bodies_left(sqlite) == [b"a1"]  # its deletion went with the rollback
-        relay = outbox.relay
-        assert relay is not None
-        assert relay.claims is not None
-        assert relay.claims.ledger is not None
-        assert relay.claims.ledger.has_free()
+        assert ledger.has_free()
         write(outbox, sqlite, "b", "b1")
         assert bodies_left(sqlite) == [b"b1"]
         wait_until(lambda: len(sender.sent) == 2, timeout=30, message="b1 sent")
@@ -181,13 +193,10 @@ def test_a_savepoint_neither_wakes_nor_completes_and_a_closed_session_hands_back
     closed with its transaction open hands its deletion back."""
     sender = ScriptedSender()
     outbox = started(sqlite, sender)
-    relay = outbox.relay
-    assert relay is not None
-    ledger = relay.claims.ledger if relay.claims is not None else None
-    assert ledger is not None
+    ledger = ledger_of(outbox)
     try:
         write(outbox, sqlite, "a", "a1")
-        wait_until(lambda: len(sender.sent) == 1, timeout=30, message="a1 sent")
+        wait_until(lambda: sent_and_pending(sender, ledger, 1), timeout=30, message="a1 sent")
         session = sqlite.sessions()
         session.begin()
         outbox.send(session, "t", "a2", sharding_key="a")  # claims a1's deletion
