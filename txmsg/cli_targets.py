@@ -43,9 +43,6 @@ def app_option(help_text: str = APP_HELP, *, required: bool = False) -> Callable
     return click.option("--app", "app", required=required, metavar="MODULE:ATTR", help=help_text)
 
 
-APP_OPTION = app_option()
-
-
 def where_options(
     group_help: str, *, group_required: bool = False, app_help: str = APP_HELP
 ) -> Callable[[F], F]:
