@@ -317,12 +317,18 @@ def test_coroutine_returned_by_a_plain_def_is_an_error_nothing_lost(
     with caplog.at_level(logging.ERROR), app:
         result = app.transactional_producer(group).send_in_transaction(topic, "x", keys="forgot")
         assert result.local_state is S.UNKNOW
-        wait_until(lambda: len(attempts) >= 2, timeout=120, message="the redelivery")
+        # the first delivery handed again (a loaded machine may deliver a second copy first: a
+        # COMMIT whose op record came after the next check pass is committed twice, as on a real
+        # broker; that copy comes with reconsume_times 0 and is acknowledged)
+        wait_until(
+            lambda: any(times >= 1 for times in attempts[1:]),
+            timeout=120,
+            message=lambda: f"the redelivery; deliveries so far: {attempts}",
+        )
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("check_local returned coroutine" in e and "async def" in e for e in errors), errors
     assert any("consumer" in e and "nobody awaited" in e for e in errors), errors
-    assert attempts[0] == 0
-    assert attempts[1] >= 1  # handed again: nothing lost
+    assert attempts[0] == 0  # the first delivery, not acknowledged: handed again, nothing lost
 
 
 def test_async_checks_bounded_by_concurrency_and_drained_on_close(
