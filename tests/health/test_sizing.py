@@ -39,6 +39,25 @@ def test_splits_are_equal_full_waves_of_at_most_1_gb(total: int, cores: int, spl
     assert split <= sizing.SPLIT_BYTES
 
 
+def test_the_split_limit_is_what_a_task_is_sure_to_get() -> None:
+    """At Spark's defaults (a 1 GB driver: a 910 MB heap, memory fraction 0.6) on 2 cores a task
+    is sure of ~92 MB; a split's aggregation takes ~0.3 of its bytes, so splits stay near 260 MB
+    (4 of 620 MB spilled 0.6 GB per stage on the benchmark's 10 M lines)."""
+    default = sizing.split_limit(910 * MB, 0.6, 2)
+    assert 250 * MB < default < 270 * MB
+    assert sizing.plan(2_478_905_512, 2, default)[sizing.SHUFFLE_PARTITIONS] == "10"
+    assert sizing.split_limit(910 * MB, 0.6, 4) < default  # more tasks share the pool
+    assert sizing.split_limit(16 * 1024 * MB, 0.6, 2) == sizing.SPLIT_BYTES  # capped
+    assert sizing.split_limit(200 * MB, 0.6, 2) == 1 * MB  # a heap below the reserve: the floor
+
+
+def test_a_session_sizes_by_its_own_heap(spark: object) -> None:
+    assert isinstance(spark, SparkSession)
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()  # type: ignore[union-attr]
+    cores = spark.sparkContext.defaultParallelism
+    assert sizing.session_split_limit(spark) == sizing.split_limit(int(heap), 0.6, cores)
+
+
 def test_local_sessions_size_what_the_user_left_unset() -> None:
     local = job.session_settings("local[2]")
     assert local[sizing.SIZED].split(",") == [sizing.MAX_PARTITION_BYTES, sizing.SHUFFLE_PARTITIONS]
