@@ -68,7 +68,8 @@ def split_limit(heap_bytes: int, memory_fraction: float, cores: int) -> int:
 
 def session_split_limit(spark: SparkSession) -> int:
     """``split_limit`` for this local session's JVM (the driver is the executor)."""
-    heap = int(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory())
+    runtime = spark.sparkContext._jvm.java.lang.Runtime  # type: ignore[union-attr]  # a live session
+    heap = int(runtime.getRuntime().maxMemory())
     fraction = float(spark.sparkContext.getConf().get("spark.memory.fraction", "0.6"))
     return split_limit(heap, fraction, spark.sparkContext.defaultParallelism)
 

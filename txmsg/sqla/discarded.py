@@ -34,6 +34,7 @@ from txmsg.message import Message
 from txmsg.rescue import DiscardedEvent
 from txmsg.sqla.engine import SessionFactory
 from txmsg.sqla.models import TxMsgBase, UtcDateTime, utcnow
+from txmsg.sqla.views import message_of, view_of
 
 log = logging.getLogger("txmsg.rescue")
 
@@ -77,21 +78,11 @@ class DiscardedView:
 
 
 def _view(row: DiscardedMessage) -> DiscardedView:
-    return DiscardedView(
-        id=row.id,
+    return view_of(
+        DiscardedView,
+        row,
         group=row.producer_group,
-        transaction_key=row.transaction_key,
-        message=Message(
-            topic=row.topic,
-            body=bytes(row.body),
-            tags=row.tags,
-            keys=row.keys,
-            properties=dict(row.properties),
-            message_id=row.transaction_key,
-        ),
-        attempts=row.attempts,
-        reason=row.reason,
-        dead_at=row.dead_at,
+        message=message_of(row, message_id=row.transaction_key),
     )
 
 

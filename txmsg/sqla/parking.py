@@ -59,6 +59,7 @@ from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage, utcnow
 from txmsg.sqla.quick_select import QuickSelect
+from txmsg.sqla.views import message_of, view_of
 
 if TYPE_CHECKING:
     from txmsg.consumer import ConsumerSpec
@@ -110,12 +111,8 @@ def message_columns(group: str, message: Message) -> dict[str, Any]:
 def stored_message(row: Any) -> Message:
     """The message a :class:`~txmsg.sqla.models.StoredMessage` row keeps (an ORM object or a Core
     row: the same attribute names), as the listener first got it."""
-    return Message(
-        topic=row.topic,
-        body=row.body,
-        tags=row.tags,
-        keys=row.keys,
-        properties=dict(row.properties or {}),
+    return message_of(
+        row,
         message_id=row.message_id,
         reconsume_times=row.reconsume_times,
         sharding_key=row.sharding_key or None,
@@ -474,30 +471,13 @@ def parked_keys(session_factory: SessionFactory, group: str | None = None) -> li
     with session_factory() as session, session.begin():
         read_only(session)
         return [
-            ParkedKeyView(
-                group=row.consumer_group,
-                sharding_key=row.sharding_key,
-                topic=row.topic,
-                reason=row.reason,
-                first_message_id=row.first_message_id,
-                parked_at=row.parked_at,
-                messages=int(n),
-            )
+            view_of(ParkedKeyView, row, group=row.consumer_group, messages=int(n))
             for row, n in session.execute(query).all()
         ]
 
 
 def _view(row: ParkedMessage) -> ParkedMessageView:
-    return ParkedMessageView(
-        id=row.id,
-        group=row.consumer_group,
-        sharding_key=row.sharding_key,
-        message_key=row.message_key,
-        error=row.error,
-        attempts=row.attempts,
-        parked_at=row.parked_at,
-        message=stored_message(row),
-    )
+    return view_of(ParkedMessageView, row, group=row.consumer_group, message=stored_message(row))
 
 
 def _in_order(group: str, key: str) -> Select[ParkedMessage]:

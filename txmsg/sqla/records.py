@@ -30,6 +30,7 @@ from txmsg.sqla.models import (
     TransactionRecordArchive,
     utcnow,
 )
+from txmsg.sqla.views import view_of
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,7 @@ class RecordView:
 
 
 def _view(row: TransactionRecord) -> RecordView:
-    return RecordView(
-        transaction_key=row.transaction_key,
-        producer_group=row.producer_group,
-        topic=row.topic,
-        state=RecordState(row.state),
-        keys=row.keys,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return view_of(RecordView, row, state=RecordState(row.state))
 
 
 def get_record(session_factory: SessionFactory, transaction_key: str) -> RecordView | None:

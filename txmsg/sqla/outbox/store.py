@@ -36,6 +36,7 @@ from txmsg.message import Message
 from txmsg.sqla.engine import SessionFactory, read_only
 from txmsg.sqla.models import utcnow
 from txmsg.sqla.outbox.models import OutboxKey, OutboxMessage, OutboxRelayLease, OutboxState
+from txmsg.sqla.views import message_of, view_of
 
 MAX_ERROR_CHARS = 4000
 """Errors are stored cut to this length."""
@@ -416,28 +417,11 @@ class OutboxRowView:
 
 def view(row: OutboxMessage) -> OutboxRowView:
     """The operator's view of a row."""
-    return OutboxRowView(
-        id=row.id,
+    return view_of(
+        OutboxRowView,
+        row,
         group=row.outbox,
-        message_key=row.message_key,
-        sharding_key=row.sharding_key,
-        seq=row.seq,
-        state=row.state,
-        attempts=row.attempts,
-        next_attempt_at=row.next_attempt_at,
-        last_error=row.last_error,
-        created_at=row.created_at,
-        dead_at=row.dead_at,
-        delay_level=row.delay_level,
-        deliver_at_ms=row.deliver_at_ms,
-        message=Message(
-            topic=row.topic,
-            body=row.body,
-            tags=row.tags,
-            keys=row.keys,
-            properties=dict(row.properties or {}),
-            sharding_key=row.sharding_key,
-        ),
+        message=message_of(row, sharding_key=row.sharding_key),
     )
 
 
