@@ -125,6 +125,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # finds the spools a killed child of an earlier run left for the same PostgreSQL URL
     if "TXMSG_INFLIGHT_DIR" not in os.environ:
         os.environ["TXMSG_INFLIGHT_DIR"] = tempfile.mkdtemp(prefix="txmsg-inflight-")
+    # the health job's class archive (txmsg_health.startup, ~160 MB) is keyed by the checkout's
+    # venv: kept in the checkout's build/, a fresh clone's suite does not leave one more in the
+    # user's ~/.cache on every run
+    if "TXMSG_SPARK_CDS" not in os.environ:
+        here = os.path.dirname(os.path.abspath(__file__))
+        os.environ["TXMSG_SPARK_CDS"] = os.path.join(here, "build", "spark-cds")
     worker = _worker()
     record = os.environ.get("TXMSG_TEST_DURATIONS", "").strip()
     if record and worker is None:  # the controller sees every report (or the only process)

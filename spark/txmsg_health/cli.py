@@ -4,6 +4,8 @@ the last two), so every entry point has the same options and the same defaults."
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from txmsg_health import arrow_outputs, brokers, job, rescues, startup
@@ -197,12 +199,24 @@ def health(
         arrow_outputs.prefer_jemalloc()  # this process runs the job once
         result = job.run(spark, cfg)
     except HealthInputError as exc:
+        _finish_after_failure()
         raise click.ClickException(str(exc)) from exc
     except Exception as exc:
         failure = job.spark_failure(exc)
         if failure is None:
             raise
+        _finish_after_failure()
         raise click.ClickException(failure) from None
     click.echo(job.report_line(result, out))
     if click.get_current_context().obj != KEEP_SESSION:
         startup.finish(spark)
+
+
+def _finish_after_failure() -> None:
+    """A first run that ends in a clear error still puts the JVM's class archive in place
+    (``startup.finish``): left as a temporary file, the runs of the next minute would start
+    without it. Best effort: the error being reported matters more."""
+    if click.get_current_context().obj == KEEP_SESSION:
+        return
+    with contextlib.suppress(Exception):
+        startup.finish()
