@@ -42,7 +42,10 @@ machine's load drifts by more than the difference measured); each measurement al
 CPU time its process spent per send (all threads, the client's native ones included):
 ``send_added_us`` is what the production set-up adds to a writing send's CPU (sampled - none,
 median of the rounds), ``*_cpu_ratio*`` none/side CPU per send, what the throughput ratio tends to
-when sending is CPU-bound, and steadier.  The SDK children check at the end that their exporter
+when sending is CPU-bound, and steadier.  Each send measurement is also split by thread kind
+(:mod:`benchmarks._thread_cpu`: the sending threads, the SDK's export threads, txmsg's, the
+client's native ones), printed as the added CPU per kind over ``none``'s (medians of the rounds):
+where the telemetry's cost lands.  The SDK children check at the end that their exporter
 got spans (a run that recorded nothing would measure nothing).
 
 Final line::
@@ -79,6 +82,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from benchmarks import _thread_cpu
 from benchmarks._orders import BenchOrder, OrderBase
 from txmsg import ExecutorConfig, LocalTransactionState, Message
 from txmsg.listener import ListenerSpec
@@ -230,6 +234,22 @@ def _reply(out: dict[str, Any]) -> None:
     print("CHILD " + json.dumps(out), flush=True)
 
 
+_KINDS = {"ended": "senders"}
+"""The sending threads of :func:`benchmarks.send_overhead.measure` end with the measurement, so
+:func:`benchmarks._thread_cpu.split` counts them as ``ended``: named ``senders`` here."""
+
+
+def _kind(thread: threading.Thread) -> str:
+    """The thread kinds of a child's CPU split: the SDK's export threads, txmsg's own, the rest
+    (threads Python does not know, librocketmq's, are ``native``)."""
+    name = thread.name
+    if name.startswith("Otel"):
+        return "otel-export"
+    if name.startswith("txmsg"):
+        return "txmsg"
+    return "other"
+
+
 def child(args: argparse.Namespace) -> int:
     """One side (``--child on|off``), kept running for the whole run: it sets up its senders,
     answers ``CHILD {"ready": true}``, then measures what each line of its stdin asks
@@ -278,10 +298,21 @@ def child(args: argparse.Namespace) -> int:
                     command = line.split()
                     if command[0] == "send":
                         send = senders[command[1]][0]
+                        threads = _thread_cpu.snapshot()
                         cpu = time.process_time()
                         sent = send_overhead.measure(send, args.threads, float(command[2]))
                         cpu_us = (time.process_time() - cpu) / sent["count"] * 1e6
-                        _reply({"rate": sent["rate"], "cpu_us": cpu_us})
+                        by_kind = _thread_cpu.split(threads, _thread_cpu.snapshot(), _kind)
+                        _reply(
+                            {
+                                "rate": sent["rate"],
+                                "cpu_us": cpu_us,
+                                "by_thread": {
+                                    _KINDS.get(k, k): v / sent["count"] * 1e6
+                                    for k, v in by_kind.items()
+                                },
+                            }
+                        )
                     elif command[0] == "check":
                         row = check_scaling.run_txmsg(
                             backend, args.namesrv, args.n, args, consumers=consumers
@@ -464,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         label: {m: [] for m in modes} for label in ("send", "noop")
     }
     ratio: dict[str, list[float]] = {}
+    # label -> mode -> thread kind -> each round's CPU µs a send over "none"'s of that kind
+    added_by: dict[str, dict[str, dict[str, list[float]]]] = {"send": {}, "noop": {}}
     checks: dict[str, list[float]] = {m: [] for m in checked}
     children: dict[str, Child] = {}
     spans: dict[str, Any] = {}
@@ -486,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
                         ratio.setdefault(f"{label}_added_{mode}", []).append(
                             this[mode]["cpu_us"] - this["none"]["cpu_us"]
                         )
+                        base = this["none"]["by_thread"]
+                        for kind, us in this[mode]["by_thread"].items():
+                            added_by[label].setdefault(mode, {}).setdefault(kind, []).append(
+                                us - base.get(kind, 0.0)
+                            )
                 print(
                     f"round {pair + 1} {label:>4}: "
                     + ", ".join(
@@ -551,6 +589,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"{median[f'{label}_cpu_{mode}']:.3f}, +{median[f'{label}_added_{mode}']:.0f} us"
                 for mode in modes
                 if mode != "none"
+            )
+        )
+    for label in ("send", "noop"):
+        print(
+            f"added CPU by thread, {label} (µs a send over none's, medians of the rounds): "
+            + "; ".join(
+                f"{mode} "
+                + " ".join(
+                    f"{kind} {statistics.median(values):+.0f}"
+                    for kind, values in sorted(
+                        added_by[label][mode].items(), key=lambda kv: -statistics.median(kv[1])
+                    )
+                )
+                for mode in modes
+                if mode in added_by[label]
             )
         )
     print(
