@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Unpack
 
@@ -290,20 +290,24 @@ class Outbox:
         self, *, sharding_key: str | None = None, ids: Sequence[int] | None = None
     ) -> list[int]:
         """Make dead rows (all, a key's, or ``ids``) pending again; returns their ids."""
-        found = store.retry_dead(
-            self.session_factory, self.group, sharding_key=sharding_key, ids=ids
-        )
-        if found:
-            self.wake()
-        return found
+        return self._on_dead(store.retry_dead, sharding_key, ids)
 
     def discard_dead(
         self, *, sharding_key: str | None = None, ids: Sequence[int] | None = None
     ) -> list[int]:
         """Delete dead rows (all, a key's, or ``ids``) unsent; returns their ids."""
-        found = store.discard_dead(
-            self.session_factory, self.group, sharding_key=sharding_key, ids=ids
-        )
+        return self._on_dead(store.discard_dead, sharding_key, ids)
+
+    def _on_dead(
+        self,
+        change: Callable[..., list[int]],
+        sharding_key: str | None,
+        ids: Sequence[int] | None,
+    ) -> list[int]:
+        """``change`` (:func:`store.retry_dead` or :func:`store.discard_dead`) on this outbox's
+        dead rows, then wake this process's relay when a row changed: retried rows are due now,
+        and a discarded row's key lets its later rows go, so neither waits for the next poll."""
+        found = change(self.session_factory, self.group, sharding_key=sharding_key, ids=ids)
         if found:
             self.wake()
         return found
