@@ -35,7 +35,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import inspect
 
 from txmsg.aio.callables import is_async
 from txmsg.aio.sqla.idempotent import AsyncIdempotentConsumer
@@ -44,7 +44,7 @@ from txmsg.message import Message
 from txmsg.otel import gauges, names
 from txmsg.otel import hooks as otel_hooks
 from txmsg.sqla import parking
-from txmsg.sqla.engine import SessionFactory, is_in_memory_sqlite
+from txmsg.sqla.engine import SessionFactory, bound_engine, is_in_memory_sqlite
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.journal import InflightJournal, Ticket
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage
@@ -222,8 +222,8 @@ class OrderlyHandler:
                 "Alembic target_metadata and migrate"
             )
         if self.journal is not None:
-            bind = getattr(self.session_factory, "kw", {}).get("bind")
-            if isinstance(bind, Engine) and is_in_memory_sqlite(bind):
+            engine = bound_engine(self.session_factory)
+            if engine is not None and is_in_memory_sqlite(engine):
                 raise ConfigError(
                     f"orderly listener {self.spec.name} (group {self.spec.group}): its database "
                     "is an in-memory SQLite database, whose one connection the in-flight "
@@ -702,11 +702,11 @@ def _hook_name(hook: Callable[..., Any]) -> str:
 def _missing_tables(session_factory: SessionFactory, names: list[str]) -> list[str]:
     """Which of ``names`` the database lacks; none when it cannot be asked (a database that is
     down at start is the handler's business: it waits for it, message by message)."""
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if not isinstance(bind, Engine):
+    engine = bound_engine(session_factory)
+    if engine is None:
         return []
     try:
-        inspector = inspect(bind)
+        inspector = inspect(engine)
         return [name for name in names if not inspector.has_table(name)]
     except Exception:  # down or unreachable: not a definition problem
         log.warning("could not check the orderly listener's tables", exc_info=True)

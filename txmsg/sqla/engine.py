@@ -225,6 +225,15 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 
+def bound_engine(session_factory: object) -> Engine | None:
+    """The engine a ``sessionmaker(bind=engine)`` makes its sessions on (it keeps the bind in
+    ``.kw``), or None for any other session factory (a function, a ``scoped_session``, a
+    sessionmaker bound to a connection): the Core fast paths, and the checks that need the
+    engine itself, fall back to sessions then."""
+    bind = getattr(session_factory, "kw", {}).get("bind")
+    return bind if isinstance(bind, Engine) else None
+
+
 def read_only(session: Session) -> None:
     """Ask for a non-locking transaction on SQLite (``BEGIN DEFERRED``); no-op elsewhere.
 

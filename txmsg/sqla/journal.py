@@ -55,11 +55,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from txmsg.message import Message
-from txmsg.sqla.engine import SessionFactory
+from txmsg.sqla.engine import SessionFactory, bound_engine
 from txmsg.sqla.journal_sweeper import JournalSweeper
 from txmsg.sqla.journal_table import (
     DELETE,
@@ -153,8 +153,7 @@ class InflightJournal:
         self.promote_after = promote_after
         self.host = host_identity()
         self.owner = new_owner(self.host)
-        bind = getattr(session_factory, "kw", {}).get("bind")
-        base = spool_directory or default_directory(bind if isinstance(bind, Engine) else None)
+        base = spool_directory or default_directory(bound_engine(session_factory))
         self.spool_directory = group_directory(base, self.host, group)
         """Where this host's spools of the group live (:mod:`txmsg.sqla.spool`)."""
         self._spool: Spool | None = None

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, delete, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, delete, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from txmsg.message import Message
-from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.engine import SessionFactory, bound_engine, read_only
 from txmsg.sqla.models import OrderlyInflight
 from txmsg.sqla.parking import _insert_once
 
@@ -134,9 +134,9 @@ def begin_write(session_factory: SessionFactory) -> Iterator[Connection | Sessio
     """One write transaction: a Core connection when the factory is a ``sessionmaker`` bound
     to an engine (every orderly message pays this, and the ORM session cost more than the
     statements), else a session."""
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if isinstance(bind, Engine):
-        with bind.begin() as connection:
+    engine = bound_engine(session_factory)
+    if engine is not None:
+        with engine.begin() as connection:
             yield connection
         return
     with session_factory() as session, session.begin():
@@ -147,9 +147,9 @@ def begin_write(session_factory: SessionFactory) -> Iterator[Connection | Sessio
 def begin_read(session_factory: SessionFactory) -> Iterator[Connection | Session]:
     """One read: a Core connection when the factory is bound to an engine, else a read-only
     session."""
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if isinstance(bind, Engine):
-        with bind.connect() as connection:
+    engine = bound_engine(session_factory)
+    if engine is not None:
+        with engine.connect() as connection:
             yield connection
         return
     with session_factory() as session, session.begin():

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
-    Engine,
     Select,
     Table,
     bindparam,
@@ -55,7 +54,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from txmsg.message import DEDUP_KEY, SHARDING_KEY, UNIQ_KEY, Message
-from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.engine import SessionFactory, bound_engine, read_only
 from txmsg.sqla.idempotent import IdempotentConsumer
 from txmsg.sqla.models import OrderlyInflight, ParkedKey, ParkedMessage, utcnow
 from txmsg.sqla.quick_select import QuickSelect
@@ -351,11 +350,11 @@ def park_behind(session_factory: SessionFactory, group: str, message: Message) -
     A message that is already parked (handed again after a crash) counts as parked: True.
     """
     key = sharding_key_of(message)
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if isinstance(bind, Engine):
+    engine = bound_engine(session_factory)
+    if engine is not None:
         # Every message of a parked key comes here: a Core transaction on the engine skips the
         # ORM session (about half the cost on SQLite); same statements, same locking.
-        with bind.begin() as connection:
+        with engine.begin() as connection:
             if connection.execute(_LOCK_KEY, {"group": group, "key": key}).first() is None:
                 return False
             _insert_message(connection, group, key, message, error=None, attempts=0, now=utcnow())
@@ -380,9 +379,9 @@ def park_behind_many(
     """
     if not messages:
         return []
-    bind = getattr(session_factory, "kw", {}).get("bind")
-    if isinstance(bind, Engine):
-        with bind.begin() as connection:
+    engine = bound_engine(session_factory)
+    if engine is not None:
+        with engine.begin() as connection:
             return _park_behind_all(connection, group, messages)
     with session_factory() as session, session.begin():
         return _park_behind_all(session, group, messages)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, Select
+from sqlalchemy import Select
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 
-from txmsg.sqla.engine import SessionFactory, read_only
+from txmsg.sqla.engine import SessionFactory, bound_engine, read_only
 
 
 class QuickSelect:
@@ -34,10 +34,10 @@ class QuickSelect:
 
     def values(self, session_factory: SessionFactory, **params: Any) -> list[Any]:
         """The selected column of every row, read the cheapest correct way (module docstring)."""
-        bind = getattr(session_factory, "kw", {}).get("bind")
-        if isinstance(bind, Engine):
-            if bind.dialect.name == "sqlite":
-                raw = bind.raw_connection()
+        engine = bound_engine(session_factory)
+        if engine is not None:
+            if engine.dialect.name == "sqlite":
+                raw = engine.raw_connection()
                 try:
                     cursor = raw.cursor()
                     try:
@@ -49,7 +49,7 @@ class QuickSelect:
                         cursor.close()
                 finally:
                     raw.close()
-            with bind.connect() as connection:
+            with engine.connect() as connection:
                 return list(connection.scalars(self.statement, params))
         with session_factory() as session, session.begin():
             read_only(session)
