@@ -8,7 +8,9 @@ They find their rows the same two ways, and must clean up and fail the same way:
 * ``--database URL``: the tables directly, through an engine made for the command and disposed
   when it is done (an app's engines are its own);
 * a database error becomes a one-line ``ClickException`` that says what to check
-  (:func:`database_errors`).
+  (:func:`database_errors`);
+* a command that deletes rows for good deletes nothing without ``--yes`` (:func:`yes_option`),
+  and says what it would delete (:func:`unconfirmed`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,18 @@ def where_options(
         return app(DATABASE_OPTION(group(command)))
 
     return apply
+
+
+def yes_option(help_text: str) -> Callable[[F], F]:
+    """``--yes``: a deleting command's consent; ``help_text`` says what is lost with the rows.
+    Without it the command raises :func:`unconfirmed`."""
+    return click.option("--yes", is_flag=True, help=help_text)
+
+
+def unconfirmed(what: str, lost: str) -> click.ClickException:
+    """The error of a deleting command run without ``--yes``: it would delete ``what`` (a count
+    and whose rows), and ``lost`` is what can then never happen to them."""
+    return click.ClickException(f"this deletes {what} for good ({lost}); add --yes to do it")
 
 
 TABLES_FIX = (

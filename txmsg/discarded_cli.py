@@ -31,7 +31,9 @@ from txmsg.cli_targets import (
     load_app,
     registry_of,
     targets,
+    unconfirmed,
     where_options,
+    yes_option,
 )
 from txmsg.config import TxMsgConfig
 from txmsg.errors import TxMsgError
@@ -227,7 +229,7 @@ def retry_command(app: str, group: str, key: str | None, force: bool) -> None:
 @discarded.command("discard")
 @where_options("The producer group.", group_required=True)
 @click.option("--key", help="Only this transaction key (default: every dead row of the group).")
-@click.option("--yes", is_flag=True, help="Really delete them (the messages are never sent).")
+@yes_option("Really delete them (the messages are never sent).")
 def discard_command(
     app: str | None, database: str | None, group: str, key: str | None, yes: bool
 ) -> None:
@@ -238,9 +240,8 @@ def discard_command(
             what = f"transaction {key!r}" if key else "nothing"
             raise click.ClickException(f"{what} is dead in group {group!r}")
         if not yes:
-            raise click.ClickException(
-                f"this deletes {len(rows)} dead row(s) of group {group!r} for good (their "
-                "messages are never sent); add --yes to do it"
+            raise unconfirmed(
+                f"{len(rows)} dead row(s) of group {group!r}", "their messages are never sent"
             )
         with database_errors("discard the dead rows"):
             deleted = discard_dead(found[0].sessions, group, None if key is None else [key])

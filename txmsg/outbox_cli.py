@@ -31,7 +31,9 @@ from txmsg.cli_targets import (
     database_errors,
     load_app,
     targets,
+    unconfirmed,
     where_options,
+    yes_option,
 )
 from txmsg.errors import TxMsgError
 from txmsg.sqla.models import utcnow
@@ -258,7 +260,7 @@ def retry_command(
 @outbox.command("discard")
 @WHERE_OPTIONS
 @_dead_row_choice("discard")
-@click.option("--yes", is_flag=True, help="Really delete them (they are never sent).")
+@yes_option("Really delete them (they are never sent).")
 def discard_command(
     app: str | None, database: str | None, group: str | None, selection: dict[str, Any], yes: bool
 ) -> None:
@@ -278,10 +280,7 @@ def discard_command(
                     )
                     for t in targets
                 )
-            raise click.ClickException(
-                f"this deletes {doomed} dead row(s) for good (their messages are never sent); add "
-                "--yes to do it"
-            )
+            raise unconfirmed(f"{doomed} dead row(s)", "their messages are never sent")
         deleted: list[int] = []
         with database_errors("discard dead rows"):
             for target in targets:

@@ -28,7 +28,9 @@ from txmsg.cli_targets import (
     load_app,
     registry_of,
     targets,
+    unconfirmed,
     where_options,
+    yes_option,
 )
 from txmsg.consumer import ConsumerSpec
 from txmsg.sqla.engine import SessionFactory
@@ -217,7 +219,7 @@ def retry_command(app: str, group: str | None, key: str | None) -> None:
 @click.option(
     "--message", "message_key", metavar="KEY", help="Only this message (UNIQ_KEY / message id)."
 )
-@click.option("--yes", is_flag=True, help="Really delete them (they are never handled).")
+@yes_option("Really delete them (they are never handled).")
 def discard_command(
     app: str | None,
     database: str | None,
@@ -242,9 +244,8 @@ def _discard(target: Target, group: str, key: str, message_key: str | None, yes:
             f"--key {key}` shows what is"
         )
     if not yes:
-        raise click.ClickException(
-            f"this deletes {len(doomed)} parked message(s) of key {key!r} for good (the "
-            "listener never handles them); add --yes to do it"
+        raise unconfirmed(
+            f"{len(doomed)} parked message(s) of key {key!r}", "the listener never handles them"
         )
     with database_errors("discard"):
         deleted = discard(target.sessions, group, key, message_key)
