@@ -57,7 +57,19 @@ DELAY_LEVELS: tuple[int, ...] = (
 
 
 @dataclass(frozen=True)
-class Message:
+class MessageContent:
+    """What a RocketMQ message carries, received (:class:`Message`) or to send
+    (:class:`OutgoingMessage`): declared once, so both directions name and type it alike."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Message(MessageContent):
     """A message handed to ``execute_local``, ``check_local`` or a consumer.
 
     ``body`` is always bytes; :meth:`text` and :meth:`json` decode it.  ``transaction_key`` is
@@ -65,11 +77,6 @@ class Message:
     across check-backs even though the broker re-stores the half message each time.
     """
 
-    topic: str
-    body: bytes
-    tags: str | None = None
-    keys: str | None = None
-    properties: Mapping[str, str] = field(default_factory=dict)
     message_id: str | None = None
     reconsume_times: int = 0
     sharding_key: str | None = None
@@ -139,14 +146,9 @@ class SendResult:
 
 
 @dataclass(frozen=True)
-class OutgoingMessage:
+class OutgoingMessage(MessageContent):
     """A message ready for a backend: body already converted to bytes."""
 
-    topic: str
-    body: bytes
-    tags: str | None = None
-    keys: str | None = None
-    properties: Mapping[str, str] = field(default_factory=dict)
     check_immunity_seconds: int | None = None
     sharding_key: str | None = None
     """Ordered send: every message with this key goes to the same queue (RocketMQ 4: hash of the
